@@ -1,0 +1,1 @@
+"""HTTP API (aiohttp), error mapping, Python client and the command-line tool."""

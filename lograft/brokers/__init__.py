@@ -1,0 +1,1 @@
+"""A broker: replica manager, partition state, replica fetcher, group coordinator."""

@@ -1,0 +1,266 @@
+"""The one typed error hierarchy of lograft.
+
+Every error a user or a peer can see is a subclass of `LograftError` with a
+stable string `code`, Kafka's error number where Kafka has one (`kafka_code`,
+-1 where it has none), and a `retriable` flag that tells a client whether the
+same request may succeed later. The mapping to HTTP status and JSON bodies
+lives only in `lograft.api`; this module knows nothing of HTTP.
+
+This is a leaf module: every package may import it, it imports nothing of
+lograft.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LograftError(Exception):
+    """Base of all lograft errors. `details` carries machine-readable context."""
+
+    code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    kafka_code: ClassVar[int] = -1
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "retriable": self.retriable,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+_REGISTRY: dict[str, type[LograftError]] = {}
+
+
+def _register(cls: type[LograftError]) -> type[LograftError]:
+    if cls.code in _REGISTRY:
+        raise RuntimeError(f"duplicate error code {cls.code}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def error_class_for(code: str) -> type[LograftError]:
+    """The class for a stable code, so a client can re-raise a server's error."""
+    return _REGISTRY.get(code, LograftError)
+
+
+def all_error_classes() -> list[type[LograftError]]:
+    return list(_REGISTRY.values())
+
+
+# --- input and request errors (not retriable) --------------------------------
+
+
+@_register
+class InvalidRequestError(LograftError):
+    code = "INVALID_REQUEST"
+    kafka_code = 42
+
+
+@_register
+class InvalidConfigError(LograftError):
+    code = "INVALID_CONFIG"
+    kafka_code = 40
+
+
+@_register
+class CorruptRecordError(LograftError):
+    """A record batch failed validation: bad CRC, bad lengths, wrong magic."""
+
+    code = "CORRUPT_MESSAGE"
+    kafka_code = 2
+
+
+@_register
+class InvalidRecordError(LograftError):
+    """A well-formed batch whose records break a rule (offset deltas, counts)."""
+
+    code = "INVALID_RECORD"
+    kafka_code = 87
+
+
+@_register
+class RecordTooLargeError(LograftError):
+    code = "MESSAGE_TOO_LARGE"
+    kafka_code = 10
+
+
+@_register
+class UnsupportedCompressionError(LograftError):
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
+    kafka_code = 76
+
+
+@_register
+class InvalidTimestampError(LograftError):
+    code = "INVALID_TIMESTAMP"
+    kafka_code = 32
+
+
+@_register
+class OffsetOutOfRangeError(LograftError):
+    code = "OFFSET_OUT_OF_RANGE"
+    kafka_code = 1
+
+
+@_register
+class UnknownTopicOrPartitionError(LograftError):
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+    kafka_code = 3
+    retriable = True
+
+
+@_register
+class TopicAlreadyExistsError(LograftError):
+    code = "TOPIC_ALREADY_EXISTS"
+    kafka_code = 36
+
+
+@_register
+class InvalidTopicError(LograftError):
+    code = "INVALID_TOPIC_EXCEPTION"
+    kafka_code = 17
+
+
+@_register
+class InvalidPartitionsError(LograftError):
+    code = "INVALID_PARTITIONS"
+    kafka_code = 37
+
+
+@_register
+class InvalidReplicationFactorError(LograftError):
+    code = "INVALID_REPLICATION_FACTOR"
+    kafka_code = 38
+
+
+# --- storage faults ------------------------------------------------------------
+
+
+@_register
+class StorageError(LograftError):
+    """The disk failed under us (I/O error, disk full). The log stays consistent
+    up to the last complete batch; the request may succeed once space is freed."""
+
+    code = "KAFKA_STORAGE_ERROR"
+    kafka_code = 56
+    retriable = True
+
+
+@_register
+class LogClosedError(LograftError):
+    code = "LOG_CLOSED"
+    retriable = True
+
+
+# --- replication and cluster errors (mostly retriable) ---------------------------
+
+
+@_register
+class NotLeaderOrFollowerError(LograftError):
+    code = "NOT_LEADER_OR_FOLLOWER"
+    kafka_code = 6
+    retriable = True
+
+
+@_register
+class NotControllerError(LograftError):
+    code = "NOT_CONTROLLER"
+    kafka_code = 41
+    retriable = True
+
+
+@_register
+class NotEnoughReplicasError(LograftError):
+    code = "NOT_ENOUGH_REPLICAS"
+    kafka_code = 19
+    retriable = True
+
+
+@_register
+class NotEnoughReplicasAfterAppendError(LograftError):
+    code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    kafka_code = 20
+    retriable = True
+
+
+@_register
+class RequestTimedOutError(LograftError):
+    code = "REQUEST_TIMED_OUT"
+    kafka_code = 7
+    retriable = True
+
+
+@_register
+class FencedLeaderEpochError(LograftError):
+    code = "FENCED_LEADER_EPOCH"
+    kafka_code = 74
+    retriable = True
+
+
+@_register
+class UnknownLeaderEpochError(LograftError):
+    code = "UNKNOWN_LEADER_EPOCH"
+    kafka_code = 75
+    retriable = True
+
+
+@_register
+class LeaderNotAvailableError(LograftError):
+    code = "LEADER_NOT_AVAILABLE"
+    kafka_code = 5
+    retriable = True
+
+
+@_register
+class BrokerNotAvailableError(LograftError):
+    code = "BROKER_NOT_AVAILABLE"
+    kafka_code = 8
+    retriable = True
+
+
+@_register
+class StaleBrokerEpochError(LograftError):
+    code = "STALE_BROKER_EPOCH"
+    kafka_code = 77
+
+
+@_register
+class InvalidUpdateVersionError(LograftError):
+    """AlterPartition with a stale partition epoch."""
+
+    code = "INVALID_UPDATE_VERSION"
+    kafka_code = 95
+
+
+@_register
+class IneligibleReplicaError(LograftError):
+    code = "INELIGIBLE_REPLICA"
+    kafka_code = 107
+
+
+@_register
+class OutOfOrderSequenceError(LograftError):
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    kafka_code = 45
+
+
+@_register
+class InvalidProducerEpochError(LograftError):
+    code = "INVALID_PRODUCER_EPOCH"
+    kafka_code = 47
+
+
+@_register
+class UnknownProducerIdError(LograftError):
+    code = "UNKNOWN_PRODUCER_ID"
+    kafka_code = 59

@@ -1,0 +1,1 @@
+"""Spark: a PySpark data source and sink, and example pipelines."""

@@ -1,0 +1,1 @@
+"""Cluster metadata: records, the immutable image, controller decisions, Raft adapter."""

@@ -1,0 +1,1 @@
+"""Segment logs on local disk: pure file I/O, no asyncio, no network."""

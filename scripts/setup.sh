@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent setup shared by the two README commands.
+# Creates or reuses .venv and installs lograft (editable) with the extras named
+# in $LOGRAFT_EXTRAS. A stamp file keyed on pyproject.toml's hash makes a second
+# run skip pip entirely, so it is fast.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+EXTRAS="${LOGRAFT_EXTRAS:-dev}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    log "Python 3.11 or newer is required; $PYTHON is $("$PYTHON" --version 2>&1)"
+    exit 1
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating virtualenv in $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+STAMP="$VENV/.lograft-install-stamp"
+WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)-$EXTRAS"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
+    log "installing lograft[$EXTRAS] into $VENV (first run takes a minute)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$EXTRAS]"
+    echo "$WANT" > "$STAMP"
+else
+    log "virtualenv is up to date"
+fi
