@@ -264,3 +264,39 @@ class InvalidProducerEpochError(LograftError):
 class UnknownProducerIdError(LograftError):
     code = "UNKNOWN_PRODUCER_ID"
     kafka_code = 59
+
+
+# --- Raft quorum adapter (lograft.quorum.raft) ----------------------------------
+
+
+@_register
+class RaftCommitOutcomeUnknownError(LograftError):
+    """The append may or may not have been committed (the leader changed while
+    the entry was in flight). Retry only if the entry is idempotent or after
+    reading the log back."""
+
+    code = "RAFT_COMMIT_OUTCOME_UNKNOWN"
+    retriable = True
+
+
+@_register
+class RaftQueueFullError(LograftError):
+    """Too many appends are in flight on this node (`max_pending_appends`)."""
+
+    code = "RAFT_QUEUE_FULL"
+    retriable = True
+
+
+@_register
+class RaftStoppedError(LograftError):
+    """The Raft adapter is not running (not started, stopped, or failed)."""
+
+    code = "RAFT_STOPPED"
+    retriable = True
+
+
+@_register
+class RaftStartupError(LograftError):
+    """The Raft adapter could not start: port taken, unreadable snapshot."""
+
+    code = "RAFT_STARTUP_FAILED"
