@@ -1,0 +1,479 @@
+"""Kafka's RecordBatch v2 (magic 2), byte for byte.
+
+Layout of a batch (all integers big-endian)::
+
+    offset  size  field
+         0     8  baseOffset
+         8     4  batchLength            bytes after this field
+        12     4  partitionLeaderEpoch
+        16     1  magic                  = 2
+        17     4  crc                    CRC-32C of bytes 21..end
+        21     2  attributes             bits 0-2 compression, 3 timestamp type,
+                                         4 transactional, 5 control, 6 delete horizon
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordsCount
+        61     -  records (compressed as a whole when compression != none)
+
+Each record: length varint, attributes int8, timestampDelta varlong,
+offsetDelta varint, keyLength varint (-1 = null), key, valueLength varint,
+value, headerCount varint, then per header keyLength varint, key (UTF-8),
+valueLength varint (-1 = null), value.
+
+baseOffset and partitionLeaderEpoch lie outside the CRC, so the broker patches
+them on append without touching the rest of the bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+
+from lograft.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from lograft.storage.compression import Compression, compress, decompress
+from lograft.storage.varint import decode_varint, encode_varint
+
+MAGIC = 2
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+# batchLength counts from partitionLeaderEpoch to the end: at least the header.
+BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
+
+BASE_OFFSET_POS = 0
+BATCH_LENGTH_POS = 8
+LEADER_EPOCH_POS = 12
+MAGIC_POS = 16
+CRC_POS = 17
+ATTRIBUTES_POS = 21
+LAST_OFFSET_DELTA_POS = 23
+MAX_TIMESTAMP_POS = 35
+CRC_START = ATTRIBUTES_POS
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+_TAIL_INFO = struct.Struct(">qiibIhi")  # through lastOffsetDelta (27 bytes)
+TAIL_INFO_SIZE = _TAIL_INFO.size
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    return _crc32c.crc32c(data)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} remain", position=pos
+        )
+    return BatchHeader(*HEADER.unpack_from(buf, pos))
+
+
+def peek_extent(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int]:
+    """(baseOffset, total size, lastOffsetDelta) of the batch at pos, unvalidated.
+
+    Needs 27 bytes at pos. This is the cheap walk used by reads and indexes.
+    """
+    base, length, _ple, _magic, _crc, _attrs, last_delta = _TAIL_INFO.unpack_from(buf, pos)
+    return base, length + LOG_OVERHEAD, last_delta
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as read from a batch; offset and timestamp are absolute."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordInput:
+    """One record to put in a batch."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[Header] = ()
+    timestamp: int | None = None
+
+
+def _encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+) -> bytes:
+    parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    if key is None:
+        parts.append(encode_varint(-1))
+    else:
+        parts.append(encode_varint(len(key)))
+        parts.append(key)
+    if value is None:
+        parts.append(encode_varint(-1))
+    else:
+        parts.append(encode_varint(len(value)))
+        parts.append(value)
+    parts.append(encode_varint(len(headers)))
+    for hkey, hval in headers:
+        hk = hkey.encode()
+        parts.append(encode_varint(len(hk)))
+        parts.append(hk)
+        if hval is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts.append(encode_varint(len(hval)))
+            parts.append(hval)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    timestamp_ms: int,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
+) -> bytes:
+    """Encode records into one RecordBatch v2.
+
+    `timestamp_ms` is used for records without a timestamp of their own.
+    `offset_deltas` and `last_offset_delta` exist for the compactor, which
+    keeps the original offsets of the records it retains; producers leave
+    them unset and get deltas 0..n-1.
+    """
+    if not records:
+        raise InvalidRecordError("a batch needs at least one record")
+    timestamps = [timestamp_ms if r.timestamp is None else r.timestamp for r in records]
+    base_ts = timestamps[0]
+    max_ts = max(timestamps)
+    deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
+    if len(deltas) != len(records):
+        raise InvalidRecordError("offset_deltas must have one entry per record")
+    body = b"".join(
+        _encode_record(delta, ts - base_ts, r.key, r.value, r.headers)
+        for delta, ts, r in zip(deltas, timestamps, records, strict=True)
+    )
+    body = compress(compression, body)
+    attributes = int(compression) & COMPRESSION_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_BIT
+    if is_control:
+        attributes |= CONTROL_BIT
+    last_delta = deltas[-1] if last_offset_delta is None else last_offset_delta
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    header = bytearray(
+        HEADER.pack(
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[CRC_START:]))
+    struct.pack_into(">I", header, CRC_POS, crc)
+    return bytes(header) + body
+
+
+def compute_crc(batch: bytes | bytearray | memoryview, pos: int = 0, size: int | None = None) -> int:
+    mv = memoryview(batch)
+    end = pos + (size if size is not None else len(batch) - pos)
+    return _crc32c.crc32c(mv[pos + CRC_START : end])
+
+
+def validate_batch(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    available: int | None = None,
+    max_batch_bytes: int | None = None,
+) -> BatchHeader:
+    """Check the structure and CRC of the batch at `pos`; returns its header.
+
+    `available` is how many bytes belong to this batch's buffer from `pos`
+    (default: to the end). Raises CorruptRecordError (magic, lengths, CRC) or
+    InvalidRecordError (counts and offset deltas that cannot be right).
+    """
+    remaining = (len(buf) - pos) if available is None else available
+    if remaining < LOG_OVERHEAD:
+        raise CorruptRecordError(f"{remaining} bytes is too short for a record batch", position=pos)
+    _base, batch_length = _PREFIX.unpack_from(buf, pos)
+    if batch_length < BATCH_LENGTH_MIN:
+        raise CorruptRecordError(
+            f"batchLength {batch_length} is below the minimum {BATCH_LENGTH_MIN}", position=pos
+        )
+    size = batch_length + LOG_OVERHEAD
+    if max_batch_bytes is not None and size > max_batch_bytes:
+        raise RecordTooLargeError(
+            f"record batch of {size} bytes exceeds max_message_bytes={max_batch_bytes}",
+            size=size,
+            limit=max_batch_bytes,
+        )
+    if size > remaining:
+        raise CorruptRecordError(
+            f"batchLength says {size} bytes but only {remaining} are present", position=pos
+        )
+    header = BatchHeader(*HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"record batch magic is {header.magic}; only magic {MAGIC} is supported",
+            position=pos,
+        )
+    actual = compute_crc(buf, pos, size)
+    if actual != header.crc:
+        raise CorruptRecordError(
+            f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}",
+            position=pos,
+        )
+    if header.records_count < 0 or header.last_offset_delta < 0:
+        raise InvalidRecordError(
+            "negative recordsCount or lastOffsetDelta", position=pos
+        )
+    if header.records_count > header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"recordsCount {header.records_count} exceeds the offset range "
+            f"{header.last_offset_delta + 1} of the batch",
+            position=pos,
+        )
+    return header
+
+
+def iter_batch_records(
+    buf: bytes | bytearray | memoryview, pos: int = 0, header: BatchHeader | None = None
+) -> Iterator[Record]:
+    """Decode the records of the batch at `pos` (which must already be valid)."""
+    if header is None:
+        header = parse_header(buf, pos)
+    section = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    data: bytes | memoryview = section
+    if header.compression != Compression.NONE:
+        data = decompress(header.compression, section)
+    yield from _decode_records(data, header)
+
+
+def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[Record]:
+    p = 0
+    end = len(data)
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    log_append_ts = header.max_timestamp if header.is_log_append_time else None
+    for _ in range(header.records_count):
+        length, p = decode_varint(data, p)
+        rec_end = p + length
+        if length < 1 or rec_end > end:
+            raise CorruptRecordError("record length runs past the end of the batch")
+        p += 1  # attributes, unused in v2
+        ts_delta, p = decode_varint(data, p)
+        off_delta, p = decode_varint(data, p)
+        key_len, p = decode_varint(data, p)
+        key = None
+        if key_len >= 0:
+            key = bytes(data[p : p + key_len])
+            p += key_len
+        val_len, p = decode_varint(data, p)
+        value = None
+        if val_len >= 0:
+            value = bytes(data[p : p + val_len])
+            p += val_len
+        n_headers, p = decode_varint(data, p)
+        if n_headers < 0:
+            raise CorruptRecordError("negative header count")
+        headers: list[Header] = []
+        for _h in range(n_headers):
+            hk_len, p = decode_varint(data, p)
+            if hk_len < 0:
+                raise CorruptRecordError("header key may not be null")
+            hk = bytes(data[p : p + hk_len]).decode("utf-8", errors="replace")
+            p += hk_len
+            hv_len, p = decode_varint(data, p)
+            hv = None
+            if hv_len >= 0:
+                hv = bytes(data[p : p + hv_len])
+                p += hv_len
+            headers.append((hk, hv))
+        if p != rec_end:
+            raise CorruptRecordError(
+                f"record at offset delta {off_delta} has {rec_end - p} bytes its fields do not explain"
+            )
+        ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
+        yield Record(base_offset + off_delta, ts, key, value, tuple(headers))
+    if p != end:
+        raise CorruptRecordError(f"{end - p} trailing bytes after the last record of the batch")
+
+
+def check_records(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    contiguous: bool,
+) -> None:
+    """Walk every record of a validated batch and check what the header claims.
+
+    contiguous=True is the producer rule: offset deltas are exactly 0..n-1 and
+    lastOffsetDelta is n-1. contiguous=False allows the gaps compaction leaves
+    but still requires strictly increasing deltas within lastOffsetDelta.
+    """
+    if contiguous and header.last_offset_delta != header.records_count - 1:
+        raise InvalidRecordError(
+            f"lastOffsetDelta {header.last_offset_delta} does not match recordsCount "
+            f"{header.records_count}",
+        )
+    if header.records_count == 0:
+        raise InvalidRecordError("a record batch must hold at least one record")
+    expected = 0
+    previous = -1
+    count = 0
+    for rec in iter_batch_records(buf, pos, header):
+        delta = rec.offset - header.base_offset
+        if contiguous and delta != expected:
+            raise InvalidRecordError(
+                f"record offset delta {delta} where {expected} was expected; deltas must be "
+                "0, 1, 2, ... in a produced batch",
+            )
+        if delta <= previous:
+            raise InvalidRecordError(f"record offset deltas go backwards: {previous} then {delta}")
+        if delta > header.last_offset_delta:
+            raise InvalidRecordError(
+                f"record offset delta {delta} is past lastOffsetDelta {header.last_offset_delta}"
+            )
+        previous = delta
+        expected += 1
+        count += 1
+    if count != header.records_count:
+        raise InvalidRecordError(
+            f"recordsCount says {header.records_count} but the batch holds {count} records"
+        )
+
+
+def patch_base_offset_and_epoch(
+    buf: bytearray, pos: int, base_offset: int, leader_epoch: int
+) -> None:
+    """Set the two fields outside the CRC in place."""
+    _I64.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
+    _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, size: int, timestamp_ms: int) -> None:
+    """Turn a batch into LogAppendTime: set the type bit and maxTimestamp, redo the CRC.
+
+    This is the one change inside the CRC a broker makes, as Kafka does for
+    topics with message.timestamp.type=LogAppendTime.
+    """
+    attrs = struct.unpack_from(">h", buf, pos + ATTRIBUTES_POS)[0] | TIMESTAMP_TYPE_BIT
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_POS, attrs)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_POS, timestamp_ms)
+    struct.pack_into(">I", buf, pos + CRC_POS, compute_crc(buf, pos, size))
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in buf[pos:end], unvalidated."""
+    stop = len(buf) if end is None else end
+    while stop - pos >= HEADER_SIZE:
+        header = BatchHeader(*HEADER.unpack_from(buf, pos))
+        if header.batch_length < BATCH_LENGTH_MIN or pos + header.size > stop:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Every record of every whole batch in buf (e.g. a fetch response)."""
+    for pos, header in iter_batches(buf):
+        yield from iter_batch_records(buf, pos, header)

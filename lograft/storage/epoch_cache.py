@@ -1,0 +1,130 @@
+"""Leader epoch cache: which leader epoch started at which offset.
+
+Persisted as `leader-epoch-checkpoint` in the partition directory, in Kafka's
+format (version 0, count, then `<epoch> <start offset>` per line). Invariants:
+epochs strictly increase and start offsets never decrease; after any
+truncation of the log the cache holds no entry starting at or beyond the new
+log end, and no entry before the log start is needed except the one that
+covers the log start.
+
+`end_offset_for(epoch)` answers a follower's OffsetsForLeaderEpoch question
+(KIP-101/279): "where did my epoch end on your log?". It returns the largest
+epoch <= the requested one and the start offset of the next larger epoch (or
+the log end offset when the requested epoch is the latest).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from pathlib import Path
+
+from lograft.storage import checkpoint
+
+FILE_NAME = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path, *, persist: bool = True) -> None:
+        self.path = directory / FILE_NAME
+        self._persist = persist
+        self._lock = threading.Lock()
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        entries = checkpoint.read_entries(self.path, 2) if persist else None
+        for epoch_s, start_s in entries or []:
+            self._epochs.append(int(epoch_s))
+            self._starts.append(int(start_s))
+        self._check()
+
+    def _check(self) -> None:
+        for i in range(1, len(self._epochs)):
+            assert self._epochs[i] > self._epochs[i - 1], "leader epochs must increase"
+            assert self._starts[i] >= self._starts[i - 1], "epoch start offsets must not decrease"
+
+    def _flush(self) -> None:
+        if self._persist:
+            checkpoint.write_entries(self.path, list(zip(self._epochs, self._starts, strict=True)))
+
+    def entries(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(zip(self._epochs, self._starts, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        with self._lock:
+            return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset` (from an appended batch).
+
+        An epoch older than the latest is ignored (a follower may copy old
+        batches); an entry for a newer epoch at a lower offset than the latest
+        start replaces the stale tail, as Kafka does.
+        """
+        if epoch < 0:
+            return
+        with self._lock:
+            if self._epochs and epoch <= self._epochs[-1]:
+                return
+            while self._starts and self._starts[-1] > start_offset:
+                self._epochs.pop()
+                self._starts.pop()
+            self._epochs.append(epoch)
+            self._starts.append(start_offset)
+            self._flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest known epoch <= epoch, end offset of that epoch)."""
+        with self._lock:
+            if epoch == UNDEFINED_EPOCH or not self._epochs:
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            if epoch == self._epochs[-1]:
+                return epoch, log_end_offset
+            higher = bisect.bisect_right(self._epochs, epoch)
+            if higher == len(self._epochs):
+                # Larger than any epoch we know of.
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            if higher == 0:
+                # Smaller than any epoch we know of: it ended where ours began.
+                return epoch, self._starts[0]
+            return self._epochs[higher - 1], self._starts[higher]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch that was leading when `offset` was written."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, offset) - 1
+            return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after end_offset (the log was truncated)."""
+        with self._lock:
+            changed = False
+            while self._starts and self._starts[-1] >= end_offset:
+                self._epochs.pop()
+                self._starts.pop()
+                changed = True
+            if changed:
+                self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at start_offset: drop entries wholly before it and
+        move the one that covers it up to start_offset."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, start_offset) - 1
+            if i < 0:
+                return
+            changed = i > 0 or self._starts[i] != start_offset
+            del self._epochs[:i]
+            del self._starts[:i]
+            self._starts[0] = start_offset
+            if changed:
+                self._flush()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._epochs.clear()
+            self._starts.clear()
+            self._flush()

@@ -1,0 +1,275 @@
+"""Sparse offset and time indexes of a segment, as Kafka lays them out.
+
+`.index`: 8-byte entries, big-endian int32 relative offset (offset - segment
+base offset) and int32 byte position in the `.log` file; strictly increasing
+in both fields.
+
+`.timeindex`: 12-byte entries, big-endian int64 timestamp and int32 relative
+offset; timestamps strictly increasing, offsets non-decreasing. Each entry
+says "the largest timestamp seen up to this offset".
+
+The index of the active segment is preallocated to `segment_index_bytes` and
+mmapped writable (entries are stores into memory, no syscall); when the
+segment is sealed, or the log closed, the file is trimmed to its entries.
+After an unclean shutdown the trailing preallocated zeros are ignored, and
+recovery rebuilds the index of every segment it re-reads. Lookups binary-search
+the mmap, so their cost is O(log entries) whatever the log's size, and the
+index costs page cache, not Python heap.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexFullError(Exception):
+    """Internal: the preallocated index has no room; the segment must roll."""
+
+
+class _MappedIndex:
+    """An mmapped file of fixed-size entries; subclasses give them meaning."""
+
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_bytes: int, writable: bool) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_bytes = max_bytes - max_bytes % self.entry.size
+        self.writable = writable
+        self._mm: mmap.mmap | None = None
+        self.entries = 0
+        self._open()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _open(self) -> None:
+        exists = self.path.exists()
+        if not exists and not self.writable:
+            # A missing index of a sealed segment: the log rebuilds it.
+            self.entries = 0
+            return
+        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size if exists else 0
+            self.entries = size // self.entry.size
+            if self.writable:
+                length = max(self.max_bytes, self.entries * self.entry.size)
+                if size != length:
+                    os.ftruncate(fd, length)
+                self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
+            elif size:
+                self._mm = mmap.mmap(fd, self.entries * self.entry.size, access=mmap.ACCESS_READ)
+        finally:
+            # The mapping keeps the file alive; no descriptor is held.
+            os.close(fd)
+
+    def trim(self) -> None:
+        """Shrink the file to its entries and remap it read-only."""
+        self.close()
+        if self.path.exists():
+            os.truncate(self.path, self.entries * self.entry.size)
+        self.writable = False
+        self._open()
+
+    def make_writable(self) -> None:
+        if not self.writable:
+            self.close()
+            self.writable = True
+            self._open()
+
+    def flush(self) -> None:
+        if self._mm is not None and self.writable:
+            self._mm.flush()  # msync
+        elif self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        if self._mm is not None:
+            if self.writable:
+                self._mm.flush()
+            self._mm.close()
+            self._mm = None
+
+    def close_and_trim(self) -> None:
+        writable = self.writable
+        self.close()
+        if writable and self.path.exists():
+            os.truncate(self.path, self.entries * self.entry.size)
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self.truncate_entries(0)
+
+    def truncate_entries(self, count: int) -> None:
+        old = self.entries
+        self.entries = min(old, count)
+        if self._mm is not None and self.writable and old > self.entries:
+            # Zero the dropped entries so a crash cannot resurrect them.
+            start, end = self.entries * self.entry.size, old * self.entry.size
+            self._mm[start:end] = bytes(end - start)
+
+    # -- entries ------------------------------------------------------------------
+
+    @property
+    def is_full(self) -> bool:
+        return (self.entries + 1) * self.entry.size > self.max_bytes
+
+    def _append(self, *fields: int) -> None:
+        if not self.writable or self._mm is None:
+            raise RuntimeError(f"index {self.path} is not writable")
+        if self.is_full:
+            raise IndexFullError(str(self.path))
+        self.entry.pack_into(self._mm, self.entries * self.entry.size, *fields)
+        self.entries += 1
+
+    def _entry(self, n: int) -> tuple[int, ...]:
+        assert self._mm is not None
+        return self.entry.unpack_from(self._mm, n * self.entry.size)
+
+    def _search(self, key: int, field: int) -> int:
+        """Index of the last entry whose `field` is <= key, or -1."""
+        lo, hi = 0, self.entries - 1
+        found = -1
+        mm = self._mm
+        size = self.entry.size
+        unpack = self.entry.unpack_from
+        while lo <= hi:
+            mid = (lo + hi) >> 1
+            if unpack(mm, mid * size)[field] <= key:
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+    @property
+    def size_bytes(self) -> int:
+        return self.entries * self.entry.size
+
+
+class OffsetIndex(_MappedIndex):
+    entry = _OFFSET_ENTRY
+
+    def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        if self.entries:
+            last_rel, last_pos = self._entry(self.entries - 1)
+            if relative <= last_rel or position <= last_pos:
+                raise AssertionError(
+                    f"offset index must increase: ({last_rel}, {last_pos}) then "
+                    f"({relative}, {position}) in {self.path}"
+                )
+        self._append(relative, position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or before `offset`, else (base, 0)."""
+        n = self._search(offset - self.base_offset, 0)
+        if n < 0:
+            return self.base_offset, 0
+        rel, pos = self._entry(n)
+        return self.base_offset + rel, pos
+
+    def last_entry(self) -> tuple[int, int]:
+        if not self.entries:
+            return self.base_offset, 0
+        rel, pos = self._entry(self.entries - 1)
+        return self.base_offset + rel, pos
+
+    def tail_is_sane(self, log_size: int) -> bool:
+        """Cheap check of the last two entries (a full check is O(entries)):
+        catches a preallocated index full of zeros and one longer than its log."""
+        if not self.entries:
+            return True
+        rel, pos = self._entry(self.entries - 1)
+        if rel < 0 or pos >= log_size:
+            return False
+        if self.entries >= 2:
+            prev_rel, prev_pos = self._entry(self.entries - 2)
+            return rel > prev_rel and pos > prev_pos
+        return True
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= offset."""
+        self.truncate_entries(self._search(offset - self.base_offset - 1, 0) + 1)
+
+    def entry_list(self) -> list[tuple[int, int]]:
+        return [
+            (self.base_offset + rel, pos)
+            for rel, pos in (self._entry(i) for i in range(self.entries))
+        ]
+
+    def is_sane(self, log_size: int) -> bool:
+        """Entries strictly increasing and inside the log file."""
+        prev_rel, prev_pos = -1, -1
+        for i in range(self.entries):
+            rel, pos = self._entry(i)
+            if rel <= prev_rel or pos <= prev_pos or pos >= max(log_size, 1) or rel < 0:
+                return False
+            prev_rel, prev_pos = rel, pos
+        return True
+
+
+class TimeIndex(_MappedIndex):
+    entry = _TIME_ENTRY
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if the timestamp is newer than the last entry's."""
+        relative = offset - self.base_offset
+        if self.entries:
+            last_ts, last_rel = self._entry(self.entries - 1)
+            if timestamp <= last_ts:
+                return
+            if relative < last_rel:
+                raise AssertionError(f"time index offsets must not decrease in {self.path}")
+        self._append(timestamp, relative)
+
+    def lookup(self, timestamp: int) -> int:
+        """Offset of the last entry whose timestamp is <= `timestamp`, else the base."""
+        n = self._search(timestamp, 0)
+        if n < 0:
+            return self.base_offset
+        return self.base_offset + self._entry(n)[1]
+
+    def last_entry(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the newest entry."""
+        if not self.entries:
+            return None
+        ts, rel = self._entry(self.entries - 1)
+        return ts, self.base_offset + rel
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= offset."""
+        keep = self.entries
+        while keep and self._entry(keep - 1)[1] + self.base_offset >= offset:
+            keep -= 1
+        self.truncate_entries(keep)
+
+    def entry_list(self) -> list[tuple[int, int]]:
+        return [
+            (ts, self.base_offset + rel)
+            for ts, rel in (self._entry(i) for i in range(self.entries))
+        ]
+
+    def is_sane(self) -> bool:
+        prev_ts, prev_rel = -(1 << 63), -1
+        for i in range(self.entries):
+            ts, rel = self._entry(i)
+            if ts <= prev_ts or rel < prev_rel or rel < 0:
+                return False
+            prev_ts, prev_rel = ts, rel
+        return True

@@ -1,0 +1,686 @@
+"""A partition replica's log: an ordered set of segments in one directory.
+
+Invariants kept here (asserted where cheap):
+
+- offsets increase strictly through the segments; the log end offset (LEO)
+  is the next offset to assign and equals the active segment's next offset;
+- log_start_offset <= LEO and recovery_point <= LEO;
+- every byte on disk below the recovery point has been fsynced; after an
+  unclean shutdown everything from the segment holding the recovery point on
+  is re-validated and cut at the first torn or corrupt batch;
+- the leader epoch cache has no entry at or past the LEO;
+- a failed append leaves the log exactly as it was (or, if the disk failed,
+  consistent up to the last complete batch).
+
+Files in the directory: the segments, `leader-epoch-checkpoint`,
+`recovery-point-checkpoint`, `log-start-offset-checkpoint`, and
+`.clean-shutdown` while the log is closed cleanly.
+
+Thread-safety: one RLock guards all state; a second lock serialises flushes
+with segment deletion so fsync runs outside the main lock, off the append
+path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sortedcontainers import SortedDict
+
+from lograft.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+)
+from lograft.storage import checkpoint
+from lograft.storage.batch import (
+    HEADER,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_records,
+    iter_batch_records,
+    patch_base_offset_and_epoch,
+    set_log_append_time,
+    validate_batch,
+)
+from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
+from lograft.storage.epoch_cache import LeaderEpochCache
+from lograft.storage.handles import FilePool, default_pool
+from lograft.storage.retention import SegmentInfo, deletable_prefix
+from lograft.storage.segment import LOG_SUFFIX, AppendedBatch, LogSegment, parse_base_offset
+from lograft.storage.swap import complete_interrupted_swaps
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    batches: int
+    records: int
+    size_bytes: int
+    log_append_time_ms: int = -1
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    segments_loaded: int = 0
+    segments_recovered: int = 0
+    segments_deleted: int = 0
+    bytes_dropped: int = 0
+    indexes_rebuilt: int = 0
+    swap_actions: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        kind = "clean" if self.clean_shutdown else "unclean"
+        return (
+            f"{kind} open: {self.segments_loaded} segments, "
+            f"{self.segments_recovered} re-validated, "
+            f"{self.bytes_dropped} bytes dropped, {self.segments_deleted} segments deleted, "
+            f"{self.indexes_rebuilt} indexes rebuilt"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    offset: int
+    timestamp: int
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path | str,
+        config: LogConfig | None = None,
+        *,
+        pool: FilePool | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self.pool = pool or default_pool()
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._segments: SortedDict = SortedDict()
+        self._closed = False
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._last_flush_ms = clock()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.recovery = self._load()
+        self.epochs = LeaderEpochCache(self.directory)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        if self.log_start_offset > 0:
+            self.epochs.truncate_from_start(self.log_start_offset)
+        log.debug("%s: %s", self.directory, self.recovery.summary())
+
+    # -- opening -------------------------------------------------------------------
+
+    def _load(self) -> RecoveryReport:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        report = RecoveryReport(clean_shutdown=marker.exists())
+        report.swap_actions = complete_interrupted_swaps(self.directory)
+        bases = sorted(
+            b
+            for name in os.listdir(self.directory)
+            if name.endswith(LOG_SUFFIX) and (b := parse_base_offset(name)) is not None
+        )
+        now = self.clock()
+        checkpointed_start = checkpoint.read_offset(self.directory / LOG_START_FILE)
+        rp = checkpoint.read_offset(self.directory / RECOVERY_POINT_FILE)
+        self.recovery_point = rp if rp is not None else 0
+        for i, base in enumerate(bases):
+            seg = LogSegment(
+                self.directory,
+                base,
+                self.config,
+                self.pool,
+                active=(i == len(bases) - 1),
+                created_ms=now,
+            )
+            self._segments[base] = seg
+        report.segments_loaded = len(bases)
+        self._recover_segments(report)
+        if not self._segments:
+            start = checkpointed_start or 0
+            self._segments[start] = LogSegment(
+                self.directory, start, self.config, self.pool, active=True, created_ms=now
+            )
+        first_base = self._segments.peekitem(0)[0]
+        self.log_start_offset = max(first_base, checkpointed_start or 0)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.recovery_point = min(max(self.recovery_point, 0), self.log_end_offset)
+        if not report.clean_shutdown:
+            # Everything now on disk was just validated; make that durable.
+            self.recovery_point = self.log_end_offset
+        marker.unlink(missing_ok=True)
+        checkpoint.fsync_dir(self.directory)
+        return report
+
+    def _recover_segments(self, report: RecoveryReport) -> None:
+        segments = list(self._segments.values())
+        damaged_at: int | None = None
+        for i, seg in enumerate(segments):
+            needs_index = (
+                not seg.index.path.exists()
+                or not seg.time_index.path.exists()
+                or not _index_looks_sane(seg)
+            )
+            unflushed = seg is segments[-1] or segments[i + 1].base_offset > self.recovery_point
+            if needs_index or (not report.clean_shutdown and unflushed):
+                dropped = seg.recover()
+                report.segments_recovered += 1
+                report.indexes_rebuilt += int(needs_index)
+                if dropped:
+                    report.bytes_dropped += dropped
+                    log.warning(
+                        "%s: dropped %d bytes of torn or corrupt data at the end of %s",
+                        self.directory,
+                        dropped,
+                        seg.log_path.name,
+                    )
+                    damaged_at = i
+                    break
+            else:
+                seg.load_tail_state()
+        if damaged_at is None:
+            return
+        # Offsets must stay dense: nothing after damaged data can be kept.
+        for seg in segments[damaged_at + 1 :]:
+            report.bytes_dropped += seg.size
+            report.segments_deleted += 1
+            del self._segments[seg.base_offset]
+            seg.delete()
+        last = self._segments.peekitem(-1)[1]
+        last.make_active()
+
+    # -- properties ----------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.peekitem(-1)[1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments.peekitem(-1)[1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments.values())
+
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments.values())
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # -- appending -----------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray, *, leader_epoch: int, validate_records: bool = True
+    ) -> AppendInfo:
+        """Append producer batches as leader: assign offsets from the LEO and
+        stamp `leader_epoch`. All batches are validated before anything is
+        written; one bad batch rejects the whole call."""
+        buf = bytearray(data)
+        headers = self._validate_all(buf, contiguous=True, deep=validate_records)
+        with self._lock:
+            self._check_open()
+            now = self.clock()
+            next_offset = self.log_end_offset
+            first = next_offset
+            append_time = -1
+            if self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
+                append_time = now
+            batches: list[AppendedBatch] = []
+            for pos, h in headers:
+                patch_base_offset_and_epoch(buf, pos, next_offset, leader_epoch)
+                max_ts = h.max_timestamp
+                if append_time >= 0:
+                    set_log_append_time(buf, pos, h.size, append_time)
+                    max_ts = append_time
+                last = next_offset + h.last_offset_delta
+                batches.append(AppendedBatch(last, max_ts, h.size))
+                next_offset = last + 1
+            self._write(buf, batches, first, now)
+            if leader_epoch >= 0:
+                self.epochs.assign(leader_epoch, first)
+            return AppendInfo(
+                first_offset=first,
+                last_offset=next_offset - 1,
+                max_timestamp=max(b.max_timestamp for b in batches),
+                batches=len(batches),
+                records=sum(h.records_count for _p, h in headers),
+                size_bytes=len(buf),
+                log_append_time_ms=append_time,
+            )
+
+    def append_as_follower(self, data: bytes | bytearray) -> AppendInfo:
+        """Append batches copied from the leader, keeping their offsets and
+        epochs. The first batch must start at or after the LEO (compaction on
+        the leader may leave gaps) and offsets must increase."""
+        buf = bytes(data)
+        headers = self._validate_all(buf, contiguous=False, deep=False)
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            expected = leo
+            for _pos, h in headers:
+                if h.base_offset < expected:
+                    raise InvalidRecordError(
+                        f"replicated batch at offset {h.base_offset} is below the expected "
+                        f"offset {expected}",
+                        base_offset=h.base_offset,
+                        log_end_offset=leo,
+                    )
+                expected = h.last_offset + 1
+            batches = [AppendedBatch(h.last_offset, h.max_timestamp, h.size) for _p, h in headers]
+            first = headers[0][1].base_offset
+            if first > leo and self.active_segment.size == 0 and self.segment_count == 1:
+                # An empty follower log joining a leader whose log starts later.
+                self._truncate_fully_locked(first)
+            self._write(buf, batches, first, self.clock())
+            for _pos, h in headers:
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            return AppendInfo(
+                first_offset=first,
+                last_offset=headers[-1][1].last_offset,
+                max_timestamp=max(b.max_timestamp for b in batches),
+                batches=len(batches),
+                records=sum(h.records_count for _p, h in headers),
+                size_bytes=len(buf),
+            )
+
+    def _validate_all(
+        self, buf: bytes | bytearray, *, contiguous: bool, deep: bool
+    ) -> list[tuple[int, BatchHeader]]:
+        if not buf:
+            raise InvalidRecordError("no record batch in the request")
+        out: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        limit = self.config.max_message_bytes
+        while pos < len(buf):
+            h = validate_batch(buf, pos, max_batch_bytes=limit)
+            if contiguous:
+                if h.records_count == 0:
+                    raise InvalidRecordError("a record batch must hold at least one record")
+                if h.last_offset_delta != h.records_count - 1:
+                    raise InvalidRecordError(
+                        f"lastOffsetDelta {h.last_offset_delta} does not match recordsCount "
+                        f"{h.records_count} in a produced batch"
+                    )
+            if deep:
+                check_records(buf, pos, h, contiguous=contiguous)
+            out.append((pos, h))
+            pos += h.size
+        return out
+
+    def _write(
+        self, buf: bytes | bytearray, batches: list[AppendedBatch], first: int, now: int
+    ) -> None:
+        seg = self.active_segment
+        last = batches[-1].last_offset
+        if seg.should_roll(len(buf), now) or not seg.fits_offsets(last):
+            seg = self._roll_locked(first, now)
+        elif first > seg.next_offset and seg.size == 0:
+            # An empty active segment whose base is below a gap: rebase it.
+            seg = self._roll_locked(first, now)
+        seg.append(buf, batches)
+        if self.config.flush_policy is FlushPolicy.EVERY_BATCH:
+            seg.flush()
+            self.recovery_point = self.log_end_offset
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the LEO (tests and admin use)."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(self.log_end_offset, self.clock())
+
+    def _roll_locked(self, base: int, now: int) -> LogSegment:
+        old = self.active_segment
+        if old.size == 0:
+            # Never leave an empty sealed segment behind.
+            del self._segments[old.base_offset]
+            old.delete()
+        else:
+            assert base >= old.next_offset, "a new segment must start at or after the LEO"
+            old.seal()
+        seg = LogSegment(self.directory, base, self.config, self.pool, active=True, created_ms=now)
+        self._segments[base] = seg
+        return seg
+
+    # -- reading -------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one: bool = True,
+    ) -> bytes:
+        """Whole batches starting with the one that holds `offset`.
+
+        At most `max_bytes`, except that with `min_one` the first batch is
+        returned whole even if larger (so a consumer can always progress).
+        Batches starting at or past `max_offset` (e.g. the high watermark)
+        are not returned. Raises OffsetOutOfRangeError outside [start, LEO].
+        """
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside the log's range [{self.log_start_offset}, {leo}]",
+                    offset=offset,
+                    log_start_offset=self.log_start_offset,
+                    log_end_offset=leo,
+                )
+            if offset == leo:
+                return b""
+            i = max(self._segments.bisect_right(offset) - 1, 0)
+            for j in range(i, len(self._segments)):
+                seg: LogSegment = self._segments.peekitem(j)[1]
+                got = seg.read(offset, max_bytes, max_offset, min_one)
+                if got is not None:
+                    return got[0]
+                if max_offset is not None and seg.next_offset >= max_offset:
+                    break
+            return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record with timestamp >= `timestamp`, or None if none is."""
+        with self._lock:
+            self._check_open()
+            for seg in self._segments.values():
+                if seg.largest_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is None:
+                    continue
+                data = seg.read_range(found.position, found.position + found.size)
+                h = BatchHeader(*HEADER.unpack_from(data, 0))
+                for rec in iter_batch_records(data, 0, h):
+                    if rec.offset >= self.log_start_offset and rec.timestamp >= timestamp:
+                        return TimestampOffset(rec.offset, rec.timestamp)
+            return None
+
+    # -- truncation ----------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove everything at or after `offset` (follower truncation).
+
+        A batch that straddles `offset` is removed whole, so the new LEO may
+        be below `offset`. Returns the bytes removed.
+        """
+        with self._flush_lock, self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return 0
+            if offset <= self.log_start_offset:
+                removed = self.size_bytes
+                self._truncate_fully_locked(offset)
+                return removed
+            removed = 0
+            while self._segments.peekitem(-1)[0] >= offset:
+                _base, seg = self._segments.popitem(-1)
+                removed += seg.size
+                seg.delete()
+            seg = self.active_segment
+            seg.make_active()
+            removed += seg.truncate_to(offset)
+            leo = self.log_end_offset
+            self.epochs.truncate_from_end(leo)
+            self.recovery_point = min(self.recovery_point, leo)
+            checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
+            assert leo <= offset
+            return removed
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._flush_lock, self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        for seg in list(self._segments.values()):
+            seg.delete()
+        self._segments.clear()
+        self._segments[offset] = LogSegment(
+            self.directory, offset, self.config, self.pool, active=True, created_ms=self.clock()
+        )
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.epochs.clear()
+        checkpoint.write_offset(self.directory / LOG_START_FILE, offset)
+        checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, offset)
+
+    # -- retention -----------------------------------------------------------------
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Make offsets below `offset` unreadable (Kafka's DeleteRecords);
+        whole segments below it are deleted by the next retention pass."""
+        with self._lock:
+            self._check_open()
+            if offset <= self.log_start_offset:
+                return
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot start the log at {offset}, past its end {self.log_end_offset}",
+                    offset=offset,
+                    log_end_offset=self.log_end_offset,
+                )
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
+            checkpoint.write_offset(self.directory / LOG_START_FILE, offset)
+
+    def delete_old_segments(self, max_offset: int | None = None) -> int:
+        """Apply retention (time, size, log start). Only segments wholly below
+        `max_offset` (the high watermark, for a leader) may go. Returns the
+        number of segments deleted."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            segs = list(self._segments.values())
+            infos = [
+                SegmentInfo(s.base_offset, s.next_offset, s.size, s.largest_timestamp) for s in segs
+            ]
+            count = deletable_prefix(
+                infos,
+                now_ms=self.clock(),
+                log_start_offset=self.log_start_offset,
+                retention_ms=self.config.retention_ms,
+                retention_bytes=self.config.retention_bytes,
+                delete_enabled=self.config.delete,
+                max_offset=max_offset,
+            )
+            if not count:
+                return 0
+            for seg in segs[:count]:
+                del self._segments[seg.base_offset]
+                seg.delete()
+            new_start = max(self.log_start_offset, self._segments.peekitem(0)[0])
+            if new_start != self.log_start_offset:
+                self.log_start_offset = new_start
+                self.epochs.truncate_from_start(new_start)
+                checkpoint.write_offset(self.directory / LOG_START_FILE, new_start)
+            log.info(
+                "%s: retention deleted %d segments; log starts at %d",
+                self.directory,
+                count,
+                self.log_start_offset,
+            )
+            return count
+
+    # -- durability ----------------------------------------------------------------
+
+    def flush(self, *, sealed_only: bool = False) -> None:
+        """fsync unflushed segments and advance the recovery point.
+
+        With sealed_only the active segment is left alone and the recovery
+        point moves to its base offset (the `none` policy flushes on roll).
+        """
+        with self._flush_lock:
+            with self._lock:
+                self._check_open()
+                segs = [s for s in self._segments.values() if s.unflushed]
+                if sealed_only:
+                    segs = [s for s in segs if not s.active]
+                    target = self.active_segment.base_offset
+                else:
+                    target = self.log_end_offset
+                # Clear before syncing: an append racing with the fsync marks
+                # its segment again and the next flush picks it up.
+                for s in segs:
+                    s.unflushed = False
+            try:
+                for s in segs:
+                    s.flush()
+            except Exception:
+                for s in segs:
+                    s.unflushed = True
+                raise
+            with self._lock:
+                self._last_flush_ms = self.clock()
+                if target > self.recovery_point:
+                    self.recovery_point = target
+                    checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, target)
+
+    def maybe_flush(self) -> bool:
+        """Called periodically by the maintenance thread; flushes per policy."""
+        policy = self.config.flush_policy
+        with self._lock:
+            if self._closed:
+                return False
+            due = self.clock() - self._last_flush_ms >= self.config.flush_interval_ms
+            dirty = any(s.unflushed for s in self._segments.values())
+            sealed_dirty = any(s.unflushed and not s.active for s in self._segments.values())
+        if policy is FlushPolicy.INTERVAL_MS and due and dirty:
+            self.flush()
+            return True
+        if sealed_dirty:
+            self.flush(sealed_only=policy is FlushPolicy.NONE)
+            return True
+        return False
+
+    def close(self) -> None:
+        """Flush everything and mark the shutdown clean."""
+        with self._flush_lock, self._lock:
+            if self._closed:
+                return
+            for seg in self._segments.values():
+                if seg.unflushed:
+                    seg.flush()
+            self.recovery_point = self.log_end_offset
+            checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
+            checkpoint.write_offset(self.directory / LOG_START_FILE, self.log_start_offset)
+            for seg in self._segments.values():
+                seg.close()
+            checkpoint.write_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            self._closed = True
+
+    def close_unclean(self) -> None:
+        """Release files without flushing or marking clean (tests simulate crashes)."""
+        with self._lock:
+            for seg in self._segments.values():
+                seg.index.close()
+                seg.time_index.close()
+                if seg._fd is not None:
+                    os.close(seg._fd)
+                    seg._fd = None
+                self.pool.discard(str(seg.log_path))
+            self._closed = True
+
+    def delete(self) -> None:
+        """Remove the log and its directory (the partition moved away)."""
+        import shutil
+
+        with self._flush_lock, self._lock:
+            for seg in self._segments.values():
+                seg.close()
+            self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- compaction support -----------------------------------------------------
+
+    def replace_segments(self, old: list[LogSegment], new_base: int, end: int) -> LogSegment:
+        """Swap a cleaned segment (staged in `.cleaner/`) in for `old`.
+
+        Called by the cleaner. Fails if any old segment changed meanwhile
+        (deleted by retention, truncated, or became active).
+        """
+        from lograft.storage.swap import commit_swap
+
+        with self._flush_lock, self._lock:
+            self._check_open()
+            for seg in old:
+                if self._segments.get(seg.base_offset) is not seg or seg.active:
+                    raise CleanerConflictError(f"segment {seg.base_offset} changed during cleaning")
+            for seg in old:
+                seg.close()
+                del self._segments[seg.base_offset]
+            commit_swap(self.directory, new_base, end, [s.base_offset for s in old])
+            fresh = LogSegment(
+                self.directory,
+                new_base,
+                self.config,
+                self.pool,
+                active=False,
+                created_ms=self.clock(),
+            )
+            fresh.load_tail_state()
+            self._segments[new_base] = fresh
+            return fresh
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+class CleanerConflictError(Exception):
+    """Internal: the log changed under the cleaner; it retries next round."""
+
+
+def _index_looks_sane(seg: LogSegment) -> bool:
+    if not seg.index.tail_is_sane(seg.size):
+        return False
+    last = seg.time_index.last_entry()
+    return last is None or last[1] >= seg.base_offset
+
+
+__all__ = [
+    "LOG_OVERHEAD",
+    "AppendInfo",
+    "CorruptRecordError",
+    "Log",
+    "RecoveryReport",
+    "TimestampOffset",
+]

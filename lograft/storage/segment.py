@@ -1,0 +1,446 @@
+"""One segment of a partition log: `<base>.log`, `<base>.index`, `<base>.timeindex`.
+
+The base offset, zero-padded to 20 digits, names the three files. The `.log`
+file is a plain concatenation of RecordBatch v2 batches with increasing
+offsets, all >= the base offset. Index entries map a batch's last offset to
+its byte position (Kafka's convention), one entry per `index_interval_bytes`
+of log; the time index records the largest timestamp seen so far at those same
+points, plus a final entry with the segment's largest timestamp when sealed.
+
+Only the active (last) segment is written. It keeps a read-write descriptor
+open; sealed segments borrow read-only descriptors from the FilePool.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from lograft.errors import CorruptRecordError, LograftError, StorageError
+from lograft.storage.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
+from lograft.storage.config import LogConfig
+from lograft.storage.handles import FilePool
+from lograft.storage.index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+NO_TIMESTAMP = -1
+
+# How much of a segment one scan step reads; a few index intervals.
+_SCAN_CHUNK_BYTES = 64 * 1024
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_base_offset(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    if len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPos:
+    """Where a batch sits in a segment, with the header fields reads need."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedBatch:
+    """What a segment needs to index one batch it is given."""
+
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        pool: FilePool,
+        *,
+        active: bool,
+        created_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.pool = pool
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.active = active
+        self.created_ms = created_ms
+        self._fd: int | None = None
+        if active:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.size = os.fstat(self._fd).st_size
+        else:
+            self.size = self.log_path.stat().st_size
+        self.index = OffsetIndex(
+            directory / file_name(base_offset, INDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+            writable=active,
+        )
+        self.time_index = TimeIndex(
+            directory / file_name(base_offset, TIMEINDEX_SUFFIX),
+            base_offset,
+            config.segment_index_bytes,
+            writable=active,
+        )
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self._bytes_since_index = 0
+        self.unflushed = False
+
+    # -- loading -----------------------------------------------------------------
+
+    def load_tail_state(self) -> None:
+        """Derive next offset, max timestamp and index spacing from disk.
+
+        Reads only the part after the last index entry, so opening a sealed
+        segment or a cleanly closed log does not read the whole file.
+        """
+        _last_off, pos = self.index.last_entry()
+        last_time = self.time_index.last_entry()
+        if last_time is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        else:
+            self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self.next_offset = self.base_offset
+        self._bytes_since_index = 0
+        if self.index.entries:
+            # The indexed batch itself ends at the indexed offset.
+            self.next_offset = _last_off + 1
+        for b in self.walk(pos):
+            self.next_offset = b.last_offset + 1
+            if b.max_timestamp > self.max_timestamp:
+                self.max_timestamp = b.max_timestamp
+                self.offset_of_max_timestamp = b.last_offset
+            self._bytes_since_index += b.size
+
+    def recover(self) -> int:
+        """Re-read and validate every batch, rebuild the indexes, and cut the
+        file at the first torn or corrupt batch. Returns the bytes dropped."""
+        self.index.make_writable()
+        self.time_index.make_writable()
+        self.index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self._bytes_since_index = 0
+        valid_end = 0
+        previous_last = self.base_offset - 1
+        with self._fd_for_read() as fd:
+            pos = 0
+            chunk = b""
+            chunk_start = 0
+            while pos < self.size:
+                rel = pos - chunk_start
+                if len(chunk) - rel < LOG_OVERHEAD:
+                    chunk = os.pread(fd, max(_SCAN_CHUNK_BYTES, LOG_OVERHEAD), pos)
+                    chunk_start, rel = pos, 0
+                    if len(chunk) < LOG_OVERHEAD:
+                        break
+                length = int.from_bytes(chunk[rel + 8 : rel + 12], "big", signed=True)
+                size = length + LOG_OVERHEAD
+                if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > self.size:
+                    break  # garbage length or torn tail
+                if len(chunk) - rel < size:
+                    chunk = os.pread(fd, max(size, _SCAN_CHUNK_BYTES), pos)
+                    chunk_start, rel = pos, 0
+                    if len(chunk) < size:
+                        break  # torn tail
+                try:
+                    header = validate_batch(chunk, rel, available=size)
+                except LograftError:
+                    break
+                if header.base_offset <= previous_last:
+                    break
+                self._index_batch(
+                    pos, AppendedBatch(header.last_offset, header.max_timestamp, size)
+                )
+                previous_last = header.last_offset
+                self.next_offset = header.last_offset + 1
+                pos += size
+                valid_end = pos
+        dropped = self.size - valid_end
+        if dropped:
+            self._truncate_file(valid_end)
+        if not self.active:
+            self.index.trim()
+            self.time_index.trim()
+        return dropped
+
+    # -- writing -------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray, batches: list[AppendedBatch]) -> None:
+        """Write whole batches at the end of the segment and index them."""
+        if self._fd is None:
+            raise RuntimeError(f"segment {self.log_path} is not active")
+        start = self.size
+        try:
+            _pwrite_all(self._fd, data, start)
+        except OSError as exc:
+            self._undo_partial_write(start)
+            raise _storage_error(exc, self.log_path) from exc
+        pos = start
+        for b in batches:
+            self._index_batch(pos, b)
+            pos += b.size
+        self.size = pos
+        self.next_offset = batches[-1].last_offset + 1
+        self.unflushed = True
+
+    def _index_batch(self, position: int, b: AppendedBatch) -> None:
+        if b.max_timestamp > self.max_timestamp:
+            self.max_timestamp = b.max_timestamp
+            self.offset_of_max_timestamp = b.last_offset
+        if self._bytes_since_index > self.config.index_interval_bytes:
+            self.index.append(b.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += b.size
+        self.size = max(self.size, position + b.size)
+
+    def _undo_partial_write(self, size: int) -> None:
+        try:
+            assert self._fd is not None
+            os.ftruncate(self._fd, size)
+        except OSError:
+            # Recovery at the next open cuts the torn tail by CRC.
+            pass
+
+    def _truncate_file(self, size: int) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, size)
+        else:
+            self.pool.discard(str(self.log_path))
+            os.truncate(self.log_path, size)
+        self.size = size
+
+    def should_roll(self, incoming_bytes: int, now_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > self.config.segment_bytes:
+            return True
+        if now_ms - self.created_ms > self.config.segment_ms:
+            return True
+        return self.index.is_full or self.time_index.is_full
+
+    def fits_offsets(self, last_offset: int) -> bool:
+        """Relative offsets in the index are int32."""
+        return last_offset - self.base_offset <= 0x7FFFFFFF
+
+    def seal(self) -> None:
+        """Stop being the active segment: record the max timestamp, trim indexes."""
+        if self.max_timestamp != NO_TIMESTAMP:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.trim()
+        self.time_index.trim()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.active = False
+
+    def make_active(self) -> None:
+        """Become the active segment again (after truncation removed later ones)."""
+        if self.active:
+            return
+        self.pool.discard(str(self.log_path))
+        self._fd = os.open(self.log_path, os.O_RDWR, 0o644)
+        self.index.make_writable()
+        self.time_index.make_writable()
+        self.active = True
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing `offset` and everything after it.
+
+        Returns the number of bytes removed. The segment's next offset becomes
+        the base offset of the removed batch (which may be below `offset`).
+        """
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        cut = found.position
+        removed = self.size - cut
+        self.index.make_writable()
+        self.time_index.make_writable()
+        keep = 0
+        for i, (_off, pos) in enumerate(self.index.entry_list()):
+            if pos >= cut:
+                break
+            keep = i + 1
+        self.index.truncate_entries(keep)
+        self.time_index.truncate_to_offset(found.base_offset)
+        self._truncate_file(cut)
+        if not self.active:
+            self.index.trim()
+            self.time_index.trim()
+        self.load_tail_state()
+        return removed
+
+    def flush(self) -> None:
+        try:
+            if self._fd is not None:
+                os.fsync(self._fd)
+            else:
+                with self.pool.borrow(str(self.log_path)) as fd:
+                    os.fsync(fd)
+            self.index.flush()
+            self.time_index.flush()
+        except OSError as exc:
+            raise _storage_error(exc, self.log_path) from exc
+        self.unflushed = False
+
+    def close(self) -> None:
+        if self.active and self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.close_and_trim()
+        self.time_index.close_and_trim()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.pool.discard(str(self.log_path))
+
+    def delete(self) -> None:
+        self.close()
+        self.index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)
+
+    # -- reading -------------------------------------------------------------------
+
+    @contextmanager
+    def _fd_for_read(self) -> Iterator[int]:
+        if self._fd is not None:
+            yield self._fd
+        else:
+            with self.pool.borrow(str(self.log_path)) as fd:
+                yield fd
+
+    def walk(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPos]:
+        """Headers of the whole batches from a position, reading in chunks."""
+        end = self.size if end_position is None else min(end_position, self.size)
+        pos = start_position
+        with self._fd_for_read() as fd:
+            while end - pos >= HEADER_SIZE:
+                chunk = os.pread(fd, min(_SCAN_CHUNK_BYTES, end - pos), pos)
+                rel = 0
+                progressed = False
+                while len(chunk) - rel >= HEADER_SIZE:
+                    h = BatchHeader(*HEADER.unpack_from(chunk, rel))
+                    size = h.batch_length + LOG_OVERHEAD
+                    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+                        return
+                    yield BatchPos(pos, h.base_offset, h.last_offset, size, h.max_timestamp)
+                    pos += size
+                    rel += size
+                    progressed = True
+                if not progressed and len(chunk) < HEADER_SIZE:
+                    return
+
+    def batch_at(self, position: int) -> BatchPos | None:
+        for b in self.walk(position):
+            return b
+        return None
+
+    def find_batch(self, offset: int) -> BatchPos | None:
+        """The first batch whose last offset is >= offset (the one holding it,
+        or the next one after a compaction gap)."""
+        _off, pos = self.index.lookup(offset)
+        for b in self.walk(pos):
+            if b.last_offset >= offset:
+                return b
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool
+    ) -> tuple[bytes, int] | None:
+        """Whole batches from the one holding `offset`, at most max_bytes of them
+        unless min_one and the first alone is larger; none at or past max_offset.
+
+        Returns (data, position of the first batch) or None when nothing is there.
+        """
+        first = self.find_batch(offset)
+        if first is None or (max_offset is not None and first.base_offset >= max_offset):
+            return None
+        end = first.position
+        for b in self.walk(first.position):
+            if max_offset is not None and b.base_offset >= max_offset:
+                break
+            if end + b.size - first.position > max_bytes:
+                if end == first.position and min_one:
+                    end += b.size
+                break
+            end += b.size
+        if end == first.position:
+            return None
+        with self._fd_for_read() as fd:
+            data = os.pread(fd, end - first.position, first.position)
+        return data, first.position
+
+    def read_range(self, start: int, end: int) -> bytes:
+        with self._fd_for_read() as fd:
+            return os.pread(fd, end - start, start)
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> BatchPos | None:
+        """The first batch at or after start_offset whose max timestamp >= timestamp."""
+        indexed = self.time_index.lookup(timestamp)
+        _off, pos = self.index.lookup(max(indexed, start_offset))
+        for b in self.walk(pos):
+            if b.last_offset >= start_offset and b.max_timestamp >= timestamp:
+                return b
+        return None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Newest record timestamp in the segment (-1 if empty)."""
+        return self.max_timestamp
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        if written <= 0:
+            raise OSError(errno.EIO, "pwrite wrote nothing")
+        view = view[written:]
+        position += written
+
+
+def _storage_error(exc: OSError, path: Path) -> StorageError:
+    if exc.errno == errno.ENOSPC:
+        return StorageError(
+            f"disk full while writing {path}; free space and retry", path=str(path), errno="ENOSPC"
+        )
+    return StorageError(f"I/O error on {path}: {exc.strerror or exc}", path=str(path))
+
+
+__all__ = [
+    "AppendedBatch",
+    "BatchPos",
+    "CorruptRecordError",
+    "LogSegment",
+    "file_name",
+    "parse_base_offset",
+]
