@@ -92,6 +92,8 @@ class RecoveryReport:
     swap_actions: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        if not self.segments_loaded:
+            return "new log"
         kind = "clean" if self.clean_shutdown else "unclean"
         return (
             f"{kind} open: {self.segments_loaded} segments, "

@@ -1,0 +1,66 @@
+"""The `lograft` command line.
+
+Exit codes: 0 success, 1 a failure the message explains (missing file, server
+error), 2 bad usage (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lograft import __version__
+from lograft.errors import LograftError
+
+
+def _cmd_dump_log(args: argparse.Namespace) -> int:
+    from lograft.storage.dump import dump_file
+
+    status = 0
+    for name in args.files:
+        path = Path(name)
+        if not path.is_file():
+            print(f"lograft dump-log: {path}: no such file", file=sys.stderr)
+            status = 1
+            continue
+        try:
+            for line in dump_file(path, records=args.records):
+                print(line)
+        except LograftError as exc:
+            print(f"lograft dump-log: {exc.message}", file=sys.stderr)
+            status = 1
+        except BrokenPipeError:
+            return status
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lograft",
+        description="lograft: a Kafka-style distributed commit log.",
+    )
+    parser.add_argument("--version", action="version", version=f"lograft {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    dump = sub.add_parser(
+        "dump-log",
+        help="print the batches (and records) of segment, index or time-index files",
+        description="Print each record batch of a segment file, as kafka-dump-log does.",
+    )
+    dump.add_argument("files", nargs="+", metavar="PATH", help=".log, .index or .timeindex file")
+    dump.add_argument("--records", action="store_true", help="also print every record")
+    dump.set_defaults(func=_cmd_dump_log)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
