@@ -240,6 +240,10 @@ class Log:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
