@@ -1,0 +1,153 @@
+"""pysyncobj nodes and TCP transport with stable ids separate from dial addresses.
+
+Stock pysyncobj names a node by its `host:port`, sends that address as the
+first message of a connection so the acceptor knows who dialed, and lets only
+the node with the greater address dial. That ties identity to one address, so
+node A cannot reach node B through a per-pair proxy (issue 6: a toxiproxy
+proxy on every node pair).
+
+Here:
+
+- `PeerNode` is a voter: `id` is its stable node id; `dial_address` is where
+  *this process* dials it. Each process builds its own PeerNodes from its own
+  `peers` map, so every directed pair (self -> peer) has its own address.
+- The dialer sends its node id (not an address) after the optional password
+  key exchange; the acceptor maps that id to its PeerNode. Unknown ids are
+  disconnected.
+- Of each voter pair exactly one side dials: the one with the greater node id
+  (deterministic, independent of addresses). The other side's address for
+  that peer is only used if ids were reversed; document the direction when
+  wiring proxies. One TCP connection carries both directions, so a proxy
+  between them can still cut or slow each direction separately.
+- Observers (read-only, broker-only nodes) dial every voter and announce
+  themselves as `observer:<node id>`. The acceptor names them
+  `observer:<id>#<n>`. Stock pysyncobj names read-only nodes "0", "1", ...,
+  which collides with numeric voter ids (Node equality is by id), so the
+  stock `readonly` handshake is accepted but named the same safe way.
+
+Invariant: every Node this transport keys a connection by has a unique id;
+voter ids never contain ':' (see raft_config), observer ids always do.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.node import Node
+from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.transport import TCPTransport
+
+from lograft.quorum.raft_config import parse_address
+
+OBSERVER_PREFIX = "observer:"
+_STOCK_READONLY_HELLO = "readonly"
+
+
+class PeerNode(Node):
+    """A voter: stable `id`, plus the address this process dials it at."""
+
+    def __init__(self, node_id: str, dial_address: str) -> None:
+        host, port = parse_address(dial_address, f"peers.{node_id}")
+        super().__init__(node_id, dial_address=dial_address, host=host, port=port)
+
+    @property
+    def address(self) -> str:
+        # TCPTransport.addNode/dropNode key a lookup table by `address`; our
+        # transport re-keys it by id, see PeerTCPTransport.addNode.
+        return str(self.dial_address)
+
+    @property
+    def ip(self) -> str | None:
+        return globalDnsResolver().resolve(self.host)
+
+    def __repr__(self) -> str:
+        return f"PeerNode({self.id!r}, dial_address={self.dial_address!r})"
+
+
+class ObserverNode(Node):
+    """A read-only node that dialed in; `observer_id` is the id it announced."""
+
+    def __init__(self, connection_name: str, observer_id: str) -> None:
+        super().__init__(connection_name, observer_id=observer_id)
+
+
+class PeerTCPTransport(TCPTransport):
+    """TCPTransport keyed by node id; see the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        syncObj: Any,
+        selfNode: PeerNode | None,
+        otherNodes: Iterable[PeerNode],
+        *,
+        observer_id: str | None = None,
+    ) -> None:
+        if selfNode is None and observer_id is None:
+            raise ValueError("an observer transport needs observer_id")
+        self._observer_id = observer_id
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    # -- who dials whom --------------------------------------------------------
+
+    def _shouldConnect(self, node: Node) -> bool:
+        if not isinstance(node, PeerNode) or node in self._preventConnectNodes:
+            return False
+        return self._selfIsReadonlyNode or self._selfNode.id > node.id
+
+    def _sendSelfAddress(self, conn: TcpConnection) -> None:
+        # Named "address" by pysyncobj; we announce identity instead.
+        if self._selfIsReadonlyNode:
+            conn.send(OBSERVER_PREFIX + str(self._observer_id))
+        else:
+            conn.send(self._selfNode.id)
+
+    # -- the id -> node table used to recognise who dialed in ------------------
+
+    def addNode(self, node: Node) -> None:
+        super().addNode(node)
+        if isinstance(node, PeerNode):
+            self._nodeAddrToNode.pop(node.address, None)
+            self._nodeAddrToNode[node.id] = node
+
+    def dropNode(self, node: Node) -> None:
+        super().dropNode(node)
+        if isinstance(node, PeerNode):
+            self._nodeAddrToNode.pop(node.id, None)
+
+    def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:
+        key_exchange_pending = self._syncObj.encryptor and not conn.sendRandKey
+        if not key_exchange_pending and self._is_observer_hello(message):
+            self._accept_observer(conn, self._observer_name(message))
+            return
+        super()._onIncomingMessageReceived(conn, message)
+
+    @staticmethod
+    def _is_observer_hello(message: Any) -> bool:
+        return isinstance(message, str) and (
+            message == _STOCK_READONLY_HELLO or message.startswith(OBSERVER_PREFIX)
+        )
+
+    @staticmethod
+    def _observer_name(message: str) -> str:
+        if message == _STOCK_READONLY_HELLO:
+            return "anonymous"
+        return message[len(OBSERVER_PREFIX) :] or "anonymous"
+
+    def _accept_observer(self, conn: TcpConnection, observer_id: str) -> None:
+        # Mirrors TCPTransport's read-only branch, with a collision-free name.
+        name = f"{OBSERVER_PREFIX}{observer_id}#{self._readonlyNodesCounter}"
+        self._readonlyNodesCounter += 1
+        node = ObserverNode(name, observer_id)
+        self._readonlyNodes.add(node)
+        self._unknownConnections.discard(conn)
+        self._connections[node] = conn
+        conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+        self._onReadonlyNodeConnected(node)
+
+
+def transport_factory(observer_id: str | None) -> Any:
+    """The `transportClass` callable SyncObj expects, bound to our observer id."""
+    return functools.partial(PeerTCPTransport, observer_id=observer_id)
