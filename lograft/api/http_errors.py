@@ -1,0 +1,125 @@
+"""The one place that turns lograft errors into HTTP responses.
+
+Body shape, for every error::
+
+    {"error": {"code": "NOT_LEADER_OR_FOLLOWER", "message": "...",
+               "retriable": true, "details": {...}}}
+
+`code` is stable and documented; `message` is for a person; `details` is
+machine-readable context (a leader's address, a valid offset range, a limit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from lograft import errors as e
+
+_STATUS: dict[type[e.LograftError], int] = {
+    e.InvalidRequestError: 400,
+    e.InvalidConfigError: 400,
+    e.CorruptRecordError: 400,
+    e.InvalidRecordError: 400,
+    e.InvalidTimestampError: 400,
+    e.InvalidTopicError: 400,
+    e.InvalidPartitionsError: 400,
+    e.InvalidReplicationFactorError: 400,
+    e.UnsupportedCompressionError: 400,
+    e.RecordTooLargeError: 413,
+    e.UnknownTopicOrPartitionError: 404,
+    e.TopicAlreadyExistsError: 409,
+    # 416 Range Not Satisfiable: the offset is outside [log start, log end];
+    # details carry the valid range.
+    e.OffsetOutOfRangeError: 416,
+    # 421 Misdirected Request: the right server exists; details name it.
+    e.NotLeaderOrFollowerError: 421,
+    e.NotControllerError: 421,
+    e.FencedLeaderEpochError: 409,
+    e.UnknownLeaderEpochError: 409,
+    e.StaleBrokerEpochError: 409,
+    e.InvalidUpdateVersionError: 409,
+    e.IneligibleReplicaError: 409,
+    e.OutOfOrderSequenceError: 409,
+    e.InvalidProducerEpochError: 409,
+    e.UnknownProducerIdError: 409,
+    e.NotEnoughReplicasError: 503,
+    e.NotEnoughReplicasAfterAppendError: 503,
+    e.LeaderNotAvailableError: 503,
+    e.BrokerNotAvailableError: 503,
+    e.StorageError: 503,
+    e.LogClosedError: 503,
+    e.RequestTimedOutError: 504,
+}
+
+
+class UnauthorizedError(e.LograftError):
+    """An internal endpoint was called without the cluster secret."""
+
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    kafka_code = 31
+
+
+class NotFoundError(e.LograftError):
+    code = "NOT_FOUND"
+
+
+class MethodNotAllowedError(e.LograftError):
+    code = "METHOD_NOT_ALLOWED"
+
+
+_STATUS[UnauthorizedError] = 401
+_STATUS[NotFoundError] = 404
+_STATUS[MethodNotAllowedError] = 405
+
+
+def status_for(error: e.LograftError) -> int:
+    for cls in type(error).__mro__:
+        status = _STATUS.get(cls)  # type: ignore[arg-type]
+        if status is not None:
+            return status
+    return 500
+
+
+def error_body(error: e.LograftError) -> dict[str, Any]:
+    return {"error": error.to_dict()}
+
+
+def error_response(error: e.LograftError) -> web.Response:
+    return web.Response(
+        status=status_for(error),
+        body=orjson.dumps(error_body(error)),
+        content_type="application/json",
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error leaves as the JSON body above; nothing leaks a traceback."""
+    try:
+        return await handler(request)
+    except e.LograftError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_from_http(exc, request))
+    except Exception as exc:  # the last line of defence: log and answer 500
+        request.app.logger.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response(
+            e.LograftError(f"internal error: {type(exc).__name__}; see the node's log")
+        )
+
+
+def _from_http(exc: web.HTTPException, request: web.Request) -> e.LograftError:
+    if exc.status == 404:
+        return NotFoundError(f"no route for {request.method} {request.path}")
+    if exc.status == 405:
+        return MethodNotAllowedError(f"{request.method} is not allowed on {request.path}")
+    if exc.status == 413:
+        return e.RecordTooLargeError(
+            f"request body exceeds the limit of {request.app.get('request_bytes_max', '?')} bytes"
+        )
+    return e.InvalidRequestError(exc.text or exc.reason)

@@ -1,0 +1,293 @@
+"""Node configuration: a TOML file plus environment overrides, validated at start.
+
+Example (`config/node-1.toml`)::
+
+    node_id = 1
+    roles = ["controller", "broker"]
+    data_dir = "data/node-1"
+    cluster_id = "lograft-local"
+    cluster_secret = "change-me"
+    quorum_voters = ["1@127.0.0.1:19091", "2@127.0.0.1:19092", "3@127.0.0.1:19093"]
+
+    [http]
+    host = "127.0.0.1"
+    port = 9091
+
+    [raft]
+    host = "127.0.0.1"
+    port = 19091
+    password = ""               # non-empty: encrypt Raft links with this key
+
+    [raft.dial]                 # optional: dial a peer somewhere else (a proxy)
+    2 = "127.0.0.1:29012"
+
+Environment overrides: `LOGRAFT_<KEY>` for a top-level key and
+`LOGRAFT_<SECTION>__<KEY>` inside a section, e.g. `LOGRAFT_HTTP__PORT=9092`.
+Values are parsed as TOML values when they parse (numbers, booleans, arrays)
+and taken as strings otherwise. Every error names the key at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lograft.errors import InvalidConfigError
+
+ENV_PREFIX = "LOGRAFT_"
+ROLES = ("controller", "broker")
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    host: str = "127.0.0.1"
+    port: int = 9091
+    # Largest request body accepted, bytes.
+    request_bytes_max: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    host: str = "127.0.0.1"
+    port: int = 19091
+    password: str = ""
+    # Peer id -> host:port to dial instead of the voter's own address.
+    dial: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    data_dir: Path
+    roles: tuple[str, ...] = ROLES
+    cluster_id: str = "lograft"
+    cluster_secret: str = ""
+    rack: str | None = None
+    quorum_voters: tuple[Voter, ...] = ()
+    http: HttpConfig = field(default_factory=HttpConfig)
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    log_level: str = "INFO"
+    # Topic-level log config defaults (segment_bytes, retention_ms, ...).
+    log_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http.host}:{self.http.port}"
+
+
+_TOP_KEYS = {
+    "node_id",
+    "data_dir",
+    "roles",
+    "cluster_id",
+    "cluster_secret",
+    "rack",
+    "quorum_voters",
+    "http",
+    "raft",
+    "log_level",
+    "log_defaults",
+}
+_HTTP_KEYS = {"host", "port", "request_bytes_max"}
+_RAFT_KEYS = {"host", "port", "password", "dial"}
+
+
+def load_config(path: Path | str | None, env: Mapping[str, str] | None = None) -> NodeConfig:
+    """Read the TOML file (if any), apply environment overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            raw = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise InvalidConfigError(f"config file {p} does not exist", key="--config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    apply_env(raw, os.environ if env is None else env)
+    return parse_config(raw)
+
+
+def apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    for name, text in env.items():
+        if not name.startswith(ENV_PREFIX) or len(name) == len(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        target = raw
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise InvalidConfigError(f"{name} overrides a key that is not a section")
+        target[path[-1]] = _env_value(text)
+
+
+def _env_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
+    _no_unknown(raw, _TOP_KEYS, "")
+    if "node_id" not in raw:
+        raise InvalidConfigError("node_id is required", key="node_id")
+    if "data_dir" not in raw:
+        raise InvalidConfigError("data_dir is required", key="data_dir")
+    node_id = _int(raw["node_id"], "node_id", minimum=0)
+    roles = tuple(_list(raw.get("roles", list(ROLES)), "roles"))
+    if not roles or any(r not in ROLES for r in roles):
+        raise InvalidConfigError(
+            f"roles={list(roles)!r}: use one or both of {', '.join(ROLES)}", key="roles"
+        )
+    voters = tuple(
+        _voter(v, i) for i, v in enumerate(_list(raw.get("quorum_voters", []), "quorum_voters"))
+    )
+    if len({v.node_id for v in voters}) != len(voters):
+        raise InvalidConfigError("quorum_voters lists a node id twice", key="quorum_voters")
+    if "controller" in roles and voters and node_id not in {v.node_id for v in voters}:
+        raise InvalidConfigError(
+            f"node {node_id} has the controller role but is not in quorum_voters",
+            key="quorum_voters",
+        )
+    return NodeConfig(
+        node_id=node_id,
+        data_dir=Path(_str(raw["data_dir"], "data_dir")),
+        roles=roles,
+        cluster_id=_str(raw.get("cluster_id", "lograft"), "cluster_id"),
+        cluster_secret=_str(raw.get("cluster_secret", ""), "cluster_secret"),
+        rack=_str(raw["rack"], "rack") if raw.get("rack") is not None else None,
+        quorum_voters=voters,
+        http=_http(raw.get("http", {})),
+        raft=_raft(raw.get("raft", {})),
+        log_level=_str(raw.get("log_level", "INFO"), "log_level").upper(),
+        log_defaults=_log_defaults(raw.get("log_defaults", {})),
+    )
+
+
+def _http(raw: Any) -> HttpConfig:
+    section = _section(raw, "http")
+    _no_unknown(section, _HTTP_KEYS, "http.")
+    d = HttpConfig()
+    return HttpConfig(
+        host=_str(section.get("host", d.host), "http.host"),
+        port=_port(section.get("port", d.port), "http.port"),
+        request_bytes_max=_int(
+            section.get("request_bytes_max", d.request_bytes_max),
+            "http.request_bytes_max",
+            minimum=1024,
+        ),
+    )
+
+
+def _raft(raw: Any) -> RaftConfig:
+    section = _section(raw, "raft")
+    _no_unknown(section, _RAFT_KEYS, "raft.")
+    d = RaftConfig()
+    dial_raw = _section(section.get("dial", {}), "raft.dial")
+    dial: dict[int, str] = {}
+    for peer, address in dial_raw.items():
+        key = f"raft.dial.{peer}"
+        dial[_int(peer, key, minimum=0)] = _address(address, key)
+    return RaftConfig(
+        host=_str(section.get("host", d.host), "raft.host"),
+        port=_port(section.get("port", d.port), "raft.port"),
+        password=_str(section.get("password", ""), "raft.password"),
+        dial=dial,
+    )
+
+
+def _log_defaults(raw: Any) -> dict[str, Any]:
+    from lograft.storage.config import coerce_overrides
+
+    section = _section(raw, "log_defaults")
+    return coerce_overrides(dict(section))
+
+
+def _voter(raw: Any, i: int) -> Voter:
+    key = f"quorum_voters[{i}]"
+    text = _str(raw, key)
+    node, sep, address = text.partition("@")
+    if not sep:
+        raise InvalidConfigError(f"{key}={text!r}: write it as id@host:port", key=key)
+    host, port = _address(address, key).rsplit(":", 1)
+    return Voter(_int(node, key, minimum=0), host, int(port))
+
+
+def _address(raw: Any, key: str) -> str:
+    text = _str(raw, key)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise InvalidConfigError(f"{key}={text!r}: write it as host:port", key=key)
+    _port(port, key)
+    return text
+
+
+def _section(raw: Any, key: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InvalidConfigError(f"{key} must be a table (section)", key=key)
+    return raw
+
+
+def _no_unknown(raw: Mapping[str, Any], allowed: set[str], prefix: str) -> None:
+    for k in raw:
+        if k not in allowed:
+            raise InvalidConfigError(
+                f"unknown setting {prefix}{k}; known: {', '.join(sorted(allowed))}",
+                key=f"{prefix}{k}",
+            )
+
+
+def _str(raw: Any, key: str) -> str:
+    if not isinstance(raw, str):
+        raise InvalidConfigError(f"{key} must be a string, got {raw!r}", key=key)
+    return raw
+
+
+def _list(raw: Any, key: str) -> list[Any]:
+    if isinstance(raw, str):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    if not isinstance(raw, list):
+        raise InvalidConfigError(f"{key} must be a list, got {raw!r}", key=key)
+    return raw
+
+
+def _int(raw: Any, key: str, *, minimum: int | None = None) -> int:
+    if isinstance(raw, bool):
+        raise InvalidConfigError(f"{key} must be an integer, got {raw!r}", key=key)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key} must be an integer, got {raw!r}", key=key) from None
+    if minimum is not None and value < minimum:
+        raise InvalidConfigError(f"{key} must be >= {minimum}, got {value}", key=key)
+    return value
+
+
+def _port(raw: Any, key: str) -> int:
+    value = _int(raw, key, minimum=0)
+    if value > 65535:
+        raise InvalidConfigError(f"{key} must be a port number (0-65535), got {value}", key=key)
+    return value
