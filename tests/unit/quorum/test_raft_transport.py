@@ -1,0 +1,231 @@
+"""Node identity separate from dial addresses: the transport's handshake and
+dial direction, then a real in-process cluster whose every link runs through
+its own per-pair TCP forwarder (a stand-in for a toxiproxy proxy)."""
+
+from __future__ import annotations
+
+from itertools import permutations
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pysyncobj.poller import createPoller
+
+from lograft.errors import NotControllerError
+from lograft.quorum.raft_status import RaftStatus
+from lograft.quorum.raft_transport import ObserverNode, PeerNode, PeerTCPTransport
+from tests.raft_support import eventually_async
+from tests.unit.quorum.raft_inproc import InProcessCluster
+from tests.unit.quorum.tcp_forwarder import TcpForwarder
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class FakeSyncObj:
+    """Just enough of SyncObj for TCPTransport's constructor; never ticked."""
+
+    def __init__(self) -> None:
+        self.conf = SimpleNamespace(
+            bindAddress="127.0.0.1:1",
+            sendBufferSize=4096,
+            recvBufferSize=4096,
+            connectionTimeout=1.0,
+            connectionRetryTime=1.0,
+            tcp_keepalive=None,
+            bindRetryTime=1.0,
+            maxBindRetries=1,
+        )
+        self._poller = createPoller("auto")
+        self.encryptor = None
+
+    def addOnTickCallback(self, callback: Any) -> None:
+        pass
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.disconnected = False
+        self.sendRandKey = None
+        self.on_message: Any = None
+
+    def send(self, message: Any) -> None:
+        self.sent.append(message)
+
+    def disconnect(self) -> None:
+        self.disconnected = True
+
+    def setOnMessageReceivedCallback(self, callback: Any) -> None:
+        self.on_message = callback
+
+    def setOnDisconnectedCallback(self, callback: Any) -> None:
+        pass
+
+
+def make_transport(self_id: str | None, others: list[str]) -> PeerTCPTransport:
+    self_node = None if self_id is None else PeerNode(self_id, "127.0.0.1:1")
+    nodes = [PeerNode(o, f"127.0.0.1:{1000 + i}") for i, o in enumerate(others)]
+    observer_id = "obs" if self_id is None else None
+    return PeerTCPTransport(FakeSyncObj(), self_node, nodes, observer_id=observer_id)
+
+
+def test_peer_identity_is_the_id_not_the_address() -> None:
+    a = PeerNode("2", "127.0.0.1:7001")
+    b = PeerNode("2", "10.0.0.9:9999")
+    assert a == b and hash(a) == hash(b)
+    assert a != PeerNode("3", "127.0.0.1:7001")
+    assert (a.host, a.port, a.address) == ("127.0.0.1", 7001, "127.0.0.1:7001")
+    assert str(a) == "2"
+
+
+def test_only_the_greater_id_dials_and_observers_dial_everyone() -> None:
+    transport = make_transport("b", ["a", "c"])
+    try:
+        dialed = {n.id for n in transport._connections}
+        assert dialed == {"a"}, "b dials a (b > a) and waits for c to dial it"
+    finally:
+        transport.destroy()
+    observer = make_transport(None, ["a", "b", "c"])
+    try:
+        assert {n.id for n in observer._connections} == {"a", "b", "c"}
+    finally:
+        observer.destroy()
+
+
+def test_handshake_announces_ids() -> None:
+    voter = make_transport("b", ["a"])
+    observer = make_transport(None, ["a"])
+    try:
+        conn = FakeConn()
+        voter._sendSelfAddress(conn)
+        observer._sendSelfAddress(conn)
+        assert conn.sent == ["b", "observer:obs"]
+    finally:
+        voter.destroy()
+        observer.destroy()
+
+
+def test_acceptor_maps_ids_and_names_observers_without_collisions() -> None:
+    # Numeric voter ids: stock pysyncobj would name read-only peers "0", "1", ...
+    transport = make_transport("1", ["0", "2"])
+    connected: list[Any] = []
+    transport.setOnNodeConnectedCallback(connected.append)
+    transport.setOnReadonlyNodeConnectedCallback(connected.append)
+    try:
+        from_voter, from_observer, from_stock, from_stranger = (FakeConn() for _ in range(4))
+        for conn in (from_voter, from_observer, from_stock, from_stranger):
+            transport._onNewIncomingConnection(conn)
+        transport._onIncomingMessageReceived(from_voter, "2")
+        transport._onIncomingMessageReceived(from_observer, "observer:broker-7")
+        transport._onIncomingMessageReceived(from_stock, "readonly")
+        transport._onIncomingMessageReceived(from_stranger, "127.0.0.1:1000")
+        voter, observer, stock = connected
+        assert isinstance(voter, PeerNode) and voter.id == "2"
+        assert isinstance(observer, ObserverNode) and observer.observer_id == "broker-7"
+        assert isinstance(stock, ObserverNode) and stock.observer_id == "anonymous"
+        assert observer.id != stock.id and ":" in observer.id
+        assert all(n.id not in {"0", "1", "2"} for n in (observer, stock))
+        assert from_stranger.disconnected, "an address is not an identity"
+        assert not from_voter.disconnected
+    finally:
+        transport.destroy()
+
+
+def connected_voters(status: RaftStatus) -> set[str]:
+    return {v.node_id for v in status.voters if v.connected and not v.is_self}
+
+
+async def test_every_link_goes_through_its_own_forwarder(tmp_path: Path) -> None:
+    ids = ["1", "2", "3"]
+    cluster = InProcessCluster(tmp_path, ids)
+    forwarders = {
+        (a, b): TcpForwarder(target_port=cluster.ports[b]) for a, b in permutations(ids, 2)
+    }
+    try:
+        for fwd in forwarders.values():
+            await fwd.start()
+        cluster.dial = {pair: fwd.address for pair, fwd in forwarders.items()}
+        await cluster.start()
+        leader = await cluster.leader()
+        offset = await leader.adapter.append(b"through the proxies")
+        for m in cluster.members.values():
+            await m.adapter.wait_for_offset(offset, 10_000)
+            assert m.sm.batches == [b"through the proxies"]
+
+        # The dialer of each pair is the greater id, through its own address.
+        for (a, b), fwd in forwarders.items():
+            if a > b:
+                assert fwd.connections_accepted >= 1, f"{a}->{b} unused"
+                assert fwd.bytes_to_target > 0, f"{a} sent nothing to {b}"
+                if leader.node_id in (a, b):  # heartbeats and acks flow both ways
+                    assert fwd.bytes_from_target > 0, f"{b} answered nothing to {a}"
+            else:
+                assert fwd.connections_accepted == 0, f"{a}->{b} should not dial"
+
+        # Cut the 2<->1 link: exactly that pair loses each other.
+        await forwarders[("2", "1")].cut()
+
+        async def pair_isolated() -> bool:
+            s1, s2, s3 = [await cluster.members[i].adapter.status() for i in ids]
+            return (
+                connected_voters(s1) == {"3"}
+                and connected_voters(s2) == {"3"}
+                and connected_voters(s3) == {"1", "2"}
+            )
+
+        await eventually_async(pair_isolated, 10, "nodes 1 and 2 to lose only each other")
+        leader = await cluster.leader(timeout_s=15)
+        offset = await leader.adapter.append(b"with one link cut")
+        for m in cluster.members.values():
+            await m.adapter.wait_for_offset(offset, 10_000)
+
+        await forwarders[("2", "1")].heal()
+
+        async def all_connected() -> bool:
+            statuses = [await m.adapter.status() for m in cluster.members.values()]
+            return all(len(connected_voters(s)) == 2 for s in statuses)
+
+        await eventually_async(all_connected, 15, "the 2->1 link to reconnect")
+    finally:
+        await cluster.stop()
+        for fwd in forwarders.values():
+            await fwd.close()
+
+
+async def test_observer_follows_with_numeric_voter_ids(tmp_path: Path) -> None:
+    async with InProcessCluster(tmp_path, ["0", "1", "2"]) as cluster:
+        await cluster.start()
+        observer = await cluster.start_observer("7")
+        leader = await cluster.leader()
+        offsets = [await leader.adapter.append(b"o%d" % i) for i in range(5)]
+        await observer.adapter.wait_for_offset(offsets[-1], 10_000)
+        assert observer.sm.items == leader.sm.items
+
+        with pytest.raises(NotControllerError) as info:
+            await observer.adapter.append(b"observers never lead")
+        assert info.value.details["leader_id"] == leader.node_id
+
+        status = await leader.adapter.status()
+        assert status.observers == ("7",)
+        assert [v.node_id for v in status.voters] == ["0", "1", "2"]
+        obs_status = await observer.adapter.status()
+        assert obs_status.role.value == "observer"
+        assert obs_status.leader_id == leader.node_id
+        assert connected_voters(obs_status) == {"0", "1", "2"}
+
+
+async def test_password_protects_links(tmp_path: Path) -> None:
+    async with InProcessCluster(tmp_path, ["a", "b", "c"], password="s3cret") as cluster:
+        await cluster.start()
+        good = await cluster.start_observer("good")
+        bad = await cluster.start_observer("bad", password="wrong")
+        leader = await cluster.leader()
+        offset = await leader.adapter.append(b"secret batch")
+        await good.adapter.wait_for_offset(offset, 10_000)
+        assert good.sm.batches == [b"secret batch"]
+        # The good observer has caught up, so the wrong one had every chance.
+        status = await bad.adapter.status()
+        assert status.leader_id is None and bad.sm.items == []
+        assert connected_voters(status) == set()
+        assert (await leader.adapter.status()).observers == ("good",)
