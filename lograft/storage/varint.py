@@ -45,8 +45,9 @@ def encode_varint(value: int) -> bytes:
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """Decode one zigzag varint at `pos`; returns (value, position after it).
 
-    Raises CorruptRecordError when the buffer ends mid-varint or the varint is
-    longer than ten bytes.
+    Raises CorruptRecordError when the buffer ends mid-varint, the varint is
+    longer than ten bytes, or it carries more than 64 bits (a tenth byte above 1),
+    which no int64 encodes.
     """
     b = buf[pos] if pos < len(buf) else -1
     if 0 <= b < 0x80:
@@ -67,6 +68,8 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
         shift += 7
         if pos - start >= _VARLONG_MAX_BYTES:
             raise CorruptRecordError("varint longer than 10 bytes", position=start)
+    if result >> 64:
+        raise CorruptRecordError("varint carries more than 64 bits", position=start)
     return (result >> 1) ^ -(result & 1), pos
 
 
