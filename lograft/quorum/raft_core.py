@@ -20,6 +20,8 @@ Invariants:
 - Fail-stop: if `apply` or `restore` raises, or a snapshot cannot be read, the
   Raft thread stops and reports the failure. Continuing would let this node
   diverge from the others, since every node must apply the same entries.
+  Any other exception out of a pysyncobj tick is logged and ticking goes on,
+  as pysyncobj's own autoTick thread does (Raft retransmits).
 - The snapshot written at compaction reflects exactly `applied_offset` ==
   pysyncobj's last-applied index; if they differ the dump is refused and
   pysyncobj retries later.
@@ -387,7 +389,16 @@ class RaftCore:
     def _tick_loop(self, so: _ReplicatedLog) -> None:
         tick_s = self._config.tick_interval_ms / 1000
         while not self._stop_requested.is_set() and self._fatal is None:
-            so.doTick(tick_s)
+            try:
+                so.doTick(tick_s)
+            except Exception:
+                if self._fatal is not None:
+                    break  # the state machine or a snapshot failed: fail-stop
+                # Anything else is pysyncobj tripping over one message (it has
+                # such bugs); like its own autoTick thread, log and tick on.
+                log.exception("pysyncobj tick failed on node %s", self._config.node_id)
+                self._stop_requested.wait(tick_s)  # back off one tick
+                continue
             self._after_tick(so)
 
     def _after_tick(self, so: _ReplicatedLog) -> None:

@@ -284,3 +284,81 @@ async def test_leader_stop_elects_new_leader_that_keeps_appending(tmp_path: Path
         for member in cluster.members.values():
             await member.adapter.wait_for_offset(second, 10_000)
             assert member.sm.batches == [b"before", b"after"]
+
+
+async def test_a_failing_pysyncobj_tick_is_survived(tmp_path: Path) -> None:
+    adapter = await started_leader(single_config(tmp_path))
+    try:
+        syncobj = adapter._core._syncobj
+        assert syncobj is not None
+        real_tick = syncobj.doTick
+        failures: list[float] = []
+
+        def flaky_tick(time_to_wait: float = 0.0) -> None:
+            if not failures:
+                failures.append(time_to_wait)
+                raise EOFError("a pysyncobj message handler tripped")
+            real_tick(time_to_wait)
+
+        syncobj.doTick = flaky_tick  # type: ignore[method-assign]
+        await eventually_async(lambda: failures, 5, "the injected tick failure")
+        assert await adapter.append(b"still alive") > 0
+        assert adapter.state is AdapterState.RUNNING
+    finally:
+        await adapter.stop()
+
+
+async def test_largest_binary_batches_replicate_to_followers(tmp_path: Path) -> None:
+    # High bytes double in pysyncobj's pickling; entries of every size up to the
+    # limit must stay on its plain path (its chunked path garbles some sizes).
+    limit = 3000
+    async with InProcessCluster(tmp_path, ["a", "b", "c"], max_batch_bytes=limit) as cluster:
+        await cluster.start()
+        leader = await cluster.leader()
+        payloads = [b"\xff" * n for n in range(limit - 120, limit + 1, 7)]
+        offsets = [await leader.adapter.append(p) for p in payloads]
+        for member in cluster.members.values():
+            await member.adapter.wait_for_offset(offsets[-1], 10_000)
+            assert member.sm.batches == payloads
+
+
+@pytest.mark.parametrize("limit", [1, 100, 3000, 1 << 20])
+def test_largest_entry_stays_below_pysyncobj_chunking_threshold(limit: int) -> None:
+    import struct
+
+    import pysyncobj.pickle as pysyncobj_pickle
+
+    from lograft.quorum.raft_core import build_syncobj_conf
+
+    cfg = single_config(Path("/nonexistent"), port=1, max_batch_bytes=limit)
+    conf = build_syncobj_conf(cfg, lambda *_: None, lambda *_: ())
+    worst = b"\xff" * limit  # every byte becomes two in pysyncobj's protocol-2 pickle
+    command = struct.pack("B", 0) + pysyncobj_pickle.dumps((99, (worst,)))
+    assert len(command) < conf.appendEntriesBatchSizeBytes
+
+
+async def test_lagging_follower_catches_up_from_the_leaders_snapshot(tmp_path: Path) -> None:
+    async with InProcessCluster(tmp_path, ["a", "b", "c"]) as cluster:
+        await cluster.start()
+        leader = await cluster.leader()
+        laggard = cluster.followers(leader)[0]
+        first = await leader.adapter.append(b"seen by all")
+        await laggard.adapter.wait_for_offset(first, 10_000)
+        await cluster.stop_member(laggard.node_id)
+
+        missed = [await leader.adapter.append(b"missed-%d" % i) for i in range(20)]
+        for member in cluster.members.values():
+            await member.adapter.wait_for_offset(missed[-1], 10_000)
+            member.adapter.request_log_compaction()
+        for member in cluster.members.values():
+            await eventually_snapshot(member.adapter, missed[-1])
+
+        back = await cluster.start_member(laggard.node_id)
+        await back.adapter.wait_for_offset(missed[-1], 15_000)
+        assert back.sm.items == leader.sm.items
+        # Its journal ended before the leader's first entry: only a snapshot helps.
+        assert back.sm.restores and back.sm.restores[-1] >= missed[-1]
+
+
+async def eventually_snapshot(adapter: RaftAdapter, offset: int) -> None:
+    await eventually_async(_snapshot_at_least(adapter, offset), 10, "a snapshot")
