@@ -58,32 +58,69 @@ def compress(codec: Compression, data: bytes) -> bytes:
 
 
 def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Decompress a records section; corrupt input raises CorruptRecordError."""
+    """Decompress a records section; corrupt input raises CorruptRecordError.
+
+    Output is bounded by DECOMPRESSED_BYTES_MAX while decompressing, never by
+    allocating first and checking after: a forged size field or a bomb costs
+    at most the limit. A stream that ends early is corrupt, not short.
+    """
     raw = bytes(data)
     try:
         if codec == Compression.NONE:
             return raw
         if codec == Compression.GZIP:
-            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-            out = d.decompress(raw, DECOMPRESSED_BYTES_MAX)
-            if d.unconsumed_tail:
-                raise CorruptRecordError(_too_big())
-            return out
+            return _gunzip(raw)
         if codec == Compression.LZ4:
-            out = lz4.frame.decompress(raw)
-        elif codec == Compression.ZSTD:
-            out = zstandard.ZstdDecompressor().decompress(
-                raw, max_output_size=DECOMPRESSED_BYTES_MAX
-            )
-        else:
-            name = (
-                Compression(codec).name.lower()
-                if codec in Compression._value2member_map_
-                else codec
-            )
-            raise UnsupportedCompressionError(f"compression {name} is not supported")
+            return _unlz4(raw)
+        if codec == Compression.ZSTD:
+            return _unzstd(raw)
+        name = (
+            Compression(codec).name.lower() if codec in Compression._value2member_map_ else codec
+        )
+        raise UnsupportedCompressionError(f"compression {name} is not supported")
     except (zlib.error, RuntimeError, zstandard.ZstdError, OSError, EOFError) as exc:
         raise CorruptRecordError(f"records section does not decompress: {exc}") from exc
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(raw: bytes) -> bytes:
+    # Concatenated members form one stream, as Java's GZIPInputStream reads
+    # them; bytes after the last member that do not start another member are
+    # ignored, as it ignores them.
+    out = bytearray()
+    rest = raw
+    while True:
+        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        out += d.decompress(rest, DECOMPRESSED_BYTES_MAX - len(out) + 1)
+        if len(out) > DECOMPRESSED_BYTES_MAX:
+            raise CorruptRecordError(_too_big())
+        if not d.eof:
+            raise CorruptRecordError("records section does not decompress: gzip stream ends early")
+        rest = d.unused_data
+        if not rest.startswith(_GZIP_MAGIC):
+            return bytes(out)
+
+
+def _unlz4(raw: bytes) -> bytes:
+    d = lz4.frame.LZ4FrameDecompressor()
+    out = d.decompress(raw, max_length=DECOMPRESSED_BYTES_MAX + 1)
+    if len(out) > DECOMPRESSED_BYTES_MAX:
+        raise CorruptRecordError(_too_big())
+    if not d.eof:
+        raise CorruptRecordError("records section does not decompress: lz4 frame ends early")
+    return out
+
+
+def _unzstd(raw: bytes) -> bytes:
+    # python-zstandard allocates the frame's declared content size up front
+    # (max_output_size only applies when the frame declares none), so check
+    # the declaration before trusting it.
+    declared = zstandard.get_frame_parameters(raw).content_size
+    if declared != zstandard.CONTENTSIZE_UNKNOWN and declared > DECOMPRESSED_BYTES_MAX:
+        raise CorruptRecordError(_too_big())
+    out = zstandard.ZstdDecompressor().decompress(raw, max_output_size=DECOMPRESSED_BYTES_MAX)
     if len(out) > DECOMPRESSED_BYTES_MAX:
         raise CorruptRecordError(_too_big())
     return out
