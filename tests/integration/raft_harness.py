@@ -78,11 +78,13 @@ class NodeProcess:
 
     # -- control API -----------------------------------------------------------
 
-    def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    def _request(
+        self, method: str, path: str, body: bytes | None = None, timeout_s: float = HTTP_TIMEOUT_S
+    ) -> tuple[int, Any]:
         url = f"http://127.0.0.1:{self.control_port}{path}"
         request = urllib.request.Request(url, data=body, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
@@ -102,8 +104,8 @@ class NodeProcess:
     def compact(self) -> None:
         self._request("POST", "/compact", b"")
 
-    def bench(self, count: int) -> list[float]:
-        return self._request("POST", f"/bench?count={count}", b"")[1]["latencies_ms"]
+    def bench(self, count: int, timeout_s: float = 300.0) -> list[float]:
+        return self._request("POST", f"/bench?count={count}", b"", timeout_s)[1]["latencies_ms"]
 
 
 class ProcessCluster:
