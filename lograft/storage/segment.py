@@ -376,11 +376,16 @@ class LogSegment:
         """Whole batches from the one holding `offset`, at most max_bytes of them
         unless min_one and the first alone is larger; none at or past max_offset.
 
-        Returns (data, position of the first batch) or None when nothing is there.
+        Returns (data, position of the first batch), where data may be empty
+        because a limit excludes the first batch, or None when no batch in
+        this segment reaches `offset` (only then may the caller look in the
+        next segment).
         """
         first = self.find_batch(offset)
-        if first is None or (max_offset is not None and first.base_offset >= max_offset):
+        if first is None:
             return None
+        if max_offset is not None and first.base_offset >= max_offset:
+            return b"", first.position
         end = first.position
         for b in self.walk(first.position):
             if max_offset is not None and b.base_offset >= max_offset:
