@@ -212,7 +212,13 @@ class LogSegment:
         if b.max_timestamp > self.max_timestamp:
             self.max_timestamp = b.max_timestamp
             self.offset_of_max_timestamp = b.last_offset
-        if self._bytes_since_index > self.config.index_interval_bytes:
+        if self._bytes_since_index > self.config.index_interval_bytes and not (
+            self.index.is_full or self.time_index.is_full
+        ):
+            # A full index skips the entry rather than fail: the batches are
+            # already on disk, and a sparser index only makes lookups scan a
+            # little further. should_roll starts a new segment before the next
+            # append.
             self.index.append(b.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index = 0
@@ -250,7 +256,9 @@ class LogSegment:
 
     def seal(self) -> None:
         """Stop being the active segment: record the max timestamp, trim indexes."""
-        if self.max_timestamp != NO_TIMESTAMP:
+        # A full time index cannot take the final entry; load_tail_state
+        # recomputes the max from the batches after the last offset entry.
+        if self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.index.trim()
         self.time_index.trim()
@@ -396,7 +404,7 @@ class LogSegment:
                 break
             end += b.size
         if end == first.position:
-            return None
+            return b"", first.position
         with self._fd_for_read() as fd:
             data = os.pread(fd, end - first.position, first.position)
         return data, first.position
