@@ -4,6 +4,7 @@ reference model of a log, and snapshots of a directory's bytes."""
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from lograft.storage.batch import (
     validate_batch,
 )
 from lograft.storage.compression import Compression
+from lograft.storage.config import LogConfig
+from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
 
 
@@ -164,3 +167,99 @@ def segment_logs(directory: Path) -> list[Path]:
 
 def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+# -- a log driven next to its model ------------------------------------------------
+
+
+class LogHarness:
+    """A Log and the LogModel it must equal, driven by the same operations."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        pool: FilePool | None = None,
+        clock: FakeClock | None = None,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.pool = pool or FilePool(64)
+        self.clock = clock or FakeClock()
+        self.log = Log(directory, config, pool=self.pool, clock=self.clock)
+        self.model = LogModel()
+        self.epoch = 0
+        self.epochs: dict[int, int] = {}  # batch base offset -> leader epoch
+
+    def append(
+        self,
+        counts: list[int],
+        rnd: random.Random,
+        *,
+        compression: Compression = Compression.NONE,
+        value_size: int = 20,
+    ) -> None:
+        blobs = []
+        pending = []
+        for n in counts:
+            inputs = [random_record(rnd, value_size) for _ in range(n)]
+            ts = rnd.randrange(0, 10_000)
+            blob = build_batch(inputs, timestamp_ms=ts, compression=compression)
+            blobs.append(blob)
+            pending.append((inputs, ts, len(blob)))
+        info = self.log.append(b"".join(blobs), leader_epoch=self.epoch)
+        assert info.first_offset == self.model.leo
+        for inputs, ts, size in pending:
+            batch = self.model.append(inputs, ts, size)
+            self.epochs[batch.base_offset] = self.epoch
+        assert info.last_offset == self.model.leo - 1
+
+    def truncate_to(self, offset: int) -> None:
+        expected = sum(b.size for b in self.model.batches if b.last_offset >= offset)
+        if offset <= self.model.start:
+            expected = sum(b.size for b in self.model.batches)
+        removed = self.log.truncate_to(offset)
+        if offset < self.model.leo:
+            assert removed == expected
+        if offset <= self.model.start and offset < self.model.leo:
+            self.model.batches = []
+            self.model.start = offset
+        else:
+            self.model.truncate_to(offset)
+
+    def reopen(self, *, clean: bool) -> None:
+        if clean:
+            self.log.close()
+        else:
+            self.log.close_unclean()
+        self.log = Log(self.directory, self.config, pool=self.pool, clock=self.clock)
+        assert self.log.recovery.clean_shutdown == clean
+        assert self.log.recovery.bytes_dropped == 0
+
+    def expected_epoch_entries(self) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for b in self.model.batches:
+            e = self.epochs[b.base_offset]
+            if not out or e > out[-1][0]:
+                out.append((e, b.base_offset))
+        return out
+
+    def check_basics(self) -> None:
+        log, model = self.log, self.model
+        assert log.log_end_offset == model.leo
+        assert log.log_start_offset == model.start
+        assert log.recovery_point <= log.log_end_offset
+        assert log.epochs.entries() == self.expected_epoch_entries()
+        assert log.size_bytes == sum(b.size for b in model.batches)
+        assert log.read(model.leo, 1 << 20) == b""
+
+
+def random_record(rnd: random.Random, value_size: int) -> RecordInput:
+    key = None if rnd.random() < 0.2 else rnd.randbytes(rnd.randrange(0, 8))
+    value = None if rnd.random() < 0.1 else rnd.randbytes(rnd.randrange(0, value_size + 1))
+    headers: list[tuple[str, bytes | None]] = []
+    if rnd.random() < 0.3:
+        headers = [("h", rnd.randbytes(3)), ("n", None)][: rnd.randrange(1, 3)]
+    # Timestamps jump about, within and across batches.
+    return RecordInput(value, key, headers, rnd.randrange(0, 10_000))
