@@ -362,3 +362,28 @@ async def test_lagging_follower_catches_up_from_the_leaders_snapshot(tmp_path: P
 
 async def eventually_snapshot(adapter: RaftAdapter, offset: int) -> None:
     await eventually_async(_snapshot_at_least(adapter, offset), 10, "a snapshot")
+
+
+async def test_stop_releases_threads_sockets_and_files(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    cfg = single_config(tmp_path)
+    # One warm-up cycle: asyncio's executor threads and lazy imports stay around.
+    warm = await started_leader(cfg)
+    await warm.stop()
+    fds_before = open_fds()
+    for i in range(3):
+        adapter = await started_leader(cfg)
+        await adapter.append(b"cycle-%d" % i)
+        await adapter.stop()
+        assert adapter._core._thread is not None and not adapter._core._thread.is_alive()
+    assert open_fds() == fds_before, "pysyncobj sockets, pipes or files leaked"
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("raft-")]
+    # The port is free again: a fresh bind succeeds at once.
+    again = RaftAdapter(cfg, ListStateMachine())
+    await again.start()
+    await again.stop()
