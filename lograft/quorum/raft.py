@@ -8,9 +8,11 @@ results come back through `loop.call_soon_threadsafe`.
 
 Invariants:
 
-- `append(batch)` resolves with the batch's offset only after the entry is
-  committed *and* applied to the local state machine; on the leader only, so
-  a caller never mistakes "forwarded" for "done". Every failure is a typed
+- `append(batch)` is accepted only on the leader (elsewhere it raises
+  `NotControllerError` at once) and resolves with the batch's offset only
+  after the entry is committed *and* applied to the local state machine. (If
+  leadership moves while the entry is still queued, pysyncobj forwards it to
+  the new leader; the result keeps the same meaning.) Every failure is a typed
   `LograftError`: `NotControllerError` (details.leader_id names the leader
   when known) means the entry was not appended; `RequestTimedOutError`,
   `RaftCommitOutcomeUnknownError` and a `RaftStoppedError` raised while
