@@ -95,9 +95,11 @@ class _MappedIndex:
                 os.close(fd)
 
     def close(self) -> None:
+        # No msync here: closing (on roll, trim or shutdown) must not put a
+        # synchronous disk write on the append path. The shared mapping's
+        # pages stay in the page cache; flush() makes them durable when the
+        # flush policy says so.
         if self._mm is not None:
-            if self.writable:
-                self._mm.flush()
             self._mm.close()
             self._mm = None
 
