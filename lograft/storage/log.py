@@ -184,14 +184,12 @@ class Log:
         segments = list(self._segments.values())
         damaged_at: int | None = None
         for i, seg in enumerate(segments):
-            needs_index = (
-                not seg.index.path.exists()
-                or not seg.time_index.path.exists()
-                or not _index_looks_sane(seg)
-            )
+            needs_index = seg.index_missing or not _index_looks_sane(seg)
             unflushed = seg is segments[-1] or segments[i + 1].base_offset > self.recovery_point
             if needs_index or (not report.clean_shutdown and unflushed):
-                dropped = seg.recover()
+                # Batches must end below the next segment's base offset.
+                upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                dropped = seg.recover(upper)
                 report.segments_recovered += 1
                 report.indexes_rebuilt += int(needs_index)
                 if dropped:
@@ -214,6 +212,13 @@ class Log:
             report.segments_deleted += 1
             del self._segments[seg.base_offset]
             seg.delete()
+        if report.segments_deleted:
+            log.warning(
+                "%s: deleted %d segments after the damage in %s to keep offsets dense",
+                self.directory,
+                report.segments_deleted,
+                segments[damaged_at].log_path.name,
+            )
         last = self._segments.peekitem(-1)[1]
         last.make_active()
 

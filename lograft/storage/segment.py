@@ -33,6 +33,8 @@ NO_TIMESTAMP = -1
 
 # How much of a segment one scan step reads; a few index intervals.
 _SCAN_CHUNK_BYTES = 64 * 1024
+# Index entries hold offsets relative to the segment's base as int32.
+_RELATIVE_OFFSET_MAX = 0x7FFFFFFF
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -55,6 +57,7 @@ class BatchPos:
     last_offset: int
     size: int
     max_timestamp: int
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +93,19 @@ class LogSegment:
             self.size = os.fstat(self._fd).st_size
         else:
             self.size = self.log_path.stat().st_size
+        index_path = directory / file_name(base_offset, INDEX_SUFFIX)
+        time_index_path = directory / file_name(base_offset, TIMEINDEX_SUFFIX)
+        # Checked before opening: an active segment's index files are created
+        # on open, and a lost index must be rebuilt, not left empty.
+        self.index_missing = not index_path.exists() or not time_index_path.exists()
         self.index = OffsetIndex(
-            directory / file_name(base_offset, INDEX_SUFFIX),
+            index_path,
             base_offset,
             config.segment_index_bytes,
             writable=active,
         )
         self.time_index = TimeIndex(
-            directory / file_name(base_offset, TIMEINDEX_SUFFIX),
+            time_index_path,
             base_offset,
             config.segment_index_bytes,
             writable=active,
@@ -134,9 +142,14 @@ class LogSegment:
                 self.offset_of_max_timestamp = b.last_offset
             self._bytes_since_index += b.size
 
-    def recover(self) -> int:
+    def recover(self, upper_bound: int | None = None) -> int:
         """Re-read and validate every batch, rebuild the indexes, and cut the
-        file at the first torn or corrupt batch. Returns the bytes dropped."""
+        file at the first torn or corrupt batch. Returns the bytes dropped.
+
+        baseOffset lies outside the CRC, so offsets are checked on their own:
+        each batch must start after the previous one, stay within the 32-bit
+        relative range of the segment's index, and end below `upper_bound`
+        (the next segment's base offset)."""
         self.index.make_writable()
         self.time_index.make_writable()
         self.index.reset()
@@ -171,7 +184,11 @@ class LogSegment:
                     header = validate_batch(chunk, rel, available=size)
                 except LograftError:
                     break
-                if header.base_offset <= previous_last:
+                if (
+                    header.base_offset <= previous_last
+                    or header.last_offset - self.base_offset > _RELATIVE_OFFSET_MAX
+                    or (upper_bound is not None and header.last_offset >= upper_bound)
+                ):
                     break
                 self._index_batch(
                     pos, AppendedBatch(header.last_offset, header.max_timestamp, size)
@@ -252,7 +269,7 @@ class LogSegment:
 
     def fits_offsets(self, last_offset: int) -> bool:
         """Relative offsets in the index are int32."""
-        return last_offset - self.base_offset <= 0x7FFFFFFF
+        return last_offset - self.base_offset <= _RELATIVE_OFFSET_MAX
 
     def seal(self) -> None:
         """Stop being the active segment: record the max timestamp, trim indexes."""
@@ -357,7 +374,14 @@ class LogSegment:
                     size = h.batch_length + LOG_OVERHEAD
                     if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
                         return
-                    yield BatchPos(pos, h.base_offset, h.last_offset, size, h.max_timestamp)
+                    yield BatchPos(
+                        pos,
+                        h.base_offset,
+                        h.last_offset,
+                        size,
+                        h.max_timestamp,
+                        h.partition_leader_epoch,
+                    )
                     pos += size
                     rel += size
                     progressed = True
