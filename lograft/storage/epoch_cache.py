@@ -34,15 +34,29 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         entries = checkpoint.read_entries(self.path, 2) if persist else None
-        for epoch_s, start_s in entries or []:
-            self._epochs.append(int(epoch_s))
-            self._starts.append(int(start_s))
-        self._check()
+        try:
+            parsed = [(int(epoch_s), int(start_s)) for epoch_s, start_s in entries or []]
+        except ValueError:
+            raise checkpoint.CorruptCheckpointError(
+                f"checkpoint {self.path} holds a non-integer epoch or offset"
+            ) from None
+        if not _well_ordered(parsed):
+            raise checkpoint.CorruptCheckpointError(
+                f"checkpoint {self.path} breaks the cache's order: epochs must increase "
+                "and start offsets must be >= 0 and never decrease"
+            )
+        for epoch, start in parsed:
+            self._epochs.append(epoch)
+            self._starts.append(start)
 
-    def _check(self) -> None:
-        for i in range(1, len(self._epochs)):
-            assert self._epochs[i] > self._epochs[i - 1], "leader epochs must increase"
-            assert self._starts[i] >= self._starts[i - 1], "epoch start offsets must not decrease"
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """Set every entry at once and persist them (a rebuild from the log)."""
+        if not _well_ordered(entries):
+            raise ValueError(f"epoch entries out of order: {entries}")
+        with self._lock:
+            self._epochs = [e for e, _s in entries]
+            self._starts = [s for _e, s in entries]
+            self._flush()
 
     def _flush(self) -> None:
         if self._persist:
@@ -128,3 +142,12 @@ class LeaderEpochCache:
             self._epochs.clear()
             self._starts.clear()
             self._flush()
+
+
+def _well_ordered(entries: list[tuple[int, int]]) -> bool:
+    prev_epoch, prev_start = -1, 0
+    for epoch, start in entries:
+        if epoch <= prev_epoch or start < prev_start:
+            return False
+        prev_epoch, prev_start = epoch, start
+    return True

@@ -51,6 +51,7 @@ from lograft.storage.batch import (
     validate_batch,
 )
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
+from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache
 from lograft.storage.handles import FilePool, default_pool
 from lograft.storage.retention import SegmentInfo, deletable_prefix
@@ -90,6 +91,8 @@ class RecoveryReport:
     bytes_dropped: int = 0
     indexes_rebuilt: int = 0
     swap_actions: list[str] = field(default_factory=list)
+    # Checkpoint files that did not parse, and what was done instead.
+    checkpoint_errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         if not self.segments_loaded:
@@ -99,7 +102,8 @@ class RecoveryReport:
             f"{kind} open: {self.segments_loaded} segments, "
             f"{self.segments_recovered} re-validated, "
             f"{self.bytes_dropped} bytes dropped, {self.segments_deleted} segments deleted, "
-            f"{self.indexes_rebuilt} indexes rebuilt"
+            f"{self.indexes_rebuilt} indexes rebuilt, "
+            f"{len(self.checkpoint_errors)} corrupt checkpoints"
         )
 
 
@@ -131,7 +135,7 @@ class Log:
         self._last_flush_ms = clock()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.recovery = self._load()
-        self.epochs = LeaderEpochCache(self.directory)
+        self.epochs = self._load_epoch_cache()
         self.epochs.truncate_from_end(self.log_end_offset)
         if self.log_start_offset > 0:
             self.epochs.truncate_from_start(self.log_start_offset)
@@ -149,8 +153,11 @@ class Log:
             if name.endswith(LOG_SUFFIX) and (b := parse_base_offset(name)) is not None
         )
         now = self.clock()
-        checkpointed_start = checkpoint.read_offset(self.directory / LOG_START_FILE)
-        rp = checkpoint.read_offset(self.directory / RECOVERY_POINT_FILE)
+        # A corrupt checkpoint does not keep the log closed (Kafka's LogManager
+        # does the same): an unknown recovery point means "re-validate
+        # everything", an unknown log start falls back to the first segment.
+        checkpointed_start = self._read_offset_checkpoint(LOG_START_FILE, report)
+        rp = self._read_offset_checkpoint(RECOVERY_POINT_FILE, report)
         self.recovery_point = rp if rp is not None else 0
         for i, base in enumerate(bases):
             seg = LogSegment(
@@ -179,6 +186,39 @@ class Log:
         marker.unlink(missing_ok=True)
         checkpoint.fsync_dir(self.directory)
         return report
+
+    def _read_offset_checkpoint(self, name: str, report: RecoveryReport) -> int | None:
+        path = self.directory / name
+        try:
+            value = checkpoint.read_offset(path)
+            if value is not None and value < 0:
+                raise checkpoint.CorruptCheckpointError(f"checkpoint {path} holds {value} < 0")
+        except checkpoint.CorruptCheckpointError as exc:
+            report.checkpoint_errors.append(f"{name}: {exc}; ignored")
+            log.warning("%s: ignoring corrupt %s: %s", self.directory, name, exc)
+            return None
+        return value
+
+    def _load_epoch_cache(self) -> LeaderEpochCache:
+        try:
+            return LeaderEpochCache(self.directory)
+        except checkpoint.CorruptCheckpointError as exc:
+            # Every batch carries its partitionLeaderEpoch: the cache is
+            # rebuilt from the batch headers (a walk of the whole log, paid
+            # only in this case).
+            self.recovery.checkpoint_errors.append(
+                f"{EPOCH_CHECKPOINT_FILE}: {exc}; rebuilt from the batches"
+            )
+            log.warning("%s: rebuilding corrupt leader epoch cache: %s", self.directory, exc)
+        (self.directory / EPOCH_CHECKPOINT_FILE).unlink(missing_ok=True)
+        cache = LeaderEpochCache(self.directory)
+        entries: list[tuple[int, int]] = []
+        for seg in self._segments.values():
+            for b in seg.walk():
+                if b.leader_epoch >= 0 and (not entries or b.leader_epoch > entries[-1][0]):
+                    entries.append((b.leader_epoch, b.base_offset))
+        cache.replace(entries)
+        return cache
 
     def _recover_segments(self, report: RecoveryReport) -> None:
         segments = list(self._segments.values())
