@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from lograft.storage.batch import (
     RecordInput,
@@ -19,6 +22,17 @@ from lograft.storage.compression import Compression
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
+
+
+@pytest.fixture(scope="module")
+def no_fsync() -> Iterator[None]:
+    """fsync as a no-op, for modules that simulate crashes by dropping the
+    Log object (the page cache survives, so fsync cannot change what a
+    reopen sees) and would otherwise spend their time waiting on the disk.
+    Tests of the flush policies do not use it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", lambda _fd: None)
+        yield
 
 
 class FakeClock:
