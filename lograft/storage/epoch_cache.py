@@ -16,10 +16,13 @@ the log end offset when the requested epoch is the latest).
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from pathlib import Path
 
 from lograft.storage import checkpoint
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -74,18 +77,31 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` starts at `start_offset` (from an appended batch).
 
-        An epoch older than the latest is ignored (a follower may copy old
-        batches); an entry for a newer epoch at a lower offset than the latest
-        start replaces the stale tail, as Kafka does.
+        Kafka's LeaderEpochFileCache.assign exactly: nothing changes unless
+        the epoch differs from the latest or starts earlier than it; then
+        every entry at the end with an epoch >= `epoch` or a start offset >=
+        `start_offset` is removed (the log was rewritten from there) before
+        the new entry is added. A negative epoch (a batch stamped with none)
+        is ignored.
         """
         if epoch < 0:
             return
         with self._lock:
-            if self._epochs and epoch <= self._epochs[-1]:
+            if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
                 return
-            while self._starts and self._starts[-1] > start_offset:
-                self._epochs.pop()
-                self._starts.pop()
+            removed: list[tuple[int, int]] = []
+            while self._epochs and (
+                self._epochs[-1] >= epoch or self._starts[-1] >= start_offset
+            ):
+                removed.append((self._epochs.pop(), self._starts.pop()))
+            if len(removed) > 1 or (removed and removed[0][1] != start_offset):
+                log.warning(
+                    "%s: epoch %d at offset %d replaces entries %s",
+                    self.path,
+                    epoch,
+                    start_offset,
+                    removed,
+                )
             self._epochs.append(epoch)
             self._starts.append(start_offset)
             self._flush()
