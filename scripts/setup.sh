@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent setup shared by the two README commands.
 # Creates or reuses .venv and installs lograft (editable) with the extras named
-# in $LOGRAFT_EXTRAS. A stamp file keyed on pyproject.toml's hash makes a second
-# run skip pip entirely, so it is fast.
+# in $LOGRAFT_EXTRAS. A stamp file keyed on the hash of the build inputs
+# (pyproject.toml, setup.py, the C extension's source) makes a second run skip
+# pip entirely, so it is fast.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +24,10 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 
 STAMP="$VENV/.lograft-install-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)-$EXTRAS"
+# The C extension is compiled by the install (setup.py), and an editable
+# install does not recompile it when its source changes: hash the source too.
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/lograft/storage/_recordscan.c" \
+    | sha256sum | cut -d' ' -f1)-$EXTRAS"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     log "installing lograft[$EXTRAS] into $VENV (first run takes a minute)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null

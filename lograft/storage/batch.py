@@ -38,6 +38,7 @@ import crc32c as _crc32c
 
 from lograft.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from lograft.storage.compression import Compression, compress, decompress
+from lograft.storage.record_scan import scan_records
 from lograft.storage.varint import decode_varint, encode_varint
 
 MAGIC = 2
@@ -269,7 +270,9 @@ def build_batch(
     return bytes(header) + body
 
 
-def compute_crc(batch: bytes | bytearray | memoryview, pos: int = 0, size: int | None = None) -> int:
+def compute_crc(
+    batch: bytes | bytearray | memoryview, pos: int = 0, size: int | None = None
+) -> int:
     mv = memoryview(batch)
     end = pos + (size if size is not None else len(batch) - pos)
     return _crc32c.crc32c(mv[pos + CRC_START : end])
@@ -387,7 +390,8 @@ def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[R
             headers.append((hk, hv))
         if p != rec_end:
             raise CorruptRecordError(
-                f"record at offset delta {off_delta} has {rec_end - p} bytes its fields do not explain"
+                f"record at offset delta {off_delta} has {rec_end - p} bytes its fields "
+                "do not explain"
             )
         ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
         yield Record(base_offset + off_delta, ts, key, value, tuple(headers))
@@ -407,37 +411,27 @@ def check_records(
     contiguous=True is the producer rule: offset deltas are exactly 0..n-1 and
     lastOffsetDelta is n-1. contiguous=False allows the gaps compaction leaves
     but still requires strictly increasing deltas within lastOffsetDelta.
+    Raises CorruptRecordError or InvalidRecordError (rules and reasons in
+    lograft.storage.record_scan); `details["position"]` is the batch's `pos`.
     """
-    if contiguous and header.last_offset_delta != header.records_count - 1:
-        raise InvalidRecordError(
-            f"lastOffsetDelta {header.last_offset_delta} does not match recordsCount "
-            f"{header.records_count}",
-        )
-    if header.records_count == 0:
-        raise InvalidRecordError("a record batch must hold at least one record")
-    expected = 0
-    previous = -1
-    count = 0
-    for rec in iter_batch_records(buf, pos, header):
-        delta = rec.offset - header.base_offset
-        if contiguous and delta != expected:
-            raise InvalidRecordError(
-                f"record offset delta {delta} where {expected} was expected; deltas must be "
-                "0, 1, 2, ... in a produced batch",
+    # Decoding Record objects here cost ~5 ms per 1,000 records; the scanner
+    # walks the same fields without building anything. The views are released
+    # on the way out so that an error's traceback does not pin a bytearray
+    # `buf` against resizing.
+    with (
+        memoryview(buf) as whole,
+        whole[pos + HEADER_SIZE : pos + header.size] as section,
+    ):
+        data: bytes | memoryview = section
+        if header.compression != Compression.NONE:
+            data = decompress(header.compression, section)
+        try:
+            scan_records(
+                data, header.records_count, header.last_offset_delta, contiguous=contiguous
             )
-        if delta <= previous:
-            raise InvalidRecordError(f"record offset deltas go backwards: {previous} then {delta}")
-        if delta > header.last_offset_delta:
-            raise InvalidRecordError(
-                f"record offset delta {delta} is past lastOffsetDelta {header.last_offset_delta}"
-            )
-        previous = delta
-        expected += 1
-        count += 1
-    if count != header.records_count:
-        raise InvalidRecordError(
-            f"recordsCount says {header.records_count} but the batch holds {count} records"
-        )
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            exc.details["position"] = pos
+            raise
 
 
 def patch_base_offset_and_epoch(
