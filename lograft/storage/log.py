@@ -13,8 +13,11 @@ Invariants kept here (asserted where cheap):
   consistent up to the last complete batch).
 
 Files in the directory: the segments, `leader-epoch-checkpoint`,
-`recovery-point-checkpoint`, `log-start-offset-checkpoint`, and
-`.clean-shutdown` while the log is closed cleanly.
+`recovery-point-checkpoint`, `log-start-offset-checkpoint`,
+`cleaner-offset-checkpoint` (compacted logs: the first offset the cleaner has
+not deduplicated; truncation below it pulls it down, as Kafka's
+maybeTruncateCheckpoint does), and `.clean-shutdown` while the log is closed
+cleanly.
 
 Thread-safety: one RLock guards all state; a second lock serialises flushes
 with segment deletion so fsync runs outside the main lock, off the append
@@ -55,7 +58,13 @@ from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache
 from lograft.storage.handles import FilePool, default_pool
 from lograft.storage.retention import SegmentInfo, deletable_prefix
-from lograft.storage.segment import LOG_SUFFIX, AppendedBatch, LogSegment, parse_base_offset
+from lograft.storage.segment import (
+    LOG_SUFFIX,
+    AppendedBatch,
+    LogSegment,
+    file_name,
+    parse_base_offset,
+)
 from lograft.storage.swap import complete_interrupted_swaps
 
 log = logging.getLogger(__name__)
@@ -63,6 +72,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 
 Clock = Callable[[], int]
 
@@ -130,6 +140,9 @@ class Log:
         self._flush_lock = threading.Lock()
         self._segments: SortedDict = SortedDict()
         self._closed = False
+        # Bumped by every truncation: the cleaner compares it before swapping,
+        # since a truncated-then-rolled segment is the same object with new bytes.
+        self._truncations = 0
         self.log_start_offset = 0
         self.recovery_point = 0
         self._last_flush_ms = clock()
@@ -509,6 +522,8 @@ class Log:
             seg.make_active()
             removed += seg.truncate_to(offset)
             leo = self.log_end_offset
+            self._truncations += 1
+            self._clamp_cleaner_checkpoint(leo)
             self.epochs.truncate_from_end(leo)
             self.recovery_point = min(self.recovery_point, leo)
             checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
@@ -529,6 +544,8 @@ class Log:
         )
         self.log_start_offset = offset
         self.recovery_point = offset
+        self._truncations += 1
+        self._clamp_cleaner_checkpoint(offset)
         self.epochs.clear()
         checkpoint.write_offset(self.directory / LOG_START_FILE, offset)
         checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, offset)
@@ -680,23 +697,75 @@ class Log:
 
     # -- compaction support -----------------------------------------------------
 
-    def replace_segments(self, old: list[LogSegment], new_base: int, end: int) -> LogSegment:
+    @property
+    def truncations(self) -> int:
+        """How many times the log was truncated since it was opened."""
+        return self._truncations
+
+    def _clamp_cleaner_checkpoint(self, end: int) -> None:
+        # Data re-appended after a truncation is new, not deduplicated: were
+        # the checkpoint left above it, the cleaner could drop a tombstone
+        # whose older value it never removed.
+        path = self.directory / CLEANER_CHECKPOINT_FILE
+        try:
+            current = checkpoint.read_offset(path)
+        except checkpoint.CorruptCheckpointError:
+            return  # the cleaner treats a corrupt checkpoint as "all dirty"
+        if current is not None and current > end:
+            checkpoint.write_offset(path, end)
+
+    def set_cleaner_checkpoint(self, offset: int, *, expected_truncations: int) -> bool:
+        """Record the cleaner's first dirty offset, unless the log was truncated
+        since the cleaner looked at it (then returns False and writes nothing)."""
+        with self._lock:
+            self._check_open()
+            if self._truncations != expected_truncations:
+                return False
+            checkpoint.write_offset(self.directory / CLEANER_CHECKPOINT_FILE, offset)
+            return True
+
+    def replace_segments(
+        self,
+        old: list[LogSegment],
+        new_base: int,
+        end: int,
+        *,
+        expected_truncations: int | None = None,
+    ) -> LogSegment:
         """Swap a cleaned segment (staged in `.cleaner/`) in for `old`.
 
-        Called by the cleaner. Fails if any old segment changed meanwhile
-        (deleted by retention, truncated, or became active).
+        Called by the cleaner. Fails with CleanerConflictError if any old
+        segment changed meanwhile (deleted by retention, truncated, or became
+        active) or, given `expected_truncations`, if the log was truncated at
+        all. If the swap fails before its commit point nothing has changed; if
+        it fails after, the log is closed (its files are half swapped) and the
+        next open completes the swap.
         """
-        from lograft.storage.swap import commit_swap
+        from lograft.storage.swap import CLEANER_DIR, commit_swap
 
+        staged = self.directory / CLEANER_DIR / file_name(new_base, LOG_SUFFIX)
         with self._flush_lock, self._lock:
             self._check_open()
+            if expected_truncations is not None and expected_truncations != self._truncations:
+                raise CleanerConflictError("the log was truncated during cleaning")
             for seg in old:
                 if self._segments.get(seg.base_offset) is not seg or seg.active:
                     raise CleanerConflictError(f"segment {seg.base_offset} changed during cleaning")
+            if not staged.exists():
+                raise FileNotFoundError(f"no staged segment {staged}")
+            try:
+                commit_swap(self.directory, new_base, end, [s.base_offset for s in old])
+            except BaseException:
+                if not staged.exists():
+                    # Moved: past the commit point, the segments in memory no
+                    # longer match the files. Reopening finishes the swap.
+                    self._closed = True
+                raise
+            # The old files are gone; closing also drops pooled descriptors,
+            # one of which is for the path the new segment now has.
             for seg in old:
                 seg.close()
                 del self._segments[seg.base_offset]
-            commit_swap(self.directory, new_base, end, [s.base_offset for s in old])
             fresh = LogSegment(
                 self.directory,
                 new_base,

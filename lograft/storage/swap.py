@@ -74,7 +74,10 @@ def _finish(directory: Path, base: int, end: int, old_bases: list[int]) -> None:
     for old in old_bases:
         if not base <= old < end:
             raise AssertionError(f"segment {old} is outside the swap range [{base}, {end})")
-        for path in segment_files(directory, old):
+        # The .log goes last: recovery finds old segments by their .log, so
+        # an index must never outlive it (a later segment with that base
+        # offset would adopt the stale entries).
+        for path in reversed(segment_files(directory, old)):
             path.unlink(missing_ok=True)
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         swapped = directory / (file_name(base, suffix) + SWAP_SUFFIX)
