@@ -412,7 +412,9 @@ class Log:
     ) -> None:
         seg = self.active_segment
         last = batches[-1].last_offset
-        if seg.should_roll(len(buf), now) or not seg.fits_offsets(last):
+        if not seg.active or seg.should_roll(len(buf), now) or not seg.fits_offsets(last):
+            # (not active: an earlier roll sealed it, then failed to create
+            # the next segment.)
             seg = self._roll_locked(first, now)
         elif first > seg.next_offset and seg.size == 0:
             # An empty active segment whose base is below a gap: rebase it.
@@ -429,15 +431,22 @@ class Log:
             return self._roll_locked(self.log_end_offset, self.clock())
 
     def _roll_locked(self, base: int, now: int) -> LogSegment:
+        """The new segment is created before the old one is given up, so a
+        failure to create it (StorageError) leaves a usable log: the old
+        segment, active or sealed, stays last and the next append retries."""
         old = self.active_segment
-        if old.size == 0:
+        if old.size == 0 and old.active:
             # Never leave an empty sealed segment behind.
+            if base == old.base_offset:
+                old.created_ms = now
+                return old
+            seg = LogSegment.create_active(self.directory, base, self.config, self.pool, now)
             del self._segments[old.base_offset]
             old.delete()
         else:
             assert base >= old.next_offset, "a new segment must start at or after the LEO"
             old.seal()
-        seg = LogSegment(self.directory, base, self.config, self.pool, active=True, created_ms=now)
+            seg = LogSegment.create_active(self.directory, base, self.config, self.pool, now)
         self._segments[base] = seg
         return seg
 
@@ -670,8 +679,16 @@ class Log:
             checkpoint.write_offset(self.directory / LOG_START_FILE, self.log_start_offset)
             for seg in self._segments.values():
                 seg.close()
-            checkpoint.write_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"")
             self._closed = True
+            torn = [s.log_path.name for s in self._segments.values() if s.tail_dirty]
+            if torn:
+                # Bytes of a failed write are still there: the next open
+                # must recover rather than trust the files.
+                log.warning(
+                    "%s: not marking the shutdown clean; torn bytes in %s", self.directory, torn
+                )
+                return
+            checkpoint.write_atomic(self.directory / CLEAN_SHUTDOWN_FILE, b"")
 
     def close_unclean(self) -> None:
         """Release files without flushing or marking clean (tests simulate crashes)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,23 +98,49 @@ class LogSegment:
         # Checked before opening: an active segment's index files are created
         # on open, and a lost index must be rebuilt, not left empty.
         self.index_missing = not index_path.exists() or not time_index_path.exists()
-        self.index = OffsetIndex(
-            index_path,
-            base_offset,
-            config.segment_index_bytes,
-            writable=active,
-        )
-        self.time_index = TimeIndex(
-            time_index_path,
-            base_offset,
-            config.segment_index_bytes,
-            writable=active,
-        )
+        try:
+            self.index = OffsetIndex(
+                index_path,
+                base_offset,
+                config.segment_index_bytes,
+                writable=active,
+            )
+            try:
+                self.time_index = TimeIndex(
+                    time_index_path,
+                    base_offset,
+                    config.segment_index_bytes,
+                    writable=active,
+                )
+            except BaseException:
+                self.index.close()
+                raise
+        except BaseException:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            raise
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
         self._bytes_since_index = 0
         self.unflushed = False
+        # Bytes past `size` that a failed write left and could not cut.
+        self.tail_dirty = False
+
+    @classmethod
+    def create_active(
+        cls, directory: Path, base_offset: int, config: LogConfig, pool: FilePool, created_ms: int
+    ) -> LogSegment:
+        """A new, empty active segment. If its files cannot be created (disk
+        full, out of inodes) none of them is left behind and StorageError is
+        raised."""
+        try:
+            return cls(directory, base_offset, config, pool, active=True, created_ms=created_ms)
+        except OSError as exc:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                (directory / file_name(base_offset, suffix)).unlink(missing_ok=True)
+            raise _storage_error(exc, directory / file_name(base_offset, LOG_SUFFIX)) from exc
 
     # -- loading -----------------------------------------------------------------
 
@@ -211,6 +237,7 @@ class LogSegment:
         """Write whole batches at the end of the segment and index them."""
         if self._fd is None:
             raise RuntimeError(f"segment {self.log_path} is not active")
+        self._cut_dirty_tail()
         start = self.size
         try:
             _pwrite_all(self._fd, data, start)
@@ -243,16 +270,33 @@ class LogSegment:
         self.size = max(self.size, position + b.size)
 
     def _undo_partial_write(self, size: int) -> None:
-        try:
-            assert self._fd is not None
+        assert self._fd is not None
+        with suppress(OSError):
             os.ftruncate(self._fd, size)
-        except OSError:
-            # Recovery at the next open cuts the torn tail by CRC.
-            pass
+            return
+        # The torn bytes stay for now. Nothing reads past `size`; the next
+        # append, seal or close cuts them first; and a close that cannot does
+        # not mark the shutdown clean. Whole batches among them must not come
+        # back after a crash either (their append failed): zero the first
+        # length field, an overwrite of allocated space a full disk allows,
+        # so recovery stops there.
+        self.tail_dirty = True
+        with suppress(OSError):
+            _pwrite_all(self._fd, bytes(LOG_OVERHEAD), size)
+
+    def _cut_dirty_tail(self) -> None:
+        if not self.tail_dirty or self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, self.size)
+        except OSError as exc:
+            raise _storage_error(exc, self.log_path) from exc
+        self.tail_dirty = False
 
     def _truncate_file(self, size: int) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, size)
+            self.tail_dirty = False
         else:
             self.pool.discard(str(self.log_path))
             os.truncate(self.log_path, size)
@@ -272,7 +316,13 @@ class LogSegment:
         return last_offset - self.base_offset <= _RELATIVE_OFFSET_MAX
 
     def seal(self) -> None:
-        """Stop being the active segment: record the max timestamp, trim indexes."""
+        """Stop being the active segment: record the max timestamp, trim indexes.
+
+        Does nothing to a sealed segment (a roll that failed after sealing is
+        retried by the next append)."""
+        if not self.active:
+            return
+        self._cut_dirty_tail()
         # A full time index cannot take the final entry; load_tail_state
         # recomputes the max from the batches after the last offset entry.
         if self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:
@@ -335,6 +385,11 @@ class LogSegment:
         self.unflushed = False
 
     def close(self) -> None:
+        """Release the files. `tail_dirty` stays set if torn bytes could not
+        be cut: the caller must not call the shutdown clean."""
+        if self.tail_dirty:
+            with suppress(StorageError):
+                self._cut_dirty_tail()
         if self.active and self.max_timestamp != NO_TIMESTAMP and not self.time_index.is_full:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.index.close_and_trim()
