@@ -300,15 +300,17 @@ def validate_batch(
             f"batchLength {batch_length} is below the minimum {BATCH_LENGTH_MIN}", position=pos
         )
     size = batch_length + LOG_OVERHEAD
+    # A length running past the data is a torn or garbage batch, whatever
+    # its size; only a batch that is really there can be too large.
+    if size > remaining:
+        raise CorruptRecordError(
+            f"batchLength says {size} bytes but only {remaining} are present", position=pos
+        )
     if max_batch_bytes is not None and size > max_batch_bytes:
         raise RecordTooLargeError(
             f"record batch of {size} bytes exceeds max_message_bytes={max_batch_bytes}",
             size=size,
             limit=max_batch_bytes,
-        )
-    if size > remaining:
-        raise CorruptRecordError(
-            f"batchLength says {size} bytes but only {remaining} are present", position=pos
         )
     header = BatchHeader(*HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC:
