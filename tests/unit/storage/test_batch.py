@@ -263,12 +263,15 @@ def test_counts_beyond_the_offset_range_are_invalid():
         validate_batch(_refresh_crc(bad))
 
 
-def test_too_large_is_reported_before_reading_the_body():
+def test_too_large_only_when_the_batch_is_really_there():
     data = _good()
     with pytest.raises(RecordTooLargeError) as info:
-        validate_batch(data[:20], max_batch_bytes=len(data) - 1)
+        validate_batch(data, max_batch_bytes=len(data) - 1)
     assert info.value.details == {"size": len(data), "limit": len(data) - 1}
     assert validate_batch(data, max_batch_bytes=len(data)).size == len(data)
+    # A length running past the data is corrupt (torn or garbage), not too large.
+    with pytest.raises(CorruptRecordError):
+        validate_batch(data[:20], max_batch_bytes=len(data) - 1)
 
 
 def test_validate_at_a_position_with_available():
