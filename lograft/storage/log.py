@@ -192,10 +192,11 @@ class Log:
         first_base = self._segments.peekitem(0)[0]
         self.log_start_offset = max(first_base, checkpointed_start or 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        # After an unclean shutdown the recovery point stays where the
+        # checkpoint put it (as Kafka's LogLoader does): recovery read the
+        # page cache, not the disk, so the re-read segments are marked
+        # unflushed and the point moves only when a flush has fsynced them.
         self.recovery_point = min(max(self.recovery_point, 0), self.log_end_offset)
-        if not report.clean_shutdown:
-            # Everything now on disk was just validated; make that durable.
-            self.recovery_point = self.log_end_offset
         marker.unlink(missing_ok=True)
         checkpoint.fsync_dir(self.directory)
         return report
@@ -243,6 +244,7 @@ class Log:
                 # Batches must end below the next segment's base offset.
                 upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
                 dropped = seg.recover(upper)
+                seg.unflushed = True
                 report.segments_recovered += 1
                 report.indexes_rebuilt += int(needs_index)
                 if dropped:
