@@ -498,14 +498,16 @@ class Log:
             for seg in self._segments.values():
                 if seg.largest_timestamp < timestamp:
                     continue
-                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is None:
-                    continue
-                data = seg.read_range(found.position, found.position + found.size)
-                h = BatchHeader(*HEADER.unpack_from(data, 0))
-                for rec in iter_batch_records(data, 0, h):
-                    if rec.offset >= self.log_start_offset and rec.timestamp >= timestamp:
-                        return TimestampOffset(rec.offset, rec.timestamp)
+                start = self.log_start_offset
+                # A batch straddling the log start may reach the timestamp
+                # only below it: then the search goes on after that batch.
+                while (found := seg.find_offset_by_timestamp(timestamp, start)) is not None:
+                    data = seg.read_range(found.position, found.position + found.size)
+                    h = BatchHeader(*HEADER.unpack_from(data, 0))
+                    for rec in iter_batch_records(data, 0, h):
+                        if rec.offset >= self.log_start_offset and rec.timestamp >= timestamp:
+                            return TimestampOffset(rec.offset, rec.timestamp)
+                    start = found.last_offset + 1
             return None
 
     # -- truncation ----------------------------------------------------------------
