@@ -6,20 +6,33 @@ Example (`config/node-1.toml`)::
     roles = ["controller", "broker"]
     data_dir = "data/node-1"
     cluster_id = "lograft-local"
-    cluster_secret = "change-me"
-    quorum_voters = ["1@127.0.0.1:19091", "2@127.0.0.1:19092", "3@127.0.0.1:19093"]
+    cluster_secret = "change-me"      # required by the internal endpoints
 
     [http]
     host = "127.0.0.1"
     port = 9091
 
-    [raft]
-    host = "127.0.0.1"
-    port = 19091
-    password = ""               # non-empty: encrypt Raft links with this key
+    [[voters]]                        # the controller quorum (KRaft's
+    id = 1                            # controller.quorum.voters), the same
+    raft = "127.0.0.1:19091"          # on every node
+    http = "127.0.0.1:9091"
+    [[voters]]
+    id = 2
+    raft = "127.0.0.1:19092"
+    http = "127.0.0.1:9092"
+    [[voters]]
+    id = 3
+    raft = "127.0.0.1:19093"
+    http = "127.0.0.1:9093"
 
-    [raft.dial]                 # optional: dial a peer somewhere else (a proxy)
+    [raft]
+    password = ""                     # non-empty: encrypt Raft links with this key
+    election_timeout_min_ms = 400     # any RaftConfig timing or limit
+    [raft.dial]                       # optional: dial a peer somewhere else (a proxy)
     2 = "127.0.0.1:29012"
+
+    [controller]                      # any ControllerConfig setting
+    broker_session_timeout_ms = 1500
 
 Environment overrides: `LOGRAFT_<KEY>` for a top-level key and
 `LOGRAFT_<SECTION>__<KEY>` inside a section, e.g. `LOGRAFT_HTTP__PORT=9092`.
@@ -45,12 +58,12 @@ ROLES = ("controller", "broker")
 @dataclass(frozen=True, slots=True)
 class Voter:
     node_id: int
-    host: str
-    port: int
+    raft: str  # host:port of its Raft listener
+    http: str  # host:port of its HTTP listener
 
     @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+    def http_url(self) -> str:
+        return f"http://{self.http}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +75,12 @@ class HttpConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class RaftConfig:
-    host: str = "127.0.0.1"
-    port: int = 19091
+class RaftSection:
     password: str = ""
     # Peer id -> host:port to dial instead of the voter's own address.
     dial: Mapping[int, str] = field(default_factory=dict)
+    # Further RaftConfig settings (timings, limits), validated by RaftConfig.
+    tuning: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +91,13 @@ class NodeConfig:
     cluster_id: str = "lograft"
     cluster_secret: str = ""
     rack: str | None = None
-    quorum_voters: tuple[Voter, ...] = ()
+    voters: tuple[Voter, ...] = ()
     http: HttpConfig = field(default_factory=HttpConfig)
-    raft: RaftConfig = field(default_factory=RaftConfig)
+    raft: RaftSection = field(default_factory=RaftSection)
+    # ControllerConfig settings, validated by the controller.
+    controller: Mapping[str, Any] = field(default_factory=dict)
+    # BrokerConfig settings, validated by the broker.
+    broker: Mapping[str, Any] = field(default_factory=dict)
     log_level: str = "INFO"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...).
     log_defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -97,6 +114,12 @@ class NodeConfig:
     def http_url(self) -> str:
         return f"http://{self.http.host}:{self.http.port}"
 
+    def voter(self, node_id: int) -> Voter | None:
+        for v in self.voters:
+            if v.node_id == node_id:
+                return v
+        return None
+
 
 _TOP_KEYS = {
     "node_id",
@@ -105,14 +128,16 @@ _TOP_KEYS = {
     "cluster_id",
     "cluster_secret",
     "rack",
-    "quorum_voters",
+    "voters",
     "http",
     "raft",
+    "controller",
+    "broker",
     "log_level",
     "log_defaults",
 }
+_VOTER_KEYS = {"id", "raft", "http"}
 _HTTP_KEYS = {"host", "port", "request_bytes_max"}
-_RAFT_KEYS = {"host", "port", "password", "dial"}
 
 
 def load_config(path: Path | str | None, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -162,16 +187,8 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         raise InvalidConfigError(
             f"roles={list(roles)!r}: use one or both of {', '.join(ROLES)}", key="roles"
         )
-    voters = tuple(
-        _voter(v, i) for i, v in enumerate(_list(raw.get("quorum_voters", []), "quorum_voters"))
-    )
-    if len({v.node_id for v in voters}) != len(voters):
-        raise InvalidConfigError("quorum_voters lists a node id twice", key="quorum_voters")
-    if "controller" in roles and voters and node_id not in {v.node_id for v in voters}:
-        raise InvalidConfigError(
-            f"node {node_id} has the controller role but is not in quorum_voters",
-            key="quorum_voters",
-        )
+    voters = tuple(_voter(v, i) for i, v in enumerate(_list(raw.get("voters", []), "voters")))
+    _check_voters(node_id, roles, voters)
     return NodeConfig(
         node_id=node_id,
         data_dir=Path(_str(raw["data_dir"], "data_dir")),
@@ -179,9 +196,11 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         cluster_id=_str(raw.get("cluster_id", "lograft"), "cluster_id"),
         cluster_secret=_str(raw.get("cluster_secret", ""), "cluster_secret"),
         rack=_str(raw["rack"], "rack") if raw.get("rack") is not None else None,
-        quorum_voters=voters,
+        voters=voters,
         http=_http(raw.get("http", {})),
         raft=_raft(raw.get("raft", {})),
+        controller=dict(_section(raw.get("controller", {}), "controller")),
+        broker=dict(_section(raw.get("broker", {}), "broker")),
         log_level=_str(raw.get("log_level", "INFO"), "log_level").upper(),
         log_defaults=_log_defaults(raw.get("log_defaults", {})),
     )
@@ -202,21 +221,37 @@ def _http(raw: Any) -> HttpConfig:
     )
 
 
-def _raft(raw: Any) -> RaftConfig:
-    section = _section(raw, "raft")
-    _no_unknown(section, _RAFT_KEYS, "raft.")
-    d = RaftConfig()
-    dial_raw = _section(section.get("dial", {}), "raft.dial")
+def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...]) -> None:
+    ids = {v.node_id for v in voters}
+    if not voters:
+        raise InvalidConfigError("voters: at least one controller voter is required", key="voters")
+    if len(ids) != len(voters):
+        raise InvalidConfigError("voters lists a node id twice", key="voters")
+    if "controller" in roles and node_id not in ids:
+        raise InvalidConfigError(
+            f"node {node_id} has the controller role but is not in voters", key="voters"
+        )
+    if "controller" not in roles and node_id in ids:
+        raise InvalidConfigError(
+            f"node {node_id} is a voter but lacks the controller role", key="roles"
+        )
+
+
+def _raft(raw: Any) -> RaftSection:
+    section = dict(_section(raw, "raft"))
+    dial_raw = _section(section.pop("dial", {}), "raft.dial")
     dial: dict[int, str] = {}
     for peer, address in dial_raw.items():
         key = f"raft.dial.{peer}"
         dial[_int(peer, key, minimum=0)] = _address(address, key)
-    return RaftConfig(
-        host=_str(section.get("host", d.host), "raft.host"),
-        port=_port(section.get("port", d.port), "raft.port"),
-        password=_str(section.get("password", ""), "raft.password"),
-        dial=dial,
-    )
+    password = _str(section.pop("password", ""), "raft.password")
+    for reserved in ("node_id", "data_dir", "peers", "listen_address", "voter"):
+        if reserved in section:
+            raise InvalidConfigError(
+                f"raft.{reserved} is derived from node_id, data_dir and voters; remove it",
+                key=f"raft.{reserved}",
+            )
+    return RaftSection(password=password, dial=dial, tuning=section)
 
 
 def _log_defaults(raw: Any) -> dict[str, Any]:
@@ -227,13 +262,17 @@ def _log_defaults(raw: Any) -> dict[str, Any]:
 
 
 def _voter(raw: Any, i: int) -> Voter:
-    key = f"quorum_voters[{i}]"
-    text = _str(raw, key)
-    node, sep, address = text.partition("@")
-    if not sep:
-        raise InvalidConfigError(f"{key}={text!r}: write it as id@host:port", key=key)
-    host, port = _address(address, key).rsplit(":", 1)
-    return Voter(_int(node, key, minimum=0), host, int(port))
+    key = f"voters[{i}]"
+    section = _section(raw, key)
+    _no_unknown(section, _VOTER_KEYS, f"{key}.")
+    for required in ("id", "raft", "http"):
+        if required not in section:
+            raise InvalidConfigError(f"{key}.{required} is required", key=f"{key}.{required}")
+    return Voter(
+        node_id=_int(section["id"], f"{key}.id", minimum=0),
+        raft=_address(section["raft"], f"{key}.raft"),
+        http=_address(section["http"], f"{key}.http"),
+    )
 
 
 def _address(raw: Any, key: str) -> str:

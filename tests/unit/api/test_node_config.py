@@ -14,17 +14,32 @@ node_id = 2
 roles = ["controller", "broker"]
 data_dir = "data/node-2"
 cluster_secret = "s3cret"
-quorum_voters = ["1@127.0.0.1:19091", "2@127.0.0.1:19092", "3@127.0.0.1:19093"]
 
 [http]
 port = 9092
 
+[[voters]]
+id = 1
+raft = "127.0.0.1:19091"
+http = "127.0.0.1:9091"
+[[voters]]
+id = 2
+raft = "127.0.0.1:19092"
+http = "127.0.0.1:9092"
+[[voters]]
+id = 3
+raft = "127.0.0.1:19093"
+http = "127.0.0.1:9093"
+
 [raft]
-port = 19092
 password = "pw"
+election_timeout_min_ms = 300
 
 [raft.dial]
 1 = "127.0.0.1:29021"
+
+[controller]
+broker_session_timeout_ms = 1500
 
 [log_defaults]
 segment_bytes = 1048576
@@ -37,9 +52,12 @@ def test_a_full_config_parses(tmp_path: Path):
     cfg = load_config(f, env={})
     assert cfg.node_id == 2
     assert cfg.is_controller and cfg.is_broker
-    assert [v.address for v in cfg.quorum_voters][1] == "127.0.0.1:19092"
+    assert [v.raft for v in cfg.voters][1] == "127.0.0.1:19092"
+    assert cfg.voter(3).http_url == "http://127.0.0.1:9093"
     assert cfg.raft.dial == {1: "127.0.0.1:29021"}
     assert cfg.raft.password == "pw"
+    assert cfg.raft.tuning == {"election_timeout_min_ms": 300}
+    assert cfg.controller == {"broker_session_timeout_ms": 1500}
     assert cfg.http.port == 9092
     assert cfg.http_url == "http://127.0.0.1:9092"
     assert cfg.log_defaults == {"segment_bytes": 1048576}
@@ -48,27 +66,41 @@ def test_a_full_config_parses(tmp_path: Path):
 def test_environment_overrides_win(tmp_path: Path):
     f = tmp_path / "node.toml"
     f.write_text(GOOD)
-    cfg = load_config(
-        f, env={"LOGRAFT_HTTP__PORT": "9999", "LOGRAFT_ROLES": "broker", "OTHER": "x"}
-    )
+    cfg = load_config(f, env={"LOGRAFT_HTTP__PORT": "9999", "LOGRAFT_NODE_ID": "3", "OTHER": "x"})
     assert cfg.http.port == 9999
-    assert cfg.roles == ("broker",)
+    assert cfg.node_id == 3
+
+
+V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
 
 
 @pytest.mark.parametrize(
     ("raw", "key"),
     [
-        ({"data_dir": "d"}, "node_id"),
-        ({"node_id": 1}, "data_dir"),
-        ({"node_id": "one", "data_dir": "d"}, "node_id"),
-        ({"node_id": 1, "data_dir": "d", "colour": "red"}, "colour"),
-        ({"node_id": 1, "data_dir": "d", "http": {"port": 70000}}, "http.port"),
-        ({"node_id": 1, "data_dir": "d", "http": {"prot": 1}}, "http.prot"),
-        ({"node_id": 1, "data_dir": "d", "roles": ["leader"]}, "roles"),
-        ({"node_id": 1, "data_dir": "d", "quorum_voters": ["127.0.0.1:1"]}, "quorum_voters[0]"),
-        ({"node_id": 4, "data_dir": "d", "quorum_voters": ["1@h:1"]}, "quorum_voters"),
-        ({"node_id": 1, "data_dir": "d", "raft": {"dial": {"2": "nohost"}}}, "raft.dial.2"),
-        ({"node_id": 1, "data_dir": "d", "log_defaults": {"segment_bites": 1}}, "segment_bites"),
+        ({"data_dir": "d", "voters": V}, "node_id"),
+        ({"node_id": 1, "voters": V}, "data_dir"),
+        ({"node_id": "one", "data_dir": "d", "voters": V}, "node_id"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "colour": "red"}, "colour"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "http": {"port": 70000}}, "http.port"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "http": {"prot": 1}}, "http.prot"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles"),
+        ({"node_id": 1, "data_dir": "d"}, "voters"),
+        ({"node_id": 1, "data_dir": "d", "voters": [{"id": 1, "raft": "h:1"}]}, "voters[0].http"),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": [{"id": 1, "raft": "h", "http": "h:1"}]},
+            "voters[0].raft",
+        ),
+        ({"node_id": 4, "data_dir": "d", "voters": V}, "voters"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["broker"]}, "roles"),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "raft": {"dial": {"2": "nohost"}}},
+            "raft.dial.2",
+        ),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "raft": {"peers": {}}}, "raft.peers"),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "log_defaults": {"segment_bites": 1}},
+            "segment_bites",
+        ),
     ],
 )
 def test_bad_settings_name_the_key(raw, key):
