@@ -233,7 +233,7 @@ def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...
         )
     if "controller" not in roles and node_id in ids:
         raise InvalidConfigError(
-            f"node {node_id} is a voter but lacks the controller role", key="roles"
+            f"node {node_id} is in voters, so roles must include controller", key="roles"
         )
 
 
