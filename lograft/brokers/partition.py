@@ -1,0 +1,533 @@
+"""One partition replica on this broker: leader or follower state over its log.
+
+State machine (transitions only through `become_leader`, `become_follower`
+and `stop`; anything else is a bug and raises)::
+
+    NONE -> LEADER | FOLLOWER      first assignment
+    LEADER <-> FOLLOWER            leader change (new leader epoch)
+    LEADER | FOLLOWER -> STOPPED   the replica moved away or the broker stops
+
+Invariants, asserted:
+
+- leader epochs never go backwards;
+- 0 <= high watermark <= log end offset;
+- on a leader the high watermark never goes backwards, and it only covers
+  offsets that at least `min_insync_replicas` ISR members hold (helper
+  functions in high_watermark.py);
+- every acks=all waiter is answered: resolved when the HW passes its
+  records, failed when leadership is lost or the partition stops, or timed
+  out by its caller.
+
+This class runs on the broker's event loop; it never blocks on the network.
+Log calls are local file I/O (page cache), which Kafka also does on its
+request threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from lograft.brokers.fetch_session import (
+    EpochEndOffset,
+    FetchOutcome,
+    PartitionFetch,
+    decide_fetch,
+    truncation_offset,
+)
+from lograft.brokers.high_watermark import (
+    compute_high_watermark,
+    enough_replicas_for_acks_all,
+    follower_high_watermark,
+)
+from lograft.brokers.isr import isr_expand_candidates, isr_shrink_candidates
+from lograft.brokers.producer_state import OK, Duplicate, ProducerStateManager
+from lograft.brokers.replica_state import FollowerStateTracker
+from lograft.errors import (
+    InvalidRequestError,
+    LograftError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
+from lograft.storage.batch import HEADER, LOG_OVERHEAD, BatchHeader, validate_batch
+from lograft.storage.log import Log
+
+
+class Role(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    STOPPED = "stopped"
+
+
+_ALLOWED: dict[Role, set[Role]] = {
+    Role.NONE: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.LEADER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.FOLLOWER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.STOPPED: set(),
+}
+
+
+class Acks(enum.Enum):
+    NONE = "0"
+    LEADER = "1"
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, raw: object) -> Acks:
+        text = str(raw).lower()
+        if text in ("-1", "all"):
+            return cls.ALL
+        for a in cls:
+            if a.value == text:
+                return a
+        raise InvalidRequestError(f"acks={raw!r}; use 0, 1 or all")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What the metadata says about a partition, as the broker needs it."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSettings:
+    min_insync_replicas: int = 2
+    # A follower that has not caught up for this long leaves the ISR, ms.
+    replica_lag_time_max_ms: int = 30_000
+    # acks=all produce requests waiting on this partition at once.
+    ack_waiters_max: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetchResult:
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging: EpochEndOffset | None = None
+    error: LograftError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IsrProposal:
+    """An AlterPartition the leader wants to send to the controller."""
+
+    isr: tuple[int, ...]
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(order=True)
+class _Waiter:
+    required_offset: int
+    seq: int
+    future: asyncio.Future[None] = field(compare=False)
+
+
+_seq = itertools.count()
+
+
+class Partition:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        log: Log,
+        broker_id: int,
+        settings: PartitionSettings,
+        *,
+        high_watermark: int = 0,
+    ) -> None:
+        self.tp = tp
+        self.log = log
+        self.broker_id = broker_id
+        self.settings = settings
+        self.role = Role.NONE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.high_watermark = max(0, min(high_watermark, log.log_end_offset))
+        self.tracker = FollowerStateTracker(broker_id)
+        self.producers = ProducerStateManager()
+        self.producers.rebuild_from_batches(_headers(log))
+        self.isr_in_flight: IsrProposal | None = None
+        self._waiters: list[_Waiter] = []
+
+    # -- transitions ---------------------------------------------------------------
+
+    def _transition(self, to: Role) -> None:
+        if to not in _ALLOWED[self.role]:
+            raise AssertionError(f"{self.tp}: illegal transition {self.role.value} -> {to.value}")
+        self.role = to
+
+    def _check_epoch(self, a: Assignment) -> None:
+        if a.leader_epoch < self.leader_epoch:
+            raise AssertionError(
+                f"{self.tp}: leader epoch went backwards ({self.leader_epoch} -> {a.leader_epoch})"
+            )
+
+    def become_leader(self, a: Assignment, now_ms: int) -> None:
+        self._check_epoch(a)
+        new_term = a.leader_epoch > self.leader_epoch or self.role is not Role.LEADER
+        self._transition(Role.LEADER)
+        self._apply_assignment(a)
+        if new_term:
+            # Followers ask "where did epoch e end?"; the new epoch starts here.
+            self.log.epochs.assign(a.leader_epoch, self.log.log_end_offset)
+            self.tracker.become_leader(a.replicas, a.isr, now_ms)
+            self.isr_in_flight = None
+        else:
+            self.tracker.set_replicas(a.replicas)
+            if self.isr_in_flight and a.partition_epoch >= self.isr_in_flight.partition_epoch:
+                self.isr_in_flight = None
+        self.maybe_advance_high_watermark()
+
+    def become_follower(self, a: Assignment) -> None:
+        self._check_epoch(a)
+        was_leader = self.role is Role.LEADER
+        self._transition(Role.FOLLOWER)
+        self._apply_assignment(a)
+        self.isr_in_flight = None
+        if was_leader:
+            self._fail_waiters(self._not_leader())
+
+    def stop(self) -> None:
+        self._transition(Role.STOPPED)
+        self._fail_waiters(self._not_leader())
+
+    def _apply_assignment(self, a: Assignment) -> None:
+        self.leader_id = a.leader
+        self.leader_epoch = a.leader_epoch
+        self.partition_epoch = a.partition_epoch
+        self.replicas = a.replicas
+        self.isr = a.isr
+
+    def _not_leader(self) -> NotLeaderOrFollowerError:
+        return NotLeaderOrFollowerError(
+            f"broker {self.broker_id} is not the leader of {self.tp}",
+            topic=self.tp.topic,
+            partition=self.tp.partition,
+            leader_id=self.leader_id,
+            leader_epoch=self.leader_epoch,
+        )
+
+    def _require_leader(self) -> None:
+        if self.role is not Role.LEADER:
+            raise self._not_leader()
+
+    # -- leader: produce -------------------------------------------------------------
+
+    def append_records(
+        self, data: bytes, acks: Acks, *, validate_records: bool = True
+    ) -> AppendResult:
+        """Append producer batches as leader. Idempotent batches that repeat one
+        of the producer's last five get their original offsets back."""
+        self._require_leader()
+        if acks is Acks.ALL and not enough_replicas_for_acks_all(
+            len(self.isr), self.settings.min_insync_replicas
+        ):
+            raise NotEnoughReplicasError(
+                f"{self.tp} has {len(self.isr)} in-sync replicas {list(self.isr)}; acks=all "
+                f"needs min_insync_replicas={self.settings.min_insync_replicas}",
+                isr=list(self.isr),
+                min_insync_replicas=self.settings.min_insync_replicas,
+            )
+        first = last = -1
+        append_time = -1
+        duplicate = True
+        for chunk, header in _split_batches(data, self.log.config.max_message_bytes):
+            got = self._append_one(chunk, header, validate_records)
+            first = got.first_offset if first < 0 else first
+            last = got.last_offset
+            append_time = max(append_time, got.log_append_time_ms)
+            duplicate = duplicate and got.duplicate
+        self.maybe_advance_high_watermark()
+        return AppendResult(first, last, append_time, duplicate)
+
+    def _append_one(self, chunk: bytes, h: BatchHeader, validate_records: bool) -> AppendResult:
+        if h.producer_id >= 0:
+            verdict = self.producers.validate(
+                h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence
+            )
+            if isinstance(verdict, Duplicate):
+                return AppendResult(verdict.first_offset, verdict.last_offset, -1, True)
+            assert verdict is OK
+        info = self.log.append(
+            chunk, leader_epoch=self.leader_epoch, validate_records=validate_records
+        )
+        if h.producer_id >= 0:
+            self.producers.record(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence,
+                info.first_offset,
+                info.last_offset,
+                info.max_timestamp,
+            )
+        return AppendResult(info.first_offset, info.last_offset, info.log_append_time_ms)
+
+    def wait_for_high_watermark(self, required_offset: int) -> asyncio.Future[None]:
+        """A future resolved once the HW reaches `required_offset` (acks=all)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if self.high_watermark >= required_offset:
+            fut.set_result(None)
+            return fut
+        self._require_leader()
+        if len(self._waiters) >= self.settings.ack_waiters_max:
+            raise RequestTimedOutError(
+                f"{self.tp} already has {len(self._waiters)} acks=all requests waiting "
+                f"(ack_waiters_max={self.settings.ack_waiters_max}); retry later"
+            )
+        heapq.heappush(self._waiters, _Waiter(required_offset, next(_seq), fut))
+        return fut
+
+    def _release_waiters(self) -> None:
+        while self._waiters and self._waiters[0].required_offset <= self.high_watermark:
+            w = heapq.heappop(self._waiters)
+            if not w.future.done():
+                w.future.set_result(None)
+        # Drop waiters whose callers gave up (timed out), so the heap stays bounded.
+        if self._waiters and len(self._waiters) > 64:
+            live = [w for w in self._waiters if not w.future.done()]
+            if len(live) != len(self._waiters):
+                heapq.heapify(live)
+                self._waiters = live
+
+    def _fail_waiters(self, error: LograftError) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.future.done():
+                w.future.set_exception(error)
+
+    def maybe_advance_high_watermark(self) -> bool:
+        if self.role is not Role.LEADER:
+            return False
+        leos = self.tracker.follower_leos(r for r in self.isr if r != self.broker_id)
+        new_hw = compute_high_watermark(
+            self.high_watermark,
+            self.log.log_end_offset,
+            leos,
+            self.settings.min_insync_replicas,
+        )
+        if new_hw == self.high_watermark:
+            return False
+        self.high_watermark = new_hw
+        self._release_waiters()
+        return True
+
+    # -- leader: fetches -------------------------------------------------------------
+
+    def read_for_consumer(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset`, never at or past the high watermark."""
+        self._require_leader()
+        return self.log.read(offset, max_bytes, max_offset=self.high_watermark)
+
+    def on_follower_fetch(
+        self, follower: int, request: PartitionFetch, max_bytes: int, now_ms: int
+    ) -> FollowerFetchResult:
+        self._require_leader()
+        if follower not in self.replicas:
+            raise NotLeaderOrFollowerError(
+                f"broker {follower} is not a replica of {self.tp}", replicas=list(self.replicas)
+            )
+        leo = self.log.log_end_offset
+        decision = decide_fetch(
+            request,
+            leader_epoch=self.leader_epoch,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=leo,
+            end_offset_for=lambda e: self.log.epochs.end_offset_for(e, self.log.log_end_offset),
+        )
+        if decision.outcome is FetchOutcome.DIVERGING_EPOCH:
+            return self._fetch_result(b"", decision.diverging)
+        error = decision.error()
+        if error is not None:
+            return self._fetch_result(b"", None, error)
+        self.tracker.on_fetch(follower, request.fetch_offset, leo, now_ms)
+        self.maybe_advance_high_watermark()
+        data = self.log.read(request.fetch_offset, max_bytes)
+        return self._fetch_result(data, None)
+
+    def _fetch_result(
+        self, data: bytes, diverging: EpochEndOffset | None, error: LograftError | None = None
+    ) -> FollowerFetchResult:
+        return FollowerFetchResult(
+            data,
+            self.high_watermark,
+            self.log.log_start_offset,
+            self.log.log_end_offset,
+            diverging,
+            error,
+        )
+
+    def isr_change(
+        self, now_ms: int, ineligible: frozenset[int] = frozenset()
+    ) -> IsrProposal | None:
+        """The ISR the leader should propose now, if any (one in flight at a time)."""
+        if self.role is not Role.LEADER or self.isr_in_flight is not None:
+            return None
+        states = self.tracker.states()
+        out = isr_shrink_candidates(
+            self.isr,
+            states,
+            self.log.log_end_offset,
+            now_ms,
+            self.broker_id,
+            self.settings.replica_lag_time_max_ms,
+        )
+        start = _epoch_start(self.log, self.leader_epoch)
+        join = isr_expand_candidates(
+            self.isr, self.replicas, states, self.high_watermark, start, self.broker_id, ineligible
+        )
+        if not out and not join:
+            return None
+        new_isr = tuple(r for r in self.replicas if (r in self.isr and r not in out) or r in join)
+        proposal = IsrProposal(new_isr, self.leader_epoch, self.partition_epoch)
+        self.isr_in_flight = proposal
+        return proposal
+
+    def isr_change_done(self, accepted: Assignment | None) -> None:
+        """The controller answered an AlterPartition (None: it failed)."""
+        self.isr_in_flight = None
+        if accepted is not None and self.role is Role.LEADER:
+            if accepted.partition_epoch >= self.partition_epoch:
+                self.isr = accepted.isr
+                self.partition_epoch = accepted.partition_epoch
+            self.maybe_advance_high_watermark()
+
+    # -- follower ------------------------------------------------------------------------
+
+    def follower_fetch_request(self) -> PartitionFetch:
+        return PartitionFetch(
+            fetch_offset=self.log.log_end_offset,
+            last_fetched_epoch=self.log.epochs.latest_epoch,
+            current_leader_epoch=self.leader_epoch,
+        )
+
+    def apply_fetch_response(
+        self,
+        data: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+        diverging: EpochEndOffset | None,
+    ) -> int:
+        """Truncate on divergence, else append what the leader sent.
+        Returns the number of bytes appended."""
+        if self.role is not Role.FOLLOWER:
+            raise self._not_leader()
+        if diverging is not None:
+            target = truncation_offset(
+                self.log.log_end_offset,
+                diverging,
+                lambda e: self.log.epochs.end_offset_for(e, self.log.log_end_offset),
+            )
+            self.truncate_to(target)
+            return 0
+        if leader_log_start_offset > self.log.log_end_offset:
+            # The leader deleted what we have not copied yet: start over there.
+            self.log.truncate_fully_and_start_at(leader_log_start_offset)
+            self.producers.rebuild_from_batches(_headers(self.log))
+        appended = 0
+        if data:
+            self.log.append_as_follower(data)
+            for _pos, h in _iter_headers(data):
+                self.producers.record_batch(h)
+            appended = len(data)
+        if leader_log_start_offset > self.log.log_start_offset:
+            self.log.advance_log_start_offset(min(leader_log_start_offset, self.log.log_end_offset))
+        self.high_watermark = follower_high_watermark(
+            leader_high_watermark, self.log.log_end_offset
+        )
+        return appended
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.producers.truncate_to(offset, _headers(self.log))
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "partition": self.tp.partition,
+            "role": self.role.value,
+            "leader": self.leader_id,
+            "leader_epoch": self.leader_epoch,
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "log_start_offset": self.log.log_start_offset,
+            "log_end_offset": self.log.log_end_offset,
+            "high_watermark": self.high_watermark,
+        }
+
+
+def _split_batches(data: bytes, max_bytes: int) -> Iterator[tuple[bytes, BatchHeader]]:
+    """Each batch of a request, validated (structure and CRC) and sliced."""
+    if not data:
+        from lograft.errors import InvalidRecordError
+
+        raise InvalidRecordError("no record batch in the request")
+    view = memoryview(data)
+    pos = 0
+    while pos < len(data):
+        h = validate_batch(data, pos, max_batch_bytes=max_bytes)
+        yield bytes(view[pos : pos + h.size]), h
+        pos += h.size
+
+
+def _iter_headers(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
+    pos = 0
+    while len(data) - pos >= HEADER.size:
+        h = BatchHeader(*HEADER.unpack_from(data, pos))
+        yield pos, h
+        pos += h.batch_length + LOG_OVERHEAD
+
+
+def _headers(log: Log) -> Iterator[BatchHeader]:
+    """Every batch header of the log, read segment by segment."""
+    for seg in log.segments():
+        for b in seg.walk(0):
+            yield BatchHeader(*HEADER.unpack_from(seg.read_range(b.position, b.position + 61), 0))
+
+
+def _epoch_start(log: Log, epoch: int) -> int:
+    for e, start in log.epochs.entries():
+        if e == epoch:
+            return start
+    return log.log_end_offset
