@@ -15,6 +15,11 @@ After an unclean shutdown the trailing preallocated zeros are ignored, and
 recovery rebuilds the index of every segment it re-reads. Lookups binary-search
 the mmap, so their cost is O(log entries) whatever the log's size, and the
 index costs page cache, not Python heap.
+
+A sealed index is not mapped for its lifetime: CPython's mmap holds a dup()
+of the descriptor, so a log of many segments would hold two descriptors per
+segment. Its mapping is borrowed from the FilePool for each lookup, cached
+there least recently used first, within the pool's descriptor limit.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from lograft.storage.handles import FilePool, default_pool
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -37,38 +46,58 @@ class _MappedIndex:
 
     entry: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int, writable: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_bytes: int,
+        writable: bool,
+        pool: FilePool | None = None,
+    ) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_bytes = max_bytes - max_bytes % self.entry.size
         self.writable = writable
-        self._mm: mmap.mmap | None = None
+        self.pool = pool or default_pool()
+        self._mm: mmap.mmap | None = None  # only while writable
         self.entries = 0
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------
 
     def _open(self) -> None:
-        exists = self.path.exists()
-        if not exists and not self.writable:
-            # A missing index of a sealed segment: the log rebuilds it.
-            self.entries = 0
+        if not self.writable:
+            # Sealed: count the entries; lookups borrow a mapping from the pool.
+            # A missing index of a sealed segment has none: the log rebuilds it.
+            try:
+                self.entries = self.path.stat().st_size // self.entry.size
+            except FileNotFoundError:
+                self.entries = 0
             return
-        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
-        fd = os.open(self.path, flags, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            size = os.fstat(fd).st_size if exists else 0
+            size = os.fstat(fd).st_size
             self.entries = size // self.entry.size
-            if self.writable:
-                length = max(self.max_bytes, self.entries * self.entry.size)
-                if size != length:
-                    os.ftruncate(fd, length)
-                self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
-            elif size:
-                self._mm = mmap.mmap(fd, self.entries * self.entry.size, access=mmap.ACCESS_READ)
+            length = max(self.max_bytes, self.entries * self.entry.size)
+            if size != length:
+                os.ftruncate(fd, length)
+            self._mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
         finally:
-            # The mapping keeps the file alive; no descriptor is held.
+            # The mapping keeps its own descriptor.
             os.close(fd)
+
+    @contextmanager
+    def _view(self) -> Iterator[mmap.mmap]:
+        """The entries' bytes: the writable mapping, or one borrowed from the pool."""
+        if self._mm is not None:
+            yield self._mm
+            return
+        with self.pool.borrow_map(str(self.path)) as mm:
+            if len(mm) < self.entries * self.entry.size:
+                # The file shrank under us (it is never rewritten in place
+                # while sealed): read what is there.
+                self.entries = len(mm) // self.entry.size
+            yield mm
 
     def trim(self) -> None:
         """Shrink the file to its entries and remap it read-only."""
@@ -102,6 +131,9 @@ class _MappedIndex:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+        # The file is about to be rewritten, renamed over or deleted: drop a
+        # cached read-only mapping of it.
+        self.pool.discard(str(self.path))
 
     def close_and_trim(self) -> None:
         writable = self.writable
@@ -140,23 +172,31 @@ class _MappedIndex:
         self.entries += 1
 
     def _entry(self, n: int) -> tuple[int, ...]:
-        assert self._mm is not None
-        return self.entry.unpack_from(self._mm, n * self.entry.size)
+        with self._view() as mm:
+            return self.entry.unpack_from(mm, n * self.entry.size)
+
+    def _all(self) -> list[tuple[int, ...]]:
+        if not self.entries:
+            return []
+        with self._view() as mm:
+            return list(self.entry.iter_unpack(mm[: self.entries * self.entry.size]))
 
     def _search(self, key: int, field: int) -> int:
         """Index of the last entry whose `field` is <= key, or -1."""
-        lo, hi = 0, self.entries - 1
+        if not self.entries:
+            return -1
         found = -1
-        mm = self._mm
         size = self.entry.size
         unpack = self.entry.unpack_from
-        while lo <= hi:
-            mid = (lo + hi) >> 1
-            if unpack(mm, mid * size)[field] <= key:
-                found = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
+        with self._view() as mm:
+            lo, hi = 0, self.entries - 1
+            while lo <= hi:
+                mid = (lo + hi) >> 1
+                if unpack(mm, mid * size)[field] <= key:
+                    found = mid
+                    lo = mid + 1
+                else:
+                    hi = mid - 1
         return found
 
     @property
@@ -210,16 +250,12 @@ class OffsetIndex(_MappedIndex):
         self.truncate_entries(self._search(offset - self.base_offset - 1, 0) + 1)
 
     def entry_list(self) -> list[tuple[int, int]]:
-        return [
-            (self.base_offset + rel, pos)
-            for rel, pos in (self._entry(i) for i in range(self.entries))
-        ]
+        return [(self.base_offset + rel, pos) for rel, pos in self._all()]
 
     def is_sane(self, log_size: int) -> bool:
         """Entries strictly increasing and inside the log file."""
         prev_rel, prev_pos = -1, -1
-        for i in range(self.entries):
-            rel, pos = self._entry(i)
+        for rel, pos in self._all():
             if rel <= prev_rel or pos <= prev_pos or pos >= max(log_size, 1) or rel < 0:
                 return False
             prev_rel, prev_pos = rel, pos
@@ -262,15 +298,11 @@ class TimeIndex(_MappedIndex):
         self.truncate_entries(keep)
 
     def entry_list(self) -> list[tuple[int, int]]:
-        return [
-            (ts, self.base_offset + rel)
-            for ts, rel in (self._entry(i) for i in range(self.entries))
-        ]
+        return [(ts, self.base_offset + rel) for ts, rel in self._all()]
 
     def is_sane(self) -> bool:
         prev_ts, prev_rel = -(1 << 63), -1
-        for i in range(self.entries):
-            ts, rel = self._entry(i)
+        for ts, rel in self._all():
             if ts <= prev_ts or rel < prev_rel or rel < 0:
                 return False
             prev_ts, prev_rel = ts, rel

@@ -104,6 +104,7 @@ class LogSegment:
                 base_offset,
                 config.segment_index_bytes,
                 writable=active,
+                pool=pool,
             )
             try:
                 self.time_index = TimeIndex(
@@ -111,6 +112,7 @@ class LogSegment:
                     base_offset,
                     config.segment_index_bytes,
                     writable=active,
+                    pool=pool,
                 )
             except BaseException:
                 self.index.close()
