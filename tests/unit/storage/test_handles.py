@@ -1,0 +1,209 @@
+"""Bounded resources: the FilePool keeps at most max_open_files descriptors
+of sealed segments (LRU, never closing one in use), a log of 300 segments
+read end to end never holds more, and a Log's Python memory does not grow
+with the data it holds."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import tracemalloc
+
+import pytest
+
+from lograft.storage.batch import RecordInput, build_batch
+from lograft.storage.config import LogConfig
+from lograft.storage.handles import FilePool
+from lograft.storage.log import Log
+
+from .storage_support import FakeClock, batch_bases, fd_count, no_fsync  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
+
+# -- the pool ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for i in range(6):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"%d" % i)
+        paths.append(str(p))
+    return paths
+
+
+def _held_paths() -> set[str]:
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own, already closed
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return out
+
+
+def test_pool_is_lru_and_bounded(files):
+    pool = FilePool(max_open_files=3)
+    base = fd_count()
+    for p in files[:3]:
+        with pool.borrow(p) as fd:
+            assert os.pread(fd, 1, 0) == p[-1].encode()
+    assert pool.open_count == 3
+    with pool.borrow(files[0]):  # touch f0: f1 is now the oldest
+        pass
+    with pool.borrow(files[3]):
+        pass
+    assert pool.open_count == 3
+    assert fd_count() == base + 3
+    held = _held_paths()
+    assert [p in held for p in files[:4]] == [True, False, True, True]
+
+
+def test_mappings_count_against_the_same_limit(files):
+    pool = FilePool(max_open_files=2)
+    base = fd_count()
+    for p in files[:4]:
+        with pool.borrow_map(p) as mm:
+            assert mm[:1] == p[-1].encode()
+        with pool.borrow(p) as fd:
+            assert os.pread(fd, 1, 0) == p[-1].encode()
+        assert pool.open_count <= 2
+        assert fd_count() <= base + 2
+    pool.discard(files[3])
+    assert pool.open_count == 0
+    assert fd_count() == base
+
+
+def test_pool_never_closes_a_descriptor_in_use(files):
+    pool = FilePool(max_open_files=2)
+    with pool.borrow(files[0]) as fd0, pool.borrow(files[1]) as fd1:
+        with pool.borrow(files[2]) as fd2:
+            # Over the limit while all three are pinned; each still reads.
+            for fd, p in ((fd0, files[0]), (fd1, files[1]), (fd2, files[2])):
+                assert os.pread(fd, 1, 0) == p[-1].encode()
+        pool.discard(files[0])  # doomed while pinned: closed on release
+        assert os.pread(fd0, 1, 0) == b"0"
+    with pool.borrow(files[3]):
+        pass
+    assert pool.open_count <= 2
+    pool.close_all()
+    assert pool.open_count == 0
+
+
+def test_pool_refuses_a_zero_limit():
+    with pytest.raises(ValueError):
+        FilePool(max_open_files=0)
+
+
+# -- a log of many segments -----------------------------------------------------------------
+
+
+SEGMENTS = 300
+
+
+@pytest.fixture(scope="module")
+def many_segments(tmp_path_factory):
+    """300 segments of one ~1 KiB batch each (the log is closed when done)."""
+    directory = tmp_path_factory.mktemp("many") / "p"
+    config = LogConfig(segment_bytes=1024, segment_index_bytes=4096)
+    log = Log(directory, config, pool=FilePool(8), clock=FakeClock())
+    for i in range(SEGMENTS):
+        log.append(
+            build_batch([RecordInput(b"x" * 900, timestamp=10 * i)], timestamp_ms=0),
+            leader_epoch=0,
+        )
+    assert log.segment_count == SEGMENTS
+    log.close()
+    return directory, config
+
+
+class FdWatcher:
+    """Wraps os.pread to sample the process's descriptor count mid-read."""
+
+    def __init__(self) -> None:
+        self.real = os.pread
+        self.most = 0
+
+    def __call__(self, fd, n, pos):
+        self.most = max(self.most, fd_count())
+        return self.real(fd, n, pos)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_reads_across_300_segments_hold_at_most_8_descriptors(many_segments, monkeypatch, clean):
+    directory, config = many_segments
+    if not clean:
+        # A crash before any flush: every segment is re-validated.
+        (directory / ".clean-shutdown").unlink(missing_ok=True)
+        (directory / "recovery-point-checkpoint").unlink(missing_ok=True)
+    baseline = fd_count()
+    pool = FilePool(max_open_files=8)
+    watcher = FdWatcher()
+    monkeypatch.setattr(os, "pread", watcher)
+    log = Log(directory, config, pool=pool, clock=FakeClock())
+    # Recovery (all 300 segments when unclean) borrows from the same pool.
+    assert log.recovery.segments_recovered == (0 if clean else SEGMENTS)
+    # Beyond the pool's 8, the log holds its active segment's three (the
+    # .log and the two writable index mappings); +1 for listing /proc/self/fd.
+    allowed = baseline + 3 + 8 + 1
+    assert pool.open_count <= 8
+    # Recovery maps the two indexes of the one segment it is rebuilding.
+    assert watcher.most <= allowed + (0 if clean else 2)
+    watcher.most = 0
+    for offset in range(SEGMENTS):
+        assert batch_bases(log.read(offset, 1 << 20))[0][0] == offset
+        assert pool.open_count <= 8
+    assert log.offset_for_timestamp(10 * (SEGMENTS - 1)).offset == SEGMENTS - 1
+    assert pool.open_count <= 8
+    assert watcher.most <= allowed
+    log.close()
+    assert pool.open_count == 0
+    assert fd_count() == baseline
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def _traced_after(fn) -> int:
+    fn()
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+def test_memory_does_not_grow_with_the_data(tmp_path):
+    blob = build_batch([RecordInput(b"x" * 900)], timestamp_ms=1)
+    tracemalloc.start()
+    try:
+        log = Log(tmp_path / "p", LogConfig(), pool=FilePool(8), clock=FakeClock())
+
+        def append(n):
+            return lambda: [log.append(blob, leader_epoch=0) for _ in range(n)]
+
+        small = _traced_after(append(200))
+        large = _traced_after(append(2000))  # ten times the data
+        after_reads = _traced_after(lambda: [log.read(o, 4096) for o in range(0, 2200, 7)])
+    finally:
+        tracemalloc.stop()
+    assert large - small < 16 * 1024, f"grew {large - small} bytes for 2 MB more data"
+    assert after_reads - large < 16 * 1024
+
+
+def test_memory_per_segment_is_small_and_flat(tmp_path):
+    blob = build_batch([RecordInput(b"x" * 900)], timestamp_ms=1)
+    config = LogConfig(segment_bytes=1024, segment_index_bytes=4096)
+    tracemalloc.start()
+    try:
+        log = Log(tmp_path / "p", config, pool=FilePool(8), clock=FakeClock())
+
+        def append(n):
+            return lambda: [log.append(blob, leader_epoch=0) for _ in range(n)]
+
+        few = _traced_after(append(30))
+        many = _traced_after(append(270))
+    finally:
+        tracemalloc.stop()
+    assert log.segment_count == 300
+    per_segment = (many - few) / 270
+    # A segment costs its Python objects (paths, two index mappings), not its data.
+    assert per_segment < 4 * 1024, f"{per_segment:.0f} bytes per segment"
