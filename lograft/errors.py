@@ -300,3 +300,49 @@ class RaftStartupError(LograftError):
     """The Raft adapter could not start: port taken, unreadable snapshot."""
 
     code = "RAFT_STARTUP_FAILED"
+
+
+# --- metadata quorum errors ------------------------------------------------------
+
+
+@_register
+class MetadataRecordError(LograftError):
+    """A metadata record or batch that cannot be decoded, or whose replay would
+    break an invariant of the metadata image (a controller bug, never user input)."""
+
+    code = "INVALID_METADATA_RECORD"
+
+
+@_register
+class UnknownMetadataRecordTypeError(MetadataRecordError):
+    code = "UNKNOWN_METADATA_RECORD_TYPE"
+
+
+@_register
+class UnsupportedMetadataRecordVersionError(MetadataRecordError):
+    code = "UNSUPPORTED_METADATA_RECORD_VERSION"
+
+
+@_register
+class DuplicateBrokerRegistrationError(LograftError):
+    """Another incarnation of this broker id still holds a live session. Retriable:
+    the registration succeeds once that session expires."""
+
+    code = "DUPLICATE_BROKER_REGISTRATION"
+    kafka_code = 101
+    retriable = True
+
+
+@_register
+class BrokerIdNotRegisteredError(LograftError):
+    code = "BROKER_ID_NOT_REGISTERED"
+    kafka_code = 102
+
+
+@_register
+class IsrWithoutLeaderError(InvalidRequestError):
+    """AlterPartition proposed an ISR that does not contain the leader (Kafka
+    answers INVALID_REQUEST; we keep its number but give the case its own code)."""
+
+    code = "ISR_WITHOUT_LEADER"
+    kafka_code = 42
