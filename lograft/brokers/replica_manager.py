@@ -1,0 +1,580 @@
+"""The replicas this broker hosts, and everything that moves data between them.
+
+- `apply_metadata` makes the local replicas match what the metadata assigns:
+  creates logs, becomes leader or follower on a new leader epoch, stops and
+  deletes replicas that moved away.
+- Produce appends on the leader and, for acks=all, waits until the high
+  watermark passes the batch or `produce_timeout_ms` runs out.
+- Consumer and replica fetches long-poll: they answer as soon as there is
+  data (or `min_bytes` of it) or after `max_wait_ms`, never holding a buffer
+  of their own: data is read from the log when they wake.
+- One fetcher per leader broker carries every partition this broker follows
+  from that leader (one fetch session per broker pair). The transport that
+  sends a fetch is injected, so this package knows nothing of HTTP.
+- Leaders check their ISR every `isr_check_interval_ms` and send at most one
+  AlterPartition per partition at a time, through an injected callable.
+- High watermarks are checkpointed to `replication-offset-checkpoint`.
+
+Everything here runs on one asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lograft.brokers.fetch_wire import (
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    ReplicaFetchRequest,
+    decode_response,
+)
+from lograft.brokers.partition import (
+    Acks,
+    AppendResult,
+    Assignment,
+    IsrProposal,
+    Partition,
+    PartitionSettings,
+    Role,
+    TopicPartition,
+)
+from lograft.errors import (
+    InvalidRequestError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.storage import checkpoint
+from lograft.storage.config import LogConfig, coerce_overrides, config_keys
+from lograft.storage.handles import FilePool
+from lograft.storage.log import Clock, Log, wall_clock_ms
+from lograft.storage.maintenance import LogMaintainer
+
+log = logging.getLogger(__name__)
+
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+TOPIC_ID_FILE = "partition.metadata"
+
+AlterPartitionFn = Callable[[TopicPartition, IsrProposal], Awaitable[Assignment | None]]
+FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    # acks=all needs this many in-sync replicas (topic config may override).
+    min_insync_replicas: int = 2
+    # A follower not caught up for this long leaves the ISR, ms.
+    replica_lag_time_max_ms: int = 10_000
+    isr_check_interval_ms: int = 500
+    # Follower fetch long-poll, ms, and sizes, bytes.
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 8 * 1024 * 1024
+    replica_fetch_partition_max_bytes: int = 1024 * 1024
+    # Pause after a failed follower fetch, ms.
+    replica_fetch_backoff_ms: int = 200
+    # How long an acks=all produce waits for the ISR, ms.
+    produce_timeout_ms: int = 30_000
+    # Longest consumer fetch long-poll a client may ask for, ms.
+    fetch_wait_max_ms: int = 30_000
+    hw_checkpoint_interval_ms: int = 2_000
+    # acks=all produce requests waiting on one partition at once.
+    ack_waiters_max: int = 10_000
+    # Sealed-segment descriptors held open at once across all logs.
+    max_open_files: int = 1024
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> BrokerSettings:
+        from dataclasses import fields
+
+        from lograft.errors import InvalidConfigError
+
+        known = {f.name for f in fields(cls)}
+        for key, value in raw.items():
+            if key not in known:
+                raise InvalidConfigError(f"broker.{key}: unknown broker setting", key=key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"broker.{key}: must be a positive integer", key=key)
+        return cls(**dict(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    """What the metadata says about one partition this broker hosts."""
+
+    topic_id: str
+    assignment: Assignment
+    topic_config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class _Changes:
+    """Wakes long-polls when a partition's data or high watermark moves."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def notify(self, tp: TopicPartition) -> None:
+        for fut in self._waiters.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_any(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(tps)
+        for tp in keys:
+            self._waiters.setdefault(tp, set()).add(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for tp in keys:
+                s = self._waiters.get(tp)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        del self._waiters[tp]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        data_dir: Path,
+        settings: BrokerSettings,
+        *,
+        log_defaults: Mapping[str, Any] | None = None,
+        alter_partition: AlterPartitionFn | None = None,
+        fetch_transport: FetchTransport | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.data_dir = Path(data_dir)
+        self.logs_dir = self.data_dir / "logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
+        self.log_defaults = dict(log_defaults or {})
+        self.alter_partition = alter_partition
+        self.fetch_transport = fetch_transport
+        self.clock = clock
+        self.pool = FilePool(settings.max_open_files)
+        self.maintainer = LogMaintainer(clock=clock, compactor=_compactor)
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._changes = _Changes()
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._hw_checkpoint = _read_hw_checkpoint(self.data_dir / HW_CHECKPOINT_FILE)
+        self._running = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._running = True
+        self.maintainer.start()
+        self._tasks = [
+            asyncio.create_task(self._isr_loop(), name="isr-check"),
+            asyncio.create_task(self._hw_checkpoint_loop(), name="hw-checkpoint"),
+        ]
+
+    async def stop(self) -> None:
+        self._running = False
+        for task in [*self._tasks, *self._fetchers.values()]:
+            task.cancel()
+        for task in [*self._tasks, *self._fetchers.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self._fetchers.clear()
+        self.maintainer.stop()
+        self.write_hw_checkpoint()
+        for p in self.partitions.values():
+            if p.role is not Role.STOPPED:
+                p.stop()
+            p.log.close()
+        self.partitions.clear()
+        self.pool.close_all()
+
+    # -- metadata -------------------------------------------------------------------
+
+    def apply_metadata(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
+        """Make local replicas match the assignments that name this broker."""
+        now = self.clock()
+        for tp in [tp for tp in self.partitions if tp not in wanted]:
+            self._remove(tp)
+        for tp, meta in wanted.items():
+            if self.broker_id not in meta.assignment.replicas:
+                if tp in self.partitions:
+                    self._remove(tp)
+                continue
+            part = self.partitions.get(tp) or self._create(tp, meta)
+            self._reconcile(part, meta, now)
+        self._sync_fetchers()
+
+    def _create(self, tp: TopicPartition, meta: PartitionMeta) -> Partition:
+        directory = self.logs_dir / f"{tp.topic}-{tp.partition}"
+        _claim_directory(directory, meta.topic_id)
+        log_cfg, part_settings = self._configs(meta.topic_config)
+        part = Partition(
+            tp,
+            Log(directory, log_cfg, pool=self.pool, clock=self.clock),
+            self.broker_id,
+            part_settings,
+            high_watermark=self._hw_checkpoint.get(tp, 0),
+        )
+        self.partitions[tp] = part
+        self.maintainer.add(part.log, lambda p=part: p.high_watermark)
+        log.info("created replica %s: %s", tp, part.log.recovery.summary())
+        return part
+
+    def _configs(self, topic_config: Mapping[str, Any]) -> tuple[LogConfig, PartitionSettings]:
+        merged = {**self.log_defaults, **topic_config}
+        log_keys = set(config_keys())
+        log_cfg = LogConfig().with_overrides(
+            coerce_overrides({k: v for k, v in merged.items() if k in log_keys})
+        )
+        min_isr = int(merged.get("min_insync_replicas", self.settings.min_insync_replicas))
+        return log_cfg, PartitionSettings(
+            min_insync_replicas=min_isr,
+            replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+            ack_waiters_max=self.settings.ack_waiters_max,
+        )
+
+    def _reconcile(self, part: Partition, meta: PartitionMeta, now: int) -> None:
+        a = meta.assignment
+        if a.leader_epoch < part.leader_epoch:
+            return  # a stale view; the newer one already applied
+        same_term = a.leader_epoch == part.leader_epoch
+        if a.leader == self.broker_id:
+            if not (same_term and part.is_leader and a.partition_epoch <= part.partition_epoch):
+                part.become_leader(a, now)
+        elif (
+            not (same_term and part.role is Role.FOLLOWER)
+            or a.partition_epoch > part.partition_epoch
+        ):
+            part.become_follower(a)
+        self._changes.notify(part.tp)
+
+    def _remove(self, tp: TopicPartition) -> None:
+        part = self.partitions.pop(tp)
+        self.maintainer.remove(part.log)
+        if part.role is not Role.STOPPED:
+            part.stop()
+        part.log.delete()
+        self._hw_checkpoint.pop(tp, None)
+        self._changes.notify(tp)
+        log.info("deleted replica %s", tp)
+
+    def partition(self, tp: TopicPartition) -> Partition:
+        part = self.partitions.get(tp)
+        if part is None or part.role is Role.STOPPED:
+            raise UnknownTopicOrPartitionError(
+                f"broker {self.broker_id} hosts no replica of {tp}",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        return part
+
+    # -- produce --------------------------------------------------------------------
+
+    async def produce(
+        self, tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
+    ) -> AppendResult:
+        part = self.partition(tp)
+        result = part.append_records(data, acks)
+        self._changes.notify(tp)
+        if acks is not Acks.ALL:
+            return result
+        waiter = part.wait_for_high_watermark(result.last_offset + 1)
+        timeout = (timeout_ms or self.settings.produce_timeout_ms) / 1000
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{tp}: the in-sync replicas did not confirm offsets {result.first_offset}.."
+                f"{result.last_offset} within {int(timeout * 1000)} ms; the records may or may "
+                "not be committed",
+                first_offset=result.first_offset,
+                last_offset=result.last_offset,
+            ) from None
+        return result
+
+    # -- consumer fetch ----------------------------------------------------------------
+
+    async def fetch(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int = 1,
+    ) -> FetchResult:
+        """Long-poll: answer once `min_bytes` below the HW are there, or at the deadline."""
+        wait_ms = min(max(max_wait_ms, 0), self.settings.fetch_wait_max_ms)
+        deadline = self.clock() + wait_ms
+        while True:
+            part = self.partition(tp)
+            data = part.read_for_consumer(offset, max_bytes)
+            remaining = deadline - self.clock()
+            if len(data) >= min_bytes or remaining <= 0:
+                return FetchResult(
+                    data, part.high_watermark, part.log.log_start_offset, part.log.log_end_offset
+                )
+            await self._changes.wait_any([tp], remaining / 1000)
+
+    # -- replica fetch (leader side) ------------------------------------------------------
+
+    async def replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+        wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_wait_max_ms * 10)
+        deadline = self.clock() + wait_ms
+        while True:
+            out = self._serve_replica_fetch(req)
+            total = sum(len(p.data) for p in out)
+            remaining = deadline - self.clock()
+            urgent = any(p.error is not None or p.diverging is not None for p in out)
+            if total >= req.min_bytes or urgent or remaining <= 0:
+                return out
+            tps = [TopicPartition(p.topic, p.partition) for p in req.partitions]
+            await self._changes.wait_any(tps, remaining / 1000)
+
+    def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+        now = self.clock()
+        budget = req.max_bytes
+        out: list[FetchPartitionResponse] = []
+        for p in req.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            try:
+                part = self.partition(tp)
+                res = part.on_follower_fetch(req.replica_id, p.fetch, req.partition_max_bytes, now)
+            except LograftError as exc:
+                out.append(FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=exc))
+                continue
+            # KIP-74: the first partition with data may exceed the budget by one
+            # batch; once the budget is spent the rest answer without data.
+            data = res.data if budget > 0 else b""
+            budget -= len(data)
+            out.append(
+                FetchPartitionResponse(
+                    tp.topic,
+                    tp.partition,
+                    res.high_watermark,
+                    res.log_start_offset,
+                    res.log_end_offset,
+                    data,
+                    res.diverging,
+                    res.error,
+                )
+            )
+            # A follower's fetch may have moved the HW: wake acks and consumers.
+            self._changes.notify(tp)
+        return out
+
+    # -- follower fetchers ------------------------------------------------------------------
+
+    def _sync_fetchers(self) -> None:
+        leaders = {
+            p.leader_id
+            for p in self.partitions.values()
+            if p.role is Role.FOLLOWER and p.leader_id >= 0
+        }
+        for leader_id in list(self._fetchers):
+            if leader_id not in leaders:
+                self._fetchers.pop(leader_id).cancel()
+        if not self._running or self.fetch_transport is None:
+            return
+        for leader_id in leaders:
+            task = self._fetchers.get(leader_id)
+            if task is None or task.done():
+                self._fetchers[leader_id] = asyncio.create_task(
+                    self._fetch_from(leader_id), name=f"replica-fetcher-{leader_id}"
+                )
+
+    def _following(self, leader_id: int) -> list[Partition]:
+        return [
+            p
+            for p in self.partitions.values()
+            if p.role is Role.FOLLOWER and p.leader_id == leader_id
+        ]
+
+    async def _fetch_from(self, leader_id: int) -> None:
+        """One fetch session: every partition this broker follows from `leader_id`."""
+        assert self.fetch_transport is not None
+        backoff = self.settings.replica_fetch_backoff_ms / 1000
+        while self._running:
+            parts = self._following(leader_id)
+            if not parts:
+                return
+            req = ReplicaFetchRequest(
+                replica_id=self.broker_id,
+                max_wait_ms=self.settings.replica_fetch_wait_max_ms,
+                min_bytes=1,
+                max_bytes=self.settings.replica_fetch_max_bytes,
+                partition_max_bytes=self.settings.replica_fetch_partition_max_bytes,
+                partitions=[
+                    FetchPartitionRequest(p.tp.topic, p.tp.partition, p.follower_fetch_request())
+                    for p in parts
+                ],
+            )
+            timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 5
+            try:
+                body = await self.fetch_transport(leader_id, req.to_json(), timeout)
+                responses = decode_response(body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("fetch from broker %d failed: %s", leader_id, exc)
+                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
+                continue
+            if not self._apply_responses(responses):
+                await asyncio.sleep(backoff)
+
+    def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
+        """Apply a fetch response; False when every partition failed (back off)."""
+        progressed = False
+        for r in responses:
+            tp = TopicPartition(r.topic, r.partition)
+            part = self.partitions.get(tp)
+            if part is None or part.role is not Role.FOLLOWER:
+                continue
+            if r.error is not None:
+                log.debug("fetch of %s failed: %s", tp, r.error.message)
+                continue
+            try:
+                part.apply_fetch_response(
+                    r.data,
+                    leader_high_watermark=r.high_watermark,
+                    leader_log_start_offset=r.log_start_offset,
+                    diverging=r.diverging,
+                )
+            except LograftError as exc:
+                log.warning("could not apply fetched data of %s: %s", tp, exc.message)
+                continue
+            progressed = True
+            self._changes.notify(tp)
+        return progressed
+
+    # -- ISR maintenance ---------------------------------------------------------------------
+
+    async def _isr_loop(self) -> None:
+        interval = self.settings.isr_check_interval_ms / 1000
+        while self._running:
+            await asyncio.sleep(interval)  # periodic check, as Kafka's isr-expiration task
+            self.check_isr()
+
+    def check_isr(self, ineligible: frozenset[int] = frozenset()) -> list[asyncio.Task[None]]:
+        """Propose ISR changes for leaders that need one; returns the send tasks."""
+        if self.alter_partition is None:
+            return []
+        now = self.clock()
+        tasks = []
+        for part in list(self.partitions.values()):
+            proposal = part.isr_change(now, ineligible)
+            if proposal is not None:
+                tasks.append(asyncio.create_task(self._send_isr(part, proposal)))
+        return tasks
+
+    async def _send_isr(self, part: Partition, proposal: IsrProposal) -> None:
+        assert self.alter_partition is not None
+        accepted: Assignment | None = None
+        try:
+            accepted = await self.alter_partition(part.tp, proposal)
+        except LograftError as exc:
+            log.info("AlterPartition of %s refused: %s", part.tp, exc.message)
+        except Exception:
+            log.exception("AlterPartition of %s failed", part.tp)
+        finally:
+            part.isr_change_done(accepted)
+            self._changes.notify(part.tp)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    async def _hw_checkpoint_loop(self) -> None:
+        interval = self.settings.hw_checkpoint_interval_ms / 1000
+        while self._running:
+            await asyncio.sleep(interval)  # periodic, as Kafka's replica.high.watermark.checkpoint
+            try:
+                await asyncio.to_thread(self.write_hw_checkpoint)
+            except OSError:
+                log.exception("could not write the high-watermark checkpoint")
+
+    def write_hw_checkpoint(self) -> None:
+        entries: list[tuple[int | str, ...]] = [
+            (tp.topic, tp.partition, p.high_watermark) for tp, p in self.partitions.items()
+        ]
+        checkpoint.write_entries(self.data_dir / HW_CHECKPOINT_FILE, entries)
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def leader_for(self, tp: TopicPartition) -> int:
+        part = self.partitions.get(tp)
+        return -1 if part is None else part.leader_id
+
+
+def _compactor(target: Log, now_ms: int) -> object:
+    from lograft.storage.cleaner import clean_log
+
+    return clean_log(target, now_ms)
+
+
+def _read_hw_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        entries = checkpoint.read_entries(path, 3) or []
+    except checkpoint.CorruptCheckpointError:
+        log.warning("ignoring a corrupt %s; high watermarks restart at 0", path)
+        return {}
+    out: dict[TopicPartition, int] = {}
+    for topic, partition, hw in entries:
+        with contextlib.suppress(ValueError):
+            out[TopicPartition(topic, int(partition))] = int(hw)
+    return out
+
+
+def _claim_directory(directory: Path, topic_id: str) -> None:
+    """A partition directory belongs to one topic id: a topic deleted and
+    created again under the same name must not inherit the old data."""
+    marker = directory / TOPIC_ID_FILE
+    if directory.exists():
+        try:
+            owner = marker.read_text().strip()
+        except FileNotFoundError:
+            owner = ""
+        if owner == topic_id:
+            return
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    checkpoint.write_atomic(marker, topic_id.encode())
+
+
+def check_fetch_args(offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int) -> None:
+    if offset < 0:
+        raise InvalidRequestError(f"offset must be >= 0, got {offset}")
+    if max_bytes < 1:
+        raise InvalidRequestError(f"max_bytes must be >= 1, got {max_bytes}")
+    if max_wait_ms < 0 or min_bytes < 0:
+        raise InvalidRequestError("max_wait_ms and min_bytes must be >= 0")
+
+
+__all__ = [
+    "BrokerSettings",
+    "FetchResult",
+    "NotLeaderOrFollowerError",
+    "PartitionMeta",
+    "ReplicaManager",
+]
