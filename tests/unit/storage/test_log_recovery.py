@@ -82,7 +82,9 @@ def _restore(directory: Path, snapshot: dict[str, bytes]) -> None:
         if name not in snapshot:
             (directory / name).unlink()
     for name, data in snapshot.items():
-        (directory / name).write_bytes(data)
+        path = directory / name
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
 
 
 @pytest.mark.parametrize("compression", [Compression.NONE, Compression.ZSTD])
