@@ -18,6 +18,8 @@ from aiohttp import web
 
 from lograft import errors as e
 
+REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
+
 _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidRequestError: 400,
     e.InvalidConfigError: 400,
@@ -120,6 +122,6 @@ def _from_http(exc: web.HTTPException, request: web.Request) -> e.LograftError:
         return MethodNotAllowedError(f"{request.method} is not allowed on {request.path}")
     if exc.status == 413:
         return e.RecordTooLargeError(
-            f"request body exceeds the limit of {request.app.get('request_bytes_max', '?')} bytes"
+            f"request body exceeds the limit of {request.app.get(REQUEST_BYTES_MAX_KEY, '?')} bytes"
         )
     return e.InvalidRequestError(exc.text or exc.reason)

@@ -1,0 +1,365 @@
+"""The data plane over HTTP: produce, fetch and offsets.
+
+- `POST /v1/topics/{topic}/records`: JSON records; any broker accepts them and
+  routes each partition's batch to its leader.
+- `POST /v1/topics/{topic}/partitions/{p}/batches`: raw RecordBatch v2 bytes
+  (`application/vnd.lograft.batch`), appended as they are, on the leader.
+- `GET /v1/topics/{topic}/partitions/{p}/records`: long-poll fetch, JSON or raw.
+- `GET /v1/topics/{topic}/partitions/{p}/offsets`: earliest, latest, by time.
+
+Limits (named, with units): `produce_records_max` records per JSON request,
+`fetch_bytes_max` bytes per fetch, `fetch_records_max` records per JSON fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
+from lograft.api.services import MetadataView, TopicView
+from lograft.brokers.partition import Acks, AppendResult, TopicPartition
+from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    error_class_for,
+)
+from lograft.storage.batch import RecordInput, build_batch, iter_batches, iter_records
+
+BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
+
+
+@dataclass(frozen=True, slots=True)
+class DataLimits:
+    produce_records_max: int = 10_000
+    fetch_bytes_max: int = 50 * 1024 * 1024
+    fetch_bytes_default: int = 1024 * 1024
+    fetch_records_max: int = 10_000
+    fetch_records_default: int = 500
+    fetch_wait_default_ms: int = 0
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+class DataRoutes:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metadata: MetadataView,
+        session: aiohttp.ClientSession,
+        limits: DataLimits | None = None,
+    ) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+        self.session = session
+        self.limits = limits or DataLimits()
+        self.keyless = KeylessPartitioner()
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/topics/{topic}/records", self.produce_json)
+        app.router.add_post("/v1/topics/{topic}/partitions/{partition}/batches", self.produce_raw)
+        app.router.add_get("/v1/topics/{topic}/partitions/{partition}/records", self.fetch)
+        app.router.add_get("/v1/topics/{topic}/partitions/{partition}/offsets", self.offsets)
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _topic(self, name: str) -> TopicView:
+        view = self.metadata.topic(name)
+        if view is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+        return view
+
+    def _tp(self, request: web.Request) -> tuple[TopicView, TopicPartition]:
+        view = self._topic(request.match_info["topic"])
+        raw = request.match_info["partition"]
+        if not raw.isdigit() or int(raw) not in view.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {view.name!r} has no partition {raw}; it has "
+                f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
+                topic=view.name,
+                partition=raw,
+            )
+        return view, TopicPartition(view.name, int(raw))
+
+    def _require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
+        a = view.partitions[tp.partition]
+        if a.leader == self.replicas.broker_id and tp in self.replicas.partitions:
+            return
+        raise self._not_leader(view, tp)
+
+    def _not_leader(self, view: TopicView, tp: TopicPartition) -> LograftError:
+        a = view.partitions[tp.partition]
+        if a.leader < 0:
+            return LeaderNotAvailableError(
+                f"{tp} has no leader right now; retry shortly",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        return NotLeaderOrFollowerError(
+            f"broker {self.replicas.broker_id} is not the leader of {tp}; "
+            f"broker {a.leader} is, at {self.metadata.broker_url(a.leader)}",
+            topic=tp.topic,
+            partition=tp.partition,
+            leader_id=a.leader,
+            leader_url=self.metadata.broker_url(a.leader),
+        )
+
+    # -- produce ----------------------------------------------------------------------
+
+    async def produce_json(self, request: web.Request) -> web.StreamResponse:
+        view = self._topic(request.match_info["topic"])
+        body = await request.read()
+        parsed = parse_produce_body(body, records_max=self.limits.produce_records_max)
+        acks = Acks.parse(request.query.get("acks", parsed.acks or "all"))
+        groups = self._partition_records(view, parsed.records)
+        now = int(time.time() * 1000)
+        results = await asyncio.gather(
+            *(self._produce_partition(view, p, recs, acks, now) for p, recs in groups.items())
+        )
+        if acks is Acks.NONE:
+            return web.Response(status=202)
+        offsets: list[dict[str, Any] | None] = [None] * len(parsed.records)
+        for (p, recs), outcome in zip(groups.items(), results, strict=True):
+            for i, rec in enumerate(recs):
+                if isinstance(outcome, LograftError):
+                    offsets[rec.index] = {"partition": p, "error": outcome.to_dict()}
+                else:
+                    offsets[rec.index] = {
+                        "partition": p,
+                        "offset": outcome.first_offset + i,
+                        **({"duplicate": True} if outcome.duplicate else {}),
+                    }
+        failed = sum(1 for o in offsets if o is not None and "error" in o)
+        status = 200 if failed == 0 else (207 if failed < len(offsets) else _all_failed(results))
+        return json_response({"offsets": offsets}, status)
+
+    def _partition_records(
+        self, view: TopicView, records: list[ProduceRecord]
+    ) -> dict[int, list[ProduceRecord]]:
+        count = len(view.partitions)
+        sticky: int | None = None
+        groups: dict[int, list[ProduceRecord]] = defaultdict(list)
+        for rec in records:
+            if rec.partition is not None:
+                if rec.partition >= count:
+                    raise UnknownTopicOrPartitionError(
+                        f"records[{rec.index}].partition={rec.partition} but topic "
+                        f"{view.name!r} has {count} partitions",
+                        topic=view.name,
+                        partition=rec.partition,
+                    )
+                p = rec.partition
+            elif rec.record.key is not None:
+                p = partition_for_key(rec.record.key, count)
+            else:
+                if sticky is None:
+                    sticky = self.keyless.next_request_partition(count)
+                p = sticky
+            groups[p].append(rec)
+        return dict(groups)
+
+    async def _produce_partition(
+        self, view: TopicView, p: int, recs: list[ProduceRecord], acks: Acks, now: int
+    ) -> AppendResult | LograftError:
+        tp = TopicPartition(view.name, p)
+        batch = build_batch([r.record for r in recs], timestamp_ms=now)
+        try:
+            a = view.partitions[p]
+            if a.leader == self.replicas.broker_id:
+                return await self.replicas.produce(tp, batch, acks)
+            if a.leader < 0:
+                raise self._not_leader(view, tp)
+            return await self._forward_batch(view, tp, a.leader, batch, acks)
+        except LograftError as exc:
+            return exc
+
+    async def _forward_batch(
+        self, view: TopicView, tp: TopicPartition, leader: int, batch: bytes, acks: Acks
+    ) -> AppendResult:
+        url = self.metadata.broker_url(leader)
+        if url is None:
+            raise self._not_leader(view, tp)
+        target = f"{url}/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"
+        try:
+            async with self.session.post(
+                target,
+                data=batch,
+                params={"acks": acks.value},
+                headers={"Content-Type": BATCH_CONTENT_TYPE},
+            ) as resp:
+                body = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise LeaderNotAvailableError(
+                f"could not reach broker {leader}, the leader of {tp}: {exc}; retry shortly",
+                leader_id=leader,
+            ) from None
+        if acks is Acks.NONE:
+            return AppendResult(-1, -1, -1)
+        doc = orjson.loads(body) if body else {}
+        if resp.status >= 400:
+            err = doc.get("error", {})
+            raise error_class_for(err.get("code", ""))(
+                err.get("message", f"broker {leader} answered {resp.status}"),
+                **err.get("details", {}),
+            )
+        return AppendResult(
+            doc["base_offset"],
+            doc["last_offset"],
+            doc.get("log_append_time", -1),
+            bool(doc.get("duplicate", False)),
+        )
+
+    async def produce_raw(self, request: web.Request) -> web.StreamResponse:
+        view, tp = self._tp(request)
+        if request.content_type != BATCH_CONTENT_TYPE:
+            raise InvalidRequestError(
+                f"send record batches with Content-Type: {BATCH_CONTENT_TYPE} "
+                f"(got {request.content_type or 'none'})"
+            )
+        acks = Acks.parse(request.query.get("acks", "all"))
+        self._require_local_leader(view, tp)
+        data = await request.read()
+        result = await self.replicas.produce(tp, data, acks)
+        if acks is Acks.NONE:
+            return web.Response(status=202)
+        return json_response(
+            {
+                "partition": tp.partition,
+                "base_offset": result.first_offset,
+                "last_offset": result.last_offset,
+                "log_append_time": result.log_append_time_ms,
+                "duplicate": result.duplicate,
+            }
+        )
+
+    # -- fetch --------------------------------------------------------------------------
+
+    async def fetch(self, request: web.Request) -> web.StreamResponse:
+        view, tp = self._tp(request)
+        q = request.query
+        offset = _int_param(q, "offset", None, minimum=0)
+        max_bytes = _int_param(q, "max_bytes", self.limits.fetch_bytes_default, minimum=1)
+        if max_bytes > self.limits.fetch_bytes_max:
+            raise InvalidRequestError(
+                f"max_bytes={max_bytes} exceeds fetch_bytes_max={self.limits.fetch_bytes_max}"
+            )
+        max_records = _int_param(q, "max_records", self.limits.fetch_records_default, minimum=1)
+        if max_records > self.limits.fetch_records_max:
+            raise InvalidRequestError(
+                f"max_records={max_records} exceeds the limit of {self.limits.fetch_records_max}"
+            )
+        max_wait = _int_param(q, "max_wait_ms", self.limits.fetch_wait_default_ms, minimum=0)
+        min_bytes = _int_param(q, "min_bytes", 1, minimum=0)
+        value_format = q.get("format", "auto")
+        key_format = q.get("key_format", "auto")
+        for name, fmt in (("format", value_format), ("key_format", key_format)):
+            if fmt not in READ_FORMATS:
+                raise InvalidRequestError(f"{name}={fmt!r}; use one of {', '.join(READ_FORMATS)}")
+        self._require_local_leader(view, tp)
+        assert offset is not None
+        got = await self.replicas.fetch(
+            tp, offset, max_bytes=max_bytes, max_wait_ms=max_wait, min_bytes=min_bytes
+        )
+        if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
+            return self._raw_fetch(got.data, got.high_watermark, got.log_start_offset, offset)
+        records: list[dict[str, Any]] = []
+        next_offset = offset
+        for rec in iter_records(got.data):
+            if rec.offset < offset:
+                continue
+            if len(records) >= max_records:
+                break
+            records.append(render_record(rec, tp.partition, value_format, key_format))
+            next_offset = rec.offset + 1
+        return json_response(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "records": records,
+                "next_offset": next_offset,
+                "high_watermark": got.high_watermark,
+                "log_start_offset": got.log_start_offset,
+            }
+        )
+
+    @staticmethod
+    def _raw_fetch(data: bytes, hw: int, log_start: int, offset: int) -> web.Response:
+        next_offset = offset
+        for _pos, h in iter_batches(data):
+            next_offset = max(next_offset, h.next_offset)
+        return web.Response(
+            body=data,
+            content_type=BATCH_CONTENT_TYPE,
+            headers={
+                "X-Lograft-High-Watermark": str(hw),
+                "X-Lograft-Log-Start-Offset": str(log_start),
+                "X-Lograft-Next-Offset": str(next_offset),
+            },
+        )
+
+    # -- offsets -------------------------------------------------------------------------
+
+    async def offsets(self, request: web.Request) -> web.StreamResponse:
+        view, tp = self._tp(request)
+        self._require_local_leader(view, tp)
+        part = self.replicas.partition(tp)
+        body: dict[str, Any] = {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "earliest": part.log.log_start_offset,
+            "latest": part.high_watermark,
+            "log_end_offset": part.log.log_end_offset,
+        }
+        if "timestamp" in request.query:
+            ts = _int_param(request.query, "timestamp", None, minimum=0)
+            assert ts is not None
+            found = part.log.offset_for_timestamp(ts)
+            if found is None or found.offset >= part.high_watermark:
+                body["offset_for_timestamp"] = None
+            else:
+                body["offset_for_timestamp"] = {
+                    "offset": found.offset,
+                    "timestamp": found.timestamp,
+                }
+        return json_response(body)
+
+
+def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int | None:
+    raw = q.get(name)
+    if raw is None:
+        if default is None:
+            raise InvalidRequestError(f"query parameter {name} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequestError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
+    if value > (1 << 62):
+        raise InvalidRequestError(f"{name}={value} is out of range")
+    return value
+
+
+def _all_failed(results: list[AppendResult | LograftError]) -> int:
+    from lograft.api.http_errors import status_for
+
+    errors = [r for r in results if isinstance(r, LograftError)]
+    return status_for(errors[0]) if errors else 500
+
+
+__all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

@@ -1,0 +1,33 @@
+"""What the HTTP handlers need from a node, as protocols.
+
+Handlers depend on these small views rather than on the node's wiring, so
+they can be tested with plain fakes and the node can evolve underneath.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lograft.brokers.partition import Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    topic_id: str
+    partitions: Mapping[int, Assignment]
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+class MetadataView(Protocol):
+    """The broker's current view of the cluster metadata."""
+
+    def topic(self, name: str) -> TopicView | None: ...
+
+    def topics(self) -> list[TopicView]: ...
+
+    def broker_url(self, broker_id: int) -> str | None: ...
+
+    def live_brokers(self) -> list[int]: ...

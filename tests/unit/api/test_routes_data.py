@@ -1,0 +1,227 @@
+"""The data-plane routes against a real one-broker ReplicaManager."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from kafka.record import MemoryRecords
+
+from lograft.api.app import SECRET_HEADER, create_app
+from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
+from lograft.api.services import TopicView
+from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partitioner import partition_for_key
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.storage.batch import RecordInput, build_batch
+
+PARTITIONS = 3
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        a = Assignment((1,), (1,), 1, 1, 0)
+        self.view = TopicView("orders", "id-1", {p: a for p in range(PARTITIONS)})
+
+    def topic(self, name: str) -> TopicView | None:
+        return self.view if name == "orders" else None
+
+    def topics(self) -> list[TopicView]:
+        return [self.view]
+
+    def broker_url(self, broker_id: int) -> str | None:
+        return None
+
+    def live_brokers(self) -> list[int]:
+        return [1]
+
+
+@pytest.fixture
+async def client(tmp_path) -> AsyncIterator[TestClient]:
+    rm = ReplicaManager(1, tmp_path, BrokerSettings(min_insync_replicas=1))
+    await rm.start()
+    md = FakeMetadata()
+    rm.apply_metadata(
+        {
+            TopicPartition("orders", p): PartitionMeta("id-1", a)
+            for p, a in md.view.partitions.items()
+        }
+    )
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    session = aiohttp.ClientSession()
+    DataRoutes(rm, md, session, DataLimits(produce_records_max=100)).add_to(app)
+    async with TestClient(TestServer(app)) as c:
+        yield c
+    await session.close()
+    await rm.stop()
+
+
+async def _error(resp, status: int, code: str) -> dict:
+    assert resp.status == status, await resp.text()
+    body = await resp.json()
+    assert body["error"]["code"] == code, body
+    assert body["error"]["message"]
+    return body["error"]
+
+
+async def test_json_produce_and_fetch_round_trip(client):
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        json={
+            "records": [
+                {"key": "alice", "value": {"n": i}, "headers": {"h": "x"}} for i in range(3)
+            ]
+        },
+    )
+    assert resp.status == 200, await resp.text()
+    offsets = (await resp.json())["offsets"]
+    p = partition_for_key(b"alice", PARTITIONS)
+    assert [o["partition"] for o in offsets] == [p, p, p]
+    assert [o["offset"] for o in offsets] == [0, 1, 2]
+    resp = await client.get(f"/v1/topics/orders/partitions/{p}/records", params={"offset": "1"})
+    body = await resp.json()
+    assert [r["value"] for r in body["records"]] == [{"n": 1}, {"n": 2}]
+    assert body["records"][0]["headers"] == [{"key": "h", "value": "x"}]
+    assert body["next_offset"] == 3 and body["high_watermark"] == 3
+
+
+async def test_keyless_records_of_one_request_share_a_partition(client):
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        json={"value_format": "string", "records": [{"value": "a"}, {"value": "b"}]},
+    )
+    offsets = (await resp.json())["offsets"]
+    assert offsets[0]["partition"] == offsets[1]["partition"]
+
+
+async def test_raw_batches_in_and_out_parse_with_kafka_python(client):
+    batch = build_batch([RecordInput(b"raw-1", b"k"), RecordInput(b"raw-2")], timestamp_ms=5)
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches",
+        data=batch,
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["base_offset"] == 0
+    resp = await client.get(
+        "/v1/topics/orders/partitions/0/records",
+        params={"offset": "0"},
+        headers={"Accept": BATCH_CONTENT_TYPE},
+    )
+    raw = await resp.read()
+    assert resp.headers["X-Lograft-Next-Offset"] == "2"
+    mr = MemoryRecords(raw)
+    b = mr.next_batch()
+    assert b.validate_crc()
+    assert [r.value for r in b] == [b"raw-1", b"raw-2"]
+
+
+async def test_acks_zero_answers_202_without_a_body(client):
+    resp = await client.post("/v1/topics/orders/records?acks=0", json={"records": [{"value": 1}]})
+    assert resp.status == 202
+    assert await resp.read() == b""
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"{not json", "INVALID_REQUEST"),
+        (b"[]", "INVALID_REQUEST"),
+        (b'{"records": []}', "INVALID_REQUEST"),
+        (b'{"records": [{"value": "!!", }]}', "INVALID_REQUEST"),
+        (b'{"value_format": "base64", "records": [{"value": "not base64!"}]}', "INVALID_REQUEST"),
+        (b'{"records": [{"value": 1, "colour": 2}]}', "INVALID_REQUEST"),
+        (b'{"records": [{"value": 1, "partition": -1}]}', "INVALID_REQUEST"),
+    ],
+)
+async def test_bad_produce_bodies_are_refused_and_write_nothing(client, body, code):
+    resp = await client.post(
+        "/v1/topics/orders/records", data=body, headers={"Content-Type": "application/json"}
+    )
+    await _error(resp, 400, code)
+    for p in range(PARTITIONS):
+        got = await client.get(f"/v1/topics/orders/partitions/{p}/offsets")
+        assert (await got.json())["log_end_offset"] == 0
+
+
+async def test_unknown_topic_partition_and_offsets(client):
+    await _error(
+        await client.post("/v1/topics/nope/records", json={"records": [{"value": 1}]}),
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    await _error(
+        await client.get("/v1/topics/orders/partitions/9/records?offset=0"),
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    await _error(
+        await client.post(
+            "/v1/topics/orders/records", json={"records": [{"value": 1, "partition": 7}]}
+        ),
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    err = await _error(
+        await client.get("/v1/topics/orders/partitions/0/records?offset=99"),
+        416,
+        "OFFSET_OUT_OF_RANGE",
+    )
+    assert err["details"]["log_end_offset"] == 0
+    await _error(
+        await client.get("/v1/topics/orders/partitions/0/records?offset=-1"), 400, "INVALID_REQUEST"
+    )
+    await _error(
+        await client.get(f"/v1/topics/orders/partitions/0/records?offset={1 << 70}"),
+        400,
+        "INVALID_REQUEST",
+    )
+    await _error(await client.get("/v1/topics/orders/partitions/0/records"), 400, "INVALID_REQUEST")
+
+
+async def test_bad_batches_and_content_types(client):
+    good = bytearray(build_batch([RecordInput(b"v")], timestamp_ms=1))
+    good[-1] ^= 0xFF  # breaks the CRC
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches",
+        data=bytes(good),
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    await _error(resp, 400, "CORRUPT_MESSAGE")
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches", data=b"x", headers={"Content-Type": "text/plain"}
+    )
+    await _error(resp, 400, "INVALID_REQUEST")
+    too_many = {"records": [{"value": i} for i in range(101)]}
+    await _error(
+        await client.post("/v1/topics/orders/records", json=too_many), 400, "INVALID_REQUEST"
+    )
+    huge = {"records": [{"value": "x" * (2 << 20)}]}
+    await _error(
+        await client.post("/v1/topics/orders/records", json=huge), 413, "MESSAGE_TOO_LARGE"
+    )
+
+
+async def test_internal_endpoints_need_the_secret_and_unknown_routes_are_json(client):
+    await _error(await client.get("/internal/v1/anything"), 401, "CLUSTER_AUTHORIZATION_FAILED")
+    resp = await client.get("/internal/v1/anything", headers={SECRET_HEADER: "s"})
+    await _error(resp, 404, "NOT_FOUND")
+    await _error(await client.delete("/v1/topics/orders/records"), 405, "METHOD_NOT_ALLOWED")
+
+
+async def test_base64_values_round_trip(client):
+    raw = bytes(range(256))
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        json={
+            "value_format": "base64",
+            "records": [{"value": base64.b64encode(raw).decode(), "partition": 1}],
+        },
+    )
+    assert resp.status == 200
+    got = await client.get("/v1/topics/orders/partitions/1/records?offset=0&format=base64")
+    body = await got.json()
+    assert base64.b64decode(body["records"][0]["value"]) == raw
