@@ -6,19 +6,11 @@ they can be tested with plain fakes and the node can evolve underneath.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from lograft.brokers.partition import Assignment
+from lograft.brokers.metadata_sync import TopicView
 
-
-@dataclass(frozen=True, slots=True)
-class TopicView:
-    name: str
-    topic_id: str
-    partitions: Mapping[int, Assignment]
-    config: Mapping[str, Any] = field(default_factory=dict)
+__all__ = ["MetadataView", "TopicView"]
 
 
 class MetadataView(Protocol):
