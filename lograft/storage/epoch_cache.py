@@ -57,13 +57,14 @@ class LeaderEpochCache:
         if not _well_ordered(entries):
             raise ValueError(f"epoch entries out of order: {entries}")
         with self._lock:
-            self._epochs = [e for e, _s in entries]
-            self._starts = [s for _e, s in entries]
-            self._flush()
+            self._commit([e for e, _s in entries], [s for _e, s in entries])
 
-    def _flush(self) -> None:
+    def _commit(self, epochs: list[int], starts: list[int]) -> None:
+        """Persist, then adopt, a new state: if the checkpoint cannot be
+        written (OSError) the cache in memory is unchanged too."""
         if self._persist:
-            checkpoint.write_entries(self.path, list(zip(self._epochs, self._starts, strict=True)))
+            checkpoint.write_entries(self.path, list(zip(epochs, starts, strict=True)))
+        self._epochs, self._starts = epochs, starts
 
     def entries(self) -> list[tuple[int, int]]:
         with self._lock:
@@ -89,11 +90,10 @@ class LeaderEpochCache:
         with self._lock:
             if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
                 return
+            epochs, starts = list(self._epochs), list(self._starts)
             removed: list[tuple[int, int]] = []
-            while self._epochs and (
-                self._epochs[-1] >= epoch or self._starts[-1] >= start_offset
-            ):
-                removed.append((self._epochs.pop(), self._starts.pop()))
+            while epochs and (epochs[-1] >= epoch or starts[-1] >= start_offset):
+                removed.append((epochs.pop(), starts.pop()))
             if len(removed) > 1 or (removed and removed[0][1] != start_offset):
                 log.warning(
                     "%s: epoch %d at offset %d replaces entries %s",
@@ -102,9 +102,9 @@ class LeaderEpochCache:
                     start_offset,
                     removed,
                 )
-            self._epochs.append(epoch)
-            self._starts.append(start_offset)
-            self._flush()
+            epochs.append(epoch)
+            starts.append(start_offset)
+            self._commit(epochs, starts)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest known epoch <= epoch, end offset of that epoch)."""
@@ -131,33 +131,22 @@ class LeaderEpochCache:
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after end_offset (the log was truncated)."""
         with self._lock:
-            changed = False
-            while self._starts and self._starts[-1] >= end_offset:
-                self._epochs.pop()
-                self._starts.pop()
-                changed = True
-            if changed:
-                self._flush()
+            keep = bisect.bisect_left(self._starts, end_offset)
+            if keep < len(self._starts):
+                self._commit(self._epochs[:keep], self._starts[:keep])
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at start_offset: drop entries wholly before it and
         move the one that covers it up to start_offset."""
         with self._lock:
             i = bisect.bisect_right(self._starts, start_offset) - 1
-            if i < 0:
+            if i < 0 or (i == 0 and self._starts[0] == start_offset):
                 return
-            changed = i > 0 or self._starts[i] != start_offset
-            del self._epochs[:i]
-            del self._starts[:i]
-            self._starts[0] = start_offset
-            if changed:
-                self._flush()
+            self._commit(self._epochs[i:], [start_offset, *self._starts[i + 1 :]])
 
     def clear(self) -> None:
         with self._lock:
-            self._epochs.clear()
-            self._starts.clear()
-            self._flush()
+            self._commit([], [])
 
 
 def _well_ordered(entries: list[tuple[int, int]]) -> bool:

@@ -26,11 +26,13 @@ path.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +42,9 @@ from lograft.errors import (
     CorruptRecordError,
     InvalidRecordError,
     LogClosedError,
+    LograftError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from lograft.storage import checkpoint
 from lograft.storage.batch import (
@@ -336,9 +340,7 @@ class Log:
                 last = next_offset + h.last_offset_delta
                 batches.append(AppendedBatch(last, max_ts, h.size))
                 next_offset = last + 1
-            self._write(buf, batches, first, now)
-            if leader_epoch >= 0:
-                self.epochs.assign(leader_epoch, first)
+            self._write_with_epochs(buf, batches, first, now, [(leader_epoch, first)])
             return AppendInfo(
                 first_offset=first,
                 last_offset=next_offset - 1,
@@ -373,9 +375,13 @@ class Log:
             if first > leo and self.active_segment.size == 0 and self.segment_count == 1:
                 # An empty follower log joining a leader whose log starts later.
                 self._truncate_fully_locked(first)
-            self._write(buf, batches, first, self.clock())
-            for _pos, h in headers:
-                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            self._write_with_epochs(
+                buf,
+                batches,
+                first,
+                self.clock(),
+                [(h.partition_leader_epoch, h.base_offset) for _pos, h in headers],
+            )
             return AppendInfo(
                 first_offset=first,
                 last_offset=headers[-1][1].last_offset,
@@ -409,6 +415,36 @@ class Log:
             pos += h.size
         return out
 
+    def _write_with_epochs(
+        self,
+        buf: bytes | bytearray,
+        batches: list[AppendedBatch],
+        first: int,
+        now: int,
+        epochs: list[tuple[int, int]],
+    ) -> None:
+        """Kafka's order: the epoch cache learns of the batches' epochs before
+        they are written, so a checkpoint that cannot be written fails the
+        append with nothing on disk changed, and a write that fails takes the
+        new entries back (they all start at or after `first`, the old LEO)."""
+        try:
+            for epoch, start in epochs:
+                self.epochs.assign(epoch, start)
+        except OSError as exc:
+            with suppress(OSError):
+                self.epochs.truncate_from_end(first)
+            raise StorageError(
+                f"cannot write the leader epoch checkpoint of {self.directory}: {exc}",
+                path=str(self.directory),
+                errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+            ) from exc
+        try:
+            self._write(buf, batches, first, now)
+        except BaseException:
+            with suppress(OSError):
+                self.epochs.truncate_from_end(first)
+            raise
+
     def _write(
         self, buf: bytes | bytearray, batches: list[AppendedBatch], first: int, now: int
     ) -> None:
@@ -423,7 +459,14 @@ class Log:
             seg = self._roll_locked(first, now)
         seg.append(buf, batches)
         if self.config.flush_policy is FlushPolicy.EVERY_BATCH:
-            seg.flush()
+            try:
+                seg.flush()
+            except StorageError:
+                # Not durable, so not acknowledged: take the batches back, so
+                # that the producer's retry cannot duplicate them.
+                with suppress(OSError, LograftError):
+                    seg.truncate_to(first)
+                raise
             self.recovery_point = self.log_end_offset
 
     def roll(self) -> LogSegment:
