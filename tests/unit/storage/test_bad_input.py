@@ -21,6 +21,7 @@ from lograft.errors import (
     StorageError,
     UnsupportedCompressionError,
 )
+from lograft.storage import checkpoint
 from lograft.storage import segment as segment_module
 from lograft.storage.batch import CRC_POS, HEADER_SIZE, RecordInput, build_batch, compute_crc
 from lograft.storage.compression import Compression
@@ -403,6 +404,59 @@ def test_crash_while_torn_bytes_could_not_be_cut(harness, monkeypatch):
     reopened = Log(h.directory, h.config, pool=h.pool, clock=h.clock)
     assert reopened.recovery.bytes_dropped == torn
     _assert_log_is(reopened, h)
+
+
+def test_epoch_checkpoint_that_cannot_be_written_fails_the_append_cleanly(harness, monkeypatch):
+    """A new leader epoch is checkpointed before its batch is written (as
+    Kafka does): if that fails, the append fails and nothing changes."""
+    h = harness
+    log = h.log
+    before = snapshot_dir(h.directory)
+    leo, epochs = log.log_end_offset, log.epochs.entries()
+
+    def write_atomic(_path, _data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint, "write_atomic", write_atomic)
+    with pytest.raises(StorageError) as info:
+        log.append(batch_of(2)[0], leader_epoch=h.epoch + 1)
+    assert info.value.details["errno"] == "ENOSPC"
+    assert snapshot_dir(h.directory) == before
+    assert (log.log_end_offset, log.epochs.entries()) == (leo, epochs)
+    monkeypatch.undo()
+    h.epoch += 1
+    h.append([2], random.Random(3))
+    assert log.epochs.entries() == h.expected_epoch_entries()
+    h.reopen(clean=False)
+    assert h.log.epochs.entries() == h.expected_epoch_entries()
+    _assert_log_is(h.log, h)
+
+
+def test_every_batch_fsync_failure_takes_the_append_back(harness, monkeypatch):
+    """Under every_batch an append is acknowledged only once fsynced; one
+    whose fsync failed must not stay in the log for a retry to duplicate."""
+    h = harness
+    h.log.close()
+    h.config = dataclasses.replace(CONFIG, flush_policy=FlushPolicy.EVERY_BATCH)
+    h.log = Log(h.directory, h.config, pool=h.pool, clock=h.clock)
+    log = h.log
+    leo, size, epochs = log.log_end_offset, log.size_bytes, log.epochs.entries()
+
+    def fsync(_fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(segment_module.os, "fsync", fsync)
+    with pytest.raises(StorageError):
+        log.append(batch_of(3)[0], leader_epoch=h.epoch + 1)
+    assert (log.log_end_offset, log.size_bytes, log.epochs.entries()) == (leo, size, epochs)
+    assert segment_logs(h.directory)[-1].stat().st_size == log.active_segment.size
+    _assert_log_is(log, h)
+    monkeypatch.undo()
+    h.epoch += 1
+    h.append([3], random.Random(4))
+    assert h.model.batches[-1].base_offset == leo
+    h.reopen(clean=False)
+    _assert_log_is(h.log, h)
 
 
 def test_storage_error_on_fsync_is_typed(tmp_path, monkeypatch):
