@@ -1,0 +1,135 @@
+"""AlterPartition: a partition leader asks the controller to change its ISR.
+
+The request is a compare-and-set on the partition: the leader names the
+leader epoch and partition epoch it last saw, and the controller applies the
+new ISR only if both still hold. Checks, in order, each with its own error:
+
+1. the broker's registration epoch is current     -> STALE_BROKER_EPOCH
+   (BROKER_ID_NOT_REGISTERED for an unknown broker)
+2. the partition exists                            -> UNKNOWN_TOPIC_OR_PARTITION
+3. the leader epoch is current                     -> FENCED_LEADER_EPOCH (older)
+                                                      UNKNOWN_LEADER_EPOCH (newer)
+4. the sender is the leader                        -> NOT_LEADER_OR_FOLLOWER
+5. the partition epoch is current                  -> INVALID_UPDATE_VERSION
+6. the new ISR is well formed and holds the leader -> INVALID_REQUEST / ISR_WITHOUT_LEADER
+7. every member is a replica, registered, usable   -> INELIGIBLE_REPLICA
+
+The leader epoch is checked before leadership so that a deposed leader learns
+it is stale (and refreshes its metadata) rather than merely "not leader".
+The stored ISR keeps the replicas' preferred order, so one set has one form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lograft.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidRequestError,
+    InvalidUpdateVersionError,
+    IsrWithoutLeaderError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.quorum.broker_lifecycle import registered_broker
+from lograft.quorum.image import MetadataImage, PartitionState
+from lograft.quorum.records import PartitionChange
+from lograft.quorum.result import ControllerResult
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    """The partition as it is once the result's records are applied."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+def alter_partition(
+    image: MetadataImage, request: AlterPartitionRequest
+) -> ControllerResult[AlterPartitionResponse]:
+    registered_broker(image, request.broker_id, request.broker_epoch)
+    current = _partition(image, request)
+    _check_epochs_and_leader(current, request)
+    isr = _checked_isr(image, current, request.new_isr)
+    if isr == current.isr:
+        # A retry of an applied change (or a no-op): nothing to append.
+        return ControllerResult((), _response(current))
+    change = PartitionChange(current.topic_id, current.partition, isr=isr)
+    return ControllerResult((change,), _response(current.changed(change)))
+
+
+def _response(p: PartitionState) -> AlterPartitionResponse:
+    return AlterPartitionResponse(p.leader, p.leader_epoch, p.partition_epoch, p.isr)
+
+
+def _partition(image: MetadataImage, request: AlterPartitionRequest) -> PartitionState:
+    current = image.partition(request.topic_id, request.partition)
+    if current is None:
+        raise UnknownTopicOrPartitionError(
+            f"unknown partition {request.topic_id}/{request.partition}",
+            topic_id=request.topic_id,
+            partition=request.partition,
+        )
+    return current
+
+
+def _check_epochs_and_leader(current: PartitionState, request: AlterPartitionRequest) -> None:
+    where = {"topic_id": current.topic_id, "partition": current.partition}
+    if request.leader_epoch < current.leader_epoch:
+        raise FencedLeaderEpochError(
+            f"leader epoch {request.leader_epoch} is older than {current.leader_epoch}", **where
+        )
+    if request.leader_epoch > current.leader_epoch:
+        raise UnknownLeaderEpochError(
+            f"leader epoch {request.leader_epoch} is newer than {current.leader_epoch}", **where
+        )
+    if request.broker_id != current.leader:
+        raise NotLeaderOrFollowerError(
+            f"broker {request.broker_id} is not the leader ({current.leader})", **where
+        )
+    if request.partition_epoch != current.partition_epoch:
+        raise InvalidUpdateVersionError(
+            f"partition epoch {request.partition_epoch} is not the current "
+            f"{current.partition_epoch}",
+            **where,
+        )
+
+
+def _checked_isr(
+    image: MetadataImage, current: PartitionState, new_isr: tuple[int, ...]
+) -> tuple[int, ...]:
+    if len(set(new_isr)) != len(new_isr):
+        raise InvalidRequestError(f"ISR {list(new_isr)} has duplicates")
+    if current.leader not in new_isr:
+        raise IsrWithoutLeaderError(
+            f"ISR {list(new_isr)} does not contain the leader {current.leader}"
+        )
+    ineligible = [b for b in new_isr if not _eligible(image, current, b)]
+    if ineligible:
+        raise IneligibleReplicaError(
+            f"brokers {ineligible} are not usable replicas of this partition",
+            ineligible=ineligible,
+        )
+    members = set(new_isr)
+    return tuple(b for b in current.replicas if b in members)
+
+
+def _eligible(image: MetadataImage, current: PartitionState, broker_id: int) -> bool:
+    broker = image.brokers.get(broker_id)
+    return broker_id in current.replicas and broker is not None and broker.usable

@@ -1,0 +1,101 @@
+"""Topic and cluster configs: key rules, lookups with fallback, and the alter handler.
+
+A topic's effective value for a key is its own entry, else the cluster entry
+(resource name ""), else the built-in default. Keys are free-form names from
+[a-zA-Z0-9._-] (other packages define what they mean); the keys this package
+interprets have their values checked here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lograft.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from lograft.quorum.controller_config import ControllerConfig
+from lograft.quorum.election import elect_offline_leaders
+from lograft.quorum.image import MetadataImage
+from lograft.quorum.records import Config, ConfigResourceType, Record
+from lograft.quorum.result import ControllerResult
+
+UNCLEAN_LEADER_ELECTION = "unclean_leader_election"
+
+CONFIG_KEY_LENGTH_MAX = 255
+_KEY = re.compile(r"[a-zA-Z0-9._-]+")
+_BOOLEAN_KEYS = frozenset({UNCLEAN_LEADER_ELECTION})
+
+
+def validate_config_entry(key: str, value: str | None, config: ControllerConfig) -> None:
+    """Raise InvalidConfigError (naming the key) unless `key` = `value` may be stored."""
+    if len(key) > CONFIG_KEY_LENGTH_MAX or not _KEY.fullmatch(key):
+        raise InvalidConfigError(f"invalid config key {key!r}", key=key)
+    if value is None:
+        return
+    if len(value.encode()) > config.config_value_bytes_max:
+        raise InvalidConfigError(f"config {key} is longer than the limit", key=key)
+    if key in _BOOLEAN_KEYS and value not in ("true", "false"):
+        raise InvalidConfigError(f"config {key} must be 'true' or 'false'", key=key, value=value)
+
+
+def validate_config_entries(entries: Mapping[str, str], config: ControllerConfig) -> None:
+    if len(entries) > config.configs_per_request_max:
+        raise InvalidConfigError(f"more than {config.configs_per_request_max} configs")
+    for key, value in entries.items():
+        validate_config_entry(key, value, config)
+
+
+def effective_topic_config(image: MetadataImage, topic_name: str, key: str) -> str | None:
+    own = image.config(ConfigResourceType.TOPIC, topic_name).get(key)
+    return own if own is not None else image.config(ConfigResourceType.CLUSTER, "").get(key)
+
+
+def unclean_leader_election(image: MetadataImage, topic_name: str) -> bool:
+    value = effective_topic_config(image, topic_name, UNCLEAN_LEADER_ELECTION)
+    return value == "true"
+
+
+def unclean_topic_ids(image: MetadataImage) -> frozenset[str]:
+    """Ids of the topics whose offline partitions may elect an out-of-sync leader."""
+    return frozenset(
+        topic_id
+        for name, topic_id in image.topic_ids.items()
+        if unclean_leader_election(image, name)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigRequest:
+    resource_type: ConfigResourceType
+    resource_name: str  # topic name, or "" for the cluster
+    key: str
+    value: str | None  # None deletes the key
+
+
+def alter_config(
+    image: MetadataImage, request: AlterConfigRequest, config: ControllerConfig
+) -> ControllerResult[None]:
+    """Set or delete one config; enabling unclean election elects offline leaders."""
+    _check_resource(image, request.resource_type, request.resource_name)
+    validate_config_entry(request.key, request.value, config)
+    record = Config(request.resource_type, request.resource_name, request.key, request.value)
+    records: list[Record] = [record]
+    if request.key == UNCLEAN_LEADER_ELECTION:
+        records.extend(_elections_after(image, record))
+    return ControllerResult(tuple(records), None)
+
+
+def _check_resource(image: MetadataImage, kind: ConfigResourceType, name: str) -> None:
+    if kind is ConfigResourceType.TOPIC and name not in image.topic_ids:
+        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", topic=name)
+    if kind is ConfigResourceType.CLUSTER and name != "":
+        raise InvalidConfigError("cluster configs have the resource name ''", name=name)
+
+
+def _elections_after(image: MetadataImage, record: Config) -> list[Record]:
+    # Judge the offline partitions by the configs as they will be once `record`
+    # applies: replay onto a scratch image (the offset is only a placeholder).
+    after = image.replay(record, image.offset + 1)
+    usable = set(after.usable_broker_ids())
+    offline = (p for p in after.all_partitions() if p.offline)
+    return list(elect_offline_leaders(offline, usable, unclean_topic_ids(after)))

@@ -1,0 +1,78 @@
+"""The active controller's decisions, in one import: pure handlers over the image.
+
+Contract for the runtime that drives these (the Raft leader's event loop):
+
+- Call a handler with the current image (every batch this controller proposed
+  already applied), the soft state, and `now_ms` from a monotonic clock.
+- Append `result.records` as one batch, wait until it is committed and applied
+  to the image, then answer with `result.response`.
+- Handle one request at a time per image: a handler decides against the image
+  it is given, so a second decision taken before the first one's batch has
+  applied could contradict it (replay would then refuse the batch, on every
+  node). Serialising handler + append + apply is what makes the records valid.
+- Keep `result.sessions` when it is not None; on becoming the active controller
+  start from `sessions_after_failover(image, now_ms)`.
+- Periodically: `fence_expired_brokers` every `fence_check_interval_ms`,
+  `balance_preferred_leaders` every `leader_imbalance_check_interval_ms`.
+"""
+
+from __future__ import annotations
+
+from lograft.quorum.alter_partition import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    alter_partition,
+)
+from lograft.quorum.broker_lifecycle import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    broker_heartbeat,
+    fence_expired_brokers,
+    register_broker,
+    unregister_broker,
+)
+from lograft.quorum.configs import AlterConfigRequest, alter_config
+from lograft.quorum.controller_config import ControllerConfig
+from lograft.quorum.leader_balance import balance_preferred_leaders
+from lograft.quorum.producer_ids import ProducerIdBlock, allocate_producer_ids
+from lograft.quorum.result import ControllerResult
+from lograft.quorum.sessions import BrokerSessions, sessions_after_failover
+from lograft.quorum.topics import (
+    CreatePartitionsResponse,
+    CreateTopicRequest,
+    CreateTopicResponse,
+    create_partitions,
+    create_topic,
+    delete_topic,
+)
+
+__all__ = [
+    "AlterConfigRequest",
+    "AlterPartitionRequest",
+    "AlterPartitionResponse",
+    "BrokerSessions",
+    "ControllerConfig",
+    "ControllerResult",
+    "CreatePartitionsResponse",
+    "CreateTopicRequest",
+    "CreateTopicResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "ProducerIdBlock",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
+    "allocate_producer_ids",
+    "alter_config",
+    "alter_partition",
+    "balance_preferred_leaders",
+    "broker_heartbeat",
+    "create_partitions",
+    "create_topic",
+    "delete_topic",
+    "fence_expired_brokers",
+    "register_broker",
+    "sessions_after_failover",
+    "unregister_broker",
+]

@@ -1,0 +1,70 @@
+"""Named limits of the active controller, units last, with the defaults' reasons.
+
+Failure detection budget (goal: a dead partition leader is replaced in about two
+seconds on a LAN, without fencing brokers that are merely slow):
+
+- `broker_heartbeat_interval_ms = 500`: a heartbeat is a tiny HTTP request; two
+  per second per broker costs nothing on a LAN and gives the session timeout
+  three chances.
+- `broker_session_timeout_ms = 1500` = three heartbeat intervals. A broker is
+  fenced only after missing two heartbeats in a row and most of a third, so one
+  lost request, a retried TCP connection or a few hundred ms of GC or event-loop
+  stall does not fence it (no flapping); a LAN round trip is well under 1 ms,
+  so the margin is all for stalls. Kafka's defaults (2 s / 9 s) have the same
+  ~3-4x ratio, sized for WANs and JVM pauses.
+- `fence_check_interval_ms = 250`: how often the runtime calls
+  `fence_expired_brokers`; adds at most 250 ms to detection.
+
+Worst case from a broker's death to new leaders in the committed metadata:
+1500 (session) + 250 (check) + a Raft commit (a few ms on a LAN) ~= 1.8 s; the
+new leaders start serving when they next apply the metadata log, tens of ms
+later. A controller failover does not fence anyone by itself: the new active
+controller gives every broker a fresh session (`sessions_after_failover`).
+
+The other limits bound what one request may cost (records in one batch, work
+per rebalance round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lograft.errors import InvalidConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 1500
+    fence_check_interval_ms: int = 250
+    # Kafka's leader.imbalance.per.broker.percentage (10%): a broker whose share
+    # of preferred partitions led by someone else exceeds this is rebalanced.
+    leader_imbalance_ratio_max: float = 0.10
+    # Kafka checks every 300 s; a small cluster recovers balance sooner with 30 s,
+    # and the check is one pass over the image.
+    leader_imbalance_check_interval_ms: int = 30_000
+    # Bounds one rebalance batch; the next round moves the rest.
+    preferred_elections_per_round_max: int = 1_000
+    # Kafka's block size for producer-id allocation.
+    producer_id_block_size: int = 1_000
+    # A topic is created in one atomic batch of 1 + partitions (+ configs)
+    # records; this bounds that batch (~150 bytes per partition record).
+    partitions_per_topic_max: int = 2_000
+    configs_per_request_max: int = 100
+    config_value_bytes_max: int = 4_096
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if name != "leader_imbalance_ratio_max" and (type(value) is not int or value <= 0):
+                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}", key=name)
+        if not 0.0 <= self.leader_imbalance_ratio_max <= 1.0:
+            raise InvalidConfigError(
+                "leader_imbalance_ratio_max must be within [0, 1]", key="leader_imbalance_ratio_max"
+            )
+        # A session shorter than two heartbeats would fence a broker on one lost heartbeat.
+        if self.broker_session_timeout_ms < 2 * self.broker_heartbeat_interval_ms:
+            raise InvalidConfigError(
+                "broker_session_timeout_ms must be at least 2 * broker_heartbeat_interval_ms",
+                key="broker_session_timeout_ms",
+            )
