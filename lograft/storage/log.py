@@ -188,6 +188,14 @@ class Log:
             self._segments[base] = seg
         report.segments_loaded = len(bases)
         self._recover_segments(report)
+        if self._segments:
+            # The active segment's age counts from its first batch (Kafka's
+            # rollingBasedTimestamp), not from this open: otherwise a log that
+            # restarts more often than segment_ms never rolls by time.
+            active = self._segments.peekitem(-1)[1]
+            first = active.batch_at(0)
+            if first is not None and first.max_timestamp >= 0:
+                active.created_ms = min(first.max_timestamp, now)
         if not self._segments:
             start = checkpointed_start or 0
             self._segments[start] = LogSegment(
