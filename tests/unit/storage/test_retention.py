@@ -52,7 +52,7 @@ segments_strategy = st.lists(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     raw=segments_strategy,
     now=st.integers(min_value=0, max_value=20_000),

@@ -4,7 +4,7 @@ layout, and refusal of malformed input."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.errors import CorruptRecordError
@@ -29,6 +29,7 @@ def _reference_encode(value: int) -> bytes:
             return bytes(out)
 
 
+@settings(deadline=None)
 @given(int64)
 def test_round_trip_int64(value):
     encoded = encode_varint(value)
@@ -36,11 +37,13 @@ def test_round_trip_int64(value):
     assert varint_size(value) == len(encoded)
 
 
+@settings(deadline=None)
 @given(int64)
 def test_matches_reference_encoding(value):
     assert encode_varint(value) == _reference_encode(value)
 
 
+@settings(deadline=None)
 @given(st.lists(int64, min_size=1, max_size=20), st.binary(max_size=4))
 def test_concatenated_varints_decode_in_sequence(values, prefix):
     buf = prefix + b"".join(encode_varint(v) for v in values)
@@ -87,6 +90,7 @@ def test_encode_refuses_values_outside_int64(value):
         encode_varint(value)
 
 
+@settings(deadline=None)
 @given(int64)
 def test_truncated_varint_is_corrupt(value):
     encoded = encode_varint(value)
