@@ -254,10 +254,18 @@ def _str(value: Any, where: str) -> str:
     return value
 
 
-def _int_tuple(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list | tuple):
+def _int_tuple_decode(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list):
         _fail(where, "list of int", value)
     return tuple(_int(item, where) for item in value)
+
+
+def _int_tuple_encode(value: Any, where: str) -> list[int]:
+    # A list would encode fine but decode as a tuple, and the round trip would
+    # not give back an equal record: insist on the declared type.
+    if not isinstance(value, tuple):
+        _fail(where, "tuple of int", value)
+    return [_int(item, where) for item in value]
 
 
 def _endpoints_decode(value: Any, where: str) -> Endpoints:
@@ -305,7 +313,7 @@ def _codecs_for(annotation: Any) -> tuple[Convert, Convert]:
     if annotation in simple:
         return simple[annotation], simple[annotation]
     if annotation == tuple[int, ...]:
-        return _int_tuple, _int_tuple
+        return _int_tuple_encode, _int_tuple_decode
     if annotation == Endpoints:
         return _endpoints_encode, _endpoints_decode
     if isinstance(annotation, type) and issubclass(annotation, enum.StrEnum):

@@ -1,0 +1,194 @@
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lograft.errors import (
+    MetadataRecordError,
+    UnknownMetadataRecordTypeError,
+    UnsupportedMetadataRecordVersionError,
+)
+from lograft.quorum.records import (
+    RECORD_CLASSES,
+    RESERVED_RECORD_TYPES,
+    BrokerAction,
+    BrokerRegistrationChange,
+    Config,
+    ConfigResourceType,
+    Partition,
+    PartitionChange,
+    ProducerIds,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    UnregisterBroker,
+    decode_batch,
+    encode_batch,
+    endpoints_from,
+    record_from_dict,
+    record_to_dict,
+)
+
+ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+ids = st.integers(min_value=-1, max_value=10_000)
+texts = st.text(max_size=40)
+uuids = st.uuids().map(str)
+replica_lists = st.lists(st.integers(min_value=0, max_value=1000), max_size=8).map(tuple)
+endpoints = st.dictionaries(st.text(min_size=1, max_size=10), texts, max_size=4).map(endpoints_from)
+
+RECORD_STRATEGIES = {
+    RegisterBroker: st.builds(
+        RegisterBroker, ids, uuids, ints, endpoints, st.none() | texts, st.booleans()
+    ),
+    BrokerRegistrationChange: st.builds(
+        BrokerRegistrationChange, ids, ints, st.sampled_from(BrokerAction)
+    ),
+    UnregisterBroker: st.builds(UnregisterBroker, ids, ints),
+    Topic: st.builds(Topic, texts, uuids),
+    Partition: st.builds(Partition, uuids, ids, replica_lists, replica_lists, ids, ints, ints),
+    PartitionChange: st.builds(
+        PartitionChange,
+        uuids,
+        ids,
+        st.none() | replica_lists,
+        st.none() | ids,
+        st.none() | replica_lists,
+    ),
+    RemoveTopic: st.builds(RemoveTopic, uuids),
+    Config: st.builds(Config, st.sampled_from(ConfigResourceType), texts, texts, st.none() | texts),
+    ProducerIds: st.builds(ProducerIds, ids, ints, ints),
+}
+any_record = st.one_of(*RECORD_STRATEGIES.values())
+
+
+def test_every_record_type_has_a_strategy():
+    assert set(RECORD_STRATEGIES) == set(RECORD_CLASSES)
+
+
+@pytest.mark.parametrize("cls", RECORD_CLASSES, ids=lambda c: c.TYPE)
+@given(data=st.data())
+def test_record_round_trip(cls, data):
+    record = data.draw(RECORD_STRATEGIES[cls])
+    encoded = record_to_dict(record)
+    assert encoded["type"] == cls.TYPE
+    assert encoded["version"] == cls.VERSION
+    # Every field is present, even the None ones.
+    assert set(encoded) == {"type", "version", *(f.name for f in dataclasses.fields(cls))}
+    decoded = record_from_dict(orjson.loads(orjson.dumps(encoded)))
+    assert decoded == record
+    assert type(decoded) is cls
+
+
+@given(st.lists(any_record, max_size=20))
+def test_batch_round_trip(records):
+    assert decode_batch(encode_batch(records)) == records
+
+
+def test_encoded_form_is_plain_json():
+    record = RegisterBroker(7, "inc", 3, endpoints_from({"raft": "h:2", "http": "h:1"}), "r1")
+    body = orjson.loads(encode_batch([record]))
+    assert body == {
+        "batch_version": 1,
+        "records": [
+            {
+                "type": "RegisterBroker",
+                "version": 1,
+                "broker_id": 7,
+                "incarnation_id": "inc",
+                "broker_epoch": 3,
+                "endpoints": {"http": "h:1", "raft": "h:2"},
+                "rack": "r1",
+                "fenced": True,
+            }
+        ],
+    }
+
+
+def _batch_of(*items: object) -> bytes:
+    return orjson.dumps({"batch_version": 1, "records": list(items)})
+
+
+def _valid_topic_dict() -> dict:
+    return record_to_dict(Topic("t", "00000000-0000-0000-0000-000000000001"))
+
+
+def test_unknown_type_is_a_clear_error():
+    with pytest.raises(UnknownMetadataRecordTypeError, match="Nope"):
+        decode_batch(_batch_of({"type": "Nope", "version": 1}))
+
+
+@pytest.mark.parametrize("type_name", sorted(RESERVED_RECORD_TYPES))
+def test_reserved_acl_types_are_not_silently_accepted(type_name):
+    with pytest.raises(UnknownMetadataRecordTypeError, match="reserved"):
+        decode_batch(_batch_of({"type": type_name, "version": 1}))
+
+
+@pytest.mark.parametrize("version", [0, 2, "1", None, True])
+def test_unsupported_version_is_a_clear_error(version):
+    item = {**_valid_topic_dict(), "version": version}
+    with pytest.raises(UnsupportedMetadataRecordVersionError):
+        decode_batch(_batch_of(item))
+
+
+@pytest.mark.parametrize("batch_version", [0, 2, True])
+def test_unsupported_batch_version(batch_version):
+    data = orjson.dumps({"batch_version": batch_version, "records": []})
+    with pytest.raises(UnsupportedMetadataRecordVersionError):
+        decode_batch(data)
+
+
+def test_missing_and_extra_fields_are_rejected():
+    missing = _valid_topic_dict()
+    del missing["topic_id"]
+    extra = {**_valid_topic_dict(), "colour": "blue"}
+    for item in (missing, extra):
+        with pytest.raises(MetadataRecordError, match="missing or unknown"):
+            decode_batch(_batch_of(item))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("broker_id", True), ("broker_id", "1"), ("broker_id", 1.0), ("fenced", 1), ("rack", 5)],
+)
+def test_field_types_are_checked(field, value):
+    item = record_to_dict(RegisterBroker(1, "i", 1, (), None))
+    item[field] = value
+    with pytest.raises(MetadataRecordError, match=field):
+        decode_batch(_batch_of(item))
+
+
+def test_enum_values_are_checked():
+    item = record_to_dict(BrokerRegistrationChange(1, 1, BrokerAction.FENCE))
+    item["action"] = "explode"
+    with pytest.raises(MetadataRecordError, match="explode"):
+        decode_batch(_batch_of(item))
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"not json", b"[]", b'{"records": []}', b'{"batch_version": 1, "records": {}}']
+)
+def test_malformed_batches(data):
+    with pytest.raises(MetadataRecordError):
+        decode_batch(data)
+
+
+def test_empty_batch_round_trips():
+    assert decode_batch(encode_batch([])) == []
+
+
+def test_endpoints_must_be_canonical():
+    with pytest.raises(ValueError, match="sorted"):
+        RegisterBroker(1, "i", 1, (("raft", "h:2"), ("http", "h:1")), None)
+    with pytest.raises(ValueError, match="unique"):
+        RegisterBroker(1, "i", 1, (("http", "h:1"), ("http", "h:2")), None)
+
+
+def test_encoding_rejects_non_records_and_wrong_field_types():
+    with pytest.raises(TypeError):
+        encode_batch([object()])  # type: ignore[list-item]
+    with pytest.raises(MetadataRecordError, match="replicas"):
+        encode_batch([Partition("t", 0, [1, 2], (1,), 1, 0, 0)])  # type: ignore[arg-type]
