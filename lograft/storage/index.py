@@ -114,14 +114,18 @@ class _MappedIndex:
             self._open()
 
     def flush(self) -> None:
-        if self._mm is not None and self.writable:
-            self._mm.flush()  # msync
-        elif self.path.exists():
+        """fsync the file. Through the path, not the mapping: the flusher runs
+        outside the log's lock and a roll may close or remap the mapping
+        meanwhile; on Linux fsync also writes back pages dirtied through a
+        shared mapping. A file deleted meanwhile needs nothing."""
+        try:
             fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         # No msync here: closing (on roll, trim or shutdown) must not put a

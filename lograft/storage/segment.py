@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -88,6 +89,9 @@ class LogSegment:
         self.active = active
         self.created_ms = created_ms
         self._fd: int | None = None
+        # Guards _fd against a flush, which runs outside the log's lock, while
+        # a roll (seal) or close replaces or closes it.
+        self._fd_lock = threading.Lock()
         if active:
             self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
             self.size = os.fstat(self._fd).st_size
@@ -331,9 +335,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.index.trim()
         self.time_index.trim()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._close_fd()
         self.active = False
 
     def make_active(self) -> None:
@@ -341,7 +343,9 @@ class LogSegment:
         if self.active:
             return
         self.pool.discard(str(self.log_path))
-        self._fd = os.open(self.log_path, os.O_RDWR, 0o644)
+        fd = os.open(self.log_path, os.O_RDWR, 0o644)
+        with self._fd_lock:
+            self._fd = fd
         self.index.make_writable()
         self.time_index.make_writable()
         self.active = True
@@ -375,8 +379,15 @@ class LogSegment:
 
     def flush(self) -> None:
         try:
-            if self._fd is not None:
-                os.fsync(self._fd)
+            # A duplicate: the flusher runs outside the log's lock, and a roll
+            # may close the segment's own descriptor meanwhile.
+            with self._fd_lock:
+                own = os.dup(self._fd) if self._fd is not None else None
+            if own is not None:
+                try:
+                    os.fsync(own)
+                finally:
+                    os.close(own)
             else:
                 with self.pool.borrow(str(self.log_path)) as fd:
                     os.fsync(fd)
@@ -396,10 +407,14 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.index.close_and_trim()
         self.time_index.close_and_trim()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._close_fd()
         self.pool.discard(str(self.log_path))
+
+    def _close_fd(self) -> None:
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def delete(self) -> None:
         self.close()
