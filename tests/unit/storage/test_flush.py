@@ -214,3 +214,34 @@ def test_flush_then_crash_keeps_the_recovery_point(tmp_path):
     assert again.recovery_point == leo
     # Only the active segment is re-read: everything before it was flushed.
     assert again.recovery.segments_recovered == 1
+
+
+def test_a_roll_during_a_flush_does_not_break_it(tmp_path, monkeypatch):
+    """The flusher fsyncs outside the log's lock; an append that rolls (and
+    so closes the active segment's descriptor and index mappings) can run in
+    the middle. Made deterministic: the roll happens inside the first fsync."""
+    clock = FakeClock()
+    log = _log(tmp_path, clock, FlushPolicy.INTERVAL_MS, flush_interval_ms=1)
+    _append(log)
+    active = log.active_segment.log_path
+    real = os.fsync
+    rolled, synced = [], []
+
+    def fsync(fd):
+        if not rolled and os.readlink(f"/proc/self/fd/{fd}") == str(active):
+            rolled.append(_append(log))  # seals the segment being flushed
+            assert log.segment_count == 2
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))  # what really gets synced
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    log.flush()
+    assert rolled
+    assert str(active) in synced
+    assert log.recovery_point == 1  # the LEO when the flush began
+    clock.advance(10)
+    assert log.maybe_flush()
+    assert log.recovery_point == log.log_end_offset == 2
+    log.close()
+    again = _log(tmp_path, clock, FlushPolicy.INTERVAL_MS)
+    assert [r.offset for r in read_everything(again)] == [0, 1]
