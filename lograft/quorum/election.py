@@ -11,7 +11,11 @@ Rules (Kafka's, with its "last ISR" kept as an ELR-lite):
 - Brokers that go away leave every ISR, except that an ISR is never emptied:
   when all its members go, it is kept as it was. Those members held every
   committed record, so when any of them comes back it can lead again without
-  loss, and it is the only kind of broker a clean election will pick.
+  loss, and it is the only kind of broker a clean election will pick. The
+  members still away leave the ISR as that leader is elected.
+
+So outside these functions, every partition is either led by a usable broker
+with only usable brokers in its ISR, or offline with no usable ISR member.
 
 Functions return `PartitionChange` records carrying only what changed, and
 nothing at all for a partition that does not change.
@@ -104,7 +108,10 @@ def elect_offline_leaders(
             continue
         election = elect_leader(p.replicas, p.isr, usable, p.topic_id in unclean_topic_ids)
         if election.leader != NO_LEADER:
-            change = partition_change(p, election.isr, election.leader)
+            # The kept ISR may name members still away; a leader must not wait
+            # for them (acks=all), so only the usable ones stay in sync.
+            isr = tuple(b for b in election.isr if b in usable)
+            change = partition_change(p, isr, election.leader)
             assert change is not None
             changes.append(change)
     return changes

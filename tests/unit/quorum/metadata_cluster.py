@@ -19,7 +19,7 @@ from lograft.quorum.broker_lifecycle import (
 )
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.image import MetadataImage, PartitionState
-from lograft.quorum.records import decode_batch, encode_batch, endpoints_from
+from lograft.quorum.records import Record, decode_batch, encode_batch, endpoints_from
 from lograft.quorum.result import ControllerResult
 from lograft.quorum.sessions import BrokerSessions
 from lograft.quorum.topics import CreateTopicRequest, create_topic
@@ -33,6 +33,8 @@ class Cluster:
     now_ms: int = 0
     epochs: dict[int, int] = field(default_factory=dict)
     incarnations: dict[int, str] = field(default_factory=dict)
+    # Every batch applied, with its offset: what a metadata log would hold.
+    batch_log: list[tuple[int, list[Record]]] = field(default_factory=list)
 
     def apply(self, result: ControllerResult[Any]) -> Any:
         if result.sessions is not None:
@@ -40,6 +42,7 @@ class Cluster:
         if result.records:
             batch = decode_batch(encode_batch(result.records))
             self.image = self.image.apply_batch(self.image.offset + 1, batch)
+            self.batch_log.append((self.image.offset, batch))
         return result.response
 
     def register(self, broker_id: int, rack: str | None = None) -> int:
