@@ -25,9 +25,11 @@ What this guarantees (property-tested): replicas of a partition are distinct
 and on min(replication factor, racks) distinct racks. Starting from balanced
 loads with one replication factor, per-broker replica counts and preferred-leader
 counts never differ by more than one without racks, and with up to three
-equally sized racks. With more racks than that and a replication factor close
-to the rack count, rack spread wins over perfect balance (counts may then
-differ by two). Unequal racks cannot be both spread and balanced; spread wins.
+equally sized racks. With four or more racks, some replication factors make
+spread and exact balance conflict (a simulation found counts two apart for 4
+racks and rf 5, or 6 racks of 3 and rf 5): rack spread wins, balance is then
+close but not exact. Unequal racks cannot be both spread and balanced; spread
+wins there too.
 """
 
 from __future__ import annotations
