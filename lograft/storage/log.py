@@ -567,7 +567,8 @@ class Log:
         """Remove everything at or after `offset` (follower truncation).
 
         A batch that straddles `offset` is removed whole, so the new LEO may
-        be below `offset`. Returns the bytes removed.
+        be below `offset` (and if that takes it below the log start offset,
+        the log restarts empty at the new LEO). Returns the bytes removed.
         """
         with self._flush_lock, self._lock:
             self._check_open()
@@ -586,6 +587,13 @@ class Log:
             seg.make_active()
             removed += seg.truncate_to(offset)
             leo = self.log_end_offset
+            if leo < self.log_start_offset:
+                # The batch holding the log start straddled `offset` and went
+                # whole: nothing readable is left. Start empty at that batch's
+                # base, where the leader's copy of it will be appended again.
+                removed += self.size_bytes
+                self._truncate_fully_locked(leo)
+                return removed
             self._truncations += 1
             self._clamp_cleaner_checkpoint(leo)
             self.epochs.truncate_from_end(leo)
