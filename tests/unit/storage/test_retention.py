@@ -258,3 +258,30 @@ def test_advance_to_the_end_then_append(tmp_path):
         log.read(2, 100)
     log.append(batch_of(2)[0], leader_epoch=1)
     assert [r.offset for r in read_everything(log)] == [3, 4]
+
+
+def test_truncation_through_the_batch_holding_the_log_start(tmp_path):
+    """The log start must never pass the LEO: when truncation removes the
+    batch that holds the log start, the log restarts empty at that batch's
+    base, where the follower will append the leader's copy again."""
+    clock = FakeClock()
+    log = _log(tmp_path, clock)
+    log.append(batch_of(1)[0], leader_epoch=0)  # 0
+    log.append(batch_of(4)[0], leader_epoch=0)  # 1-4
+    log.append(batch_of(1)[0], leader_epoch=0)  # 5
+    log.advance_log_start_offset(2)
+    log.truncate_to(3)  # the batch 1-4 straddles 3: it goes whole
+    assert (log.log_start_offset, log.log_end_offset, log.size_bytes) == (1, 1, 0)
+    assert log.read(1, 100) == b""
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    again = batch_of(4)[0]
+    log.append_as_follower(_rebase(again, 1))
+    assert [r.offset for r in read_everything(log)] == [1, 2, 3, 4]
+    log.close()
+    reopened = _log(tmp_path, clock)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (1, 5)
+
+
+def _rebase(blob: bytes, base: int) -> bytes:
+    return base.to_bytes(8, "big") + blob[8:]
