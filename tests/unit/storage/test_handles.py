@@ -17,7 +17,7 @@ from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
 
-from .storage_support import FakeClock, batch_bases, fd_count, no_fsync  # noqa: F401
+from .storage_support import FakeClock, batch_bases, no_fsync  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_fsync")
 
@@ -43,9 +43,8 @@ def _held_paths() -> set[str]:
     return out
 
 
-def test_pool_is_lru_and_bounded(files):
+def test_pool_is_lru_and_bounded(files, tmp_path):
     pool = FilePool(max_open_files=3)
-    base = fd_count()
     for p in files[:3]:
         with pool.borrow(p) as fd:
             assert os.pread(fd, 1, 0) == p[-1].encode()
@@ -55,24 +54,23 @@ def test_pool_is_lru_and_bounded(files):
     with pool.borrow(files[3]):
         pass
     assert pool.open_count == 3
-    assert fd_count() == base + 3
+    assert _held_in(tmp_path) == 3
     held = _held_paths()
     assert [p in held for p in files[:4]] == [True, False, True, True]
 
 
-def test_mappings_count_against_the_same_limit(files):
+def test_mappings_count_against_the_same_limit(files, tmp_path):
     pool = FilePool(max_open_files=2)
-    base = fd_count()
     for p in files[:4]:
         with pool.borrow_map(p) as mm:
             assert mm[:1] == p[-1].encode()
         with pool.borrow(p) as fd:
             assert os.pread(fd, 1, 0) == p[-1].encode()
         assert pool.open_count <= 2
-        assert fd_count() <= base + 2
+        assert _held_in(tmp_path) <= 2
     pool.discard(files[3])
     assert pool.open_count == 0
-    assert fd_count() == base
+    assert _held_in(tmp_path) == 0
 
 
 def test_pool_never_closes_a_descriptor_in_use(files):
