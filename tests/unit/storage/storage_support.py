@@ -179,10 +179,6 @@ def segment_logs(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.log"))
 
 
-def fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 # -- a log driven next to its model ------------------------------------------------
 
 
