@@ -36,6 +36,21 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_node(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from lograft.api.node import configure_logging, run_node
+    from lograft.api.node_config import load_config
+
+    try:
+        config = load_config(args.config)
+    except LograftError as exc:
+        print(f"lograft node: {exc.message}", file=sys.stderr)
+        return 1
+    configure_logging(config.log_level)
+    return asyncio.run(run_node(config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lograft",
@@ -44,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lograft {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+
+    node = sub.add_parser(
+        "node",
+        help="run a node (controller, broker or both) from a config file",
+        description="Run a lograft node. Settings come from the TOML file, then from "
+        "LOGRAFT_* environment variables (LOGRAFT_HTTP__PORT=9092 sets [http] port).",
+    )
+    node.add_argument("--config", required=True, metavar="FILE", help="node config (TOML)")
+    node.set_defaults(func=_cmd_node)
 
     dump = sub.add_parser(
         "dump-log",

@@ -1,0 +1,307 @@
+"""A lograft node: the process `lograft node --config FILE` runs.
+
+Wiring, in start order:
+
+1. the metadata quorum: a `RaftAdapter` (voter if the node has the
+   controller role, observer otherwise) replicating into a `MetadataStore`;
+2. the `ControllerRuntime` (controller role), active while this node leads Raft;
+3. the `ReplicaManager` (broker role), which follows the image: every applied
+   metadata batch is turned into the set of local replicas and their roles;
+4. the HTTP server: public `/v1`, health, and `/internal/v1` (cluster secret);
+5. the `BrokerAgent` (broker role): registration and heartbeats.
+
+Stopping runs in reverse; a broker first asks for a controlled shutdown so its
+leaderships move before it goes (bounded by `controlled_shutdown_timeout_ms`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from lograft.api.app import SECRET_HEADER, create_app
+from lograft.api.broker_agent import BrokerAgent
+from lograft.api.controller_client import ControllerClient
+from lograft.api.node_config import NodeConfig
+from lograft.api.routes_admin import AdminRoutes
+from lograft.api.routes_data import DataRoutes
+from lograft.api.routes_internal import (
+    ControllerRpc,
+    add_controller_routes,
+    add_replica_fetch_route,
+)
+from lograft.brokers.metadata_sync import ImageView, hosted_partitions
+from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from lograft.quorum.controller import ControllerConfig
+from lograft.quorum.controller_runtime import ControllerRuntime
+from lograft.quorum.metadata_store import MetadataStore
+from lograft.quorum.raft import RaftAdapter, RaftConfig
+
+log = logging.getLogger(__name__)
+
+# A broker asking to shut down waits this long for its leaderships to move, ms.
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
+
+
+def raft_config_for(config: NodeConfig) -> RaftConfig:
+    me = config.voter(config.node_id)
+    peers = {
+        str(v.node_id): config.raft.dial.get(v.node_id, v.raft)
+        for v in config.voters
+        if v.node_id != config.node_id
+    }
+    return RaftConfig.from_dict(
+        {
+            "node_id": str(config.node_id),
+            "data_dir": config.data_dir / "metadata",
+            "peers": peers,
+            "listen_address": me.raft if (config.is_controller and me) else None,
+            "voter": config.is_controller,
+            "password": config.raft.password or None,
+            **dict(config.raft.tuning),
+        }
+    )
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.store = MetadataStore()
+        self.raft = RaftAdapter(raft_config_for(config), self.store)
+        self.controller_config = ControllerConfig(**dict(config.controller))
+        self.runtime: ControllerRuntime | None = None
+        self.replicas: ReplicaManager | None = None
+        self.agent: BrokerAgent | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.client: ControllerClient | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._applied_offset = -2
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.raft.start()
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=60), headers={SECRET_HEADER: cfg.cluster_secret}
+        )
+        if cfg.is_controller:
+            self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)
+            await self.runtime.start()
+        self.client = ControllerClient(cfg, self.session, self.runtime, self._leader_id)
+        if cfg.is_broker:
+            self.replicas = ReplicaManager(
+                cfg.node_id,
+                cfg.data_dir,
+                BrokerSettings.from_dict(dict(cfg.broker)),
+                log_defaults=dict(cfg.log_defaults),
+                alter_partition=self._alter_partition,
+                fetch_transport=self._fetch_transport,
+            )
+            await self.replicas.start()
+            self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata"))
+        await self._serve()
+        if cfg.is_broker:
+            self.agent = BrokerAgent(
+                cfg.node_id,
+                {"http": cfg.http_url},
+                cfg.rack,
+                self.client,
+                lambda: self.store.image.offset,
+                heartbeat_interval_ms=self.controller_config.broker_heartbeat_interval_ms,
+            )
+            await self.agent.start()
+        log.info(
+            "node %d started: roles %s, http %s", cfg.node_id, ",".join(cfg.roles), cfg.http_url
+        )
+
+    async def _serve(self) -> None:
+        cfg = self.config
+        assert self.session is not None and self.client is not None
+        app = create_app(
+            cluster_secret=cfg.cluster_secret,
+            request_bytes_max=cfg.http.request_bytes_max,
+            ready=self.ready,
+        )
+        rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
+        add_controller_routes(app, rpc)
+        AdminRoutes(
+            node_id=cfg.node_id,
+            cluster_id=cfg.cluster_id,
+            store=self.store,
+            raft=self.raft,
+            controller=self.client,
+            rpc=rpc,
+            replicas=self.replicas,
+            session=self.session,
+        ).add_to(app)
+        if self.replicas is not None:
+            DataRoutes(self.replicas, _LiveImageView(self.store), self.session).add_to(app)
+            add_replica_fetch_route(app, self.replicas)
+        from lograft.api.openapi import add_openapi_route
+
+        add_openapi_route(app)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.http.host, cfg.http.port, reuse_address=True)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self.agent is not None:
+            await self.agent.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.replicas is not None:
+            await self.replicas.stop()
+        if self.runtime is not None:
+            await self.runtime.stop()
+        await self.raft.stop()
+        if self.session is not None:
+            await self.session.close()
+        log.info("node %d stopped", self.config.node_id)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def _leader_id(self) -> int | None:
+        raw = self.raft.leader_id
+        try:
+            return None if raw is None else int(raw)
+        except ValueError:
+            return None
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        detail: dict[str, Any] = {
+            "controller_elected": self._leader_id() is not None,
+            "metadata_offset": self.store.image.offset,
+        }
+        ok = detail["controller_elected"] and self.store.image.offset >= 0
+        if self.agent is not None:
+            detail["broker_state"] = self.agent.state.value
+            ok = ok and self.agent.unfenced
+        return ok, detail
+
+    async def _follow_metadata(self) -> None:
+        assert self.replicas is not None
+        self._apply_image()
+        async for _applied in self.raft.subscribe():
+            self._apply_image()
+
+    def _apply_image(self) -> None:
+        assert self.replicas is not None
+        image = self.store.image
+        if image.offset == self._applied_offset:
+            return
+        self._applied_offset = image.offset
+        try:
+            self.replicas.apply_metadata(hosted_partitions(image, self.config.node_id))
+        except Exception:
+            log.exception("applying metadata at offset %d failed", image.offset)
+
+    # -- broker -> controller and broker -> broker --------------------------------------
+
+    async def _alter_partition(
+        self, tp: TopicPartition, proposal: IsrProposal
+    ) -> Assignment | None:
+        assert self.client is not None and self.agent is not None
+        topic = self.store.image.topic(tp.topic)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {tp.topic} is gone")
+        body = {
+            "broker_id": self.config.node_id,
+            "broker_epoch": self.agent.broker_epoch,
+            "topic_id": topic.topic_id,
+            "partition": tp.partition,
+            "leader_epoch": proposal.leader_epoch,
+            "partition_epoch": proposal.partition_epoch,
+            "new_isr": list(proposal.isr),
+        }
+        local = None
+        if self.runtime is not None:
+            rpc = ControllerRpc(self.runtime)
+
+            async def local() -> dict[str, Any]:
+                return await rpc.methods["alter-partition"](body)
+
+        res = await self.client.call("alter-partition", body, local=local)
+        replicas = topic.partitions[tp.partition].replicas
+        return Assignment(
+            replicas,
+            tuple(res["isr"]),
+            int(res["leader"]),
+            int(res["leader_epoch"]),
+            int(res["partition_epoch"]),
+        )
+
+    async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
+        assert self.session is not None
+        url = ImageView(self.store.image).broker_url(leader_id)
+        if url is None:
+            raise BrokerNotAvailableError(f"broker {leader_id} has no registered address")
+        async with self.session.post(
+            f"{url}/internal/v1/replica-fetch",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as resp:
+            data = await resp.read()
+            if resp.status != 200:
+                raise BrokerNotAvailableError(
+                    f"replica fetch from broker {leader_id} answered {resp.status}: {data[:200]!r}"
+                )
+            return data
+
+
+class _LiveImageView:
+    """A MetadataView that always reads the store's newest image."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ImageView(self.store.image), name)
+
+
+async def run_node(config: NodeConfig) -> int:
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+    except Exception:
+        log.exception("node %d failed to start", config.node_id)
+        await node.stop()
+        return 1
+    await stop.wait()
+    log.info("node %d stopping", config.node_id)
+    await node.stop()
+    return 0
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # pysyncobj and aiohttp are chatty at INFO.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+__all__ = ["Node", "raft_config_for", "replace", "run_node"]

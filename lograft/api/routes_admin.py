@@ -1,0 +1,257 @@
+"""Public admin endpoints: topics, brokers and the cluster view.
+
+Changes (create, delete, add partitions, alter configs) go to the active
+controller, from any node; the answer comes once the change is committed and
+this node's own metadata has caught up with it, so a client may use the new
+topic on the same node at once. Reads are served from this node's image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from lograft.api.controller_client import ControllerClient
+from lograft.api.routes_data import json_response
+from lograft.api.routes_internal import ControllerRpc
+from lograft.brokers.metadata_sync import ImageView
+from lograft.brokers.partition import TopicPartition
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from lograft.quorum.metadata_store import MetadataStore
+from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.records import ConfigResourceType
+
+# How long an admin change waits for this node's metadata to catch up, ms.
+METADATA_CATCH_UP_TIMEOUT_MS = 5_000
+# How long describe waits for a remote leader's offsets, ms.
+DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
+
+
+class AdminRoutes:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        store: MetadataStore,
+        raft: RaftAdapter,
+        controller: ControllerClient,
+        rpc: ControllerRpc | None,
+        replicas: ReplicaManager | None,
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.store = store
+        self.raft = raft
+        self.controller = controller
+        self.rpc = rpc
+        self.replicas = replicas
+        self.session = session
+
+    def add_to(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/v1/cluster", self.cluster)
+        r.add_get("/v1/brokers", self.brokers)
+        r.add_get("/v1/topics", self.list_topics)
+        r.add_post("/v1/topics", self.create_topic)
+        r.add_get("/v1/topics/{topic}", self.describe_topic)
+        r.add_delete("/v1/topics/{topic}", self.delete_topic)
+        r.add_post("/v1/topics/{topic}/partitions", self.add_partitions)
+        r.add_patch("/v1/topics/{topic}/configs", self.alter_configs)
+
+    # -- changes through the controller ----------------------------------------------------
+
+    async def _change(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        local: Callable[[], Awaitable[dict[str, Any]]] | None = None
+        if self.rpc is not None:
+            method = self.rpc.methods[name]
+
+            async def local() -> dict[str, Any]:
+                return await method(body)
+
+        result = await self.controller.call(name, body, local=local)
+        await self._catch_up(result.get("metadata_offset"))
+        return result
+
+    async def _catch_up(self, offset: Any) -> None:
+        target = offset if isinstance(offset, int) else None
+        if target is None:
+            return
+        await self.raft.wait_for_offset(target, METADATA_CATCH_UP_TIMEOUT_MS)
+
+    @staticmethod
+    async def _json(request: web.Request) -> dict[str, Any]:
+        try:
+            body = orjson.loads(await request.read() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise InvalidRequestError("request body must be a JSON object")
+        return body
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        unknown = set(body) - {"name", "partitions", "replication_factor", "configs"}
+        if unknown:
+            raise InvalidRequestError(f"unknown field(s) {sorted(unknown)}")
+        body.setdefault("partitions", 1)
+        body.setdefault("replication_factor", min(3, max(1, len(self.store.image.brokers))))
+        result = await self._change("create-topic", body)
+        return json_response(result, 201)
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        result = await self._change("delete-topic", {"name": request.match_info["topic"]})
+        return json_response(result)
+
+    async def add_partitions(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        result = await self._change(
+            "create-partitions",
+            {"name": request.match_info["topic"], "partitions": body.get("partitions")},
+        )
+        return json_response(result)
+
+    async def alter_configs(self, request: web.Request) -> web.Response:
+        body = await self._json(request)
+        configs = body.get("configs")
+        if not isinstance(configs, dict) or not configs:
+            raise InvalidRequestError('send {"configs": {"name": "value" or null, ...}}')
+        result = await self._change(
+            "alter-configs",
+            {
+                "resource_type": ConfigResourceType.TOPIC.value,
+                "resource_name": request.match_info["topic"],
+                "configs": configs,
+            },
+        )
+        return json_response(result)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def list_topics(self, _request: web.Request) -> web.Response:
+        view = ImageView(self.store.image)
+        return json_response(
+            {
+                "topics": [
+                    {
+                        "name": t.name,
+                        "topic_id": t.topic_id,
+                        "partitions": len(t.partitions),
+                        "replication_factor": len(t.partitions[0].replicas) if t.partitions else 0,
+                        "configs": dict(t.config),
+                    }
+                    for t in view.topics()
+                ]
+            }
+        )
+
+    async def describe_topic(self, request: web.Request) -> web.Response:
+        view = ImageView(self.store.image)
+        name = request.match_info["topic"]
+        topic = view.topic(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+        offsets = await asyncio.gather(
+            *(self._offsets(view, name, p, a.leader) for p, a in sorted(topic.partitions.items()))
+        )
+        partitions = []
+        for (p, a), off in zip(sorted(topic.partitions.items()), offsets, strict=True):
+            partitions.append(
+                {
+                    "partition": p,
+                    "leader": a.leader,
+                    "leader_epoch": a.leader_epoch,
+                    "replicas": list(a.replicas),
+                    "isr": list(a.isr),
+                    "offline": a.leader < 0,
+                    **off,
+                }
+            )
+        return json_response(
+            {
+                "name": topic.name,
+                "topic_id": topic.topic_id,
+                "configs": dict(topic.config),
+                "partitions": partitions,
+            }
+        )
+
+    async def _offsets(self, view: ImageView, topic: str, p: int, leader: int) -> dict[str, Any]:
+        unknown = {"log_start_offset": None, "log_end_offset": None, "high_watermark": None}
+        if leader < 0:
+            return unknown
+        if self.replicas is not None and leader == self.node_id:
+            part = self.replicas.partitions.get(TopicPartition(topic, p))
+            if part is None:
+                return unknown
+            return {
+                "log_start_offset": part.log.log_start_offset,
+                "log_end_offset": part.log.log_end_offset,
+                "high_watermark": part.high_watermark,
+            }
+        url = view.broker_url(leader)
+        if url is None:
+            return unknown
+        try:
+            async with self.session.get(
+                f"{url}/v1/topics/{topic}/partitions/{p}/offsets",
+                timeout=aiohttp.ClientTimeout(total=DESCRIBE_OFFSETS_TIMEOUT_MS / 1000),
+            ) as resp:
+                if resp.status != 200:
+                    return unknown
+                doc = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return unknown
+        return {
+            "log_start_offset": doc.get("earliest"),
+            "log_end_offset": doc.get("log_end_offset"),
+            "high_watermark": doc.get("latest"),
+        }
+
+    def _brokers(self) -> list[dict[str, Any]]:
+        image = self.store.image
+        return [
+            {
+                "id": b.broker_id,
+                "epoch": b.broker_epoch,
+                "state": b.state.value if hasattr(b.state, "value") else str(b.state),
+                "fenced": b.fenced,
+                "rack": b.rack,
+                "endpoints": dict(b.endpoints),
+            }
+            for _id, b in sorted(image.brokers.items())
+        ]
+
+    async def brokers(self, _request: web.Request) -> web.Response:
+        return json_response({"brokers": self._brokers()})
+
+    async def cluster(self, _request: web.Request) -> web.Response:
+        status = await self.raft.status()
+        raft = status.to_dict()
+        return json_response(
+            {
+                "cluster_id": self.cluster_id,
+                "node_id": self.node_id,
+                "active_controller": self.controller.active_controller_id(),
+                "metadata_offset": self.store.image.offset,
+                "raft": {
+                    "role": raft["role"],
+                    "leader_id": raft["leader_id"],
+                    "term": raft["term"],
+                    "commit_index": raft["commit_index"],
+                    "last_applied": raft["last_applied"],
+                    "has_quorum": raft["has_quorum"],
+                    "voters": raft["voters"],
+                    "observers": raft["observers"],
+                },
+                "brokers": self._brokers(),
+                "topics": len(self.store.image.topic_ids),
+            }
+        )

@@ -1,0 +1,201 @@
+"""Internal endpoints (`/internal/v1/...`, cluster secret required).
+
+Controller RPCs (`POST /internal/v1/controller/<name>`, JSON in and out) are
+served by the active controller; any other node answers NOT_CONTROLLER naming
+the one that is. The same `ControllerRpc` methods serve a node's own calls
+when it is the active controller, so both paths give the same answers.
+
+Replica fetch (`POST /internal/v1/replica-fetch`) is the follower-pull data
+path; see lograft/brokers/fetch_wire.py for its format.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from lograft.brokers.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.errors import InvalidRequestError
+from lograft.quorum import controller as c
+from lograft.quorum.controller_runtime import ControllerRuntime
+from lograft.quorum.records import ConfigResourceType, endpoints_from
+
+Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _get(body: dict[str, Any], key: str, kind: type) -> Any:
+    value = body.get(key)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidRequestError(f"{key} must be an integer")
+    if kind is str and not isinstance(value, str):
+        raise InvalidRequestError(f"{key} must be a string")
+    if kind is list and not isinstance(value, list):
+        raise InvalidRequestError(f"{key} must be a list")
+    if kind is dict and not isinstance(value, dict):
+        raise InvalidRequestError(f"{key} must be an object")
+    return value
+
+
+class ControllerRpc:
+    def __init__(self, runtime: ControllerRuntime) -> None:
+        self.runtime = runtime
+        self.config = runtime.config
+        plain: dict[str, Rpc] = {
+            "register": self.register,
+            "heartbeat": self.heartbeat,
+            "alter-partition": self.alter_partition,
+            "producer-ids": self.producer_ids,
+            "create-topic": self.create_topic,
+            "delete-topic": self.delete_topic,
+            "create-partitions": self.create_partitions,
+            "alter-configs": self.alter_configs,
+        }
+        self.methods: dict[str, Rpc] = {name: self._with_offset(m) for name, m in plain.items()}
+
+    def _with_offset(self, method: Rpc) -> Rpc:
+        """Every answer carries the metadata offset that includes its change,
+        so the caller can wait until its own image has caught up."""
+
+        async def call(body: dict[str, Any]) -> dict[str, Any]:
+            result = await method(body)
+            result["metadata_offset"] = self.runtime.store.image.offset
+            return result
+
+        return call
+
+    async def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = c.RegisterBrokerRequest(
+            broker_id=_get(body, "broker_id", int),
+            incarnation_id=_get(body, "incarnation_id", str),
+            endpoints=endpoints_from(_get(body, "endpoints", dict)),
+            rack=body.get("rack"),
+        )
+        res = await self.runtime.run(
+            lambda img, s, now: c.register_broker(img, s, req, now, self.config)
+        )
+        return {"broker_epoch": res.broker_epoch}
+
+    async def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = c.HeartbeatRequest(
+            broker_id=_get(body, "broker_id", int),
+            broker_epoch=_get(body, "broker_epoch", int),
+            metadata_offset=_get(body, "metadata_offset", int),
+            want_shutdown=bool(body.get("want_shutdown", False)),
+        )
+        res = await self.runtime.run(
+            lambda img, s, now: c.broker_heartbeat(img, s, req, now, self.config)
+        )
+        return {
+            "fenced": res.fenced,
+            "in_controlled_shutdown": res.in_controlled_shutdown,
+            "should_shut_down": res.should_shut_down,
+            "metadata_offset": self.runtime.store.image.offset,
+        }
+
+    async def alter_partition(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = c.AlterPartitionRequest(
+            broker_id=_get(body, "broker_id", int),
+            broker_epoch=_get(body, "broker_epoch", int),
+            topic_id=_get(body, "topic_id", str),
+            partition=_get(body, "partition", int),
+            leader_epoch=_get(body, "leader_epoch", int),
+            partition_epoch=_get(body, "partition_epoch", int),
+            new_isr=tuple(int(b) for b in _get(body, "new_isr", list)),
+        )
+        res = await self.runtime.run(lambda img, _s, _n: c.alter_partition(img, req))
+        return {
+            "leader": res.leader,
+            "leader_epoch": res.leader_epoch,
+            "partition_epoch": res.partition_epoch,
+            "isr": list(res.isr),
+        }
+
+    async def producer_ids(self, body: dict[str, Any]) -> dict[str, Any]:
+        broker_id = _get(body, "broker_id", int)
+        epoch = _get(body, "broker_epoch", int)
+        res = await self.runtime.run(
+            lambda img, _s, _n: c.allocate_producer_ids(img, broker_id, epoch, self.config)
+        )
+        return {"first_producer_id": res.first_producer_id, "size": res.size}
+
+    async def create_topic(self, body: dict[str, Any]) -> dict[str, Any]:
+        configs = body.get("configs") or {}
+        if not isinstance(configs, dict):
+            raise InvalidRequestError("configs must be an object of name -> value")
+        req = c.CreateTopicRequest(
+            name=_get(body, "name", str),
+            partitions=_get(body, "partitions", int),
+            replication_factor=_get(body, "replication_factor", int),
+            configs={str(k): str(v) for k, v in configs.items()},
+        )
+        topic_id = str(uuid.uuid4())
+        res = await self.runtime.run(
+            lambda img, _s, _n: c.create_topic(img, req, topic_id, self.config)
+        )
+        return {
+            "name": res.name,
+            "topic_id": res.topic_id,
+            "partitions": [
+                {"partition": i, "replicas": list(r)} for i, r in enumerate(res.assignments)
+            ],
+        }
+
+    async def delete_topic(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = _get(body, "name", str)
+        topic_id = await self.runtime.run(lambda img, _s, _n: c.delete_topic(img, name))
+        return {"name": name, "topic_id": topic_id}
+
+    async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = _get(body, "name", str)
+        total = _get(body, "partitions", int)
+        res = await self.runtime.run(
+            lambda img, _s, _n: c.create_partitions(img, name, total, self.config)
+        )
+        return {"name": res.name, "partitions": total}
+
+    async def alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
+        resource_type = ConfigResourceType(body.get("resource_type", "topic"))
+        name = _get(body, "resource_name", str)
+        changes = _get(body, "configs", dict)
+        for key, value in changes.items():
+            req = c.AlterConfigRequest(
+                resource_type, name, str(key), None if value is None else str(value)
+            )
+            await self.runtime.run(lambda img, _s, _n, r=req: c.alter_config(img, r, self.config))
+        return {"resource_type": resource_type.value, "resource_name": name, "configs": changes}
+
+
+def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if rpc is None:
+            from lograft.errors import NotControllerError
+
+            raise NotControllerError("this node has no controller role")
+        method = rpc.methods.get(name)
+        if method is None:
+            raise InvalidRequestError(f"unknown controller call {name!r}")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(f"body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise InvalidRequestError("body must be a JSON object")
+        result = await method(body)
+        return web.Response(body=orjson.dumps(result), content_type="application/json")
+
+    app.router.add_post("/internal/v1/controller/{name}", handle)
+
+
+def add_replica_fetch_route(app: web.Application, replicas: ReplicaManager) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        req = ReplicaFetchRequest.from_json(await request.read())
+        parts = await replicas.replica_fetch(req)
+        return web.Response(body=encode_response(parts), content_type=CONTENT_TYPE)
+
+    app.router.add_post("/internal/v1/replica-fetch", handle)

@@ -1,0 +1,170 @@
+"""The active controller: drives the pure handlers with the Raft log.
+
+Only the Raft leader is the active controller. When this node becomes leader
+it appends an empty *barrier* batch and waits for it to apply, so its image
+holds everything committed before it took over (KRaft does the same), then
+starts every registered broker on a fresh session (`sessions_after_failover`)
+so a failover never fences a live broker.
+
+Requests are served one at a time: handler on the current image, append its
+records as one batch, wait until applied, answer. Two decisions taken against
+the same image could contradict each other, and replay would then refuse the
+batch on every node; the lock below is what makes every batch valid.
+
+Periodic duties while active: fence brokers whose session expired
+(`fence_check_interval_ms`) and move leadership back to preferred replicas
+(`leader_imbalance_check_interval_ms`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from lograft.errors import LograftError, NotControllerError
+from lograft.quorum.controller import (
+    BrokerSessions,
+    ControllerConfig,
+    ControllerResult,
+    balance_preferred_leaders,
+    fence_expired_brokers,
+    sessions_after_failover,
+)
+from lograft.quorum.image import MetadataImage
+from lograft.quorum.metadata_store import MetadataStore
+from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.records import encode_batch
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Handler = Callable[[MetadataImage, BrokerSessions, int], ControllerResult[T]]
+
+# How often the runtime looks at Raft leadership, ms.
+LEADERSHIP_CHECK_INTERVAL_MS = 50
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerRuntime:
+    def __init__(
+        self,
+        raft: RaftAdapter,
+        store: MetadataStore,
+        config: ControllerConfig,
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.raft = raft
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self._lock = asyncio.Lock()
+        self._sessions: BrokerSessions | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.activations = 0
+
+    @property
+    def active(self) -> bool:
+        return self._sessions is not None and self.raft.is_leader
+
+    def leader_id(self) -> int | None:
+        raw = self.raft.leader_id
+        try:
+            return None if raw is None else int(raw)
+        except ValueError:
+            return None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._sessions = None
+
+    # -- requests ------------------------------------------------------------------------
+
+    async def run(self, handler: Handler[T]) -> T:
+        """Decide on the current image, commit the records, then answer."""
+        self._require_active()
+        async with self._lock:
+            self._require_active()
+            assert self._sessions is not None
+            result = handler(self.store.image, self._sessions, self.clock())
+            if result.sessions is not None:
+                self._sessions = result.sessions
+            if result.records:
+                await self.raft.append(encode_batch(result.records))
+            return result.response
+
+    def _require_active(self) -> None:
+        if not self.active:
+            leader = self.leader_id()
+            raise NotControllerError(
+                f"node {self.raft.node_id} is not the active controller"
+                + (f"; node {leader} is" if leader is not None else "; no controller is elected"),
+                leader_id=leader,
+            )
+
+    # -- leadership and periodic duties ----------------------------------------------------
+
+    async def _run(self) -> None:
+        next_fence = next_balance = 0
+        while True:
+            await asyncio.sleep(LEADERSHIP_CHECK_INTERVAL_MS / 1000)  # periodic duty loop
+            try:
+                if not self.raft.is_leader:
+                    if self._sessions is not None:
+                        log.info("node %s is no longer the active controller", self.raft.node_id)
+                    self._sessions = None
+                    continue
+                if self._sessions is None:
+                    await self._activate()
+                now = self.clock()
+                if now >= next_fence:
+                    next_fence = now + self.config.fence_check_interval_ms
+                    await self._periodic(
+                        lambda img, s, t: fence_expired_brokers(img, s, t, self.config)
+                    )
+                if now >= next_balance:
+                    next_balance = now + self.config.leader_imbalance_check_interval_ms
+                    await self._periodic(
+                        lambda img, _s, _t: balance_preferred_leaders(img, self.config)
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller duty failed; retrying")
+
+    async def _activate(self) -> None:
+        """Barrier, then fresh sessions: the new controller's soft state."""
+        await self.raft.append(encode_batch(()))
+        async with self._lock:
+            self._sessions = sessions_after_failover(self.store.image, self.clock())
+        self.activations += 1
+        log.info(
+            "node %s is the active controller (metadata offset %d)",
+            self.raft.node_id,
+            self.store.image.offset,
+        )
+
+    async def _periodic(self, handler: Handler[object]) -> None:
+        try:
+            result = await self.run(handler)
+        except NotControllerError:
+            return
+        except LograftError as exc:
+            log.warning("controller duty refused: %s", exc.message)
+            return
+        if result:
+            log.info("controller duty: %s", result)
