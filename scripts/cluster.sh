@@ -1,26 +1,21 @@
 #!/usr/bin/env bash
-# The README's first command. Sets up (idempotently) and runs the main job.
+# The README's first command: set up (idempotently) and run a local
+# three-node lograft cluster on 127.0.0.1.
 #
-#   scripts/cluster.sh start   set up, then run lograft locally
-#   scripts/cluster.sh stop    stop what `start` started
-#
-# The three-node cluster arrives with the broker issue; until then `start`
-# runs the storage-engine demo against a persistent log under data/demo.
+#   scripts/cluster.sh start        set up, start three nodes, wait until ready
+#   scripts/cluster.sh stop         stop them (data stays in data/cluster)
+#   scripts/cluster.sh status       which nodes run, and the cluster view
+#   scripts/cluster.sh kill N       SIGKILL node N (watch a failover)
+#   scripts/cluster.sh restart N    start node N again
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-cmd="${1:-start}"
-case "$cmd" in
-    start)
-        LOGRAFT_EXTRAS=dev bash "$ROOT/scripts/setup.sh"
-        exec "$ROOT/.venv/bin/python" "$ROOT/scripts/storage_demo.py" --data-dir "$ROOT/data/demo"
-        ;;
-    stop)
-        echo "nothing is running: the storage demo exits when it is done"
-        ;;
-    *)
-        echo "usage: scripts/cluster.sh start|stop" >&2
-        exit 2
-        ;;
-esac
+if [[ "${1:-start}" == "start" ]]; then
+    LOGRAFT_EXTRAS=dev bash "$ROOT/scripts/setup.sh"
+fi
+if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
+    echo "run 'scripts/cluster.sh start' first (it sets up .venv)" >&2
+    exit 1
+fi
+exec "$ROOT/.venv/bin/python" "$ROOT/scripts/local_cluster.py" "${@:-start}"

@@ -31,7 +31,13 @@ WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/lograft/storage/_reco
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     log "installing lograft[$EXTRAS] into $VENV (first run takes a minute)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$EXTRAS]"
+    # pip's own output goes to a log: shown only when the install fails.
+    if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+            -e "$ROOT[$EXTRAS]" >"$VENV/pip-install.log" 2>&1; then
+        cat "$VENV/pip-install.log" >&2
+        log "installing lograft failed; the full pip output is in $VENV/pip-install.log"
+        exit 1
+    fi
     echo "$WANT" > "$STAMP"
 else
     log "virtualenv is up to date"
