@@ -280,7 +280,14 @@ class ClusterNode:
             log.write(f"\n===== start #{self.starts} of node {self.node_id} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lograft.api.cli", "node", "--config", str(self.config_path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "lograft.api.cli",
+                    "node",
+                    "--config",
+                    str(self.config_path),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
