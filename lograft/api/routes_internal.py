@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError
@@ -131,7 +132,7 @@ class ControllerRpc:
             name=_get(body, "name", str),
             partitions=_get(body, "partitions", int),
             replication_factor=_get(body, "replication_factor", int),
-            configs={str(k): str(v) for k, v in configs.items()},
+            configs={k: v for k, v in validate_topic_configs(configs).items() if v is not None},
         )
         topic_id = str(uuid.uuid4())
         res = await self.runtime.run(
@@ -162,6 +163,8 @@ class ControllerRpc:
         resource_type = ConfigResourceType(body.get("resource_type", "topic"))
         name = _get(body, "resource_name", str)
         changes = _get(body, "configs", dict)
+        if resource_type is ConfigResourceType.TOPIC:
+            changes = validate_topic_configs(changes)
         for key, value in changes.items():
             req = c.AlterConfigRequest(
                 resource_type, name, str(key), None if value is None else str(value)

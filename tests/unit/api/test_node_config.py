@@ -117,3 +117,34 @@ def test_missing_file_and_bad_toml(tmp_path: Path):
     bad.write_text("node_id = = 1")
     with pytest.raises(InvalidConfigError, match="not valid TOML"):
         load_config(bad, env={})
+
+
+def test_topic_configs_are_checked_with_the_brokers_rules():
+    from lograft.api.topic_configs import validate_topic_configs
+
+    assert validate_topic_configs(
+        {
+            "retention_ms": 1000,
+            "cleanup_policy": "compact",
+            "min_insync_replicas": "2",
+            "unclean_leader_election": True,
+            "segment_bytes": None,
+        }
+    ) == {
+        "retention_ms": "1000",
+        "cleanup_policy": "compact",
+        "min_insync_replicas": "2",
+        "unclean_leader_election": "true",
+        "segment_bytes": None,
+    }
+    for bad in (
+        {"retention_ms": "soon"},
+        {"cleanup_policy": "shred"},
+        {"colour": "red"},
+        {"segment_bytes": "12"},
+        {"min_insync_replicas": "0"},
+        {"unclean_leader_election": "maybe"},
+    ):
+        with pytest.raises(InvalidConfigError) as info:
+            validate_topic_configs(bad)
+        assert info.value.details["key"] in bad

@@ -1,0 +1,58 @@
+"""Validation of topic configs before they reach the controller.
+
+A topic config is committed to the metadata log and then applied by every
+broker that hosts the topic; a value a broker cannot use would break its
+replicas. So every key and value is checked here, at the edge, with the same
+code the broker uses (`lograft.storage.config.coerce_overrides` for log
+settings), and the whole resulting LogConfig is built once to apply its
+cross-field rules. (The pure controller cannot import storage; see
+docs/architecture.md.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lograft.errors import InvalidConfigError
+from lograft.storage.config import LogConfig, coerce_overrides, config_keys
+
+# Topic configs that are not log settings.
+BROKER_KEYS = {"min_insync_replicas"}
+CONTROLLER_KEYS = {"unclean_leader_election"}
+
+
+def known_topic_config_keys() -> list[str]:
+    return sorted({*config_keys(), *BROKER_KEYS, *CONTROLLER_KEYS})
+
+
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, str | None]:
+    """Check names and values; returns them as the strings the metadata stores.
+
+    A None value (delete the key) is always allowed for a known key.
+    """
+    out: dict[str, str | None] = {}
+    log_values: dict[str, Any] = {}
+    for key, value in configs.items():
+        if key not in known_topic_config_keys():
+            raise InvalidConfigError(
+                f"unknown topic config {key!r}; known: {', '.join(known_topic_config_keys())}",
+                key=key,
+            )
+        if value is None:
+            out[key] = None
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if key == "min_insync_replicas":
+            if not text.isdigit() or int(text) < 1:
+                raise InvalidConfigError(
+                    f"min_insync_replicas={value!r} must be an integer >= 1", key=key
+                )
+        elif key in CONTROLLER_KEYS:
+            if text not in ("true", "false"):
+                raise InvalidConfigError(f"{key}={value!r} must be true or false", key=key)
+        else:
+            log_values[key] = text
+        out[key] = text
+    LogConfig().with_overrides(coerce_overrides(log_values))
+    return out
