@@ -72,9 +72,7 @@ def _expected(records, base_offset, default_ts):
     leader_epoch=st.integers(min_value=-1, max_value=(1 << 31) - 1),
     transactional=st.booleans(),
 )
-def test_round_trip(
-    records, codec, base_offset, default_ts, producer, leader_epoch, transactional
-):
+def test_round_trip(records, codec, base_offset, default_ts, producer, leader_epoch, transactional):
     producer_id, producer_epoch, base_sequence = producer
     data = build_batch(
         records,
@@ -176,16 +174,27 @@ def test_kafka_field_layout_of_a_known_batch():
         producer_epoch=1,
         base_sequence=9,
     )
-    (base, length, epoch, magic, crc, attrs, last_delta, first_ts, max_ts, pid, pepoch, seq,
-     count) = struct.unpack_from(">qiibIhiqqqhii", data)
+    (
+        base,
+        length,
+        epoch,
+        magic,
+        crc,
+        attrs,
+        last_delta,
+        first_ts,
+        max_ts,
+        pid,
+        pepoch,
+        seq,
+        count,
+    ) = struct.unpack_from(">qiibIhiqqqhii", data)
     assert (base, length, epoch, magic) == (42, len(data) - 12, 3, 2)
     assert (attrs, last_delta, first_ts, max_ts) == (0, 0, 1_000, 1_000)
     assert (pid, pepoch, seq, count) == (7, 1, 9, 1)
     # length varint, attributes, ts delta 0, offset delta 0, key, value, 2 headers.
     body = data[HEADER_SIZE:]
-    expected = (
-        b"\x00\x00\x00" + b"\x06key" + b"\x0avalue" + b"\x04" + b"\x02h\x02v" + b"\x02n\x01"
-    )
+    expected = b"\x00\x00\x00" + b"\x06key" + b"\x0avalue" + b"\x04" + b"\x02h\x02v" + b"\x02n\x01"
     assert body == bytes([len(expected) * 2]) + expected
     assert crc == compute_crc(data)
 

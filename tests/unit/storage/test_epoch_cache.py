@@ -249,9 +249,7 @@ def test_log_keeps_the_cache_consistent(ops, seed):
                 if new_start > start:
                     h.log.advance_log_start_offset(new_start)
                     start = new_start
-            expected = [
-                (e, max(o, start)) for e, o in h.expected_epoch_entries()
-            ]
+            expected = [(e, max(o, start)) for e, o in h.expected_epoch_entries()]
             # Entries wholly before the log start collapse into the one covering it.
             while len(expected) > 1 and expected[1][1] <= start:
                 expected.pop(0)

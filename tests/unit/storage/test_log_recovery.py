@@ -155,8 +155,10 @@ def _flip_is_detectable(
                 new = old ^ (1 << (8 * (7 - rel) + bit))
                 new = new - (1 << 64) if new >= 1 << 63 else new
                 last = new + h.last_offset_delta
-                if new > old and last - seg_base <= 0x7FFFFFFF and (
-                    next_base is None or last < next_base
+                if (
+                    new > old
+                    and last - seg_base <= 0x7FFFFFFF
+                    and (next_base is None or last < next_base)
                 ):
                     return False, i
             return True, i

@@ -30,8 +30,10 @@ def _reference(segs, now, start, retention_ms, retention_bytes, delete, max_offs
         if max_offset is not None and s.next_offset > max_offset:
             break
         below_start = s.next_offset <= start
-        expired = retention_ms >= 0 and s.largest_timestamp >= 0 and (
-            now - s.largest_timestamp > retention_ms
+        expired = (
+            retention_ms >= 0
+            and s.largest_timestamp >= 0
+            and (now - s.largest_timestamp > retention_ms)
         )
         too_big = retention_bytes >= 0 and total - s.size_bytes >= retention_bytes
         if not (below_start or (delete and (expired or too_big))):
@@ -88,8 +90,10 @@ def test_deletable_prefix_matches_the_rules(
         # Size retention never takes the log below its limit on its own.
         remaining = sum(s.size_bytes for s in segs[n:])
         last = segs[n - 1]
-        expired = retention_ms >= 0 and last.largest_timestamp >= 0 and (
-            now - last.largest_timestamp > retention_ms
+        expired = (
+            retention_ms >= 0
+            and last.largest_timestamp >= 0
+            and (now - last.largest_timestamp > retention_ms)
         )
         if not expired and last.next_offset > start:
             assert remaining >= retention_bytes
@@ -106,9 +110,7 @@ def _log(tmp_path, clock, **cfg) -> Log:
 def _fill(log, clock, segments, *, step_ms=1000):
     """One segment per step: each ~700-byte batch rolls the previous one."""
     for i in range(segments):
-        log.append(
-            batch_of(2, value_size=300, timestamp_ms=clock.now, tag=i)[0], leader_epoch=0
-        )
+        log.append(batch_of(2, value_size=300, timestamp_ms=clock.now, tag=i)[0], leader_epoch=0)
         clock.advance(step_ms)
     assert log.segment_count == segments
 
