@@ -527,10 +527,10 @@ class ReplicaManager:
         return -1 if part is None else part.leader_id
 
 
-def _compactor(target: Log, now_ms: int) -> object:
+def _compactor(target: Log, now_ms: int, high_watermark: int | None) -> object:
     from lograft.storage.cleaner import clean_log
 
-    return clean_log(target, now_ms)
+    return clean_log(target, now_ms, max_offset=high_watermark)
 
 
 def _read_hw_checkpoint(path: Path) -> dict[TopicPartition, int]:

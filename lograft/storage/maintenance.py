@@ -22,7 +22,8 @@ from lograft.storage.log import Clock, Log, wall_clock_ms
 log = logging.getLogger(__name__)
 
 HighWatermark = Callable[[], int | None]
-Compactor = Callable[[Log, int], object]
+# (log, now_ms, high watermark or None) -> a result, or None when nothing was done
+Compactor = Callable[[Log, int, int | None], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class LogMaintainer:
             if do_retention:
                 self._guard(target, "retention", lambda t=target, h=hw: self._retain(t, h))
             if do_clean and self.compactor is not None and target.config.compact:
-                self._guard(target, "compaction", lambda t=target: self._compact(t, now))
+                self._guard(target, "compaction", lambda t=target, h=hw: self._compact(t, now, h))
         return self.stats
 
     def _flush(self, target: Log) -> None:
@@ -101,9 +102,11 @@ class LogMaintainer:
         bound = hw() if hw is not None else None
         self.stats.segments_deleted += target.delete_old_segments(max_offset=bound)
 
-    def _compact(self, target: Log, now: int) -> None:
+    def _compact(self, target: Log, now: int, hw: HighWatermark | None) -> None:
         assert self.compactor is not None
-        if self.compactor(target, now) is not None:
+        # Never compact what consumers may not read yet: stop at the HW.
+        bound = hw() if hw is not None else None
+        if self.compactor(target, now, bound) is not None:
             self.stats.compactions += 1
 
     def _guard(self, target: Log, what: str, action: Callable[[], None]) -> None:

@@ -76,7 +76,7 @@ def test_a_failing_log_is_counted_and_others_still_served(tmp_path):
     clock = FakeClock()
     good = Log(tmp_path / "good", LogConfig(segment_bytes=2048), clock=clock)
 
-    def broken(_log, _now):
+    def broken(_log, _now, _hw):
         raise RuntimeError("boom")
 
     m = LogMaintainer(clock=clock, compactor=broken)
@@ -110,3 +110,14 @@ def test_thread_starts_and_stops(tmp_path):
         m.stop()
         log.close()
     assert m._thread is None
+
+
+def test_compaction_is_bounded_by_the_high_watermark(tmp_path):
+    clock = FakeClock()
+    log = Log(tmp_path / "p", LogConfig(cleanup_policy=CleanupPolicy.COMPACT), clock=clock)
+    seen = []
+    m = LogMaintainer(clock=clock, compactor=lambda lg, now, hw: seen.append(hw))
+    m.add(log, lambda: 42)
+    m.run_once(force_all=True)
+    assert seen == [42]
+    log.close()
