@@ -30,6 +30,7 @@ from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.broker_agent import BrokerAgent
 from lograft.api.controller_client import ControllerClient
 from lograft.api.node_config import NodeConfig
+from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_internal import (
@@ -149,6 +150,11 @@ class Node:
         if self.replicas is not None:
             DataRoutes(self.replicas, _LiveImageView(self.store), self.session).add_to(app)
             add_replica_fetch_route(app, self.replicas)
+            add_producer_routes(
+                app,
+                ProducerIdManager(self._producer_id_block),
+                lambda: self.agent is not None and self.agent.broker_epoch >= 0,
+            )
         from lograft.api.openapi import add_openapi_route
 
         add_openapi_route(app)
@@ -247,6 +253,19 @@ class Node:
             int(res["leader_epoch"]),
             int(res["partition_epoch"]),
         )
+
+    async def _producer_id_block(self) -> dict[str, Any]:
+        assert self.client is not None and self.agent is not None
+        body = {"broker_id": self.config.node_id, "broker_epoch": self.agent.broker_epoch}
+        local = None
+        if self.runtime is not None:
+            rpc = ControllerRpc(self.runtime)
+
+            async def local() -> dict[str, Any]:
+                return await rpc.methods["producer-ids"](body)
+
+        result: dict[str, Any] = await self.client.call("producer-ids", body, local=local)
+        return result
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
         assert self.session is not None

@@ -54,6 +54,9 @@ PATHS: dict[str, dict[str, Any]] = {
     "/openapi.json": {"get": _op("this document")},
     "/v1/cluster": {"get": _op("cluster id, active controller, Raft state, brokers")},
     "/v1/brokers": {"get": _op("registered brokers and whether they are fenced")},
+    "/v1/producers": {
+        "post": _op("allocate a producer id (epoch 0) for idempotent producing", ok="201"),
+    },
     "/v1/topics": {
         "get": _op("list topics"),
         "post": _op(
