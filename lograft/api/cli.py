@@ -1,7 +1,13 @@
 """The `lograft` command line.
 
+Commands: `node` (run a node), `dump-log` (inspect segment files), and the
+cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
+`produce`, `consume` (modules `cli_cluster`, `cli_topics`, `cli_produce`,
+`cli_consume`; transport in `http_client`). See docs/cli.md.
+
 Exit codes: 0 success, 1 a failure the message explains (missing file, server
-error), 2 bad usage (argparse).
+error with its code, unreachable cluster with the URLs tried), 2 bad usage
+(argparse).
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lograft import __version__
+from lograft.api import cli_cluster, cli_consume, cli_produce, cli_topics
+from lograft.api.cli_common import EXIT_FAILURE, Streams, error_text
+from lograft.api.http_client import default_bootstrap, parse_bootstrap
 from lograft.errors import LograftError
 
 
@@ -77,13 +86,50 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("files", nargs="+", metavar="PATH", help=".log, .index or .timeindex file")
     dump.add_argument("--records", action="store_true", help="also print every record")
     dump.set_defaults(func=_cmd_dump_log)
+
+    cli_cluster.add_parser(sub)
+    cli_topics.add_parser(sub)
+    cli_produce.add_parser(sub)
+    cli_consume.add_parser(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, streams: Streams | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    if not hasattr(args, "cmd_name"):  # node, dump-log: their own I/O
+        return int(args.func(args))
+    if args.bootstrap is None:
+        try:
+            args.bootstrap = parse_bootstrap(default_bootstrap())
+        except ValueError as exc:
+            parser.error(f"bad $LOGRAFT_BOOTSTRAP: {exc}")
+    return _run_cluster_command(args, streams or Streams.system())
+
+
+def _run_cluster_command(args: argparse.Namespace, streams: Streams) -> int:
+    try:
+        return int(args.func(args, streams))
+    except LograftError as exc:
+        streams.stderr.write(f"lograft {args.cmd_name}: {error_text(exc)}\n")
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except KeyboardInterrupt:
+        streams.stderr.write(f"lograft {args.cmd_name}: interrupted\n")
+        return 130
+
+
+def _quiet_stdout() -> None:
+    """After `| head` closed the pipe: no second error when Python flushes at exit."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

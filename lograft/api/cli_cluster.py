@@ -1,0 +1,97 @@
+"""`lograft cluster status`: the cluster view of `GET /v1/cluster` as a person reads it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import orjson
+
+from lograft.api.cli_common import (
+    EXIT_OK,
+    Streams,
+    add_connection_args,
+    cell,
+    client_for,
+    print_lines,
+    table,
+)
+
+
+def add_parser(sub: Any) -> None:
+    cluster = sub.add_parser("cluster", help="cluster-wide views", description="Cluster views.")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND")
+    cluster_sub.required = True
+    status = cluster_sub.add_parser(
+        "status",
+        help="cluster id, active controller, Raft term and commit index, voters, brokers",
+        description="Show the cluster as the node that answers sees it: cluster id, active "
+        "controller, Raft term and commit index, the voters, and every broker with whether it "
+        "is fenced.",
+    )
+    add_connection_args(status)
+    status.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    status.set_defaults(func=cmd_status, cmd_name="cluster status")
+
+
+def cmd_status(args: argparse.Namespace, streams: Streams) -> int:
+    doc = client_for(args).get("/v1/cluster")
+    if args.json:
+        streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return EXIT_OK
+    print_lines(render_status(doc), streams.stdout)
+    return EXIT_OK
+
+
+def render_status(doc: dict[str, Any]) -> list[str]:
+    raft = doc.get("raft") or {}
+    brokers = doc.get("brokers") or []
+    fenced = sum(1 for b in brokers if b.get("fenced"))
+    summary = [
+        ("cluster id", doc.get("cluster_id")),
+        ("answered by", f"node {cell(doc.get('node_id'))} (Raft {cell(raft.get('role'))})"),
+        ("active controller", doc.get("active_controller")),
+        ("raft term", raft.get("term")),
+        ("commit index", raft.get("commit_index")),
+        ("quorum", raft.get("has_quorum")),
+        ("metadata offset", doc.get("metadata_offset")),
+        ("topics", doc.get("topics")),
+        ("brokers", f"{len(brokers)} ({len(brokers) - fenced} unfenced, {fenced} fenced)"),
+    ]
+    width = max(len(k) for k, _ in summary)
+    lines = [f"{k.ljust(width)}  {cell(v)}" for k, v in summary]
+    lines += ["", "voters:"]
+    lines += _indent(
+        table(
+            ["ID", "SELF", "CONNECTED", "MATCH-INDEX"],
+            [
+                (v.get("node_id"), v.get("is_self"), v.get("connected"), v.get("match_index"))
+                for v in raft.get("voters") or []
+            ],
+        )
+    )
+    observers = raft.get("observers") or []
+    if observers:
+        lines += ["", f"observers: {cell(observers)}"]
+    lines += ["", "brokers:"]
+    lines += _indent(
+        table(
+            ["ID", "STATE", "FENCED", "EPOCH", "RACK", "ENDPOINT"],
+            [
+                (
+                    b.get("id"),
+                    b.get("state"),
+                    b.get("fenced"),
+                    b.get("epoch"),
+                    b.get("rack"),
+                    " ".join((b.get("endpoints") or {}).values()),
+                )
+                for b in brokers
+            ],
+        )
+    )
+    return lines
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["  " + line for line in lines]

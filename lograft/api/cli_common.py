@@ -1,0 +1,144 @@
+"""What the cluster commands of the CLI share: streams, connection options,
+argument types, error messages and plain aligned tables.
+
+Every command function takes the parsed arguments and a `Streams` (so tests
+can hand in their own) and returns the exit code; a `LograftError` escaping
+it is printed by `cli.main` as `lograft <command>: <CODE>: <message>` with
+exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO, TextIO
+
+from lograft.api.http_client import (
+    BOOTSTRAP_DEFAULT,
+    BOOTSTRAP_ENV,
+    REQUEST_TIMEOUT_MS_DEFAULT,
+    ClusterUnreachableError,
+    HttpClient,
+    parse_bootstrap,
+)
+from lograft.errors import LograftError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Streams:
+    stdin: BinaryIO
+    stdout: TextIO
+    stderr: TextIO
+
+    @classmethod
+    def system(cls) -> Streams:
+        return cls(sys.stdin.buffer, sys.stdout, sys.stderr)
+
+
+# -- argument types (a ValueError/ArgumentTypeError here is a usage error, exit 2) --------
+
+
+def bootstrap_arg(text: str) -> list[str]:
+    try:
+        return parse_bootstrap(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad --bootstrap: {exc}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def config_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: write a config as key=value")
+    return key.strip(), value
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        type=bootstrap_arg,
+        default=None,
+        metavar="URL[,URL...]",
+        help=f"nodes to talk to, tried in order (default: ${BOOTSTRAP_ENV} or {BOOTSTRAP_DEFAULT})",
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=REQUEST_TIMEOUT_MS_DEFAULT,
+        metavar="MS",
+        help=f"give up on one request after this long (default {REQUEST_TIMEOUT_MS_DEFAULT})",
+    )
+
+
+def client_for(args: argparse.Namespace) -> HttpClient:
+    return HttpClient(args.bootstrap, timeout_ms=args.timeout_ms)
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+def error_text(exc: LograftError) -> str:
+    """One line a person can act on."""
+    if isinstance(exc, ClusterUnreachableError):
+        return (
+            f"{exc.message}. Is the cluster running? Point --bootstrap (or "
+            f"${BOOTSTRAP_ENV}) at a node's HTTP address."
+        )
+    text = f"{exc.code}: {exc.message}"
+    url = getattr(exc, "url", None)
+    return f"{text} (from {url})" if url else text
+
+
+def count(n: int, what: str) -> str:
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Plain aligned columns, two spaces apart, headers first."""
+    text = [[str(h) for h in headers], *([cell(v) for v in row] for row in rows)]
+    widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in text]
+
+
+def print_lines(lines: Iterable[str], out: TextIO) -> None:
+    for line in lines:
+        out.write(line + "\n")

@@ -1,0 +1,221 @@
+"""`lograft topics create|list|describe|delete|alter`, as kafka-topics does.
+
+Each is one call to the admin API (`/v1/topics...`); changes are answered once
+committed by the controller, so a `describe` right after a `create` sees the
+topic on the node that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import urllib.parse
+from typing import Any
+
+import orjson
+
+from lograft.api.cli_common import (
+    EXIT_OK,
+    Streams,
+    add_connection_args,
+    cell,
+    client_for,
+    config_pair,
+    count,
+    positive_int,
+    print_lines,
+    table,
+)
+
+
+def add_parser(sub: Any) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe, delete, alter topics")
+    tsub = topics.add_subparsers(dest="topics_command", metavar="COMMAND")
+    tsub.required = True
+
+    create = tsub.add_parser("create", help="create a topic", description="Create a topic.")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--partitions", type=positive_int, metavar="N", help="partition count (server: 1)"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        metavar="R",
+        help="replicas per partition (server: min(3, brokers))",
+    )
+    create.add_argument(
+        "--config",
+        type=config_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config, e.g. retention_ms=86400000 (repeatable)",
+    )
+    _finish(create, cmd_create, "topics create")
+
+    lst = tsub.add_parser("list", help="list topics", description="List topics.")
+    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    _finish(lst, cmd_list, "topics list")
+
+    describe = tsub.add_parser(
+        "describe",
+        help="per partition: leader, replicas, ISR, log start/end, high watermark",
+        description="Describe a topic: configs, and per partition the leader, replicas, ISR, "
+        "log start and end offsets and high watermark.",
+    )
+    describe.add_argument("name", metavar="NAME")
+    describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    _finish(describe, cmd_describe, "topics describe")
+
+    delete = tsub.add_parser("delete", help="delete a topic", description="Delete a topic.")
+    delete.add_argument("name", metavar="NAME")
+    _finish(delete, cmd_delete, "topics delete")
+
+    alter = tsub.add_parser(
+        "alter",
+        help="raise the partition count, set or remove configs",
+        description="Change a topic: raise its partition count (never lower), set configs, "
+        "remove configs (back to the cluster default). Give at least one change.",
+    )
+    alter.add_argument("name", metavar="NAME")
+    alter.add_argument("--partitions", type=positive_int, metavar="N", help="new partition count")
+    alter.add_argument(
+        "--config", type=config_pair, action="append", default=[], metavar="KEY=VALUE"
+    )
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    _finish(alter, cmd_alter, "topics alter")
+
+
+def _finish(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
+    add_connection_args(parser)
+    parser.set_defaults(func=func, cmd_name=name, parser=parser)
+
+
+def _path(name: str, suffix: str = "") -> str:
+    return f"/v1/topics/{urllib.parse.quote(name, safe='')}{suffix}"
+
+
+def _dump(doc: Any, streams: Streams) -> None:
+    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+# -- create / delete / alter ----------------------------------------------------------------
+
+
+def cmd_create(args: argparse.Namespace, streams: Streams) -> int:
+    body: dict[str, Any] = {"name": args.name}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.replication_factor is not None:
+        body["replication_factor"] = args.replication_factor
+    if args.config:
+        body["configs"] = dict(args.config)
+    doc = client_for(args).call("POST", "/v1/topics", json=body)
+    parts = doc.get("partitions") or []
+    rf = len(parts[0]["replicas"]) if parts else 0
+    streams.stdout.write(
+        f"created topic {doc.get('name', args.name)}: {count(len(parts), 'partition')}, "
+        f"replication factor {rf} (topic id {doc.get('topic_id')})\n"
+    )
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
+    client_for(args).call("DELETE", _path(args.name))
+    streams.stdout.write(f"deleted topic {args.name}\n")
+    return EXIT_OK
+
+
+def cmd_alter(args: argparse.Namespace, streams: Streams) -> int:
+    if args.partitions is None and not args.config and not args.delete_config:
+        args.parser.error("give at least one of --partitions, --config, --delete-config")
+    both = {k for k, _ in args.config} & set(args.delete_config)
+    if both:
+        args.parser.error(f"both set and deleted: {', '.join(sorted(both))}")
+    client = client_for(args)
+    # Configs first: they are the change more likely to be refused, and a refused
+    # request then leaves the topic as it was (a partition increase cannot be undone).
+    changes: dict[str, str | None] = dict(args.config)
+    changes.update({k: None for k in args.delete_config})
+    if changes:
+        client.call("PATCH", _path(args.name, "/configs"), json={"configs": changes})
+        for key, value in changes.items():
+            what = f"removed config {key}" if value is None else f"set config {key}={value}"
+            streams.stdout.write(f"topic {args.name}: {what}\n")
+    if args.partitions is not None:
+        client.call("POST", _path(args.name, "/partitions"), json={"partitions": args.partitions})
+        streams.stdout.write(f"topic {args.name}: now {count(args.partitions, 'partition')}\n")
+    return EXIT_OK
+
+
+# -- list / describe ------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
+    doc = client_for(args).get("/v1/topics")
+    if args.json:
+        _dump(doc, streams)
+        return EXIT_OK
+    topics = sorted(doc.get("topics") or [], key=lambda t: t.get("name", ""))
+    if not topics:
+        streams.stdout.write("no topics\n")
+        return EXIT_OK
+    rows = [
+        (t.get("name"), t.get("partitions"), t.get("replication_factor"), _configs(t))
+        for t in topics
+    ]
+    print_lines(table(["NAME", "PARTITIONS", "RF", "CONFIGS"], rows), streams.stdout)
+    return EXIT_OK
+
+
+def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
+    doc = client_for(args).get(_path(args.name))
+    if args.json:
+        _dump(doc, streams)
+        return EXIT_OK
+    print_lines(render_describe(doc), streams.stdout)
+    return EXIT_OK
+
+
+def render_describe(doc: dict[str, Any]) -> list[str]:
+    parts = doc.get("partitions") or []
+    rf = len(parts[0].get("replicas") or []) if parts else 0
+    lines = [
+        f"topic {doc.get('name')}  id {doc.get('topic_id')}  "
+        f"partitions {len(parts)}  replication factor {rf}",
+        f"configs: {_configs(doc)}",
+        "",
+    ]
+    rows = [_partition_row(p) for p in sorted(parts, key=lambda p: p.get("partition", 0))]
+    headers = ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "LOG-START", "LOG-END", "HW"]
+    lines += table([*headers, "STATUS"], rows)
+    return lines
+
+
+def _partition_row(p: dict[str, Any]) -> list[Any]:
+    leader = p.get("leader")
+    offline = p.get("offline") or leader is None or leader < 0
+    replicas = p.get("replicas") or []
+    isr = p.get("isr") or []
+    if offline:
+        status = "offline"
+    elif len(isr) < len(replicas):
+        status = "under-replicated"
+    else:
+        status = "ok"
+    return [
+        p.get("partition"),
+        "none" if offline else leader,
+        p.get("leader_epoch"),
+        replicas,
+        isr,
+        p.get("log_start_offset"),
+        p.get("log_end_offset"),
+        p.get("high_watermark"),
+        status,
+    ]
+
+
+def _configs(doc: dict[str, Any]) -> str:
+    configs = doc.get("configs") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or cell(None)
