@@ -116,7 +116,7 @@ class Node:
         if cfg.is_broker:
             self.agent = BrokerAgent(
                 cfg.node_id,
-                {"http": cfg.http_url},
+                {"http": cfg.http_url},  # http.advertised_url, else http://host:port
                 cfg.rack,
                 self.client,
                 lambda: self.store.image.offset,
@@ -124,7 +124,12 @@ class Node:
             )
             await self.agent.start()
         log.info(
-            "node %d started: roles %s, http %s", cfg.node_id, ",".join(cfg.roles), cfg.http_url
+            "node %d started: roles %s, http listening on %s:%d, advertised as %s",
+            cfg.node_id,
+            ",".join(cfg.roles),
+            cfg.http.host,
+            cfg.http.port,
+            cfg.http_url,
         )
 
     async def _serve(self) -> None:

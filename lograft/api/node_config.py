@@ -9,8 +9,9 @@ Example (`config/node-1.toml`)::
     cluster_secret = "change-me"      # required by the internal endpoints
 
     [http]
-    host = "127.0.0.1"
-    port = 9091
+    host = "127.0.0.1"                # "0.0.0.0" in a container: then set
+    port = 9091                       # advertised_url, the URL other brokers
+    # advertised_url = "http://node-1:9091"   and clients dial
 
     [[voters]]                        # the controller quorum (KRaft's
     id = 1                            # controller.quorum.voters), the same
@@ -70,6 +71,9 @@ class Voter:
 class HttpConfig:
     host: str = "127.0.0.1"
     port: int = 9091
+    # The URL this broker registers for others to dial (Kafka's
+    # advertised.listeners); None: http://{host}:{port}.
+    advertised_url: str | None = None
     # Largest request body accepted, bytes.
     request_bytes_max: int = 16 * 1024 * 1024
 
@@ -112,6 +116,9 @@ class NodeConfig:
 
     @property
     def http_url(self) -> str:
+        """The URL other nodes and clients dial to reach this node's HTTP API."""
+        if self.http.advertised_url is not None:
+            return self.http.advertised_url
         return f"http://{self.http.host}:{self.http.port}"
 
     def voter(self, node_id: int) -> Voter | None:
@@ -137,7 +144,9 @@ _TOP_KEYS = {
     "log_defaults",
 }
 _VOTER_KEYS = {"id", "raft", "http"}
-_HTTP_KEYS = {"host", "port", "request_bytes_max"}
+_HTTP_KEYS = {"host", "port", "request_bytes_max", "advertised_url"}
+# Listening on every interface: no address another node could dial.
+_WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
 
 def load_config(path: Path | str | None, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -189,6 +198,13 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         )
     voters = tuple(_voter(v, i) for i, v in enumerate(_list(raw.get("voters", []), "voters")))
     _check_voters(node_id, roles, voters)
+    http = _http(raw.get("http", {}))
+    if "broker" in roles and http.advertised_url is None and http.host in _WILDCARD_HOSTS:
+        raise InvalidConfigError(
+            f"http.host={http.host!r} listens on every interface, which is no address to "
+            "register: set http.advertised_url (e.g. \"http://node-1:9091\")",
+            key="http.advertised_url",
+        )
     return NodeConfig(
         node_id=node_id,
         data_dir=Path(_str(raw["data_dir"], "data_dir")),
@@ -197,7 +213,7 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         cluster_secret=_str(raw.get("cluster_secret", ""), "cluster_secret"),
         rack=_str(raw["rack"], "rack") if raw.get("rack") is not None else None,
         voters=voters,
-        http=_http(raw.get("http", {})),
+        http=http,
         raft=_raft(raw.get("raft", {})),
         controller=dict(_section(raw.get("controller", {}), "controller")),
         broker=dict(_section(raw.get("broker", {}), "broker")),
@@ -218,7 +234,20 @@ def _http(raw: Any) -> HttpConfig:
             "http.request_bytes_max",
             minimum=1024,
         ),
+        advertised_url=_url(section["advertised_url"], "http.advertised_url")
+        if section.get("advertised_url") is not None
+        else None,
     )
+
+
+def _url(raw: Any, key: str) -> str:
+    text = _str(raw, key).rstrip("/")
+    scheme, sep, rest = text.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if scheme not in ("http", "https") or not sep or not colon or not host or "/" in rest:
+        raise InvalidConfigError(f"{key}={text!r}: write it as http://host:port", key=key)
+    _port(port, key)
+    return text
 
 
 def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...]) -> None:

@@ -148,3 +148,74 @@ def test_topic_configs_are_checked_with_the_brokers_rules():
         with pytest.raises(InvalidConfigError) as info:
             validate_topic_configs(bad)
         assert info.value.details["key"] in bad
+
+
+def test_advertised_url_is_what_the_broker_registers(tmp_path: Path):
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD)
+    cfg = load_config(
+        f,
+        env={"LOGRAFT_HTTP__HOST": "0.0.0.0", "LOGRAFT_HTTP__ADVERTISED_URL": "http://node-2:9092/"},
+    )
+    assert cfg.http.host == "0.0.0.0"
+    assert cfg.http.advertised_url == "http://node-2:9092"
+    assert cfg.http_url == "http://node-2:9092"
+    # Without it, the URL is built from the listen address, as before.
+    assert load_config(f, env={}).http.advertised_url is None
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
+def test_a_broker_on_every_interface_needs_an_advertised_url(host):
+    raw = {"node_id": 1, "data_dir": "d", "voters": V, "http": {"host": host}}
+    with pytest.raises(InvalidConfigError) as info:
+        parse_config(raw)
+    assert info.value.details.get("key") == "http.advertised_url"
+    # A controller-only node registers no broker endpoint.
+    assert parse_config({**raw, "roles": ["controller"]}).http.host == host
+
+
+@pytest.mark.parametrize(
+    "url", ["node-1:9091", "ftp://node-1:9091", "http://node-1", "http://node-1:x", "http://:1"]
+)
+def test_a_bad_advertised_url_names_the_key(url):
+    raw = {"node_id": 1, "data_dir": "d", "voters": V, "http": {"advertised_url": url}}
+    with pytest.raises(InvalidConfigError) as info:
+        parse_config(raw)
+    assert info.value.details.get("key") == "http.advertised_url"
+
+
+async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch):
+    """The endpoint a broker registers with the controller is the advertised URL."""
+    from lograft.api import node as node_module
+
+    registered: list[dict[str, str]] = []
+
+    class FakeAgent:
+        def __init__(self, node_id, endpoints, *args, **kwargs):
+            registered.append(endpoints)
+
+        async def start(self) -> None:
+            pass
+
+    cfg = parse_config(
+        {
+            "node_id": 5,
+            "roles": ["broker"],
+            "data_dir": str(tmp_path),
+            "voters": V,
+            "http": {"host": "127.0.0.1", "port": 0, "advertised_url": "http://node-1:9091"},
+        }
+    )
+    n = node_module.Node(cfg)
+
+    async def nothing() -> None:
+        pass
+
+    monkeypatch.setattr(n.raft, "start", nothing)
+    monkeypatch.setattr(node_module, "BrokerAgent", FakeAgent)
+    try:
+        await n.start()
+        assert registered == [{"http": "http://node-1:9091"}]
+    finally:
+        n.agent = None
+        await n.stop()
