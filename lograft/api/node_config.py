@@ -202,7 +202,7 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
     if "broker" in roles and http.advertised_url is None and http.host in _WILDCARD_HOSTS:
         raise InvalidConfigError(
             f"http.host={http.host!r} listens on every interface, which is no address to "
-            "register: set http.advertised_url (e.g. \"http://node-1:9091\")",
+            'register: set http.advertised_url (e.g. "http://node-1:9091")',
             key="http.advertised_url",
         )
     return NodeConfig(

@@ -155,7 +155,10 @@ def test_advertised_url_is_what_the_broker_registers(tmp_path: Path):
     f.write_text(GOOD)
     cfg = load_config(
         f,
-        env={"LOGRAFT_HTTP__HOST": "0.0.0.0", "LOGRAFT_HTTP__ADVERTISED_URL": "http://node-2:9092/"},
+        env={
+            "LOGRAFT_HTTP__HOST": "0.0.0.0",
+            "LOGRAFT_HTTP__ADVERTISED_URL": "http://node-2:9092/",
+        },
     )
     assert cfg.http.host == "0.0.0.0"
     assert cfg.http.advertised_url == "http://node-2:9092"
