@@ -42,3 +42,22 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
 else
     log "virtualenv is up to date"
 fi
+
+# The toxiproxy server for the fault-injection tests, built from source with
+# `go install` at a pinned version into .tools/bin (Go is on the machine; no
+# prebuilt binary is downloaded). Skipped when the binary is already there.
+TOXIPROXY_VERSION="v2.12.0"
+TOOLS="$ROOT/.tools/bin"
+TOXIPROXY="$TOOLS/toxiproxy-server-$TOXIPROXY_VERSION"
+if [[ "${LOGRAFT_SKIP_TOXIPROXY:-}" != "1" && ! -x "$TOXIPROXY" ]]; then
+    if command -v go >/dev/null 2>&1; then
+        log "building toxiproxy server $TOXIPROXY_VERSION with go install (first run: a few minutes)"
+        mkdir -p "$TOOLS"
+        GOBIN="$TOOLS" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" \
+            >"$TOOLS/go-install.log" 2>&1 || { cat "$TOOLS/go-install.log" >&2; exit 1; }
+        mv "$TOOLS/server" "$TOXIPROXY"
+        ln -sf "$(basename "$TOXIPROXY")" "$TOOLS/toxiproxy-server"
+    else
+        log "Go is not installed: the toxiproxy fault-injection tests will be skipped"
+    fi
+fi
