@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,17 @@ def no_fsync() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "fsync", lambda _fd: None)
         yield
+
+
+@contextmanager
+def example_dir(factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh directory for one hypothesis example, under pytest's temporary
+    directory (the function-scoped tmp_path is shared by all examples)."""
+    path = factory.mktemp("example")
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class FakeClock:

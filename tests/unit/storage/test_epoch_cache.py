@@ -6,7 +6,6 @@ consistent through appends, truncation, retention and reopening."""
 from __future__ import annotations
 
 import random
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,13 @@ from lograft.storage.epoch_cache import FILE_NAME, LeaderEpochCache
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
 
-from .storage_support import FakeClock, LogHarness, batch_of, no_fsync  # noqa: F401
+from .storage_support import (  # noqa: F401 (no_fsync is a fixture)
+    FakeClock,
+    LogHarness,
+    batch_of,
+    example_dir,
+    no_fsync,
+)
 
 pytestmark = pytest.mark.usefixtures("no_fsync")
 
@@ -92,8 +97,8 @@ cache_ops = st.lists(
 
 @settings(max_examples=80, deadline=None)
 @given(ops=cache_ops, probes=st.lists(st.integers(min_value=-1, max_value=14), max_size=8))
-def test_cache_matches_kafkas_logic(ops, probes):
-    with tempfile.TemporaryDirectory() as tmp:
+def test_cache_matches_kafkas_logic(tmp_path_factory, ops, probes):
+    with example_dir(tmp_path_factory) as tmp:
         ours = LeaderEpochCache(Path(tmp))
         kafka = KafkaEpochCache()
         for op in ops:
@@ -212,12 +217,12 @@ log_ops = st.lists(
 
 @settings(max_examples=30, deadline=None)
 @given(ops=log_ops, seed=st.integers(min_value=0, max_value=2**32))
-def test_log_keeps_the_cache_consistent(ops, seed):
+def test_log_keeps_the_cache_consistent(tmp_path_factory, ops, seed):
     """After any sequence, the cache is exactly the first batch of each epoch
     on the log, clipped to the log start, and answers like Kafka's."""
     rnd = random.Random(seed)
     config = LogConfig(segment_bytes=1024, segment_index_bytes=4096)
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         h = LogHarness(Path(tmp) / "p", config)
         start = 0
         # Kafka truncates the cache from the LEO on open and on truncation: an

@@ -3,7 +3,6 @@ same entries, before and after trimming, reopening and truncation."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.storage.index import IndexFullError, OffsetIndex, TimeIndex
+
+from .storage_support import example_dir
 
 BASE = 1_000
 
@@ -39,14 +40,14 @@ offset_steps = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(steps=offset_steps, probes=st.lists(st.integers(min_value=-10, max_value=4000), max_size=30))
-def test_offset_index_lookup_matches_linear_scan(steps, probes):
+def test_offset_index_lookup_matches_linear_scan(tmp_path_factory, steps, probes):
     entries, offset, pos = [], BASE - 1, -1
     for d_off, d_pos in steps:
         offset += d_off
         pos += d_pos
         entries.append((offset, pos))
     targets = sorted(set(probes) | {o for o, _ in entries} | {o - 1 for o, _ in entries})
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         path = Path(tmp) / "x.index"
         index = OffsetIndex(path, BASE, 4096, writable=True)
         for o, p in entries:
@@ -68,13 +69,13 @@ def test_offset_index_lookup_matches_linear_scan(steps, probes):
 
 @settings(max_examples=40, deadline=None)
 @given(steps=offset_steps, cut=st.integers(min_value=0, max_value=3000))
-def test_offset_index_truncate_to_offset(steps, cut):
+def test_offset_index_truncate_to_offset(tmp_path_factory, steps, cut):
     entries, offset, pos = [], BASE - 1, -1
     for d_off, d_pos in steps:
         offset += d_off
         pos += d_pos
         entries.append((offset, pos))
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         index = OffsetIndex(Path(tmp) / "x.index", BASE, 4096, writable=True)
         for o, p in entries:
             index.append(o, p)
@@ -96,8 +97,8 @@ time_steps = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(steps=time_steps, probes=st.lists(st.integers(min_value=-50, max_value=1500), max_size=30))
-def test_time_index_lookup_matches_linear_scan(steps, probes):
-    with tempfile.TemporaryDirectory() as tmp:
+def test_time_index_lookup_matches_linear_scan(tmp_path_factory, steps, probes):
+    with example_dir(tmp_path_factory) as tmp:
         path = Path(tmp) / "x.timeindex"
         index = TimeIndex(path, BASE, 4096, writable=True)
         ts, offset, kept = 0, BASE, []
@@ -124,8 +125,8 @@ def test_time_index_lookup_matches_linear_scan(steps, probes):
 
 @settings(max_examples=40, deadline=None)
 @given(steps=time_steps, cut=st.integers(min_value=0, max_value=1000))
-def test_time_index_truncate_to_offset(steps, cut):
-    with tempfile.TemporaryDirectory() as tmp:
+def test_time_index_truncate_to_offset(tmp_path_factory, steps, cut):
+    with example_dir(tmp_path_factory) as tmp:
         index = TimeIndex(Path(tmp) / "x.timeindex", BASE, 4096, writable=True)
         ts, offset = 0, BASE
         for d_ts, d_off in steps:

@@ -7,7 +7,6 @@ at or past max_offset."""
 from __future__ import annotations
 
 import random
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,14 @@ from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
 
-from .storage_support import LogHarness, batch_bases, batch_of, decode_all, read_everything
+from .storage_support import (
+    LogHarness,
+    batch_bases,
+    batch_of,
+    decode_all,
+    example_dir,
+    read_everything,
+)
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
 MAX_BYTES_CHOICES = [1, 80, 200, 450, 900]
@@ -100,12 +106,12 @@ def check_reads(h: LogHarness, rnd: random.Random, *, thorough: bool) -> None:
     seed=st.integers(min_value=0, max_value=2**32),
     index_interval=st.sampled_from([0, 100, 4096]),
 )
-def test_reads_at_every_offset_match_the_model(ops, seed, index_interval):
+def test_reads_at_every_offset_match_the_model(tmp_path_factory, ops, seed, index_interval):
     rnd = random.Random(seed)
     config = LogConfig(
         segment_bytes=1024, index_interval_bytes=index_interval, segment_index_bytes=4096
     )
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         h = LogHarness(Path(tmp) / "p", config)
         for op in ops:
             kind = op[0]

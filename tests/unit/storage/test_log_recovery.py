@@ -9,7 +9,6 @@ import logging
 import os
 import random
 import struct
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from .storage_support import (
     ModelRecord,
     batch_bases,
     batch_of,
+    example_dir,
     no_fsync,  # noqa: F401 (fixture)
     read_everything,
     segment_logs,
@@ -167,9 +167,11 @@ def _flip_is_detectable(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32), clean_reopen_after=st.booleans())
-def test_random_bit_flip_keeps_exactly_the_batches_before_it(seed, clean_reopen_after):
+def test_random_bit_flip_keeps_exactly_the_batches_before_it(
+    tmp_path_factory, seed, clean_reopen_after
+):
     rnd = random.Random(seed)
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         directory = Path(tmp) / "p"
         codec = rnd.choice([Compression.NONE, Compression.GZIP])
         h = _build(directory, 12, seed=seed, compression=codec)

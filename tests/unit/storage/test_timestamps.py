@@ -6,7 +6,6 @@ truncations, reopens, lost time indexes and a moved log start."""
 from __future__ import annotations
 
 import random
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
 
-from .storage_support import FakeClock, LogHarness, no_fsync  # noqa: F401
+from .storage_support import FakeClock, LogHarness, example_dir, no_fsync  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_fsync")
 
@@ -58,10 +57,10 @@ ops = st.lists(
 
 @settings(max_examples=30, deadline=None)
 @given(ops=ops, seed=st.integers(min_value=0, max_value=2**32), interval=st.sampled_from([0, 300]))
-def test_offset_for_timestamp_matches_a_linear_scan(ops, seed, interval):
+def test_offset_for_timestamp_matches_a_linear_scan(tmp_path_factory, ops, seed, interval):
     rnd = random.Random(seed)
     config = LogConfig(segment_bytes=1024, segment_index_bytes=4096, index_interval_bytes=interval)
-    with tempfile.TemporaryDirectory() as tmp:
+    with example_dir(tmp_path_factory) as tmp:
         h = LogHarness(Path(tmp) / "p", config)
         start = 0
         for op in ops:
