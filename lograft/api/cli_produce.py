@@ -240,12 +240,8 @@ def send_batch(
         return
     offsets = reply.body.get("offsets") if isinstance(reply.body, dict) else None
     if not isinstance(offsets, list) or len(offsets) != len(batch):
-        if reply.status < 400:
-            raise decode_error(reply.status, reply.body, reply.url)
-        error = decode_error(reply.status, reply.body, reply.url)
-        tally.errors[(error.code, error.message)] += len(batch)
-        tally.failed_lines.extend((r.line_no, error.code) for r in batch)
-        return
+        # The whole request was refused (unknown topic, bad request, ...).
+        raise decode_error(reply.status, reply.body, reply.url)
     for rec, outcome in zip(batch, offsets, strict=True):
         err = outcome.get("error") if isinstance(outcome, dict) else None
         if err is None:
@@ -410,7 +406,8 @@ def _summary(
     interrupted: bool = False,
 ) -> None:
     elapsed = max(progress.clock() - progress.started, 0.0)
-    rate = f"{progress.rate(tally.sent):,.0f} records/s"
+    done = tally.sent if args.acks == "0" else tally.acknowledged
+    rate = f"{progress.rate(done):,.0f} records/s"
     if args.acks == "0":
         what = f"{count(tally.sent, 'record')} sent to {args.topic} (acks=0: not acknowledged)"
     else:

@@ -1,0 +1,222 @@
+"""`lograft produce` against a real broker (ReplicaManager + DataRoutes) in-process."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from lograft.api.cli_produce import InputError, LineRecord, Pending, _line_ranges, parse_line
+from lograft.api.cli_progress import Progress
+from lograft.api.http_client import HttpClient
+from lograft.brokers.partitioner import partition_for_key
+from tests.unit.api.cli_support import dead_urls, run_cli
+from tests.unit.api.conftest import PARTITIONS
+
+
+def records_of(url: str, topic: str, partition: int) -> list[dict[str, Any]]:
+    doc = HttpClient([url]).get(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
+        query={"offset": 0, "max_records": 10_000, "format": "string"},
+    )
+    return doc["records"]
+
+
+def test_keyed_lines_land_on_their_murmur2_partition_in_order(srv):
+    keys = [f"user-{i}" for i in range(40)]
+    lines = "".join(f"{k}:{i}\n" for i, k in enumerate(keys))
+    r = srv.cli("produce", "orders", "--key-separator", ":", stdin=lines.encode())
+    assert r.code == 0, r.err
+    assert "40 records acknowledged by orders" in r.err
+    seen = {}
+    for p in range(PARTITIONS):
+        values = []
+        for rec in records_of(srv.url, "orders", p):
+            assert partition_for_key(rec["key"].encode(), PARTITIONS) == p, rec
+            seen[rec["key"]] = rec["value"]
+            values.append(int(rec["value"]))
+        assert values == sorted(values)  # input order kept within a partition
+    assert seen == {k: str(i) for i, k in enumerate(keys)}
+    assert len({partition_for_key(k.encode(), PARTITIONS) for k in keys}) == PARTITIONS
+
+
+def test_a_line_without_the_separator_is_a_value_with_no_key(srv):
+    r = srv.cli(
+        "produce", "orders", "--partition", "2", "--key-separator", "=", stdin=b"a=1\nplain\n"
+    )
+    assert r.code == 0, r.err
+    got = [(rec["key"], rec["value"]) for rec in records_of(srv.url, "orders", 2)]
+    assert got == [("a", "1"), (None, "plain")]
+
+
+def test_json_values_are_parsed_and_blank_lines_skipped(srv):
+    stdin = b'{"n": 1}\n\n[1, 2]\r\n"text"\n'
+    r = srv.cli("produce", "orders", "--partition", "0", "--value-format", "json", stdin=stdin)
+    assert r.code == 0, r.err
+    assert [rec["value"] for rec in records_of(srv.url, "orders", 0)] == [
+        '{"n":1}',
+        "[1,2]",
+        '"text"',
+    ]
+
+
+def test_string_values_are_sent_as_they_are(srv):
+    r = srv.cli("produce", "orders", "--partition", "0", stdin='{"n": 1}\nhé llo\n'.encode())
+    assert r.code == 0, r.err
+    assert [rec["value"] for rec in records_of(srv.url, "orders", 0)] == ['{"n": 1}', "hé llo"]
+
+
+def test_a_file_is_read_in_batches(srv, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"{i}\n" for i in range(1234)))
+    r = srv.cli(
+        "produce", "orders", "--file", str(path), "--partition", "1", "--batch-records", "100"
+    )
+    assert r.code == 0, r.err
+    assert "1,234 records acknowledged" in r.err
+    values = [rec["value"] for rec in records_of(srv.url, "orders", 1)]
+    assert values == [str(i) for i in range(1234)]
+
+
+def test_a_missing_file_is_a_failure_that_names_it(srv, tmp_path):
+    r = srv.cli("produce", "orders", "--file", str(tmp_path / "nope.txt"))
+    assert r.code == 1
+    assert "nope.txt" in r.err
+
+
+def test_acks_zero_counts_records_as_sent_not_acknowledged(srv):
+    r = srv.cli("produce", "orders", "--partition", "0", "--acks", "0", stdin=b"a\nb\n")
+    assert r.code == 0, r.err
+    assert "2 records sent to orders (acks=0" in r.err
+    assert len(records_of(srv.url, "orders", 0)) == 2
+
+
+def test_failed_records_stop_the_run_and_say_how_many_were_acknowledged(srv):
+    # strict needs 2 in-sync replicas for acks=all and has 1.
+    r = srv.cli("produce", "strict", "--batch-records", "2", stdin=b"a\nb\nc\n")
+    assert r.code == 1
+    assert "NOT_ENOUGH_REPLICAS" in r.err
+    assert "2 records failed" in r.err and "input line(s) 1-2" in r.err
+    assert "rest of the input was not sent" in r.err
+    assert "0 records acknowledged by strict (acks=all), 2 failed" in r.err
+    # acks=1 does not need the ISR: the same input goes through.
+    ok = srv.cli("produce", "strict", "--acks", "1", stdin=b"a\nb\nc\n")
+    assert ok.code == 0, ok.err
+
+
+def test_a_bad_line_stops_after_sending_what_came_before_it(srv):
+    stdin = b'{"ok": 1}\n{"ok": 2}\n{"ok": 3}\nnot json\n{"ok": 5}\n'
+    r = srv.cli(
+        "produce",
+        "orders",
+        "--partition",
+        "0",
+        "--value-format",
+        "json",
+        "--batch-records",
+        "2",
+        stdin=stdin,
+    )
+    assert r.code == 1
+    assert "line 4 is not JSON" in r.err
+    assert "3 records acknowledged" in r.err
+    assert len(records_of(srv.url, "orders", 0)) == 3
+
+
+def test_unknown_topic_fails_with_the_servers_message(srv):
+    r = srv.cli("produce", "nope", stdin=b"x\n")
+    assert r.code == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION: topic 'nope' does not exist" in r.err
+
+
+def test_unreachable_cluster_names_every_url_tried():
+    urls = dead_urls(2)
+    r = run_cli(["produce", "orders", "--bootstrap", ",".join(urls)], stdin=b"x\n")
+    assert r.code == 1
+    for url in urls:
+        assert url in r.err
+    assert "could not reach" in r.err
+
+
+def test_progress_bar_is_drawn_on_request_and_the_summary_always(srv):
+    stdin = "".join(f"{i}\n" for i in range(50)).encode()
+    shown = srv.cli("produce", "orders", "--progress", "--batch-records", "10", stdin=stdin)
+    assert shown.code == 0, shown.err
+    assert "\r" in shown.err and "records sent" in shown.err
+    plain = srv.cli("produce", "orders", "--batch-records", "10", stdin=stdin)
+    assert "\r" not in plain.err  # stderr is not a terminal
+    assert plain.err.count("\n") == 1 and "50 records acknowledged" in plain.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--acks", "2"],
+        ["--batch-records", "0"],
+        ["--batch-records", "10001"],
+        ["--partition", "-1"],
+        ["--value-format", "xml"],
+    ],
+)
+def test_bad_options_are_usage_errors(argv):
+    with pytest.raises(SystemExit) as exc:
+        run_cli(["produce", "orders", *argv])
+    assert exc.value.code == 2
+
+
+# -- pure pieces ------------------------------------------------------------------------------
+
+
+def test_parse_line_splits_at_the_first_separator_only():
+    rec = parse_line(7, b"k=v=w", "=", "string")
+    assert (rec.line_no, rec.key, rec.value) == (7, "k", "v=w")
+
+
+def test_parse_line_refuses_bad_utf8_and_bad_json_naming_the_line():
+    with pytest.raises(InputError, match="line 3 is not UTF-8"):
+        parse_line(3, b"\xff\xfe", None, "string")
+    with pytest.raises(InputError, match="line 4 is not JSON"):
+        parse_line(4, b"{oops", None, "json")
+
+
+def test_pending_batch_is_full_by_records_or_bytes_and_lingers():
+    p = Pending(records_max=3, bytes_max=100, linger_s=0.5)
+    assert p.wait_s(10.0) is None
+    p.add(LineRecord(1, None, "a", 10), now=10.0)
+    assert p.wait_s(10.2) == pytest.approx(0.3) and p.wait_s(11.0) == 0.0
+    assert not p.full()
+    p.add(LineRecord(2, None, "b", 95), now=10.1)
+    assert p.full()
+    assert [r.line_no for r in p.take()] == [1, 2] and not p.records
+
+
+def test_line_ranges_compacts_runs():
+    assert _line_ranges([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8"
+
+
+def test_progress_line_shows_a_bar_when_the_size_is_known():
+    now = [0.0]
+    p = Progress(io.StringIO(), mode=True, total_bytes=1000, clock=lambda: now[0])
+    now[0] = 2.0
+    assert p.line(400, 500).startswith("[############------------]  50%  400 records sent")
+    assert "200 records/s" in p.line(400, 500)
+    unknown = Progress(io.StringIO(), mode=True, total_bytes=None, clock=lambda: now[0])
+    assert unknown.line(5, 10).startswith("5 records sent")
+
+
+def test_progress_in_auto_mode_waits_until_the_run_is_long():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [0.0]
+    out = Tty()
+    p = Progress(out, mode=None, total_bytes=None, clock=lambda: now[0])
+    p.update(10, 10)
+    assert out.getvalue() == ""  # a short run never shows a bar
+    now[0] = 1.5
+    p.update(20, 20)
+    assert "20 records sent" in out.getvalue()
+    p.clear()
+    assert out.getvalue().endswith("\r")
