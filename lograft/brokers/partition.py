@@ -45,13 +45,15 @@ from lograft.brokers.high_watermark import (
     follower_high_watermark,
 )
 from lograft.brokers.isr import isr_expand_candidates, isr_shrink_candidates
-from lograft.brokers.producer_state import OK, Duplicate, ProducerStateManager
+from lograft.brokers.producer_state import OK, Duplicate, ProducerStateManager, sequence_after
 from lograft.brokers.replica_state import FollowerStateTracker
 from lograft.errors import (
+    InvalidProducerEpochError,
     InvalidRequestError,
     LograftError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
     RequestTimedOutError,
 )
 from lograft.storage.batch import HEADER, LOG_OVERHEAD, BatchHeader, validate_batch
@@ -249,8 +251,11 @@ class Partition:
     def append_records(
         self, data: bytes, acks: Acks, *, validate_records: bool = True
     ) -> AppendResult:
-        """Append producer batches as leader. Idempotent batches that repeat one
-        of the producer's last five get their original offsets back."""
+        """Append producer batches as leader, all or nothing: every batch of the
+        request is checked (structure, CRC, size, records, producer sequence)
+        before any is written, so a refused request leaves the log as it was.
+        Idempotent batches that repeat one of the producer's last five are not
+        written again and get their original offsets back."""
         self._require_leader()
         if acks is Acks.ALL and not enough_replicas_for_acks_all(
             len(self.isr), self.settings.min_insync_replicas
@@ -261,40 +266,70 @@ class Partition:
                 isr=list(self.isr),
                 min_insync_replicas=self.settings.min_insync_replicas,
             )
-        first = last = -1
+        batches = list(_split_batches(data, self.log.config.max_message_bytes))
+        verdicts = self._producer_verdicts(batches)
+        fresh = [b for b, v in zip(batches, verdicts, strict=True) if v is None]
+        ranges: list[tuple[int, int]] = []
         append_time = -1
-        duplicate = True
-        for chunk, header in _split_batches(data, self.log.config.max_message_bytes):
-            got = self._append_one(chunk, header, validate_records)
-            first = got.first_offset if first < 0 else first
-            last = got.last_offset
-            append_time = max(append_time, got.log_append_time_ms)
-            duplicate = duplicate and got.duplicate
+        if fresh:
+            # One append of every new batch: the log validates them all (records
+            # included) before it writes any.
+            payload = data if len(fresh) == len(batches) else b"".join(c for c, _h in fresh)
+            info = self.log.append(
+                payload, leader_epoch=self.leader_epoch, validate_records=validate_records
+            )
+            append_time = info.log_append_time_ms
+            offset = info.first_offset
+            for _chunk, h in fresh:
+                ranges.append((offset, offset + h.last_offset_delta))
+                if h.producer_id >= 0:
+                    self.producers.record(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.last_sequence,
+                        offset,
+                        offset + h.last_offset_delta,
+                        append_time if append_time >= 0 else h.max_timestamp,
+                    )
+                offset += h.last_offset_delta + 1
+            assert offset == info.last_offset + 1, (offset, info)
+        new_ranges = iter(ranges)
+        spans = [
+            (v.first_offset, v.last_offset) if v is not None else next(new_ranges) for v in verdicts
+        ]
         self.maybe_advance_high_watermark()
-        return AppendResult(first, last, append_time, duplicate)
+        return AppendResult(spans[0][0], spans[-1][1], append_time, not fresh)
 
-    def _append_one(self, chunk: bytes, h: BatchHeader, validate_records: bool) -> AppendResult:
-        if h.producer_id >= 0:
-            verdict = self.producers.validate(
-                h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence
-            )
-            if isinstance(verdict, Duplicate):
-                return AppendResult(verdict.first_offset, verdict.last_offset, -1, True)
-            assert verdict is OK
-        info = self.log.append(
-            chunk, leader_epoch=self.leader_epoch, validate_records=validate_records
-        )
-        if h.producer_id >= 0:
-            self.producers.record(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_sequence,
-                info.first_offset,
-                info.last_offset,
-                info.max_timestamp,
-            )
-        return AppendResult(info.first_offset, info.last_offset, info.log_append_time_ms)
+    def _producer_verdicts(
+        self, batches: list[tuple[bytes, BatchHeader]]
+    ) -> list[Duplicate | None]:
+        """Per batch: the original offsets of the batch it repeats, or None (append it).
+
+        Raises, before anything is written, if any batch is out of sequence or
+        of a stale producer epoch. A producer's first batch in the request is
+        checked against the partition's producer state; its later ones must
+        follow the one before them in the request."""
+        previous: dict[int, BatchHeader] = {}
+        out: list[Duplicate | None] = []
+        for _chunk, h in batches:
+            if h.producer_id < 0:
+                out.append(None)
+                continue
+            prior = previous.get(h.producer_id)
+            if prior is None:
+                verdict = self.producers.validate(
+                    h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence
+                )
+                if isinstance(verdict, Duplicate):
+                    out.append(verdict)
+                    continue
+                assert verdict is OK
+            else:
+                _check_follows(prior, h)
+            previous[h.producer_id] = h
+            out.append(None)
+        return out
 
     def wait_for_high_watermark(self, required_offset: int) -> asyncio.Future[None]:
         """A future resolved once the HW reaches `required_offset` (acks=all)."""
@@ -495,6 +530,31 @@ class Partition:
             "log_end_offset": self.log.log_end_offset,
             "high_watermark": self.high_watermark,
         }
+
+
+def _check_follows(prior: BatchHeader, h: BatchHeader) -> None:
+    """`h` comes right after `prior`, a batch of the same producer in the same request."""
+    pid = h.producer_id
+    if h.producer_epoch < prior.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"producer {pid} sent epoch {h.producer_epoch} after epoch {prior.producer_epoch} "
+            "in the same request",
+            producer_id=pid,
+            epoch=h.producer_epoch,
+            current_epoch=prior.producer_epoch,
+        )
+    expected = (
+        0 if h.producer_epoch > prior.producer_epoch else sequence_after(prior.last_sequence, 1)
+    )
+    if h.base_sequence != expected:
+        raise OutOfOrderSequenceError(
+            f"producer {pid} sent sequence {h.base_sequence} after {prior.last_sequence} in the "
+            f"same request, expected {expected}",
+            producer_id=pid,
+            epoch=h.producer_epoch,
+            sequence=h.base_sequence,
+            expected_sequence=expected,
+        )
 
 
 def _split_batches(data: bytes, max_bytes: int) -> Iterator[tuple[bytes, BatchHeader]]:
