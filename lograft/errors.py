@@ -346,3 +346,133 @@ class IsrWithoutLeaderError(InvalidRequestError):
 
     code = "ISR_WITHOUT_LEADER"
     kafka_code = 42
+
+
+# --- consumer groups (lograft.brokers.group_*) -----------------------------------
+
+
+@_register
+class CoordinatorLoadInProgressError(LograftError):
+    """The coordinator is still replaying its `__consumer_offsets` partition."""
+
+    code = "COORDINATOR_LOAD_IN_PROGRESS"
+    kafka_code = 14
+    retriable = True
+
+
+@_register
+class CoordinatorNotAvailableError(LograftError):
+    """The group's `__consumer_offsets` partition has no leader (or does not exist yet)."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+    kafka_code = 15
+    retriable = True
+
+
+@_register
+class NotCoordinatorError(LograftError):
+    """This broker does not lead the group's `__consumer_offsets` partition."""
+
+    code = "NOT_COORDINATOR"
+    kafka_code = 16
+    retriable = True
+
+
+@_register
+class InvalidGroupIdError(LograftError):
+    code = "INVALID_GROUP_ID"
+    kafka_code = 24
+
+
+@_register
+class UnknownMemberIdError(LograftError):
+    """The member id is not (or no longer) a member of the group: it was removed
+    (left, session expired) or never joined. The client must drop its partitions
+    and join again with member epoch 0."""
+
+    code = "UNKNOWN_MEMBER_ID"
+    kafka_code = 25
+
+
+@_register
+class OffsetMetadataTooLargeError(LograftError):
+    code = "OFFSET_METADATA_TOO_LARGE"
+    kafka_code = 12
+
+
+@_register
+class NonEmptyGroupError(LograftError):
+    """The operation needs a group without members (delete, reset offsets)."""
+
+    code = "NON_EMPTY_GROUP"
+    kafka_code = 68
+
+
+@_register
+class GroupIdNotFoundError(LograftError):
+    code = "GROUP_ID_NOT_FOUND"
+    kafka_code = 69
+
+
+@_register
+class GroupMaxSizeReachedError(LograftError):
+    code = "GROUP_MAX_SIZE_REACHED"
+    kafka_code = 81
+
+
+@_register
+class FencedMemberEpochError(LograftError):
+    """A heartbeat's member epoch is not one the coordinator can accept. The
+    client must drop its partitions and join again with member epoch 0."""
+
+    code = "FENCED_MEMBER_EPOCH"
+    kafka_code = 110
+
+
+@_register
+class UnsupportedAssignorError(LograftError):
+    code = "UNSUPPORTED_ASSIGNOR"
+    kafka_code = 112
+
+
+@_register
+class StaleMemberEpochError(LograftError):
+    """An offset commit carries an older member epoch than the member's current
+    one (a zombie, or a commit that raced a rebalance). Retrying the same request
+    cannot succeed; the client heartbeats, then commits with the new epoch."""
+
+    code = "STALE_MEMBER_EPOCH"
+    kafka_code = 113
+
+
+@_register
+class NoOffsetError(LograftError):
+    """No committed offset and `auto_offset_reset=none` (Kafka's client-side
+    NoOffsetForPartitionException; no wire code in Kafka)."""
+
+    code = "NO_OFFSET"
+
+
+@_register
+class GroupsLimitReachedError(LograftError):
+    """This coordinator already holds `groups_max` groups."""
+
+    code = "GROUPS_LIMIT_REACHED"
+
+
+@_register
+class GroupSubscriptionTooLargeError(InvalidRequestError):
+    """A subscription would make a group's assignment cover more than
+    `group_assigned_partitions_max` partitions (or more topics than allowed)."""
+
+    code = "GROUP_SUBSCRIPTION_TOO_LARGE"
+    kafka_code = 42
+
+
+@_register
+class GroupRecordError(LograftError):
+    """A `__consumer_offsets` record that cannot be decoded, or whose replay would
+    break an invariant of the coordinator state (a coordinator bug, never user
+    input)."""
+
+    code = "INVALID_GROUP_RECORD"
