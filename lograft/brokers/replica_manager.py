@@ -362,6 +362,7 @@ class ReplicaManager:
             tp = TopicPartition(p.topic, p.partition)
             try:
                 part = self.partition(tp)
+                hw_before = part.high_watermark
                 res = part.on_follower_fetch(req.replica_id, p.fetch, req.partition_max_bytes, now)
             except LograftError as exc:
                 out.append(FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=exc))
@@ -382,8 +383,12 @@ class ReplicaManager:
                     res.error,
                 )
             )
-            # A follower's fetch may have moved the HW: wake acks and consumers.
-            self._changes.notify(tp)
+            # Wake long-polls only when this fetch moved the HW (acks=all waiters
+            # are released by the partition itself). Waking on every fetch made
+            # two followers' idle long-polls on one leader wake each other in a
+            # loop: each re-served fetch woke the other's (busy CPU when idle).
+            if part.high_watermark != hw_before:
+                self._changes.notify(tp)
         return out
 
     # -- follower fetchers ------------------------------------------------------------------
