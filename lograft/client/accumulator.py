@@ -1,0 +1,132 @@
+"""Per-partition queues of batches waiting to be sent (Kafka's RecordAccumulator).
+
+Invariants:
+- Each partition has a FIFO of batches; only the last one may be OPEN, and
+  records enter a partition in `send` order, so batches leave in that order.
+- A batch is ready to send when any holds: it is not the last of its queue
+  or has reached `batch_bytes` (full); it is `linger_ms` old; a flush or
+  close is in progress; or the buffer pool has waiters (send what we have to
+  free memory). `ready()` also says when the next lingering batch will be.
+- Every batch not yet DONE is in `incomplete`, for flush().
+
+Loop-bound: only the producer's event loop touches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lograft.client.producer_batch import BatchState, Completion, ProducerBatch
+from lograft.client.types import TopicPartition
+from lograft.storage.batch import RecordInput
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    appended: bool
+    new_batch: bool = False  # a batch was opened (a linger timer starts)
+    batch_full: bool = False  # the batch it went into is now full
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        batch_bytes: int,
+        linger_ms: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.batch_bytes = batch_bytes
+        self.linger_s = linger_ms / 1000
+        self._loop = loop
+        self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def append(
+        self,
+        tp: TopicPartition,
+        record: RecordInput,
+        size: int,
+        completion: Completion,
+        *,
+        abort_on_new_batch: bool = False,
+    ) -> AppendOutcome:
+        """Add a record to the partition's open batch, opening one if needed.
+
+        With `abort_on_new_batch` (keyless records) nothing is appended when a
+        new batch would be needed: the caller switches sticky partition first.
+        """
+        q = self.queues.get(tp)
+        if q is None:
+            q = self.queues[tp] = deque()
+        if q and q[-1].try_append(record, size, completion, self.batch_bytes):
+            return AppendOutcome(True, batch_full=q[-1].is_full(self.batch_bytes))
+        if abort_on_new_batch:
+            return AppendOutcome(False)
+        if q and q[-1].state is BatchState.OPEN:
+            q[-1].close()  # full: only the last batch may be open
+        batch = ProducerBatch(tp, self.now(), self._loop.create_future())
+        appended = batch.try_append(record, size, completion, self.batch_bytes)
+        assert appended, "an empty batch takes any record"
+        q.append(batch)
+        self.incomplete.add(batch)
+        return AppendOutcome(True, new_batch=True, batch_full=batch.is_full(self.batch_bytes))
+
+    def head_ready(
+        self, tp: TopicPartition, *, force: bool, now: float
+    ) -> tuple[bool, float | None]:
+        """(ready, seconds until it will be) for the partition's first batch."""
+        q = self.queues.get(tp)
+        if not q:
+            return False, None
+        head = q[0]
+        if force or len(q) > 1 or head.state is not BatchState.OPEN:
+            return True, 0.0
+        if head.is_full(self.batch_bytes):
+            return True, 0.0
+        wait = head.created + self.linger_s - now
+        return (wait <= 0), max(wait, 0.0)
+
+    def drain(self, tp: TopicPartition) -> ProducerBatch:
+        """Take the partition's first batch for sending (closing it if open)."""
+        batch = self.queues[tp].popleft()
+        if batch.state is BatchState.OPEN:
+            batch.close()
+        return batch
+
+    def expire(self, now: float, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """Queued (never sent) batches older than the delivery timeout, removed."""
+        out: list[ProducerBatch] = []
+        for q in self.queues.values():
+            while q and now - q[0].created >= delivery_timeout_s:
+                out.append(q.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        out = [b for q in self.queues.values() for b in q]
+        for q in self.queues.values():
+            q.clear()
+        return out
+
+    def done(self, batch: ProducerBatch) -> None:
+        self.incomplete.discard(batch)
+
+    def has_queued(self) -> bool:
+        return any(self.queues.values())
+
+    def open_batch_is_sticky_target(self, tp: TopicPartition) -> bool:
+        q = self.queues.get(tp)
+        return bool(q) and q[-1].state is BatchState.OPEN
+
+    def records_waiting(self) -> int:
+        return sum(b.record_count for q in self.queues.values() for b in q)
+
+    def drop_empty_queues(self, keep: Callable[[TopicPartition], bool]) -> None:
+        for tp in [tp for tp, q in self.queues.items() if not q and not keep(tp)]:
+            del self.queues[tp]

@@ -1,0 +1,110 @@
+"""The producer's memory bound: bytes of records accepted but not yet done.
+
+Invariant: 0 <= used <= total_bytes at all times. `send` reserves a record's
+estimated size before accepting it and the sender releases a batch's
+reservation when the batch completes (acknowledged or failed), so records
+waiting in the producer never take more than `buffer_memory_bytes`.
+
+Threads: `reserve_blocking` may be called from any thread (the sync
+producer's callers); `reserve` (async), `release` and `has_waiters` run on
+the producer's event loop. One lock covers the counter; a condition wakes
+blocked threads and loop futures wake async waiters, so no release is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from lograft.client.errors import BufferFullError
+from lograft.errors import RecordTooLargeError
+
+
+class BufferPool:
+    def __init__(self, total_bytes: int) -> None:
+        assert total_bytes > 0
+        self.total_bytes = total_bytes
+        self._used = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._blocked_threads = 0
+        self._async_waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @property
+    def has_waiters(self) -> bool:
+        """Someone is waiting for room: the sender should send what it has now."""
+        return self._blocked_threads > 0 or bool(self._async_waiters)
+
+    def _check(self, size: int) -> None:
+        if size > self.total_bytes:
+            raise RecordTooLargeError(
+                f"a record of ~{size} bytes is larger than buffer_memory_bytes={self.total_bytes}",
+                size=size,
+            )
+
+    def try_reserve(self, size: int) -> bool:
+        self._check(size)
+        with self._cond:
+            if self._used + size > self.total_bytes:
+                return False
+            self._used += size
+            return True
+
+    def reserve_blocking(self, size: int, timeout_ms: int) -> None:
+        """Reserve `size` bytes, waiting up to `timeout_ms`; BufferFullError after."""
+        self._check(size)
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self._cond:
+            while self._used + size > self.total_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._full(size, timeout_ms)
+                self._blocked_threads += 1
+                try:
+                    self._cond.wait(remaining)
+                finally:
+                    self._blocked_threads -= 1
+            self._used += size
+
+    async def reserve(self, size: int, timeout_ms: int) -> None:
+        """Async `reserve_blocking`, for callers on the producer's loop."""
+        if self.try_reserve(size):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._full(size, timeout_ms)
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._async_waiters.append(waiter)
+            try:
+                await asyncio.wait([waiter], timeout=remaining)
+            finally:
+                if waiter in self._async_waiters:
+                    self._async_waiters.remove(waiter)
+            if self.try_reserve(size):
+                return
+
+    def release(self, size: int) -> None:
+        with self._cond:
+            self._used -= size
+            assert self._used >= 0, f"released more than reserved (used={self._used})"
+            self._cond.notify_all()
+        waiters, self._async_waiters = self._async_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _full(self, size: int, timeout_ms: int) -> BufferFullError:
+        return BufferFullError(
+            f"no room for ~{size} bytes in buffer_memory_bytes={self.total_bytes} "
+            f"({self._used} in use) after max_block_ms={timeout_ms}; the cluster is slower "
+            "than the producer or unreachable",
+            size=size,
+            used=self._used,
+        )

@@ -1,0 +1,354 @@
+"""`AsyncConsumer`: the asyncio consumer, without group coordination yet.
+
+    consumer = AsyncConsumer("http://127.0.0.1:9091", auto_offset_reset="earliest",
+                             value_deserializer=deserializers.json)
+    await consumer.start()
+    consumer.assign([TopicPartition("orders", 0)])
+    batch = await consumer.poll(timeout_ms=1000)   # {TopicPartition: [ConsumerRecord]}
+    async for record in consumer: ...
+    await consumer.close()
+
+Positions are the consumer's own (nothing is committed). `seek`,
+`seek_to_beginning` and `seek_to_end` are lazy as in Kafka: they take
+effect at the next `poll` or `position`. A partition without a position
+starts at `auto_offset_reset` (earliest / latest; "none" raises
+NoOffsetForPartitionError from poll).
+
+Where consumer groups plug in (issue 5): `group_id` is accepted by the
+config and refused until a coordinator exists; `subscribe()` and `commit()`
+raise until then. With a coordinator, `subscribe` sets the topics, the
+coordinator's heartbeat answers drive `self._fetcher.assign(...)`, and a
+partition without a position takes its committed offset before falling back
+to `auto_offset_reset`; nothing else in the fetch path changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from lograft.client.config import ConsumerConfig, make_config
+from lograft.client.errors import (
+    ClientClosedError,
+    ClientTimeoutError,
+    NoOffsetForPartitionError,
+    SerializationError,
+)
+from lograft.client.fetcher import Fetcher, PartitionState
+from lograft.client.metadata import ClusterMetadata
+from lograft.client.serde import Deserializer
+from lograft.client.transport import HttpTransport, Transport
+from lograft.client.types import ConsumerRecord, TopicPartition
+from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
+from lograft.storage.batch import Record
+
+
+def _deserialize(
+    fn: Deserializer | None, what: str, tp: TopicPartition, offset: int, data: bytes | None
+) -> Any:
+    if data is None or fn is None:
+        return data
+    try:
+        return fn(data)
+    except Exception as exc:
+        raise SerializationError(
+            f"cannot deserialize the {what} of {tp} at offset {offset}: {exc}; seek past it "
+            "to go on",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+        ) from exc
+
+
+class AsyncConsumer:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        transport: Transport | None = None,
+        **settings: Any,
+    ) -> None:
+        """Settings: see `ConsumerConfig` (and docs/client.md)."""
+        self.config: ConsumerConfig = make_config(ConsumerConfig, bootstrap_servers, settings)
+        self._transport: Transport = transport or HttpTransport(
+            connect_timeout_ms=self.config.connect_timeout_ms,
+            connections_max=self.config.connections_max,
+            client_id=self.config.client_id,
+        )
+        self.metadata = ClusterMetadata(
+            self._transport,
+            self.config.urls(),
+            request_timeout_ms=self.config.request_timeout_ms,
+            metadata_max_age_ms=self.config.metadata_max_age_ms,
+        )
+        self._fetcher = Fetcher(self.config, self.metadata, self._transport, self._on_change)
+        self._changed: asyncio.Event | None = None
+        self._next_start = 0
+        self._started = False
+        self._closed = False
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the broker list from any bootstrap node (ClusterUnreachableError
+        names every URL if none answers). Idempotent; poll calls it if needed."""
+        self._check_open()
+        if self._started:
+            return
+        await self.metadata.bootstrap_brokers()
+        self._changed = asyncio.Event()
+        self._started = True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._fetcher.close()
+        await self.metadata.close()
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+    def _on_change(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    # -- assignment ----------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replacing the previous assignment).
+        Partitions kept keep their positions; new ones start per auto_offset_reset."""
+        self._check_open()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._fetcher.assign(tps, self.config.auto_offset_reset)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._fetcher.partitions)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        raise InvalidConfigError(
+            "subscribe() needs consumer groups, which are not available yet; use assign() "
+            "with the partitions to read (partitions_for_topic() lists them)"
+        )
+
+    async def partitions_for_topic(self, topic: str) -> set[int]:
+        await self.start()
+        meta = await self.metadata.topic(topic)
+        return set(range(meta.count))
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        st = self._fetcher.partitions.get(TopicPartition(*tp))
+        if st is None:
+            raise InvalidRequestError(f"{tp} is not assigned to this consumer", partition=str(tp))
+        return st
+
+    # -- positions ------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """The next poll returns records of `partition` from `offset` on."""
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidRequestError(f"offset must be an int >= 0, got {offset!r}")
+        self._state(partition).seek(offset)
+        self._on_change()
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Lazily move to the log start of these (default: all assigned) partitions."""
+        for tp in partitions or tuple(self._fetcher.partitions):
+            self._state(tp).seek(None, "earliest")
+        self._on_change()
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Lazily move to the high watermark (the next record to be written)."""
+        for tp in partitions or tuple(self._fetcher.partitions):
+            self._state(tp).seek(None, "latest")
+        self._on_change()
+
+    async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record poll returns, resolving a pending seek or reset
+        first (ClientTimeoutError after `timeout_ms`, default default_api_timeout_ms)."""
+        await self.start()
+        st = self._state(partition)
+        loop = asyncio.get_running_loop()
+        limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = loop.time() + limit / 1000
+        while st.position is None:
+            self._raise_errors([TopicPartition(*partition)])
+            if st.reset_to is None:
+                raise NoOffsetForPartitionError(
+                    f"{partition} has no position and auto_offset_reset is none; seek() first",
+                    partition=str(partition),
+                )
+            self._fetcher.start_work()
+            if not await self._wait_change(deadline):
+                raise ClientTimeoutError(f"position of {partition} not known within {limit} ms")
+        return st.position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark the last fetch of `partition` reported (None before one)."""
+        return self._state(partition).high_watermark
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await self._offsets(partitions, "earliest")
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._offsets(partitions, "latest")
+
+    async def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Per partition, (offset, timestamp) of the first record at or after the
+        timestamp, or None if there is none below the high watermark."""
+        out: dict[TopicPartition, tuple[int, int] | None] = {}
+        for tp, ts in timestamps.items():
+            doc = await self._list_offsets(TopicPartition(*tp), ts)
+            found = doc.get("offset_for_timestamp")
+            out[TopicPartition(*tp)] = (
+                (int(found["offset"]), int(found["timestamp"])) if found else None
+            )
+        return out
+
+    async def _offsets(
+        self, partitions: Iterable[TopicPartition], key: str
+    ) -> dict[TopicPartition, int]:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        docs = await asyncio.gather(*(self._list_offsets(tp) for tp in tps))
+        return {tp: int(doc[key]) for tp, doc in zip(tps, docs, strict=True)}
+
+    async def _list_offsets(self, tp: TopicPartition, ts: int | None = None) -> dict[str, Any]:
+        """GET .../offsets on the leader, retrying retriable errors up to
+        default_api_timeout_ms."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.default_api_timeout_ms / 1000
+        scratch = PartitionState()  # backoff counter for this lookup only
+        while True:
+            try:
+                return await self._fetcher.list_offsets(tp, ts)
+            except LograftError as exc:
+                if not exc.retriable or loop.time() >= deadline:
+                    raise
+                await self._fetcher.on_retriable(tp, scratch, exc)
+
+    # -- polling ---------------------------------------------------------------------------
+
+    async def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned partitions, at most `max_records`
+        (default max_poll_records), waiting up to `timeout_ms` for the first.
+        Fetches keep running between polls (one per partition), so a poll
+        loop is a pipeline. Raises the error a fetch met (typed), once."""
+        await self.start()
+        limit = self.config.max_poll_records if max_records is None else max_records
+        if limit < 1:
+            raise InvalidRequestError(f"max_records must be >= 1, got {limit}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            self._raise_errors(list(self._fetcher.partitions))
+            out = self._collect(limit)
+            self._fetcher.start_work()
+            if out:
+                return out
+            if not await self._wait_change(deadline):
+                return {}
+
+    async def _wait_change(self, deadline: float) -> bool:
+        """Wait for a fetch or lookup to finish (or a seek); False at the deadline."""
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), remaining)
+        except TimeoutError:
+            return False
+        return True
+
+    def _raise_errors(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            st = self._fetcher.partitions.get(tp)
+            if st is None:
+                continue
+            if st.error is not None:
+                err, st.error = st.error, None
+                raise err
+            if st.position is None and st.reset_to is None:
+                raise NoOffsetForPartitionError(
+                    f"{tp} has no position and auto_offset_reset is none; seek() first",
+                    partition=str(tp),
+                )
+
+    def _collect(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        count = 0
+        items = list(self._fetcher.partitions.items())
+        if not items:
+            return out
+        # Start one partition further each poll, so a busy partition cannot starve the rest.
+        start = self._next_start % len(items)
+        self._next_start = start + 1
+        for tp, st in items[start:] + items[:start]:
+            while st.buffer and count < limit:
+                rec, ts_type = st.buffer[0]
+                try:
+                    item = self._to_consumer_record(tp, rec, ts_type)
+                except SerializationError:
+                    if count:
+                        return out  # hand out what came before; raise on the next poll
+                    raise
+                st.buffer.popleft()
+                st.position = rec.offset + 1
+                out.setdefault(tp, []).append(item)
+                count += 1
+            if not st.buffer and st.buffer_next_offset and st.position is not None:
+                # The response is used up: step over offsets it covered without records.
+                st.position = max(st.position, st.buffer_next_offset)
+                st.buffer_next_offset = 0
+            if count >= limit:
+                break
+        return out
+
+    def _to_consumer_record(self, tp: TopicPartition, rec: Record, ts_type: Any) -> ConsumerRecord:
+        cfg = self.config
+        return ConsumerRecord(
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=rec.offset,
+            timestamp=rec.timestamp,
+            timestamp_type=ts_type,
+            key=_deserialize(cfg.key_deserializer, "key", tp, rec.offset, rec.key),
+            value=_deserialize(cfg.value_deserializer, "value", tp, rec.offset, rec.value),
+            headers=rec.headers,
+        )
+
+    async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        """Records one by one; stops after consumer_timeout_ms without one (if set)."""
+        idle_ms = self.config.consumer_timeout_ms
+        while True:
+            got = await self.poll(timeout_ms=idle_ms if idle_ms is not None else 1000)
+            if not got:
+                if idle_ms is not None:
+                    return
+                continue
+            for records in got.values():
+                for record in records:
+                    yield record
+
+    @property
+    def fetch_requests(self) -> int:
+        return self._fetcher.requests

@@ -1,0 +1,124 @@
+"""Errors the client raises, and the decoding of the server's error bodies.
+
+Server errors (`{"error": {"code", "message", "retriable", "details"}}`) are
+re-raised as the `lograft.errors` class for their code (`error_class_for`),
+with `details` kept and the HTTP status in `details["http_status"]`; a code
+this version does not know becomes a `LograftError` subclass carrying that
+code and the server's `retriable` flag.
+
+The classes below are client-side conditions with no server code. They are
+deliberately not registered in `lograft.errors`' registry: no server sends
+them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lograft.errors import LograftError, error_class_for
+
+
+class NetworkError(LograftError):
+    """The HTTP exchange with a node failed (Kafka's NetworkException).
+
+    `details["sent"]` is False when the connection could not be made (the
+    request never reached the node) and True when it broke or timed out after
+    the request may have been delivered: the outcome of a produce is unknown.
+    """
+
+    code = "NETWORK_EXCEPTION"
+    kafka_code = 13
+    retriable = True
+
+
+class ClusterUnreachableError(LograftError):
+    """None of the nodes tried (bootstrap URLs and known brokers) could be reached.
+    The message and `details["errors"]` name every URL and why it failed."""
+
+    code = "CLUSTER_UNREACHABLE"
+    retriable = True
+
+
+class ClientTimeoutError(LograftError):
+    """A client-side wait ran out (flush, close, metadata, position)."""
+
+    code = "CLIENT_TIMEOUT"
+    retriable = True
+
+
+class DeliveryTimeoutError(ClientTimeoutError):
+    """A batch was not acknowledged within `delivery_timeout_ms` of its creation.
+    The records may or may not be in the log (a last attempt may have landed)."""
+
+    code = "DELIVERY_TIMEOUT"
+
+
+class BufferFullError(ClientTimeoutError):
+    """`send` waited `max_block_ms` for room in `buffer_memory_bytes` and got none
+    (Kafka's BufferExhaustedException)."""
+
+    code = "BUFFER_EXHAUSTED"
+
+
+class ClientClosedError(LograftError):
+    """The producer or consumer is closed (or was closed before this record went out)."""
+
+    code = "CLIENT_CLOSED"
+
+
+class SerializationError(LograftError):
+    """A key or value serializer / deserializer failed; the cause is chained."""
+
+    code = "SERIALIZATION_ERROR"
+
+
+class NoOffsetForPartitionError(LograftError):
+    """A partition has no position and `auto_offset_reset="none"`."""
+
+    code = "NO_OFFSET_FOR_PARTITION"
+
+
+class UnexpectedResponseError(LograftError):
+    """A node answered something that is not the API's response (wrong body or
+    status); often a proxy or another service on that port."""
+
+    code = "UNEXPECTED_RESPONSE"
+
+
+_unknown_codes: dict[tuple[str, bool], type[LograftError]] = {}
+
+
+def _class_for(code: str, retriable: bool) -> type[LograftError]:
+    cls = error_class_for(code)
+    if cls is not LograftError or code == LograftError.code:
+        return cls
+    key = (code, retriable)
+    made = _unknown_codes.get(key)
+    if made is None:
+        # A code newer than this client: keep the server's code and retriable flag.
+        made = type("RemoteError", (LograftError,), {"code": code, "retriable": retriable})
+        _unknown_codes[key] = made
+    return made
+
+
+def error_from_response(status: int, body: bytes, url: str) -> LograftError:
+    """The typed error for an HTTP answer with status >= 400."""
+    try:
+        doc: Any = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        doc = None
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(err, dict) or not isinstance(err.get("code"), str):
+        snippet = body[:200].decode("utf-8", errors="replace")
+        return UnexpectedResponseError(
+            f"{url} answered HTTP {status} without an API error body: {snippet!r}",
+            http_status=status,
+            url=url,
+        )
+    details = err.get("details")
+    details = dict(details) if isinstance(details, dict) else {}
+    details.setdefault("http_status", status)
+    cls = _class_for(err["code"], bool(err.get("retriable", False)))
+    return cls(str(err.get("message", f"HTTP {status} from {url}")), **details)

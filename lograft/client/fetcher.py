@@ -1,0 +1,288 @@
+"""The consumer's fetcher: per-partition positions, long-poll fetches, buffers.
+
+For each assigned partition (`PartitionState`):
+- `position` is the offset of the next record `poll` returns (None until
+  resolved by a seek, or by `reset_to` = earliest / latest through
+  `GET .../offsets` on the leader).
+- At most one fetch is in flight, and none while records fetched earlier
+  are still buffered, so memory is bounded by one response
+  (`max_partition_fetch_bytes`, or one larger batch) per partition.
+- A fetch is `GET .../records?offset=<position>` with
+  `Accept: application/vnd.lograft.batch` (raw RecordBatch v2 bytes) and
+  `max_wait_ms` (long-poll). Batches may start before the position; records
+  below it are skipped, as are control batches. After the buffer is used up
+  the position moves to `X-Lograft-Next-Offset` if that is further (it steps
+  over offsets compaction removed).
+- `epoch` bumps on every seek or reset; a fetch that started under an older
+  epoch is discarded when it returns.
+
+Errors: retriable ones (not leader, no leader, unknown partition, network)
+mark metadata stale and back off inside the fetch task (the task holds the
+partition's fetch slot while it waits, so a failing leader is not hammered);
+a NOT_LEADER_OR_FOLLOWER naming the leader is retried there at once.
+OFFSET_OUT_OF_RANGE resets the position by `auto_offset_reset`, or with
+"none" is raised from the next poll; other errors are raised from the next
+poll too.
+
+Loop-bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from lograft.client.backoff import backoff_ms
+from lograft.client.config import ConsumerConfig
+from lograft.client.errors import NetworkError
+from lograft.client.metadata import NO_LEADER, ClusterMetadata
+from lograft.client.transport import (
+    BATCH_CONTENT_TYPE,
+    HIGH_WATERMARK_HEADER,
+    NEXT_OFFSET_HEADER,
+    Transport,
+)
+from lograft.client.types import TimestampType, TopicPartition
+from lograft.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.storage.batch import Record, iter_batch_records, iter_batches, validate_batch
+
+_METADATA_ERRORS = (
+    NotLeaderOrFollowerError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    FencedLeaderEpochError,
+    NetworkError,
+)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: int | None = None
+    reset_to: str | None = None  # "earliest" | "latest": resolve the position lazily
+    epoch: int = 0
+    buffer: deque[tuple[Record, TimestampType]] = field(default_factory=deque)
+    buffer_next_offset: int = 0  # X-Lograft-Next-Offset of the buffered response
+    task: asyncio.Task[None] | None = None  # the fetch or offset lookup in flight
+    high_watermark: int | None = None
+    failures: int = 0  # consecutive retriable failures (for backoff)
+    error: LograftError | None = None  # to raise from the next poll
+
+    def seek(self, offset: int | None, reset_to: str | None = None, *, cancel: bool = True) -> None:
+        """New position (or a pending reset); drops buffered records, and the
+        fetch in flight (cancel=False from inside that fetch itself)."""
+        self.position = offset
+        self.reset_to = reset_to
+        self.epoch += 1
+        self.buffer.clear()
+        self.buffer_next_offset = 0
+        self.error = None
+        if cancel and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+
+def decode(data: bytes, fetch_offset: int, check_crcs: bool) -> list[tuple[Record, TimestampType]]:
+    """Records at or after `fetch_offset` in a raw fetch response, control batches skipped."""
+    out: list[tuple[Record, TimestampType]] = []
+    for pos, header in iter_batches(data):
+        if header.next_offset <= fetch_offset or header.is_control:
+            continue
+        if check_crcs:
+            validate_batch(data, pos, available=header.size)
+        ts_type = (
+            TimestampType.LOG_APPEND_TIME
+            if header.is_log_append_time
+            else TimestampType.CREATE_TIME
+        )
+        for rec in iter_batch_records(data, pos, header):
+            if rec.offset >= fetch_offset:
+                out.append((rec, ts_type))
+    return out
+
+
+class Fetcher:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        metadata: ClusterMetadata,
+        transport: Transport,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.transport = transport
+        self.on_change = on_change  # a fetch or lookup finished: poll may have work
+        self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.requests = 0
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    def start_work(self) -> None:
+        """Start a lookup or fetch for every partition that needs one and has none."""
+        loop = asyncio.get_running_loop()
+        for tp, st in self.partitions.items():
+            if st.task is not None or st.error is not None or st.buffer:
+                continue
+            if st.position is None:
+                if st.reset_to is None:
+                    continue
+                st.task = loop.create_task(self._run(tp, st, self._reset(tp, st, st.epoch)))
+            else:
+                st.task = loop.create_task(self._run(tp, st, self._fetch(tp, st, st.epoch)))
+
+    async def _run(
+        self, tp: TopicPartition, st: PartitionState, work: Coroutine[Any, Any, None]
+    ) -> None:
+        me = asyncio.current_task()
+        try:
+            await work
+        except LograftError as exc:
+            st.error = exc
+        finally:
+            if st.task is me:
+                st.task = None
+            self.on_change()
+
+    # -- requests to leaders -------------------------------------------------------------
+
+    async def leader_url(self, tp: TopicPartition) -> str:
+        url = self.metadata.leader_url(tp)
+        if url is not None:
+            return url
+        meta = await self.metadata.topic(tp.topic)
+        if tp.partition >= meta.count:
+            raise UnknownTopicOrPartitionError(
+                f"{tp} does not exist (the topic has {meta.count} partitions)",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        leader = meta.partitions[tp.partition].leader
+        url = self.metadata.brokers.get(leader) if leader != NO_LEADER else None
+        if url is None:
+            self.metadata.request_update(tp.topic)
+            raise LeaderNotAvailableError(f"{tp} has no leader right now", topic=tp.topic)
+        return url
+
+    async def on_retriable(self, tp: TopicPartition, st: PartitionState, exc: LograftError) -> None:
+        """Refresh what the error says is stale, then back off (unless redirected)."""
+        if isinstance(exc, _METADATA_ERRORS):
+            self.metadata.request_update(tp.topic)
+        if isinstance(exc, NotLeaderOrFollowerError) and st.failures == 0:
+            hint = exc.details
+            if self.metadata.apply_leader_hint(tp, hint.get("leader_id"), hint.get("leader_url")):
+                st.failures += 1
+                return
+        st.failures += 1
+        cfg = self.config
+        await asyncio.sleep(
+            backoff_ms(st.failures, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms) / 1000
+        )
+
+    async def list_offsets(
+        self, tp: TopicPartition, timestamp: int | None = None
+    ) -> dict[str, Any]:
+        """One `GET .../offsets` on the leader (typed error on failure)."""
+        url = await self.leader_url(tp)
+        params = {"timestamp": str(timestamp)} if timestamp is not None else None
+        self.requests += 1
+        resp = await self.transport.request(
+            "GET",
+            f"{url}/v1/topics/{tp.topic}/partitions/{tp.partition}/offsets",
+            params=params,
+            timeout_ms=self.config.request_timeout_ms,
+        )
+        doc = resp.ok_json()
+        assert isinstance(doc, dict)
+        return doc
+
+    async def _reset(self, tp: TopicPartition, st: PartitionState, epoch: int) -> None:
+        try:
+            doc = await self.list_offsets(tp)
+        except LograftError as exc:
+            if not exc.retriable:
+                raise
+            await self.on_retriable(tp, st, exc)
+            return
+        if st.epoch != epoch or st.reset_to is None:
+            return
+        key = "earliest" if st.reset_to == "earliest" else "latest"
+        st.position = int(doc[key])
+        st.reset_to = None
+        st.failures = 0
+
+    async def _fetch(self, tp: TopicPartition, st: PartitionState, epoch: int) -> None:
+        offset = st.position
+        assert offset is not None
+        cfg = self.config
+        try:
+            url = await self.leader_url(tp)
+            self.requests += 1
+            resp = await self.transport.request(
+                "GET",
+                f"{url}/v1/topics/{tp.topic}/partitions/{tp.partition}/records",
+                params={
+                    "offset": str(offset),
+                    "max_bytes": str(cfg.max_partition_fetch_bytes),
+                    "max_wait_ms": str(cfg.fetch_max_wait_ms),
+                    "min_bytes": str(cfg.fetch_min_bytes),
+                },
+                headers={"Accept": BATCH_CONTENT_TYPE},
+                timeout_ms=cfg.request_timeout_ms,
+            )
+            if not resp.ok:
+                raise resp.error()
+        except OffsetOutOfRangeError:
+            if st.epoch != epoch:
+                return
+            if cfg.auto_offset_reset == "none":
+                raise
+            st.seek(None, cfg.auto_offset_reset, cancel=False)
+            return
+        except LograftError as exc:
+            if not exc.retriable:
+                raise
+            await self.on_retriable(tp, st, exc)
+            return
+        if st.epoch != epoch:
+            return  # a seek happened while we waited
+        st.failures = 0
+        hw = resp.headers.get(HIGH_WATERMARK_HEADER)
+        if hw is not None:
+            st.high_watermark = int(hw)
+        next_offset = int(resp.headers.get(NEXT_OFFSET_HEADER, offset))
+        records = decode(resp.body, offset, cfg.check_crcs)
+        if records:
+            st.buffer.extend(records)
+            st.buffer_next_offset = next_offset
+        elif next_offset > offset:
+            st.position = next_offset  # only control batches or compacted-away offsets
+
+    # -- assignment ------------------------------------------------------------------------
+
+    def assign(self, tps: list[TopicPartition], default_reset: str) -> None:
+        keep = {tp: self.partitions[tp] for tp in tps if tp in self.partitions}
+        for tp, st in self.partitions.items():
+            if tp not in keep:
+                st.seek(None)
+        for tp in tps:
+            if tp not in keep:
+                keep[tp] = PartitionState(
+                    reset_to=None if default_reset == "none" else default_reset
+                )
+        self.partitions = keep
+
+    async def close(self) -> None:
+        tasks = [st.task for st in self.partitions.values() if st.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,351 @@
+"""`AsyncProducer`: the asyncio producer (shaped like aiokafka's AIOKafkaProducer).
+
+    async with AsyncProducer("http://127.0.0.1:9091", value_serializer=serializers.json) as p:
+        fut = await p.send("orders", {"n": 1}, key=b"alice")
+        meta = await fut            # RecordMetadata(topic, partition, offset, timestamp)
+        await p.send_and_wait("orders", {"n": 2})
+
+`send` serializes, picks the partition, waits (at most `max_block_ms`) for
+metadata and buffer room, appends the record to its partition's batch and
+returns a future; the sender (see `sender.py`) delivers batches. Records of
+one partition are acknowledged in `send` order.
+
+Threads: everything runs on the loop that called `start()`; the sync
+`Producer` drives an instance from its own loop thread (and hands records in
+through `_append_nowait`, on that loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lograft.client.accumulator import RecordAccumulator
+from lograft.client.buffer_pool import BufferPool
+from lograft.client.config import ProducerConfig, make_config
+from lograft.client.errors import ClientClosedError, ClientTimeoutError, SerializationError
+from lograft.client.idempotence import IdempotenceState
+from lograft.client.metadata import ClusterMetadata, TopicMetadata
+from lograft.client.partitioning import StickyPartitioner
+from lograft.client.producer_batch import Completion, estimate_size
+from lograft.client.sender import ProducerStats, Sender
+from lograft.client.serde import Serializer, bytes_serializer
+from lograft.client.transport import HttpTransport, Transport
+from lograft.client.types import Header, RecordMetadata, TopicPartition
+from lograft.errors import RecordTooLargeError
+from lograft.storage.batch import HEADER_SIZE, RecordInput
+
+HeadersInput = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
+
+
+def normalize_headers(headers: HeadersInput) -> tuple[Header, ...]:
+    """[(key, value)] or {key: value}; str values are UTF-8 encoded."""
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[Header] = []
+    for item in items:
+        try:
+            k, v = item
+        except (TypeError, ValueError):
+            raise SerializationError(
+                f"a header must be a (key, value) pair, got {item!r}"
+            ) from None
+        if not isinstance(k, str):
+            raise SerializationError(f"header keys are str, got {type(k).__name__}")
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        elif v is not None and not isinstance(v, bytes):
+            if not isinstance(v, bytearray | memoryview):
+                raise SerializationError(
+                    f"header {k!r}: values are bytes, str or None, got {type(v).__name__}"
+                )
+            v = bytes(v)
+        out.append((k, v))
+    return tuple(out)
+
+
+def serialize(fn: Serializer | None, what: str, topic: str, data: Any) -> bytes | None:
+    if data is None:
+        return None
+    try:
+        return (fn or bytes_serializer)(data)
+    except Exception as exc:
+        raise SerializationError(f"cannot serialize the {what} for topic {topic!r}: {exc}") from exc
+
+
+class PreparedRecord:
+    """A record serialized and sized in the caller's context, ready to append."""
+
+    __slots__ = ("headers", "key", "partition", "size", "timestamp_ms", "topic", "value")
+
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Header, ...],
+        partition: int | None,
+        timestamp_ms: int,
+        size: int,
+    ) -> None:
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.size = size
+
+
+def prepare(
+    config: ProducerConfig,
+    topic: str,
+    value: Any,
+    key: Any,
+    headers: HeadersInput,
+    partition: int | None,
+    timestamp_ms: int | None,
+) -> PreparedRecord:
+    if not isinstance(topic, str) or not topic:
+        raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
+    if partition is not None and (not isinstance(partition, int) or partition < 0):
+        raise SerializationError(f"partition must be an int >= 0, got {partition!r}")
+    key_b = serialize(config.key_serializer, "key", topic, key)
+    value_b = serialize(config.value_serializer, "value", topic, value)
+    hdrs = normalize_headers(headers)
+    size = estimate_size(key_b, value_b, hdrs)
+    if size + HEADER_SIZE > config.max_request_bytes:
+        raise RecordTooLargeError(
+            f"a record of ~{size} bytes does not fit in max_request_bytes="
+            f"{config.max_request_bytes}",
+            size=size,
+        )
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    return PreparedRecord(topic, key_b, value_b, hdrs, partition, ts, size)
+
+
+class AsyncProducer:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        *,
+        transport: Transport | None = None,
+        **settings: Any,
+    ) -> None:
+        """Settings: see `ProducerConfig` (and docs/client.md). `transport`
+        replaces the HTTP transport (tests wrap it)."""
+        self.config: ProducerConfig = make_config(ProducerConfig, bootstrap_servers, settings)
+        self._transport: Transport = transport or HttpTransport(
+            connect_timeout_ms=self.config.connect_timeout_ms,
+            connections_max=self.config.connections_max,
+            client_id=self.config.client_id,
+        )
+        self.metadata = ClusterMetadata(
+            self._transport,
+            self.config.urls(),
+            request_timeout_ms=self.config.request_timeout_ms,
+            metadata_max_age_ms=self.config.metadata_max_age_ms,
+        )
+        self.pool = BufferPool(self.config.buffer_memory_bytes)
+        self.stats = ProducerStats()
+        self._partitioner = StickyPartitioner()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._acc: RecordAccumulator | None = None
+        self._sender: Sender | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self._closed = False
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind to the running loop, read the broker list from any bootstrap node
+        (ClusterUnreachableError names every URL if none answers), start the sender.
+        Idempotent; `send` calls it if needed."""
+        if self._sender_task is not None:
+            return
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._sender_task is not None:
+                return
+            loop = asyncio.get_running_loop()
+            await self.metadata.bootstrap_brokers()
+            self._loop = loop
+            self._acc = RecordAccumulator(
+                batch_bytes=self.config.batch_bytes, linger_ms=self.config.linger_ms, loop=loop
+            )
+            idem = IdempotenceState(self._init_producer_id) if self.config.idempotent else None
+            self._sender = Sender(
+                self.config, self._acc, self.metadata, self._transport, self.pool, idem, self.stats
+            )
+            self._sender_task = loop.create_task(self._sender.run())
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _init_producer_id(self) -> tuple[int, int]:
+        resp = await self.metadata.request_any("POST", "/v1/producers")
+        doc = resp.ok_json()
+        return int(doc["producer_id"]), int(doc["producer_epoch"])
+
+    # -- sending ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: HeadersInput = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves to its RecordMetadata
+        (or the typed error). Raises at once for a closed producer, a record
+        that cannot be serialized or is too large, an unknown topic or
+        partition, and BufferFullError after `max_block_ms` without room."""
+        self._check_open()
+        await self.start()
+        rec = prepare(self.config, topic, value, key, headers, partition, timestamp_ms)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.max_block_ms / 1000
+        meta = await self.wait_for_topic(topic, self.config.max_block_ms)
+        if partition is not None and partition >= meta.count:
+            meta = await self.metadata.refresh(topic)  # partitions may have been added
+        remaining_ms = max(0, int((deadline - loop.time()) * 1000))
+        if not self.pool.try_reserve(rec.size):
+            await self.pool.reserve(rec.size, remaining_ms)
+        fut: asyncio.Future[RecordMetadata] = loop.create_future()
+        try:
+            self._check_open()
+            news = self._append_nowait(rec, meta, fut)
+        except BaseException:
+            self.pool.release(rec.size)
+            raise
+        if news:
+            # A send that never suspends would starve the sender: a caller
+            # looping over `await send(...)` yields once per batch.
+            await asyncio.sleep(0)
+        return fut
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: HeadersInput = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        fut = await self.send(topic, value, key, headers, partition, timestamp_ms)
+        return await fut
+
+    async def wait_for_topic(self, topic: str, timeout_ms: int) -> TopicMetadata:
+        """The topic's layout, from the cache or fetched (bounded by `timeout_ms`).
+        An unknown topic raises UnknownTopicOrPartitionError once every reachable
+        node says so; an unreachable cluster raises ClusterUnreachableError."""
+        meta = self.metadata.cached(topic)
+        if meta is not None:
+            # Stale leaders do not matter here (the sender refreshes before it
+            # sends); the partition count is all a send needs.
+            return meta
+        try:
+            return await asyncio.wait_for(self.metadata.refresh(topic), timeout_ms / 1000)
+        except TimeoutError:
+            raise ClientTimeoutError(
+                f"no metadata for topic {topic!r} within max_block_ms={timeout_ms}", topic=topic
+            ) from None
+
+    def _append_nowait(self, rec: PreparedRecord, meta: TopicMetadata, fut: Completion) -> bool:
+        """Append a prepared record whose size is already reserved (on the loop).
+        True if the sender has new work (a batch opened or filled)."""
+        acc, sender = self._acc, self._sender
+        assert acc is not None and sender is not None, "start() first"
+        self.metadata.refresh_if_old(rec.topic)  # picks up added partitions
+        p = self._partitioner.partition(meta, rec.key, rec.partition)
+        record = RecordInput(rec.value, rec.key, rec.headers, rec.timestamp_ms)
+        keyless = rec.key is None and rec.partition is None
+        tp = TopicPartition(rec.topic, p)
+        outcome = acc.append(tp, record, rec.size, fut, abort_on_new_batch=keyless)
+        if not outcome.appended:
+            tp = TopicPartition(rec.topic, self._partitioner.on_new_batch(meta, p))
+            outcome = acc.append(tp, record, rec.size, fut)
+        if outcome.new_batch or outcome.batch_full:
+            sender.wakeup()
+            return True
+        return False
+
+    # -- flush and close ----------------------------------------------------------------
+
+    async def flush(self, timeout_ms: int | None = None) -> None:
+        """Send everything queued now (ignoring linger) and wait until every record
+        sent before this call is acknowledged or failed. Raises ClientTimeoutError
+        if that takes longer than `timeout_ms`. Failures stay on the records' futures."""
+        acc, sender = self._acc, self._sender
+        if acc is None or sender is None:
+            return
+        pending = [b.done for b in acc.incomplete]
+        if not pending:
+            return
+        sender.flushing += 1
+        sender.wakeup()
+        try:
+            _done, not_done = await asyncio.wait(
+                pending, timeout=None if timeout_ms is None else timeout_ms / 1000
+            )
+        finally:
+            sender.flushing -= 1
+        if not_done:
+            raise ClientTimeoutError(
+                f"flush: {len(not_done)} batch(es) still unacknowledged after {timeout_ms} ms"
+            )
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Stop accepting records, send what is queued and wait for it (at most
+        `timeout_ms`; None: until every batch is done, which delivery_timeout_ms
+        bounds). What is still unsent at the deadline fails with ClientClosedError.
+        Idempotent."""
+        if self._closed and self._sender_task is None:
+            return
+        self._closed = True
+        sender, task = self._sender, self._sender_task
+        if sender is not None and task is not None:
+            sender.closing = True
+            sender.wakeup()
+            _done, pending = await asyncio.wait(
+                [task], timeout=None if timeout_ms is None else timeout_ms / 1000
+            )
+            if pending:
+                await sender.abort()
+                await asyncio.wait([task], timeout=5)
+                if not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            elif task.exception() is not None:  # pragma: no cover - a sender bug
+                raise task.exception()  # type: ignore[misc]
+        self._sender_task = None
+        await self.metadata.close()
+        await self._transport.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the producer is closed; records can no longer be sent")
+
+    # -- information ----------------------------------------------------------------------
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        meta = await self.wait_for_topic(topic, self.config.max_block_ms)
+        return list(range(meta.count))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,364 @@
+"""The producer's sender: moves ready batches to partition leaders, with retries.
+
+One task (`run`) loops on the event loop: it expires batches that waited
+longer than `delivery_timeout_ms`, starts a send task for every partition
+whose first batch is ready and that has fewer than
+`max_in_flight_per_partition` requests out, and sleeps until the next
+lingering batch is due or something wakes it (a full or new batch, a
+completed request, flush, close).
+
+One send task per batch (`_send`): it seals the batch (producer id, epoch,
+sequence, compression: once), then POSTs the same bytes to
+`/v1/topics/{t}/partitions/{p}/batches` on the leader until one of:
+- a 2xx answer: the records get `base_offset + i` (the broker's
+  `"duplicate": true` is a success with the original offsets);
+- a non-retriable error: the batch fails with it;
+- `delivery_timeout_ms` since the batch was created: DeliveryTimeoutError
+  (the last error chained).
+Retriable errors and network failures back off exponentially
+(`retry_backoff_ms` doubling up to `retry_backoff_max_ms`, with jitter) and
+mark the topic's metadata stale where the error says the layout moved
+(NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION,
+FENCED_LEADER_EPOCH, network failures). A NOT_LEADER_OR_FOLLOWER naming the
+new leader (`details.leader_url`) is retried there at once.
+
+Ordering: a partition's next batch is not sent before the previous one is
+done (with one in flight, the default and the only choice with idempotence),
+so retries never reorder records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from lograft.client.accumulator import RecordAccumulator
+from lograft.client.backoff import backoff_ms
+from lograft.client.buffer_pool import BufferPool
+from lograft.client.config import ProducerConfig
+from lograft.client.errors import (
+    ClientClosedError,
+    DeliveryTimeoutError,
+    NetworkError,
+    UnexpectedResponseError,
+)
+from lograft.client.idempotence import IdempotenceState
+from lograft.client.metadata import NO_LEADER, ClusterMetadata
+from lograft.client.producer_batch import BatchState, ProducerBatch
+from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
+from lograft.client.types import TopicPartition
+from lograft.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+
+# Errors after which the cached layout of the topic may be wrong.
+_METADATA_ERRORS = (
+    NotLeaderOrFollowerError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    FencedLeaderEpochError,
+    NetworkError,
+)
+
+
+@dataclass(slots=True)
+class ProducerStats:
+    """Counters since the producer started (read them on its loop, or after flush)."""
+
+    requests: int = 0  # produce requests sent (attempts)
+    batches_sent: int = 0  # batches acknowledged
+    records_sent: int = 0  # records acknowledged
+    retries: int = 0  # attempts after the first
+    duplicates: int = 0  # acknowledgements with "duplicate": true
+    batches_failed: int = 0
+    producer_id_resets: int = 0
+
+
+class Sender:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: ClusterMetadata,
+        transport: Transport,
+        pool: BufferPool,
+        idempotence: IdempotenceState | None,
+        stats: ProducerStats,
+    ) -> None:
+        self.config = config
+        self.acc = accumulator
+        self.metadata = metadata
+        self.transport = transport
+        self.pool = pool
+        self.idempotence = idempotence
+        self.stats = stats
+        self.in_flight: dict[TopicPartition, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self.flushing = 0  # flush() calls in progress: every batch is ready
+        self.closing = False  # close() in progress: send everything, then stop
+        self._delivery_timeout_s = config.delivery_timeout_ms / 1000
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until close: send ready batches; returns once closing and all is sent."""
+        max_in_flight = self.config.max_in_flight_per_partition
+        while True:
+            self._wake.clear()
+            now = self.acc.now()
+            for batch in self.acc.expire(now, self._delivery_timeout_s):
+                self._finish(
+                    batch,
+                    DeliveryTimeoutError(
+                        f"expiring {batch.record_count} record(s) for {batch.tp}: "
+                        f"{self.config.delivery_timeout_ms} ms have passed since the batch was "
+                        "created and it was never sent (no leader reachable in time?)",
+                        topic=batch.tp.topic,
+                        partition=batch.tp.partition,
+                    ),
+                )
+            force = self.closing or self.flushing > 0 or self.pool.has_waiters
+            next_wait: float | None = None
+            for tp in list(self.acc.queues):
+                while self.in_flight.get(tp, 0) < max_in_flight:
+                    ready, wait = self.acc.head_ready(tp, force=force, now=now)
+                    if not ready:
+                        if wait is not None:
+                            next_wait = wait if next_wait is None else min(next_wait, wait)
+                        break
+                    self._start(self.acc.drain(tp))
+            if self.closing and not self.acc.has_queued() and not self._tasks:
+                return
+            # Queued batches expire at the delivery timeout even if never ready.
+            if self.acc.has_queued():
+                expiry = self._delivery_timeout_s
+                next_wait = expiry if next_wait is None else min(next_wait, expiry)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), next_wait)
+
+    def _start(self, batch: ProducerBatch) -> None:
+        tp = batch.tp
+        self.in_flight[tp] = self.in_flight.get(tp, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- one batch ------------------------------------------------------------------------
+
+    async def _send(self, batch: ProducerBatch) -> None:
+        error: BaseException | None = None
+        try:
+            await self._deliver(batch)
+        except asyncio.CancelledError:
+            error = ClientClosedError(
+                f"the producer was closed before {batch.record_count} record(s) for "
+                f"{batch.tp} were acknowledged; they may or may not be in the log",
+                topic=batch.tp.topic,
+                partition=batch.tp.partition,
+            )
+        except LograftError as exc:
+            error = exc
+        except Exception as exc:  # a bug must fail the records, not hang them
+            log.exception("producer: unexpected error sending %r", batch)
+            error = exc
+        finally:
+            self.in_flight[batch.tp] -= 1
+            self._finish(batch, error)
+            self.wakeup()
+
+    def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
+        """Release the batch's memory and resolve it (error None: already completed)."""
+        if error is not None:
+            self.stats.batches_failed += 1
+            if batch.has_sequence and self.idempotence is not None:
+                self.idempotence.on_sequenced_batch_failed(batch.producer_id)
+                self.stats.producer_id_resets = self.idempotence.resets
+            if batch.state is not BatchState.DONE:
+                batch.fail(error)
+        self.pool.release(batch.reserved_bytes)
+        self.acc.done(batch)
+
+    async def _seal(self, batch: ProducerBatch, deadline: float) -> None:
+        if self.idempotence is None:
+            batch.seal(self.config.compression)
+            return
+        attempt = 0
+        while True:
+            try:
+                await self.idempotence.ensure_identity()
+                break
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                attempt += 1
+                await self._backoff(batch, deadline, attempt, exc)
+        pid, epoch, seq = self.idempotence.assign(batch.tp, batch.record_count)
+        batch.seal(
+            self.config.compression, producer_id=pid, producer_epoch=epoch, base_sequence=seq
+        )
+
+    async def _deliver(self, batch: ProducerBatch) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = batch.created + self._delivery_timeout_s
+        await self._seal(batch, deadline)
+        assert batch.data is not None
+        tp = batch.tp
+        path = f"/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"
+        params = {"acks": self.config.acks_value}
+        headers = {"Content-Type": BATCH_CONTENT_TYPE}
+        attempt = 0
+        redirected = False
+        while True:
+            url_or_error = await self._leader_url(tp)
+            if isinstance(url_or_error, LograftError):
+                error: LograftError = url_or_error
+            else:
+                remaining_ms = int((deadline - loop.time()) * 1000)
+                if remaining_ms <= 0:
+                    raise self._timeout(batch, None)
+                self.stats.requests += 1
+                if batch.attempts:
+                    self.stats.retries += 1
+                batch.attempts += 1
+                try:
+                    resp = await self.transport.request(
+                        "POST",
+                        url_or_error + path,
+                        params=params,
+                        data=batch.data,
+                        headers=headers,
+                        timeout_ms=min(self.config.request_timeout_ms, remaining_ms),
+                    )
+                except NetworkError as exc:
+                    if exc.details.get("sent", True):
+                        batch.maybe_appended = True
+                    error = exc
+                else:
+                    if resp.ok:
+                        self._acknowledge(batch, resp)
+                        return
+                    error = resp.error()
+                    if isinstance(error, RequestTimedOutError):
+                        batch.maybe_appended = True  # appended, not confirmed by the ISR
+            if not error.retriable:
+                raise error
+            if isinstance(error, _METADATA_ERRORS):
+                self.metadata.request_update(tp.topic)
+            if isinstance(error, NotLeaderOrFollowerError) and not redirected:
+                hint = error.details
+                if self.metadata.apply_leader_hint(
+                    tp, hint.get("leader_id"), hint.get("leader_url")
+                ):
+                    redirected = True  # once in a row: a stale hint must not ping-pong
+                    continue
+            redirected = False
+            attempt += 1
+            await self._backoff(batch, deadline, attempt, error)
+
+    async def _leader_url(self, tp: TopicPartition) -> str | LograftError:
+        url = self.metadata.leader_url(tp)
+        if url is not None:
+            return url
+        try:
+            meta = await self.metadata.topic(tp.topic)
+        except LograftError as exc:
+            return exc
+        if tp.partition >= meta.count:
+            return UnknownTopicOrPartitionError(
+                f"{tp} does not exist (the topic has {meta.count} partitions)",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        leader = meta.partitions[tp.partition].leader
+        url = self.metadata.brokers.get(leader) if leader != NO_LEADER else None
+        if url is None:
+            self.metadata.request_update(tp.topic)
+            return LeaderNotAvailableError(
+                f"{tp} has no leader with a known URL (leader {leader})",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        return url
+
+    async def _backoff(
+        self, batch: ProducerBatch, deadline: float, attempt: int, error: LograftError
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        delay = backoff_ms(attempt, self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise self._timeout(batch, error) from error
+        log.debug("producer: %r attempt %d failed (%s); retrying", batch, attempt, error)
+        await asyncio.sleep(min(delay / 1000, remaining))
+        if deadline - loop.time() <= 0:
+            raise self._timeout(batch, error) from error
+
+    def _timeout(self, batch: ProducerBatch, error: LograftError | None) -> DeliveryTimeoutError:
+        last = f"; last error: {error.code}: {error.message}" if error is not None else ""
+        return DeliveryTimeoutError(
+            f"{batch.record_count} record(s) for {batch.tp} not acknowledged within "
+            f"delivery_timeout_ms={self.config.delivery_timeout_ms} after {batch.attempts} "
+            f"attempt(s){last}",
+            topic=batch.tp.topic,
+            partition=batch.tp.partition,
+            attempts=batch.attempts,
+            maybe_appended=batch.maybe_appended,
+        )
+
+    def _acknowledge(self, batch: ProducerBatch, resp: HttpResponse) -> None:
+        count = batch.record_count
+        if resp.status == 202 or not resp.body:  # acks=0: no answer to wait for
+            batch.complete(-1, -1)
+        else:
+            doc = resp.json()
+            try:
+                base = int(doc["base_offset"])
+                last = int(doc["last_offset"])
+                append_time = int(doc.get("log_append_time", -1))
+            except (KeyError, TypeError, ValueError):
+                raise UnexpectedResponseError(
+                    f"produce answer from {resp.url} lacks offsets: {resp.body[:200]!r}"
+                ) from None
+            if last - base + 1 != count:
+                raise UnexpectedResponseError(
+                    f"{batch.tp}: {count} records sent, {resp.url} acknowledged offsets "
+                    f"{base}..{last}"
+                )
+            if doc.get("duplicate"):
+                self.stats.duplicates += 1
+            batch.complete(base, append_time)
+        self.stats.batches_sent += 1
+        self.stats.records_sent += count
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def abort(self) -> None:
+        """Fail every queued batch and cancel every send in progress."""
+        for batch in self.acc.abort_all():
+            self._finish(
+                batch,
+                ClientClosedError(
+                    f"the producer was closed before {batch.record_count} record(s) for "
+                    f"{batch.tp} were sent",
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                ),
+            )
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.wakeup()

@@ -1,0 +1,148 @@
+"""HTTP transport of the client: one aiohttp session, typed failures.
+
+`Transport` is the seam between the client and the network: producers and
+consumers only call `request`, so tests wrap it to count requests or inject
+faults, and another transport (HTTP/2, a proxy) can replace it.
+
+Invariants:
+- `request` returns every answer the server gives (any status) as an
+  `HttpResponse`; it raises only `NetworkError`, whose `details["sent"]` says
+  whether the request may have reached the server (False: the connection was
+  never made; True: it broke or timed out after sending, so the outcome of a
+  write is unknown).
+- The aiohttp session is created lazily inside the running event loop on the
+  first request, so a transport may be constructed in any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from lograft.client.errors import NetworkError, UnexpectedResponseError, error_from_response
+from lograft.errors import LograftError
+
+BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
+NEXT_OFFSET_HEADER = "X-Lograft-Next-Offset"
+HIGH_WATERMARK_HEADER = "X-Lograft-High-Watermark"
+LOG_START_OFFSET_HEADER = "X-Lograft-Log-Start-Offset"
+
+# Connection failures that prove the request was never sent.
+_NOT_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
+if hasattr(aiohttp, "ConnectionTimeoutError"):  # aiohttp >= 3.10
+    _NOT_SENT = (*_NOT_SENT, aiohttp.ConnectionTimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+    url: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status < 400
+
+    def error(self) -> LograftError:
+        """The typed error of a failed answer (status >= 400)."""
+        return error_from_response(self.status, self.body, self.url)
+
+    def json(self) -> Any:
+        """The body as JSON; a non-JSON body is UnexpectedResponseError."""
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            raise UnexpectedResponseError(
+                f"{self.url} answered HTTP {self.status} with a body that is not JSON: "
+                f"{self.body[:200]!r}",
+                url=self.url,
+                http_status=self.status,
+            ) from None
+
+    def ok_json(self) -> Any:
+        """The JSON body of a successful answer, else the typed error raised."""
+        if not self.ok:
+            raise self.error()
+        return self.json()
+
+
+class Transport(Protocol):
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_ms: int,
+    ) -> HttpResponse: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpTransport:
+    """The aiohttp transport. One instance per client; bound to the loop of its
+    first request."""
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_ms: int = 10_000,
+        connections_max: int = 100,
+        client_id: str = "lograft-python",
+    ) -> None:
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._connections_max = connections_max
+        self._user_agent = f"{client_id} (lograft.client)"
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise NetworkError("the transport is closed", sent=False)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections_max),
+                headers={"User-Agent": self._user_agent},
+                # Bodies are bytes we build or parse ourselves.
+                auto_decompress=False,
+            )
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_ms: int,
+    ) -> HttpResponse:
+        session = self._get_session()
+        timeout = aiohttp.ClientTimeout(
+            total=timeout_ms / 1000, sock_connect=min(self._connect_timeout_s, timeout_ms / 1000)
+        )
+        try:
+            async with session.request(
+                method, url, params=params, data=data, headers=headers, timeout=timeout
+            ) as resp:
+                body = await resp.read()
+                return HttpResponse(resp.status, body, resp.headers, url)
+        except _NOT_SENT as exc:
+            raise NetworkError(f"could not connect to {url}: {exc}", url=url, sent=False) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            what = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
+            raise NetworkError(f"{method} {url} {what}", url=url, sent=True) from exc
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
