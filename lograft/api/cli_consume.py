@@ -306,7 +306,9 @@ def _consume(
     active = [c for c in cursors if c.end is None or c.offset < c.end]
     idle_round = False
     while active and remaining != 0:
-        wait_ms = max(args.max_wait_ms // len(active), FOLLOW_WAIT_MS_MIN) if idle_round else 0
+        wait_ms = 0
+        if args.follow and idle_round:
+            wait_ms = max(args.max_wait_ms // len(active), FOLLOW_WAIT_MS_MIN)
         got_any = False
         for cur in list(active):
             limit = FETCH_RECORDS_MAX if remaining is None else min(remaining, FETCH_RECORDS_MAX)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import queue
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from lograft.api import records_json
-from lograft.api.cli_consume import READ_FORMATS, StartAt, render, start_at
+from lograft.api.cli_consume import READ_FORMATS, Cursor, StartAt, _consume, render, start_at
 from lograft.api.http_client import HttpClient
 from lograft.brokers.partitioner import partition_for_key
 from tests.unit.api.cli_support import (
@@ -277,3 +278,31 @@ def test_render_formats():
 
 def test_read_formats_match_the_servers():
     assert READ_FORMATS == records_json.READ_FORMATS
+
+
+def test_follow_long_polls_once_a_round_found_nothing():
+    """Rounds with data ask for no wait; after an empty round each partition long-polls
+    for its share of --max-wait-ms."""
+
+    class Leaders:
+        topic = "t"
+
+        def __init__(self) -> None:
+            self.waits: list[tuple[int, int]] = []
+            self.script = {0: [[], [], [], [{"offset": 0, "value": "late"}]], 1: [[]] * 4}
+
+        def get_json(self, cur, what, query, **_kwargs):
+            self.waits.append((cur.partition, query["max_wait_ms"]))
+            got = self.script[cur.partition].pop(0)
+            end = cur.offset + len(got)
+            return {"records": got, "next_offset": end, "high_watermark": end}
+
+    leaders = Leaders()
+    args = argparse.Namespace(
+        max_records=1, follow=True, max_wait_ms=1000, output="value",
+        value_format="auto", key_format="auto",
+    )  # fmt: skip
+    out = LineWatch()
+    _consume(leaders, [Cursor(0), Cursor(1)], args, out)  # type: ignore[arg-type]
+    assert out.lines() == ["late"]
+    assert leaders.waits == [(0, 0), (1, 0), (0, 500), (1, 500), (0, 500), (1, 500), (0, 500)]
