@@ -1,0 +1,508 @@
+"""Scale benchmark: a three-node cluster whose brokers each host N partition replicas.
+
+For every partition count given (default 200 and 2000), in a fresh temporary
+cluster (configs from scripts/local_cluster.py, its own ports):
+
+1. start three combined controller+broker nodes, wait until ready, and read
+   each node's RSS with no topics (the baseline);
+2. create topics totalling N partitions, replication factor 3 (so every broker
+   hosts N replicas), and wait until every partition has a leader and a full ISR;
+3. let it settle, then measure per node over `--measure-s`: CPU% (utime+stime
+   deltas from /proc/<pid>/stat; 100% = one core) and RSS (VmRSS);
+4. count the TCP connections each node holds to every other node's HTTP port
+   (the replica fetch sessions ride on those), sampled during the idle window;
+5. run a produce load spread round-robin over all partitions (raw RecordBatch
+   v2 bodies straight to each partition's leader, acks=all) at `--rate`
+   requests/s and measure CPU and RSS again;
+6. stop the nodes by pid (SIGTERM, SIGKILL after a grace period).
+
+The table at the end gives, per node, idle and loaded CPU and RSS, and the RSS
+per hosted replica: (RSS - baseline) / N, and between the two smallest and
+largest runs, (RSS_large - RSS_small) / (N_large - N_small).
+
+    .venv/bin/python scripts/bench_scale.py                       # 200 and 2000
+    .venv/bin/python scripts/bench_scale.py --partitions 2000 --measure-s 30
+
+The load generator runs in this process and shares the machine's cores with the
+nodes; its own CPU is reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import contextlib
+
+import local_cluster
+
+from lograft.storage.batch import RecordInput, build_batch
+
+NODES = local_cluster.NODES
+SECRET_HEADER = "X-Lograft-Cluster-Secret"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FULL_ISR_TIMEOUT_S = 600
+STOP_GRACE_S = 30
+BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
+
+
+# -- /proc ------------------------------------------------------------------------------
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of every thread of `pid`, in clock ticks."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def thread_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def connections_to(pid: int, ports: dict[int, int]) -> dict[int, int]:
+    """Established TCP connections that `pid` opened to each node's HTTP port."""
+    inodes = _socket_inodes(pid)
+    by_port = {port: node for node, port in ports.items()}
+    counts = dict.fromkeys(ports, 0)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            cols = line.split()
+            remote_port = int(cols[2].rsplit(":", 1)[1], 16)
+            if cols[3] == "01" and cols[9] in inodes and remote_port in by_port:
+                counts[by_port[remote_port]] += 1
+    return counts
+
+
+@dataclass
+class Sample:
+    cpu_pct: dict[int, float] = field(default_factory=dict)
+    rss_mib: dict[int, float] = field(default_factory=dict)
+    threads: dict[int, int] = field(default_factory=dict)
+
+
+def measure(pids: dict[int, int], seconds: float, *, extra_pid: int | None = None) -> Sample:
+    """CPU% over `seconds` (100 = one core) and RSS at the end, per node."""
+    watched = dict(pids)
+    if extra_pid is not None:
+        watched[0] = extra_pid
+    t0 = time.monotonic()
+    c0 = {n: cpu_ticks(p) for n, p in watched.items()}
+    time.sleep(seconds)
+    dt = time.monotonic() - t0
+    s = Sample()
+    for n, p in watched.items():
+        s.cpu_pct[n] = 100.0 * (cpu_ticks(p) - c0[n]) / CLK_TCK / dt
+        s.rss_mib[n] = rss_kib(p) / 1024
+        s.threads[n] = thread_count(p)
+    return s
+
+
+# -- cluster ----------------------------------------------------------------------------
+
+
+class Cluster:
+    def __init__(self, directory: Path, base_port: int) -> None:
+        self.directory = directory
+        self.base = base_port
+        local_cluster.write_configs(directory, base_port)
+        self.secret = (directory / "cluster-secret").read_text().strip()
+        self.pids: dict[int, int] = {}
+
+    def url(self, node: int) -> str:
+        return f"http://127.0.0.1:{local_cluster.http_port(self.base, node)}"
+
+    @property
+    def http_ports(self) -> dict[int, int]:
+        return {n: local_cluster.http_port(self.base, n) for n in NODES}
+
+    def start(self) -> None:
+        for n in NODES:
+            local_cluster.start_node(self.directory, n)
+            self.pids[n] = int((self.directory / f"node-{n}.pid").read_text())
+        if not local_cluster.wait_ready(self.directory, self.base, NODES):
+            raise RuntimeError("the cluster did not become ready")
+
+    def stop(self) -> None:
+        """SIGTERM each node we started (by pid), SIGKILL after a grace period."""
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for n, pid in self.pids.items():
+            while time.monotonic() < deadline and local_cluster.pid_of(self.directory, n):
+                time.sleep(0.1)  # polling process exit with a deadline
+            if local_cluster.pid_of(self.directory, n) is not None:
+                print(f"node {n} (pid {pid}) did not stop; SIGKILL", file=sys.stderr)
+                os.kill(pid, signal.SIGKILL)
+        self.pids.clear()
+
+    def request(self, method: str, url: str, body: Any = None, timeout: float = 120) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {url}: {exc.code} {exc.read()[:300]!r}") from None
+
+    def create_topics(self, total: int, per_topic: int) -> list[tuple[str, int]]:
+        topics = []
+        left, i = total, 0
+        while left > 0:
+            count = min(per_topic, left)
+            name = f"scale-{i}"
+            self.request(
+                "POST",
+                f"{self.url(1)}/v1/topics",
+                {"name": name, "partitions": count, "replication_factor": 3},
+            )
+            topics.append((name, count))
+            left -= count
+            i += 1
+        return topics
+
+    def partition_states(self, topics: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
+        out = {}
+        for name, _count in topics:
+            doc = self.request("GET", f"{self.url(1)}/v1/topics/{name}")
+            for p in doc["partitions"]:
+                out[(name, p["partition"])] = p
+        return out
+
+    def wait_full_isr(self, topics: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Wait until every partition has a leader and all 3 replicas in its ISR."""
+        deadline = time.monotonic() + FULL_ISR_TIMEOUT_S
+        total = sum(c for _, c in topics)
+        while True:
+            states = self.partition_states(topics)
+            ok = [p for p in states.values() if p["leader"] >= 0 and len(set(p["isr"])) == 3]
+            print(f"\r  leader and full ISR: {len(ok)}/{total}", end="", file=sys.stderr)
+            if len(ok) == total:
+                print(file=sys.stderr)
+                return {k: v["leader"] for k, v in states.items()}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(ok)}/{total} partitions fully in sync")
+            time.sleep(2)  # polling cluster state with a deadline
+
+
+# -- load -------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    ok: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    first_error: str = ""
+
+
+async def produce_load(
+    cluster: Cluster,
+    leaders: dict[tuple[str, int], int],
+    seconds: float,
+    rate: float,
+    records_per_batch: int,
+    record_bytes: int,
+    inflight_max: int,
+) -> LoadResult:
+    import aiohttp
+
+    res = LoadResult()
+    order = sorted(leaders)
+    value = os.urandom(record_bytes // 2).hex().encode()[:record_bytes]
+    sem = asyncio.Semaphore(inflight_max)
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def one(tp: tuple[str, int]) -> None:
+            batch = build_batch(
+                [RecordInput(value=value) for _ in range(records_per_batch)],
+                timestamp_ms=int(time.time() * 1000),
+            )
+            url = f"{cluster.url(leaders[tp])}/v1/topics/{tp[0]}/partitions/{tp[1]}/batches"
+            t0 = time.perf_counter()
+            try:
+                async with session.post(
+                    url,
+                    data=batch,
+                    params={"acks": "all"},
+                    headers={"Content-Type": BATCH_CONTENT_TYPE},
+                ) as resp:
+                    body = await resp.read()
+                    if resp.status == 200:
+                        res.ok += 1
+                        res.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                    else:
+                        res.errors += 1
+                        res.first_error = res.first_error or f"{resp.status} {body[:200]!r}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                res.errors += 1
+                res.first_error = res.first_error or repr(exc)
+            finally:
+                sem.release()
+
+        tasks: set[asyncio.Task[None]] = set()
+        start = time.monotonic()
+        i = 0
+        while (now := time.monotonic()) - start < seconds:
+            due = start + i / rate
+            if due > now:
+                await asyncio.sleep(due - now)  # pacing the open-loop load
+            await sem.acquire()
+            task = asyncio.create_task(one(order[i % len(order)]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            res.sent += 1
+            i += 1
+        if tasks:
+            await asyncio.gather(*tasks)
+    return res
+
+
+def run_load_and_measure(
+    cluster: Cluster, leaders: dict[tuple[str, int], int], args: argparse.Namespace
+) -> tuple[Sample, LoadResult]:
+    """Measure CPU and RSS in a thread while the load runs on this thread's loop."""
+    import threading
+
+    warmup = min(5.0, args.measure_s / 3)
+    holder: dict[str, Sample] = {}
+
+    def sampler() -> None:
+        time.sleep(warmup)
+        holder["s"] = measure(cluster.pids, args.measure_s, extra_pid=os.getpid())
+
+    t = threading.Thread(target=sampler)
+    t.start()
+    load = asyncio.run(
+        produce_load(
+            cluster,
+            leaders,
+            warmup + args.measure_s + 1,
+            args.rate,
+            args.records_per_batch,
+            args.record_bytes,
+            args.inflight_max,
+        )
+    )
+    t.join()
+    return holder["s"], load
+
+
+# -- one run ----------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    partitions: int
+    baseline: Sample
+    idle: Sample
+    loaded: Sample
+    load: LoadResult
+    connections: dict[int, dict[int, tuple[int, int]]]  # node -> peer -> (min, max)
+    create_s: float
+    full_isr_s: float
+    load_seconds: float
+
+
+def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-scale-{partitions}-", dir=args.dir))
+    cluster = Cluster(workdir, base_port)
+    print(f"\n== {partitions} partitions (RF 3), cluster in {workdir}", file=sys.stderr)
+    try:
+        cluster.start()
+        time.sleep(args.settle_s)  # let start-up work finish before the baseline
+        baseline = measure(cluster.pids, min(args.measure_s, 10))
+        t0 = time.monotonic()
+        topics = cluster.create_topics(partitions, args.partitions_per_topic)
+        create_s = time.monotonic() - t0
+        leaders = cluster.wait_full_isr(topics)
+        full_isr_s = time.monotonic() - t0
+        print(f"  created in {create_s:.1f} s, full ISR after {full_isr_s:.1f} s", file=sys.stderr)
+        time.sleep(args.settle_s)  # settle: leader balance, HW checkpoints, keep-alives
+        conns: dict[int, dict[int, list[int]]] = {
+            n: {m: [] for m in NODES if m != n} for n in NODES
+        }
+
+        def sample_conns() -> None:
+            for n, pid in cluster.pids.items():
+                counts = connections_to(pid, cluster.http_ports)
+                for m in NODES:
+                    if m != n:
+                        conns[n][m].append(counts[m])
+
+        sample_conns()
+        idle = measure(cluster.pids, args.measure_s)
+        sample_conns()
+        print(
+            "  idle CPU% " + ", ".join(f"n{n} {idle.cpu_pct[n]:.1f}" for n in NODES),
+            file=sys.stderr,
+        )
+        loaded, load = run_load_and_measure(cluster, leaders, args)
+        sample_conns()
+        print(
+            f"  load: {load.ok} ok, {load.errors} errors"
+            + (f" (first: {load.first_error})" if load.errors else ""),
+            file=sys.stderr,
+        )
+        return RunResult(
+            partitions,
+            baseline,
+            idle,
+            loaded,
+            load,
+            {n: {m: (min(v), max(v)) for m, v in peers.items()} for n, peers in conns.items()},
+            create_s,
+            full_isr_s,
+            min(5.0, args.measure_s / 3) + args.measure_s + 1,
+        )
+    except BaseException:
+        for n in NODES:
+            print(f"-- node {n} log tail", file=sys.stderr)
+            local_cluster.tail(workdir / f"node-{n}.log", 20)
+        raise
+    finally:
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- report -----------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def report(results: list[RunResult], args: argparse.Namespace) -> str:
+    lines = []
+    lines.append(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    lines.append(
+        f"load: raw batches, acks=all, {args.records_per_batch} x {args.record_bytes} B "
+        f"records per request, {args.rate:g} requests/s round-robin over all partitions, "
+        f"<= {args.inflight_max} in flight; measure windows {args.measure_s:g} s"
+    )
+    lines.append("")
+    lines.append(
+        "| partitions | node | RSS empty MiB | idle CPU % | idle RSS MiB | load CPU % "
+        "| load RSS MiB | RSS/replica KiB | threads |"
+    )
+    lines.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        for n in NODES:
+            per = (r.idle.rss_mib[n] - r.baseline.rss_mib[n]) * 1024 / r.partitions
+            lines.append(
+                f"| {r.partitions} | {n} | {r.baseline.rss_mib[n]:.0f} | {r.idle.cpu_pct[n]:.1f} "
+                f"| {r.idle.rss_mib[n]:.0f} | {r.loaded.cpu_pct[n]:.1f} | "
+                f"{r.loaded.rss_mib[n]:.0f} | {per:.0f} | {r.idle.threads[n]} |"
+            )
+        lines.append(
+            f"| {r.partitions} | load generator | | | | {r.loaded.cpu_pct[0]:.1f} | "
+            f"{r.loaded.rss_mib[0]:.0f} | | |"
+        )
+    lines.append("")
+    for r in results:
+        lat = r.load.latencies_ms
+        lines.append(
+            f"{r.partitions} partitions: created in {r.create_s:.1f} s, every partition led "
+            f"with a full ISR after {r.full_isr_s:.1f} s; load {r.load.ok} acks=all requests ok "
+            f"({r.load.ok / r.load_seconds:.0f}/s, "
+            f"{r.load.ok * args.records_per_batch / r.load_seconds:.0f} records/s), "
+            f"{r.load.errors} errors, latency p50 {pct(lat, 0.5):.1f} ms, "
+            f"p99 {pct(lat, 0.99):.1f} ms"
+        )
+        pairs = ", ".join(
+            f"{n}->{m}: {lo}" + (f"-{hi}" if hi != lo else "")
+            for n, peers in r.connections.items()
+            for m, (lo, hi) in peers.items()
+        )
+        lines.append(f"  TCP connections node->peer HTTP port (min-max of samples): {pairs}")
+    if len(results) >= 2:
+        small, large = results[0], results[-1]
+        dn = large.partitions - small.partitions
+        per = ", ".join(
+            f"node {n} {(large.idle.rss_mib[n] - small.idle.rss_mib[n]) * 1024 / dn:.0f}"
+            for n in NODES
+        )
+        lines.append(
+            f"RSS per added replica between {small.partitions} and {large.partitions} "
+            f"partitions (KiB): {per}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--partitions", type=int, nargs="+", default=[200, 2000])
+    parser.add_argument("--partitions-per-topic", type=int, default=500)
+    parser.add_argument("--measure-s", type=float, default=30)
+    parser.add_argument("--settle-s", type=float, default=10)
+    parser.add_argument("--rate", type=float, default=200, help="produce requests per second")
+    parser.add_argument("--records-per-batch", type=int, default=10)
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument("--inflight-max", type=int, default=64)
+    parser.add_argument("--base-port", type=int, default=29090)
+    parser.add_argument("--dir", default=None, help="parent of the temporary cluster dirs")
+    parser.add_argument("--keep", action="store_true", help="keep the cluster dirs")
+    args = parser.parse_args()
+    results = []
+    for i, n in enumerate(sorted(args.partitions)):
+        results.append(run(n, args, args.base_port + 100 * i))
+    print()
+    print(report(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
