@@ -41,6 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,14 +121,28 @@ class Sample:
     threads: dict[int, int] = field(default_factory=dict)
 
 
-def measure(pids: dict[int, int], seconds: float, *, extra_pid: int | None = None) -> Sample:
-    """CPU% over `seconds` (100 = one core) and RSS at the end, per node."""
+def measure(
+    pids: dict[int, int],
+    seconds: float,
+    *,
+    extra_pid: int | None = None,
+    every: tuple[float, Callable[[], None]] | None = None,
+) -> Sample:
+    """CPU% over `seconds` (100 = one core) and RSS at the end, per node.
+
+    `every=(period_s, fn)` calls fn every period during the window."""
     watched = dict(pids)
     if extra_pid is not None:
         watched[0] = extra_pid
     t0 = time.monotonic()
     c0 = {n: cpu_ticks(p) for n, p in watched.items()}
-    time.sleep(seconds)
+    end = t0 + seconds
+    if every is not None:
+        period, fn = every
+        while time.monotonic() + period < end:
+            time.sleep(period)  # sampling period inside the window
+            fn()
+    time.sleep(max(0.0, end - time.monotonic()))
     dt = time.monotonic() - t0
     s = Sample()
     for n, p in watched.items():
@@ -374,15 +389,12 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
                     if m != n:
                         conns[n][m].append(counts[m])
 
-        sample_conns()
-        idle = measure(cluster.pids, args.measure_s)
-        sample_conns()
+        idle = measure(cluster.pids, args.measure_s, every=(3.0, sample_conns))
         print(
             "  idle CPU% " + ", ".join(f"n{n} {idle.cpu_pct[n]:.1f}" for n in NODES),
             file=sys.stderr,
         )
         loaded, load = run_load_and_measure(cluster, leaders, args)
-        sample_conns()
         print(
             f"  load: {load.ok} ok, {load.errors} errors"
             + (f" (first: {load.first_error})" if load.errors else ""),
@@ -465,7 +477,7 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             for n, peers in r.connections.items()
             for m, (lo, hi) in peers.items()
         )
-        lines.append(f"  TCP connections node->peer HTTP port (min-max of samples): {pairs}")
+        lines.append(f"  TCP connections node->peer HTTP port, idle (min-max of samples): {pairs}")
     if len(results) >= 2:
         small, large = results[0], results[-1]
         dn = large.partitions - small.partitions
@@ -487,7 +499,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, nargs="+", default=[200, 2000])
     parser.add_argument("--partitions-per-topic", type=int, default=500)
     parser.add_argument("--measure-s", type=float, default=30)
-    parser.add_argument("--settle-s", type=float, default=10)
+    # Longer than aiohttp's 15 s keep-alive: the wait's describe calls have
+    # closed their pooled connections before the idle window.
+    parser.add_argument("--settle-s", type=float, default=20)
     parser.add_argument("--rate", type=float, default=200, help="produce requests per second")
     parser.add_argument("--records-per-batch", type=int, default=10)
     parser.add_argument("--record-bytes", type=int, default=100)
