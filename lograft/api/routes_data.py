@@ -36,7 +36,7 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
     error_class_for,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_batches, iter_records
+from lograft.storage.batch import RecordInput, build_batch, iter_batch_records, iter_batches
 
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 
@@ -144,8 +144,13 @@ class DataRoutes:
                         **({"duplicate": True} if outcome.duplicate else {}),
                     }
         failed = sum(1 for o in offsets if o is not None and "error" in o)
-        status = 200 if failed == 0 else (207 if failed < len(offsets) else _all_failed(results))
-        return json_response({"offsets": offsets}, status)
+        if failed == len(offsets):
+            # Nothing was written: answer as any other error, with the
+            # per-record outcomes in details.
+            first = next(r for r in results if isinstance(r, LograftError))
+            first.details["offsets"] = offsets
+            raise first
+        return json_response({"offsets": offsets}, 200 if failed == 0 else 207)
 
     def _partition_records(
         self, view: TopicView, records: list[ProduceRecord]
@@ -276,15 +281,9 @@ class DataRoutes:
         )
         if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
             return self._raw_fetch(got.data, got.high_watermark, got.log_start_offset, offset)
-        records: list[dict[str, Any]] = []
-        next_offset = offset
-        for rec in iter_records(got.data):
-            if rec.offset < offset:
-                continue
-            if len(records) >= max_records:
-                break
-            records.append(render_record(rec, tp.partition, value_format, key_format))
-            next_offset = rec.offset + 1
+        records, next_offset = _render_records(
+            got.data, tp.partition, offset, max_records, value_format, key_format
+        )
         return json_response(
             {
                 "topic": tp.topic,
@@ -338,6 +337,30 @@ class DataRoutes:
         return json_response(body)
 
 
+def _render_records(
+    data: bytes, partition: int, offset: int, max_records: int, value_format: str, key_format: str
+) -> tuple[list[dict[str, Any]], int]:
+    """Records at or after `offset`, at most `max_records`, and where to go on.
+
+    When nothing was cut by `max_records`, the next offset is the end of the
+    last batch returned, not just past its last record: compaction leaves
+    batches whose last offsets hold no record any more, and a consumer that
+    only followed records would ask for the same empty range forever.
+    """
+    records: list[dict[str, Any]] = []
+    next_offset = offset
+    for pos, header in iter_batches(data):
+        for rec in iter_batch_records(data, pos, header):
+            if rec.offset < offset:
+                continue
+            if len(records) >= max_records:
+                return records, next_offset
+            records.append(render_record(rec, partition, value_format, key_format))
+            next_offset = rec.offset + 1
+        next_offset = max(next_offset, header.next_offset)
+    return records, next_offset
+
+
 def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int | None:
     raw = q.get(name)
     if raw is None:
@@ -353,13 +376,6 @@ def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int |
     if value > (1 << 62):
         raise InvalidRequestError(f"{name}={value} is out of range")
     return value
-
-
-def _all_failed(results: list[AppendResult | LograftError]) -> int:
-    from lograft.api.http_errors import status_for
-
-    errors = [r for r in results if isinstance(r, LograftError)]
-    return status_for(errors[0]) if errors else 500
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

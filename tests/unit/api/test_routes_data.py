@@ -27,6 +27,8 @@ class FakeMetadata:
         self.view = TopicView("orders", "id-1", {p: a for p in range(PARTITIONS)})
 
     def topic(self, name: str) -> TopicView | None:
+        if name == "offline":
+            return TopicView("offline", "id-2", {0: Assignment((1,), (1,), -1, 1, 0)})
         return self.view if name == "orders" else None
 
     def topics(self) -> list[TopicView]:
@@ -225,3 +227,28 @@ async def test_base64_values_round_trip(client):
     got = await client.get("/v1/topics/orders/partitions/1/records?offset=0&format=base64")
     body = await got.json()
     assert base64.b64decode(body["records"][0]["value"]) == raw
+
+
+async def test_a_produce_where_every_record_fails_answers_with_an_error_body(client):
+    resp = await client.post("/v1/topics/offline/records", json={"records": [{"value": 1}]})
+    err = await _error(resp, 503, "LEADER_NOT_AVAILABLE")
+    assert err["details"]["offsets"][0]["partition"] == 0
+
+
+def test_json_fetch_steps_over_offsets_compaction_removed():
+    from lograft.api.routes_data import _render_records
+
+    # A compacted batch: offsets 10..13, records left only at 10 and 12.
+    data = build_batch(
+        [RecordInput(b"a"), RecordInput(b"c")],
+        timestamp_ms=1,
+        base_offset=10,
+        offset_deltas=[0, 2],
+        last_offset_delta=3,
+    )
+    records, next_offset = _render_records(data, 0, 13, 100, "auto", "auto")
+    assert records == [] and next_offset == 14, "a consumer must not loop inside the batch"
+    records, next_offset = _render_records(data, 0, 11, 100, "auto", "auto")
+    assert [r["offset"] for r in records] == [12] and next_offset == 14
+    records, next_offset = _render_records(data, 0, 10, 1, "auto", "auto")
+    assert [r["offset"] for r in records] == [10] and next_offset == 11, "cut by max_records"
