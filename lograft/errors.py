@@ -34,7 +34,9 @@ class LograftError(Exception):
             "retriable": self.retriable,
         }
         if self.details:
-            body["details"] = self.details
+            # A copy: the body must not alias the error's own details, which a
+            # caller may still extend (and which may then contain this body).
+            body["details"] = dict(self.details)
         return body
 
 
