@@ -125,6 +125,8 @@ class NodeSpec:
     # address (a proxy per link in chaos tests).
     dial: dict[int, str] = field(default_factory=dict)
     raft: dict[str, Any] = field(default_factory=dict)
+    # Extra [http] settings beside host and port (e.g. request_bytes_max).
+    http: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
     broker: dict[str, Any] = field(default_factory=dict)
     log_defaults: dict[str, Any] = field(default_factory=dict)
@@ -168,7 +170,8 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     ]
     if spec.rack is not None:
         lines.append(f"rack = {_toml_value(spec.rack)}")
-    lines += ["", *_toml_table("http", {"host": "127.0.0.1", "port": spec.http_port})]
+    http = {"host": "127.0.0.1", "port": spec.http_port, **spec.http}
+    lines += ["", *_toml_table("http", http)]
     for v in voters:
         lines += [
             "",
@@ -424,10 +427,11 @@ class LograftCluster:
         raft: Mapping[str, Any] | None = None,
         controller: Mapping[str, Any] | None = None,
         broker: Mapping[str, Any] | None = None,
+        http: Mapping[str, Any] | None = None,
         overrides: Mapping[int, Mapping[str, Any]] | None = None,
         roles: Mapping[int, tuple[str, ...]] | None = None,
     ) -> None:
-        """`raft`/`controller`/`broker` apply to every node; `overrides[node_id]` holds
+        """`raft`/`controller`/`broker`/`http` apply to every node; `overrides[node_id]` holds
         per-node NodeSpec fields (e.g. {"raft": {...}, "dial": {2: "127.0.0.1:1234"}}),
         merged over the cluster-wide sections."""
         self.workdir = workdir
@@ -444,6 +448,7 @@ class LograftCluster:
                 raft=dict(raft or {}),
                 controller=dict(controller or {}),
                 broker=dict(broker or {}),
+                http=dict(http or {}),
             )
             for key, value in (overrides or {}).get(node_id, {}).items():
                 current = getattr(spec, key)
