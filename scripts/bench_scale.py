@@ -152,6 +152,14 @@ def measure(
     return s
 
 
+def fencings(directory: Path) -> int:
+    """Times a broker of the cluster went from active to fenced (from the node logs)."""
+    return sum(
+        (directory / f"node-{n}.log").read_text(errors="replace").count("active -> fenced")
+        for n in NODES
+    )
+
+
 # -- cluster ----------------------------------------------------------------------------
 
 
@@ -249,6 +257,7 @@ class LoadResult:
     sent: int = 0
     ok: int = 0
     errors: int = 0
+    redirects: int = 0  # NOT_LEADER_OR_FOLLOWER answers (a leader moved)
     latencies_ms: list[float] = field(default_factory=list)
     first_error: str = ""
 
@@ -290,6 +299,11 @@ async def produce_load(
                     if resp.status == 200:
                         res.ok += 1
                         res.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                    elif resp.status == 421:  # leader moved: follow it, as a client would
+                        res.redirects += 1
+                        leader = json.loads(body)["error"]["details"].get("leader_id", -1)
+                        if leader in NODES:
+                            leaders[tp] = leader
                     else:
                         res.errors += 1
                         res.first_error = res.first_error or f"{resp.status} {body[:200]!r}"
@@ -361,6 +375,8 @@ class RunResult:
     create_s: float
     full_isr_s: float
     load_seconds: float
+    fenced_idle: int
+    fenced_load: int
 
 
 def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
@@ -389,14 +405,17 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
                     if m != n:
                         conns[n][m].append(counts[m])
 
+        fenced_before = fencings(workdir)
         idle = measure(cluster.pids, args.measure_s, every=(3.0, sample_conns))
+        fenced_idle = fencings(workdir) - fenced_before
         print(
             "  idle CPU% " + ", ".join(f"n{n} {idle.cpu_pct[n]:.1f}" for n in NODES),
             file=sys.stderr,
         )
         loaded, load = run_load_and_measure(cluster, leaders, args)
+        fenced_load = fencings(workdir) - fenced_before - fenced_idle
         print(
-            f"  load: {load.ok} ok, {load.errors} errors"
+            f"  load: {load.ok} ok, {load.errors} errors, {load.redirects} redirects"
             + (f" (first: {load.first_error})" if load.errors else ""),
             file=sys.stderr,
         )
@@ -410,6 +429,8 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
             create_s,
             full_isr_s,
             min(5.0, args.measure_s / 3) + args.measure_s + 1,
+            fenced_idle,
+            fenced_load,
         )
     except BaseException:
         for n in NODES:
@@ -469,7 +490,8 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             f"with a full ISR after {r.full_isr_s:.1f} s; load {r.load.ok} acks=all requests ok "
             f"({r.load.ok / r.load_seconds:.0f}/s, "
             f"{r.load.ok * args.records_per_batch / r.load_seconds:.0f} records/s), "
-            f"{r.load.errors} errors, latency p50 {pct(lat, 0.5):.1f} ms, "
+            f"{r.load.errors} errors, {r.load.redirects} leader redirects, "
+            f"latency p50 {pct(lat, 0.5):.1f} ms, "
             f"p99 {pct(lat, 0.99):.1f} ms"
         )
         pairs = ", ".join(
@@ -478,6 +500,10 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             for m, (lo, hi) in peers.items()
         )
         lines.append(f"  TCP connections node->peer HTTP port, idle (min-max of samples): {pairs}")
+        lines.append(
+            f"  brokers fenced (missed heartbeats) during the idle window: {r.fenced_idle}, "
+            f"during the load: {r.fenced_load}"
+        )
     if len(results) >= 2:
         small, large = results[0], results[-1]
         dn = large.partitions - small.partitions
