@@ -136,16 +136,20 @@ class Fetcher:
             if st.position is None:
                 if st.reset_to is None:
                     continue
-                st.task = loop.create_task(self._run(tp, st, self._reset(tp, st, st.epoch)))
+                st.task = loop.create_task(self._run(st, self._reset, tp, st.epoch))
             else:
-                st.task = loop.create_task(self._run(tp, st, self._fetch(tp, st, st.epoch)))
+                st.task = loop.create_task(self._run(st, self._fetch, tp, st.epoch))
 
     async def _run(
-        self, tp: TopicPartition, st: PartitionState, work: Coroutine[Any, Any, None]
+        self,
+        st: PartitionState,
+        work: Callable[[TopicPartition, PartitionState, int], Coroutine[Any, Any, None]],
+        tp: TopicPartition,
+        epoch: int,
     ) -> None:
         me = asyncio.current_task()
         try:
-            await work
+            await work(tp, st, epoch)
         except LograftError as exc:
             st.error = exc
         finally:

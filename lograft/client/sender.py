@@ -154,7 +154,12 @@ class Sender:
         self.in_flight[tp] = self.in_flight.get(tp, 0) + 1
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        # Wake the loop only now: before this the task still counts as running.
+        self._tasks.discard(task)
+        self.wakeup()
 
     # -- one batch ------------------------------------------------------------------------
 
