@@ -67,6 +67,10 @@ class Producer:
     def stats(self) -> ProducerStats:
         return self._async.stats
 
+    def metadata_refreshes(self) -> int:
+        """Topic metadata refreshes so far (the initial load counts)."""
+        return self._async.metadata.refreshes
+
     def send(
         self,
         topic: str,
