@@ -1,0 +1,777 @@
+#!/usr/bin/env python3
+"""Benchmark a lograft cluster through its HTTP API.
+
+Against a running cluster (`--bootstrap`, default http://127.0.0.1:9091, the
+first node of `scripts/cluster.sh start`), or with `--start` against a
+temporary three-node cluster it starts in a temporary directory with
+`scripts/local_cluster.py`'s config generation (free ports found at random)
+and stops (SIGTERM, then SIGKILL, by pid) at the end.
+
+Measured, each on its own topic of `--partitions` partitions (default 3, one
+leader per broker), replication factor 3, min_insync_replicas 2:
+
+1. Produce throughput, records/s and MB/s of record values (MB = 10^6
+   bytes), for every combination of
+   - JSON requests (`POST /v1/topics/{t}/records`, `value_format=string`,
+     each record with its `partition`, sent to that partition's leader) and
+     raw batches (`POST .../partitions/{p}/batches`, RecordBatch v2 built
+     client-side with `lograft.storage.batch.build_batch`, no compression);
+   - 100-byte and 1 KiB values (no key, no headers);
+   - acks=1 and acks=all.
+   Requests carry about `--request-bytes` of values (64 KiB: 655 records of
+   100 B, 64 of 1 KiB). `--inflight` requests (default 4) per partition are
+   in flight at once, all partitions concurrently, over one aiohttp session.
+   Request bodies are built before the clock starts and reused, so the
+   client's encoding cost is not in the figures (the storage benchmark gives
+   build_batch's cost). Each case runs `--warmup` s uncounted, then
+   `--seconds` s counted; a request counts when its answer arrives in the
+   window. Request latency p50/p99 is per request (not per record).
+2. Fetch throughput: JSON (`max_records=10000`) and raw
+   (`Accept: application/vnd.lograft.batch`), `max_bytes=1 MiB`, one
+   sequential reader per partition, reading the 100 B and 1 KiB topics the
+   raw acks=1 produce cases wrote, from offset 0 to the high watermark and
+   over again until `--seconds` pass (so mostly from the page cache). Raw
+   responses are counted from batch headers (not decoded); JSON responses
+   are parsed (orjson), as a consumer must.
+3. Produce-to-consume latency at a fixed rate (`--latency-rate` records/s
+   for `--latency-seconds`, default 500/s for 20 s) on a one-partition
+   topic: an open-loop producer sends one-record raw batches (acks=all) on
+   schedule, each value stamped with its send time; a consumer long-polls
+   the leader (raw, max_wait_ms=1000) and takes the latency of each record
+   on receipt. Producer and consumer share this process and its monotonic
+   clock. p50 / p99 / p99.9 / max, and the ack latency of the produce
+   requests. The first second is not counted.
+
+Progress goes to stderr; a plain table to stdout, or `--json` for one JSON
+object. CPU seconds used by the client (this process) and, with `--start`,
+by the three nodes are reported per case: on a small machine the client and
+the cluster compete for the same cores.
+
+    .venv/bin/python scripts/bench.py --start [--seconds 5] [--json]
+    .venv/bin/python scripts/bench.py --bootstrap http://127.0.0.1:9091
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from lograft.storage.batch import RecordInput, build_batch, iter_batches, iter_records
+
+BATCH_TYPE = "application/vnd.lograft.batch"
+MB = 1_000_000
+RECORD_SIZES = (100, 1024)
+READY_TIMEOUT_S = 60.0
+FETCH_MAX_BYTES = 1 << 20
+LATENCY_WAIT_MS = 1000
+# Produce requests of the latency test in flight at once; past it a send is
+# counted as dropped (the cluster is not keeping up with the rate).
+LATENCY_INFLIGHT_MAX = 2000
+SCRIPTS = Path(__file__).resolve().parent
+
+
+def progress(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None without samples."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Throughput:
+    kind: str  # produce | fetch
+    fmt: str  # json | raw
+    record_bytes: int
+    acks: str  # "1", "all", or "-" for fetch
+    records: int = 0
+    value_bytes: int = 0
+    wire_bytes: int = 0
+    requests: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    client_cpu_s: float = 0.0
+    nodes_cpu_s: float | None = None
+    error_samples: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        acks = f" acks={self.acks}" if self.kind == "produce" else ""
+        return f"{self.kind} {self.fmt} {self.record_bytes} B{acks}"
+
+    def to_dict(self) -> dict[str, Any]:
+        secs = self.seconds or float("nan")
+        return {
+            "case": self.name,
+            "kind": self.kind,
+            "format": self.fmt,
+            "record_bytes": self.record_bytes,
+            "acks": self.acks,
+            "records": self.records,
+            "requests": self.requests,
+            "errors": self.errors,
+            "error_samples": self.error_samples[:3],
+            "seconds": round(self.seconds, 3),
+            "records_per_s": round(self.records / secs, 1),
+            "mb_per_s": round(self.value_bytes / MB / secs, 2),
+            "wire_mb_per_s": round(self.wire_bytes / MB / secs, 2),
+            "request_p50_ms": _round(percentile(self.latencies_ms, 50)),
+            "request_p99_ms": _round(percentile(self.latencies_ms, 99)),
+            "client_cpu_s": round(self.client_cpu_s, 2),
+            "nodes_cpu_s": None if self.nodes_cpu_s is None else round(self.nodes_cpu_s, 2),
+        }
+
+
+@dataclass
+class Latency:
+    rate: int
+    seconds: float
+    sent: int = 0
+    received: int = 0
+    dropped: int = 0
+    errors: int = 0
+    e2e_ms: list[float] = field(default_factory=list)
+    ack_ms: list[float] = field(default_factory=list)
+    max_schedule_lag_ms: float = 0.0
+    client_cpu_s: float = 0.0
+    nodes_cpu_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_per_s": self.rate,
+            "seconds": self.seconds,
+            "sent": self.sent,
+            "received": self.received,
+            "dropped": self.dropped,
+            "errors": self.errors,
+            "measured": len(self.e2e_ms),
+            "e2e_p50_ms": _round(percentile(self.e2e_ms, 50)),
+            "e2e_p99_ms": _round(percentile(self.e2e_ms, 99)),
+            "e2e_p999_ms": _round(percentile(self.e2e_ms, 99.9)),
+            "e2e_max_ms": _round(max(self.e2e_ms) if self.e2e_ms else None),
+            "ack_p50_ms": _round(percentile(self.ack_ms, 50)),
+            "ack_p99_ms": _round(percentile(self.ack_ms, 99)),
+            "ack_p999_ms": _round(percentile(self.ack_ms, 99.9)),
+            "max_schedule_lag_ms": round(self.max_schedule_lag_ms, 1),
+            "client_cpu_s": round(self.client_cpu_s, 2),
+            "nodes_cpu_s": None if self.nodes_cpu_s is None else round(self.nodes_cpu_s, 2),
+        }
+
+
+def _round(v: float | None, digits: int = 2) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+# -- a temporary cluster -----------------------------------------------------------------------
+
+
+def _ports_free(ports: list[int]) -> bool:
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+class TempCluster:
+    """Three nodes from scripts/local_cluster.py's configs, in a temporary directory."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, str(SCRIPTS))
+        import local_cluster  # a sibling script, not a package
+
+        self.lc = local_cluster
+        self.dir = Path(tempfile.mkdtemp(prefix="lograft-bench-"))
+        for _ in range(200):
+            base = random.randrange(20_000, 40_000, 10)
+            ports = [base + n for n in local_cluster.NODES]
+            ports += [base + 10_000 + n for n in local_cluster.NODES]
+            if _ports_free(ports):
+                break
+        else:
+            raise RuntimeError("no free port range found for a temporary cluster")
+        self.base = base
+
+    @property
+    def bootstrap(self) -> str:
+        return f"http://127.0.0.1:{self.lc.http_port(self.base, 1)}"
+
+    def start(self) -> None:
+        progress(f"starting a temporary 3-node cluster in {self.dir} (HTTP {self.bootstrap})")
+        with contextlib.redirect_stdout(sys.stderr):
+            self.lc.write_configs(self.dir, self.base)
+            for n in self.lc.NODES:
+                self.lc.start_node(self.dir, n)
+            if not self.lc.wait_ready(self.dir, self.base, self.lc.NODES):
+                raise RuntimeError(
+                    f"the temporary cluster did not become ready; logs in {self.dir}"
+                )
+
+    def pids(self) -> list[int]:
+        return [p for n in self.lc.NODES if (p := self.lc.pid_of(self.dir, n)) is not None]
+
+    def stop(self, keep: bool) -> None:
+        with contextlib.redirect_stdout(sys.stderr):
+            self.lc.stop(self.dir)
+        if keep:
+            progress(f"kept the temporary cluster's data and logs in {self.dir}")
+        else:
+            subprocess.run(["rm", "-rf", str(self.dir)], check=False)
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """utime + stime of the given processes, from /proc (None if unknown)."""
+    if not pids:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, IndexError):
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+@contextlib.contextmanager
+def cpu_meter(pids: list[int]) -> Iterator[dict[str, float | None]]:
+    out: dict[str, float | None] = {}
+    c0, n0 = time.process_time(), cpu_seconds(pids)
+    yield out
+    n1 = cpu_seconds(pids)
+    out["client"] = time.process_time() - c0
+    out["nodes"] = None if n0 is None or n1 is None else n1 - n0
+
+
+# -- talking to the cluster --------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, session: aiohttp.ClientSession, bootstrap: str) -> None:
+        self.session = session
+        self.bootstrap = bootstrap.rstrip("/")
+        self.urls: dict[int, str] = {}
+
+    async def get_json(self, url: str) -> tuple[int, Any]:
+        async with self.session.get(url) as resp:
+            return resp.status, await resp.json(loads=orjson.loads, content_type=None)
+
+    async def discover(self) -> None:
+        status, doc = await self.get_json(f"{self.bootstrap}/v1/brokers")
+        if status != 200:
+            raise RuntimeError(f"GET /v1/brokers answered {status}: {doc}")
+        self.urls = {b["id"]: b["endpoints"]["http"] for b in doc["brokers"] if not b["fenced"]}
+        progress(f"brokers: {self.urls}")
+
+    async def create_topic(self, name: str, partitions: int) -> dict[int, str]:
+        body = {"name": name, "partitions": partitions, "replication_factor": 3}
+        async with self.session.post(f"{self.bootstrap}/v1/topics", json=body) as resp:
+            if resp.status != 201:
+                raise RuntimeError(f"create {name}: {resp.status} {await resp.text()}")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            leaders = await self._serving_leaders(name)
+            if leaders is not None:
+                return leaders
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: no full ISR and serving leaders in {READY_TIMEOUT_S}s")
+            await asyncio.sleep(0.1)  # polling readiness with a deadline
+
+    async def _serving_leaders(self, name: str) -> dict[int, str] | None:
+        status, doc = await self.get_json(f"{self.bootstrap}/v1/topics/{name}")
+        if status != 200:
+            return None
+        leaders: dict[int, str] = {}
+        for p in doc["partitions"]:
+            if p["leader"] < 0 or len(p["isr"]) != len(p["replicas"]):
+                return None
+            url = self.urls.get(p["leader"])
+            if url is None:
+                return None
+            fetch = f"{url}/v1/topics/{name}/partitions/{p['partition']}/records?offset=0"
+            async with self.session.get(fetch) as resp:
+                if resp.status != 200:
+                    return None
+            leaders[p["partition"]] = url
+        return leaders
+
+    async def delete_topic(self, name: str) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self.session.delete(f"{self.bootstrap}/v1/topics/{name}") as resp:
+                await resp.read()
+
+
+# -- produce throughput ------------------------------------------------------------------------
+
+
+def produce_bodies(
+    fmt: str, record_bytes: int, partitions: list[int], request_bytes: int
+) -> tuple[dict[int, bytes], int]:
+    """A prebuilt request body per partition, and the records each carries."""
+    count = max(1, request_bytes // record_bytes)
+    rng = random.Random(record_bytes)
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(record_bytes))
+    bodies: dict[int, bytes] = {}
+    for p in partitions:
+        if fmt == "raw":
+            recs = [RecordInput(text.encode()) for _ in range(count)]
+            bodies[p] = build_batch(recs, timestamp_ms=int(time.time() * 1000))
+        else:
+            doc = {
+                "value_format": "string",
+                "records": [{"value": text, "partition": p} for _ in range(count)],
+            }
+            bodies[p] = orjson.dumps(doc)
+    return bodies, count
+
+
+async def produce_case(
+    client: Client,
+    topic: str,
+    leaders: dict[int, str],
+    result: Throughput,
+    args: argparse.Namespace,
+    pids: list[int],
+) -> Throughput:
+    bodies, per_request = produce_bodies(
+        result.fmt, result.record_bytes, sorted(leaders), args.request_bytes
+    )
+    t_start = time.monotonic()
+    t_measure = t_start + args.warmup
+    t_end = t_measure + args.seconds
+
+    async def worker(p: int) -> None:
+        body = bodies[p]
+        if result.fmt == "raw":
+            url = f"{leaders[p]}/v1/topics/{topic}/partitions/{p}/batches?acks={result.acks}"
+            headers = {"Content-Type": BATCH_TYPE}
+        else:
+            url = f"{leaders[p]}/v1/topics/{topic}/records?acks={result.acks}"
+            headers = {"Content-Type": "application/json"}
+        while time.monotonic() < t_end:
+            t0 = time.monotonic()
+            try:
+                async with client.session.post(url, data=body, headers=headers) as resp:
+                    answer = await resp.read()
+                    ok = resp.status == 200
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                ok, answer = False, repr(exc).encode()
+            t1 = time.monotonic()
+            if t1 < t_measure or t1 > t_end:
+                continue
+            result.requests += 1
+            if not ok:
+                result.errors += 1
+                if len(result.error_samples) < 3:
+                    result.error_samples.append(answer[:300].decode(errors="replace"))
+                continue
+            result.records += per_request
+            result.value_bytes += per_request * result.record_bytes
+            result.wire_bytes += len(body)
+            result.latencies_ms.append((t1 - t0) * 1000)
+
+    async def meter() -> tuple[float, float | None]:
+        # CPU from the start of the counted window (not the warm-up).
+        await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
+        return time.process_time(), cpu_seconds(pids)
+
+    metering = asyncio.create_task(meter())
+    await asyncio.gather(*(worker(p) for p in leaders for _ in range(args.inflight)))
+    client0, nodes0 = await metering
+    nodes1 = cpu_seconds(pids)
+    result.seconds = args.seconds
+    result.client_cpu_s = time.process_time() - client0
+    result.nodes_cpu_s = None if nodes0 is None or nodes1 is None else nodes1 - nodes0
+    return result
+
+
+# -- fetch throughput --------------------------------------------------------------------------
+
+
+async def fetch_case(
+    client: Client,
+    topic: str,
+    leaders: dict[int, str],
+    result: Throughput,
+    args: argparse.Namespace,
+    pids: list[int],
+) -> Throughput:
+    t_end = time.monotonic() + args.seconds
+
+    async def reader(p: int) -> None:
+        offset = 0
+        base = f"{leaders[p]}/v1/topics/{topic}/partitions/{p}/records"
+        while time.monotonic() < t_end:
+            t0 = time.monotonic()
+            if result.fmt == "raw":
+                url = f"{base}?offset={offset}&max_bytes={FETCH_MAX_BYTES}"
+                async with client.session.get(url, headers={"Accept": BATCH_TYPE}) as resp:
+                    data = await resp.read()
+                    if resp.status != 200:
+                        result.errors += 1
+                        return
+                    hw = int(resp.headers["X-Lograft-High-Watermark"])
+                    nxt = int(resp.headers["X-Lograft-Next-Offset"])
+                count = 0
+                for _pos, h in iter_batches(data):
+                    # A batch may start before `offset` (count only what is new).
+                    count += h.records_count - max(0, offset - h.base_offset)
+            else:
+                url = f"{base}?offset={offset}&max_bytes={FETCH_MAX_BYTES}&max_records=10000"
+                async with client.session.get(url) as resp:
+                    data = await resp.read()
+                    if resp.status != 200:
+                        result.errors += 1
+                        return
+                doc = orjson.loads(data)
+                count, hw, nxt = len(doc["records"]), doc["high_watermark"], doc["next_offset"]
+            result.requests += 1
+            result.records += count
+            result.value_bytes += count * result.record_bytes
+            result.wire_bytes += len(data)
+            result.latencies_ms.append((time.monotonic() - t0) * 1000)
+            offset = 0 if nxt >= hw else nxt  # over again from the start
+
+    with cpu_meter(pids) as cpu:
+        t0 = time.monotonic()
+        await asyncio.gather(*(reader(p) for p in leaders))
+        result.seconds = time.monotonic() - t0
+    result.client_cpu_s = cpu["client"] or 0.0
+    result.nodes_cpu_s = cpu["nodes"]
+    return result
+
+
+# -- produce-to-consume latency ----------------------------------------------------------------
+
+
+async def latency_case(
+    client: Client, topic: str, leader: str, args: argparse.Namespace, pids: list[int]
+) -> Latency:
+    result = Latency(args.latency_rate, args.latency_seconds)
+    total = int(args.latency_rate * args.latency_seconds)
+    skip_ns = 1_000_000_000  # the first second is a warm-up
+    padding = b"x" * (100 - 8)
+    produce_url = f"{leader}/v1/topics/{topic}/partitions/0/batches?acks=all"
+    fetch_url = f"{leader}/v1/topics/{topic}/partitions/0/records"
+    inflight: set[asyncio.Task[None]] = set()
+    t0_ns = time.monotonic_ns()
+    done_sending = asyncio.Event()
+
+    async def send(stamp_ns: int) -> None:
+        value = stamp_ns.to_bytes(8, "big") + padding
+        data = build_batch([RecordInput(value)], timestamp_ms=int(time.time() * 1000))
+        try:
+            async with client.session.post(
+                produce_url, data=data, headers={"Content-Type": BATCH_TYPE}
+            ) as resp:
+                await resp.read()
+                ok = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            ok = False
+        if not ok:
+            result.errors += 1
+        elif stamp_ns - t0_ns >= skip_ns:
+            result.ack_ms.append((time.monotonic_ns() - stamp_ns) / 1e6)
+
+    async def producer() -> None:
+        interval_ns = 1_000_000_000 / args.latency_rate
+        for i in range(total):
+            target = t0_ns + int(i * interval_ns)
+            delay = (target - time.monotonic_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)  # the fixed-rate schedule
+            now = time.monotonic_ns()
+            result.max_schedule_lag_ms = max(result.max_schedule_lag_ms, (now - target) / 1e6)
+            if len(inflight) >= LATENCY_INFLIGHT_MAX:
+                result.dropped += 1
+                continue
+            task = asyncio.create_task(send(now))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+            result.sent += 1
+        if inflight:
+            await asyncio.gather(*list(inflight))
+        done_sending.set()
+
+    async def consumer() -> None:
+        offset = 0
+        drain_deadline: float | None = None
+        while True:
+            if done_sending.is_set():
+                if result.received >= result.sent - result.errors:
+                    return
+                drain_deadline = drain_deadline or time.monotonic() + 10
+                if time.monotonic() > drain_deadline:
+                    return
+            url = f"{fetch_url}?offset={offset}&max_wait_ms={LATENCY_WAIT_MS}&max_bytes=1048576"
+            try:
+                async with client.session.get(url, headers={"Accept": BATCH_TYPE}) as resp:
+                    data = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+            now = time.monotonic_ns()
+            if status != 200:
+                continue
+            for rec in iter_records(data):
+                if rec.offset < offset or rec.value is None:
+                    continue
+                stamp = int.from_bytes(rec.value[:8], "big")
+                result.received += 1
+                if stamp - t0_ns >= skip_ns:
+                    result.e2e_ms.append((now - stamp) / 1e6)
+                offset = rec.offset + 1
+
+    with cpu_meter(pids) as cpu:
+        await asyncio.gather(producer(), consumer())
+    result.client_cpu_s = cpu["client"] or 0.0
+    result.nodes_cpu_s = cpu["nodes"]
+    return result
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kb = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    commit = "?"
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=SCRIPTS,
+        ).stdout.strip()
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "ram": mem,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "git": commit,
+    }
+
+
+async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=0)
+    run_id = uuid.uuid4().hex[:6]
+    topics: list[str] = []
+    out: dict[str, Any] = {"produce": [], "fetch": [], "latency": None}
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        client = Client(session, args.bootstrap)
+        await client.discover()
+
+        async def topic(name: str, partitions: int) -> dict[int, str]:
+            full = f"bench-{run_id}-{name}"
+            topics.append(full)
+            return await client.create_topic(full, partitions)
+
+        try:
+            fetch_sources: dict[int, tuple[str, dict[int, str]]] = {}
+            if "produce" in args.only:
+                for fmt in ("json", "raw"):
+                    for size in RECORD_SIZES:
+                        for acks in ("1", "all"):
+                            name = f"{fmt}-{size}-acks{acks}"
+                            leaders = await topic(name, args.partitions)
+                            case = Throughput("produce", fmt, size, acks)
+                            progress(f"{case.name}: {args.warmup}+{args.seconds} s ...")
+                            await produce_case(client, topics[-1], leaders, case, args, pids)
+                            d = case.to_dict()
+                            progress(
+                                f"{case.name}: {d['records_per_s']:,.0f} records/s, "
+                                f"{d['mb_per_s']} MB/s, p99 {d['request_p99_ms']} ms, "
+                                f"errors {case.errors}"
+                            )
+                            out["produce"].append(d)
+                            if fmt == "raw" and acks == "1":
+                                fetch_sources[size] = (topics[-1], leaders)
+            if "fetch" in args.only and fetch_sources:
+                for fmt in ("json", "raw"):
+                    for size in RECORD_SIZES:
+                        source, leaders = fetch_sources[size]
+                        case = Throughput("fetch", fmt, size, "-")
+                        progress(f"{case.name}: {args.seconds} s ...")
+                        await fetch_case(client, source, leaders, case, args, pids)
+                        d = case.to_dict()
+                        rate = f"{d['records_per_s']:,.0f} records/s, {d['mb_per_s']} MB/s"
+                        progress(f"{case.name}: {rate}")
+                        out["fetch"].append(d)
+            if "latency" in args.only:
+                leaders = await topic("latency", 1)
+                progress(f"latency: {args.latency_rate} records/s for {args.latency_seconds} s ...")
+                lat = await latency_case(client, topics[-1], leaders[0], args, pids)
+                out["latency"] = lat.to_dict()
+                progress(f"latency: {out['latency']}")
+        finally:
+            if not args.keep_topics:
+                for name in topics:
+                    await client.delete_topic(name)
+    return out
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    lines = [
+        "lograft cluster benchmark (HTTP API; MB = 10^6 bytes of record values)",
+        f"command: {doc['command']}",
+        "machine: {cpu}, {cores} cores, RAM {ram}, CPython {python}, kernel {kernel}, "
+        "git {git}".format(**doc["machine"]),
+        f"cluster: {doc['cluster']}",
+        f"load average (1/5/15 min): start {doc['load_start']}, end {doc['load_end']}",
+        f"wall time: {doc['wall_s']:.0f} s",
+        "",
+    ]
+    header = (
+        f"{'case':<28}{'records/s':>12}{'MB/s':>9}{'wire MB/s':>11}{'req p50 ms':>12}"
+        f"{'req p99 ms':>12}{'errors':>8}{'client CPU':>12}{'nodes CPU':>11}"
+    )
+    rows = [*doc["results"]["produce"], *doc["results"]["fetch"]]
+    if rows:
+        lines += [
+            "CPU: seconds used during the counted window per second of it, as % of one core",
+            "(client: this process; nodes: the three node processes together, --start only)",
+            "",
+            header,
+            "-" * len(header),
+        ]
+        for r in rows:
+            nodes = (
+                "-" if r["nodes_cpu_s"] is None else f"{100 * r['nodes_cpu_s'] / r['seconds']:.0f}%"
+            )
+            lines.append(
+                f"{r['case']:<28}{r['records_per_s']:>12,.0f}{r['mb_per_s']:>9.2f}"
+                f"{r['wire_mb_per_s']:>11.2f}{_fmt(r['request_p50_ms']):>12}"
+                f"{_fmt(r['request_p99_ms']):>12}{r['errors']:>8}"
+                f"{100 * r['client_cpu_s'] / r['seconds']:>11.0f}%{nodes:>11}"
+            )
+    lat = doc["results"]["latency"]
+    if lat:
+        lines += [
+            "",
+            f"produce-to-consume latency: {lat['rate_per_s']} records/s for {lat['seconds']} s "
+            f"(raw one-record batches, acks=all, raw long-poll consumer; first second skipped)",
+            f"  sent {lat['sent']}, received {lat['received']}, measured {lat['measured']}, "
+            f"dropped {lat['dropped']}, errors {lat['errors']}, "
+            f"max schedule lag {lat['max_schedule_lag_ms']} ms",
+            f"  end to end ms: p50 {_fmt(lat['e2e_p50_ms'])}  p99 {_fmt(lat['e2e_p99_ms'])}  "
+            f"p99.9 {_fmt(lat['e2e_p999_ms'])}  max {_fmt(lat['e2e_max_ms'])}",
+            f"  produce ack ms: p50 {_fmt(lat['ack_p50_ms'])}  p99 {_fmt(lat['ack_p99_ms'])}  "
+            f"p99.9 {_fmt(lat['ack_p999_ms'])}",
+            f"  cpu: client {lat['client_cpu_s']} s, nodes "
+            f"{'-' if lat['nodes_cpu_s'] is None else str(lat['nodes_cpu_s']) + ' s'}",
+        ]
+    return "\n".join(lines)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default="http://127.0.0.1:9091", help="any node's HTTP URL")
+    ap.add_argument("--start", action="store_true", help="start (and stop) a temporary cluster")
+    ap.add_argument("--keep", action="store_true", help="with --start: keep its directory")
+    ap.add_argument("--keep-topics", action="store_true", help="do not delete the bench topics")
+    ap.add_argument("--partitions", type=int, default=3, help="partitions per throughput topic")
+    ap.add_argument("--seconds", type=float, default=10.0, help="counted seconds per case")
+    ap.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds per produce case")
+    ap.add_argument("--inflight", type=int, default=4, help="produce requests per partition")
+    ap.add_argument(
+        "--request-bytes", type=int, default=65536, help="record values per produce request"
+    )
+    ap.add_argument("--latency-rate", type=int, default=500, help="records/s")
+    ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument(
+        "--only",
+        default="produce,fetch,latency",
+        type=lambda s: set(s.split(",")),
+        help="comma-separated subset of produce,fetch,latency (fetch needs produce)",
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--save-json", type=Path, help="also write the JSON object to this file")
+    args = ap.parse_args()
+
+    temp: TempCluster | None = None
+    started = time.monotonic()
+    load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    try:
+        if args.start:
+            temp = TempCluster()
+            temp.start()
+            args.bootstrap = temp.bootstrap
+        pids = temp.pids() if temp is not None else []
+        results = asyncio.run(run(args, pids))
+    finally:
+        if temp is not None:
+            temp.stop(args.keep)
+    doc = {
+        "command": shlex.join([".venv/bin/python", "scripts/bench.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "cluster": (
+            "temporary 3 nodes (controller+broker each) on 127.0.0.1, local_cluster.py configs"
+            if args.start
+            else f"running cluster at {args.bootstrap}"
+        ),
+        "settings": {
+            k: sorted(v) if isinstance(v, set) else v
+            for k, v in vars(args).items()
+            if k not in ("json", "save_json")
+        },
+        "load_start": load_start,
+        "load_end": "/".join(f"{x:.2f}" for x in os.getloadavg()),
+        "wall_s": time.monotonic() - started,
+        "results": results,
+    }
+    if args.save_json is not None:
+        args.save_json.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2) if args.json else render_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
