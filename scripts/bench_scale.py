@@ -164,10 +164,17 @@ def fencings(directory: Path) -> int:
 
 
 class Cluster:
-    def __init__(self, directory: Path, base_port: int) -> None:
+    def __init__(
+        self, directory: Path, base_port: int, controller: dict[str, int] | None = None
+    ) -> None:
         self.directory = directory
         self.base = base_port
         local_cluster.write_configs(directory, base_port)
+        if controller:
+            for n in NODES:
+                with (directory / f"node-{n}.toml").open("a") as f:
+                    f.write("\n[controller]\n")
+                    f.writelines(f"{k} = {v}\n" for k, v in controller.items())
         self.secret = (directory / "cluster-secret").read_text().strip()
         self.pids: dict[int, int] = {}
 
@@ -381,7 +388,7 @@ class RunResult:
 
 def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-scale-{partitions}-", dir=args.dir))
-    cluster = Cluster(workdir, base_port)
+    cluster = Cluster(workdir, base_port, dict(args.controller))
     print(f"\n== {partitions} partitions (RF 3), cluster in {workdir}", file=sys.stderr)
     try:
         cluster.start()
@@ -464,6 +471,8 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
         f"records per request, {args.rate:g} requests/s round-robin over all partitions, "
         f"<= {args.inflight_max} in flight; measure windows {args.measure_s:g} s"
     )
+    if args.controller:
+        lines.append("controller settings: " + ", ".join(f"{k}={v}" for k, v in args.controller))
     lines.append("")
     lines.append(
         "| partitions | node | RSS empty MiB | idle CPU % | idle RSS MiB | load CPU % "
@@ -518,6 +527,11 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _setting(text: str) -> tuple[str, int]:
+    key, _, value = text.partition("=")
+    return key.strip(), int(value)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -535,6 +549,14 @@ def main() -> int:
     parser.add_argument("--base-port", type=int, default=29090)
     parser.add_argument("--dir", default=None, help="parent of the temporary cluster dirs")
     parser.add_argument("--keep", action="store_true", help="keep the cluster dirs")
+    parser.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=INT",
+        help="a [controller] setting for every node, e.g. broker_session_timeout_ms=9000",
+    )
     args = parser.parse_args()
     results = []
     for i, n in enumerate(sorted(args.partitions)):
