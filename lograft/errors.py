@@ -478,3 +478,13 @@ class GroupRecordError(LograftError):
     input)."""
 
     code = "INVALID_GROUP_RECORD"
+
+
+@_register
+class OutOfOrderHeartbeatError(LograftError):
+    """A heartbeat whose `sequence` is not above the last one the coordinator
+    processed for the member: a delayed duplicate of a request the client has
+    since given up on. Processing it would act on partitions the member
+    reported owning in the past, so it is refused."""
+
+    code = "OUT_OF_ORDER_HEARTBEAT"

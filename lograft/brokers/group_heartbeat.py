@@ -33,6 +33,21 @@ On each join or heartbeat, in order:
 5. the member's session is renewed (group_sessions).
 
 Other members learn about a new target on their own next heartbeat.
+
+Delayed duplicates. Over HTTP a heartbeat the client gave up on (timeout,
+retry on a new connection) may still reach the coordinator after newer ones.
+Processed late, a duplicate join would release every partition the member
+holds, and a duplicate heartbeat listing fewer partitions than the member now
+holds would acknowledge a revocation that never happened; member epochs cannot
+tell (the assignment can change, and even return to an earlier set, within one
+epoch). So a request may carry `sequence`, strictly increasing over the
+member's requests for the client's lifetime; one at or below the last
+processed is refused with OUT_OF_ORDER_HEARTBEAT. The check lives in soft
+state (`MemberSession.last_sequence`): a new coordinator accepts the first
+sequence it sees, which is safe because a request delayed in flight to the
+old coordinator is refused there (NOT_COORDINATOR) rather than forwarded.
+Requests without a sequence are not protected; the lograft client always
+sends one.
 """
 
 from __future__ import annotations
@@ -79,6 +94,7 @@ from lograft.errors import (
     GroupsLimitReachedError,
     GroupSubscriptionTooLargeError,
     InvalidRequestError,
+    OutOfOrderHeartbeatError,
     UnknownMemberIdError,
     UnsupportedAssignorError,
 )
@@ -104,6 +120,9 @@ class HeartbeatRequest:
     client_host: str = ""
     # None: unchanged (on join: the configured default), ms.
     rebalance_timeout_ms: int | None = None
+    # Strictly increasing per member over its requests (join, heartbeat and
+    # leave alike); None: not protected against delayed duplicates.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +173,8 @@ def _validate(request: HeartbeatRequest, config: GroupCoordinatorConfig) -> None
             f"unknown assignor {request.assignor!r}; use one of {list(ASSIGNOR_NAMES)}",
             assignor=request.assignor,
         )
+    if request.sequence is not None and not 0 <= request.sequence < 2**63:
+        raise InvalidRequestError(f"sequence {request.sequence} out of range")
     check_client_string(request.client_id, "client id", config)
     check_client_string(request.client_host, "client host", config)
     timeout = request.rebalance_timeout_ms
@@ -161,6 +182,18 @@ def _validate(request: HeartbeatRequest, config: GroupCoordinatorConfig) -> None
         raise InvalidRequestError(
             f"rebalance_timeout_ms must be 1 to {config.rebalance_timeout_ms_max}",
             rebalance_timeout_ms_max=config.rebalance_timeout_ms_max,
+        )
+
+
+def _check_sequence(sessions: GroupSessions, request: HeartbeatRequest) -> None:
+    session = sessions.get(request.member_id)
+    if request.sequence is None or session is None or session.last_sequence is None:
+        return
+    if request.sequence <= session.last_sequence:
+        raise OutOfOrderHeartbeatError(
+            f"heartbeat sequence {request.sequence} is not above {session.last_sequence}: "
+            "a delayed duplicate",
+            last_sequence=session.last_sequence,
         )
 
 
@@ -259,6 +292,7 @@ def heartbeat(
     subscribed ones), from the metadata image. `sessions`: this group's.
     """
     _validate(request, config)
+    _check_sequence(sessions, request)
     group = state.group(request.group_id)
     if request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
         return _leave(group, sessions, request, config)
@@ -375,22 +409,24 @@ def heartbeat(
 
     # Soft state: a fresh session; the revocation clock starts when the member
     # is first asked to revoke and keeps running while it has not.
+    old_session = sessions.get(mid)
     revocation_deadline: int | None = None
     if new_current.state is MemberState.UNREVOKED_PARTITIONS:
-        old_session = sessions.get(mid)
-        still_revoking = (
+        if (
             request.member_epoch != JOIN_GROUP_MEMBER_EPOCH
             and current.state is MemberState.UNREVOKED_PARTITIONS
             and old_session is not None
             and old_session.revocation_deadline_ms is not None
-        )
-        if still_revoking:
-            assert old_session is not None and old_session.revocation_deadline_ms is not None
+        ):
             revocation_deadline = old_session.revocation_deadline_ms
         else:
             revocation_deadline = now_ms + meta.rebalance_timeout_ms
+    last_sequence = request.sequence
+    if last_sequence is None and old_session is not None:
+        last_sequence = old_session.last_sequence
     new_sessions = sessions.with_member(
-        mid, MemberSession(now_ms + config.session_timeout_ms, revocation_deadline)
+        mid,
+        MemberSession(now_ms + config.session_timeout_ms, revocation_deadline, last_sequence),
     )
     response = HeartbeatResponse(
         member_id=mid,

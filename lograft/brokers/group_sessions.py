@@ -18,6 +18,11 @@ Two deadlines per member, both absolute times on the caller's monotonic clock:
   otherwise hold them, and stall the group, forever.
 
 A member is expired when `now_ms` is past either deadline.
+
+`last_sequence` is the highest heartbeat `sequence` processed for the member
+(None: none seen since the session began). A request at or below it is a
+delayed duplicate and is refused (see group_heartbeat). It is soft state like
+the deadlines: after a failover the first heartbeat sets it again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from lograft.brokers.group_state import ConsumerGroup
 class MemberSession:
     session_deadline_ms: int
     revocation_deadline_ms: int | None = None
+    last_sequence: int | None = None
 
     def expired(self, now_ms: int) -> bool:
         if now_ms > self.session_deadline_ms:
