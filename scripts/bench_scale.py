@@ -73,6 +73,12 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
 
 
+def machine_busy_ticks() -> int:
+    """Busy ticks of all CPUs (everything but idle and iowait), from /proc/stat."""
+    cols = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(cols) - cols[3] - cols[4]
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -119,6 +125,9 @@ class Sample:
     cpu_pct: dict[int, float] = field(default_factory=dict)
     rss_mib: dict[int, float] = field(default_factory=dict)
     threads: dict[int, int] = field(default_factory=dict)
+    # CPU% of the whole machine in the window, and of processes not ours.
+    machine_pct: float = 0.0
+    others_pct: float = 0.0
 
 
 def measure(
@@ -136,6 +145,7 @@ def measure(
         watched[0] = extra_pid
     t0 = time.monotonic()
     c0 = {n: cpu_ticks(p) for n, p in watched.items()}
+    m0 = machine_busy_ticks()
     end = t0 + seconds
     if every is not None:
         period, fn = every
@@ -145,10 +155,12 @@ def measure(
     time.sleep(max(0.0, end - time.monotonic()))
     dt = time.monotonic() - t0
     s = Sample()
+    s.machine_pct = 100.0 * (machine_busy_ticks() - m0) / CLK_TCK / dt
     for n, p in watched.items():
         s.cpu_pct[n] = 100.0 * (cpu_ticks(p) - c0[n]) / CLK_TCK / dt
         s.rss_mib[n] = rss_kib(p) / 1024
         s.threads[n] = thread_count(p)
+    s.others_pct = s.machine_pct - sum(s.cpu_pct.values())
     return s
 
 
@@ -492,6 +504,12 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             f"{r.loaded.rss_mib[0]:.0f} | | |"
         )
     lines.append("")
+    for r in results:
+        lines.append(
+            f"{r.partitions} partitions: machine CPU % (200 = both cores) idle window "
+            f"{r.idle.machine_pct:.0f} (other processes {r.idle.others_pct:.0f}), load window "
+            f"{r.loaded.machine_pct:.0f} (other processes {r.loaded.others_pct:.0f})"
+        )
     for r in results:
         lat = r.load.latencies_ms
         lines.append(
