@@ -29,10 +29,11 @@ from lograft.client.errors import (
 )
 from lograft.client.metadata import ClusterMetadata, PartitionMetadata, TopicMetadata
 from lograft.client.producer import AsyncProducer
+from lograft.client.record_future import FutureRecordMetadata
 from lograft.client.sender import ProducerStats
 from lograft.client.serde import deserializers, serializers
 from lograft.client.sync_consumer import Consumer
-from lograft.client.sync_producer import FutureRecordMetadata, Producer
+from lograft.client.sync_producer import Producer
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
 from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType, TopicPartition
 

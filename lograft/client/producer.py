@@ -214,14 +214,20 @@ class AsyncProducer:
         that cannot be serialized or is too large, an unknown topic or
         partition, and BufferFullError after `max_block_ms` without room."""
         self._check_open()
-        await self.start()
+        if self._sender_task is None:
+            await self.start()
         rec = prepare(self.config, topic, value, key, headers, partition, timestamp_ms)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.max_block_ms / 1000
-        meta = await self.wait_for_topic(topic, self.config.max_block_ms)
-        if partition is not None and partition >= meta.count:
-            meta = await self.metadata.refresh(topic)  # partitions may have been added
-        remaining_ms = max(0, int((deadline - loop.time()) * 1000))
+        loop = self._loop
+        assert loop is not None
+        meta = self.metadata.cached(topic)  # the fast path: no await per record
+        if meta is None or (partition is not None and partition >= meta.count):
+            deadline = loop.time() + self.config.max_block_ms / 1000
+            meta = await self.wait_for_topic(topic, self.config.max_block_ms)
+            if partition is not None and partition >= meta.count:
+                meta = await self.metadata.refresh(topic)  # partitions may have been added
+            remaining_ms = max(0, int((deadline - loop.time()) * 1000))
+        else:
+            remaining_ms = self.config.max_block_ms
         if not self.pool.try_reserve(rec.size):
             await self.pool.reserve(rec.size, remaining_ms)
         fut: asyncio.Future[RecordMetadata] = loop.create_future()
@@ -270,7 +276,6 @@ class AsyncProducer:
         True if the sender has new work (a batch opened or filled)."""
         acc, sender = self._acc, self._sender
         assert acc is not None and sender is not None, "start() first"
-        self.metadata.refresh_if_old(rec.topic)  # picks up added partitions
         p = self._partitioner.partition(meta, rec.key, rec.partition)
         record = RecordInput(rec.value, rec.key, rec.headers, rec.timestamp_ms)
         keyless = rec.key is None and rec.partition is None
@@ -281,6 +286,7 @@ class AsyncProducer:
             outcome = acc.append(tp, record, rec.size, fut)
         if outcome.new_batch or outcome.batch_full:
             sender.wakeup()
+            self.metadata.refresh_if_old(rec.topic)  # picks up added partitions
             return True
         return False
 

@@ -206,5 +206,5 @@ def _resolve(c: Completion, result: RecordMetadata | None, exc: BaseException | 
         else:
             assert result is not None
             c.set_result(result)
-    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
+    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError, RuntimeError):
         pass  # cancelled by another thread between done() and here

@@ -17,7 +17,6 @@ reserved, so it is bounded by `buffer_memory_bytes`. Records keep their
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 from collections.abc import Sequence
@@ -26,17 +25,10 @@ from typing import Any
 from lograft.client.errors import ClientClosedError
 from lograft.client.loop_thread import LoopThread
 from lograft.client.producer import AsyncProducer, HeadersInput, PreparedRecord, prepare
+from lograft.client.record_future import FutureRecordMetadata
 from lograft.client.sender import ProducerStats
 from lograft.client.transport import Transport
-from lograft.client.types import RecordMetadata
 from lograft.errors import UnknownTopicOrPartitionError
-
-
-class FutureRecordMetadata(concurrent.futures.Future):  # type: ignore[type-arg]
-    """A concurrent.futures.Future of RecordMetadata; `get(timeout)` as in kafka-python."""
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        return self.result(timeout)
 
 
 class Producer:

@@ -291,3 +291,35 @@ async def test_a_batch_seals_once_and_resolves_once():
     assert batch.done.done()
     with pytest.raises(AssertionError):
         batch.complete(0, -1)
+
+
+# -- the sync producer's record future -------------------------------------------------------
+
+
+def test_record_future_wakes_a_waiting_thread_and_runs_callbacks():
+    from lograft.client.errors import ClientTimeoutError
+    from lograft.client.record_future import FutureRecordMetadata
+
+    fut = FutureRecordMetadata()
+    seen = []
+    fut.add_done_callback(lambda f: seen.append(f.get(0)))
+    with pytest.raises(ClientTimeoutError):
+        fut.get(timeout=0.01)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(fut.get(timeout=30)))
+    waiter.start()
+    meta = RecordMetadata("t", 0, 5, 9)
+    fut.set_result(meta)
+    waiter.join(30)
+    assert got == [meta] and seen == [meta] and fut.succeeded() and not fut.cancel()
+    with pytest.raises(RuntimeError):
+        fut.set_result(meta)  # resolved once
+    late = []
+    fut.add_done_callback(late.append)  # already done: runs at once
+    assert late == [fut]
+
+    failed = FutureRecordMetadata()
+    failed.set_exception(RecordTooLargeError("too big"))
+    assert failed.failed() and isinstance(failed.exception(0), RecordTooLargeError)
+    with pytest.raises(RecordTooLargeError):
+        failed.result(0)
