@@ -34,13 +34,14 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    responses are counted from batch headers (not decoded); JSON responses
    are parsed (orjson), as a consumer must.
 3. Produce-to-consume latency at a fixed rate (`--latency-rate` records/s
-   for `--latency-seconds`, default 500/s for 20 s) on a one-partition
-   topic: an open-loop producer sends one-record raw batches (acks=all) on
+   for `--latency-seconds`, default 500/s for 20 s; a list such as
+   `100,500` runs one test per rate) on a one-partition topic of its own:
+   an open-loop producer sends one-record raw batches (acks=all) on
    schedule, each value stamped with its send time; a consumer long-polls
    the leader (raw, max_wait_ms=1000) and takes the latency of each record
    on receipt. Producer and consumer share this process and its monotonic
-   clock. p50 / p99 / p99.9 / max, and the ack latency of the produce
-   requests. The first second is not counted.
+   clock. p50 / p99 / p99.9 / max and a histogram, and the ack latency of
+   the produce requests. The first second is not counted.
 
 Progress goes to stderr; a plain table to stdout, or `--json` for one JSON
 object. CPU seconds used by the client (this process) and, with `--start`,
@@ -180,10 +181,24 @@ class Latency:
             "ack_p50_ms": _round(percentile(self.ack_ms, 50)),
             "ack_p99_ms": _round(percentile(self.ack_ms, 99)),
             "ack_p999_ms": _round(percentile(self.ack_ms, 99.9)),
+            "e2e_histogram_ms": histogram(self.e2e_ms),
             "max_schedule_lag_ms": round(self.max_schedule_lag_ms, 1),
             "client_cpu_s": round(self.client_cpu_s, 2),
             "nodes_cpu_s": None if self.nodes_cpu_s is None else round(self.nodes_cpu_s, 2),
         }
+
+
+HISTOGRAM_EDGES_MS = (5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+def histogram(values: list[float]) -> dict[str, int]:
+    """Counts per latency bucket: "<5", "<10", ..., ">=2000" (ms)."""
+    out = {f"<{e}": 0 for e in HISTOGRAM_EDGES_MS}
+    out[f">={HISTOGRAM_EDGES_MS[-1]}"] = 0
+    for v in values:
+        key = next((f"<{e}" for e in HISTOGRAM_EDGES_MS if v < e), f">={HISTOGRAM_EDGES_MS[-1]}")
+        out[key] += 1
+    return out
 
 
 def _round(v: float | None, digits: int = 2) -> float | None:
@@ -476,10 +491,10 @@ async def fetch_case(
 
 
 async def latency_case(
-    client: Client, topic: str, leader: str, args: argparse.Namespace, pids: list[int]
+    client: Client, topic: str, leader: str, rate: int, args: argparse.Namespace, pids: list[int]
 ) -> Latency:
-    result = Latency(args.latency_rate, args.latency_seconds)
-    total = int(args.latency_rate * args.latency_seconds)
+    result = Latency(rate, args.latency_seconds)
+    total = int(rate * args.latency_seconds)
     skip_ns = 1_000_000_000  # the first second is a warm-up
     padding = b"x" * (100 - 8)
     produce_url = f"{leader}/v1/topics/{topic}/partitions/0/batches?acks=all"
@@ -505,7 +520,7 @@ async def latency_case(
             result.ack_ms.append((time.monotonic_ns() - stamp_ns) / 1e6)
 
     async def producer() -> None:
-        interval_ns = 1_000_000_000 / args.latency_rate
+        interval_ns = 1_000_000_000 / rate
         for i in range(total):
             target = t0_ns + int(i * interval_ns)
             delay = (target - time.monotonic_ns()) / 1e9
@@ -598,7 +613,7 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=0)
     run_id = uuid.uuid4().hex[:6]
     topics: list[str] = []
-    out: dict[str, Any] = {"produce": [], "fetch": [], "latency": None}
+    out: dict[str, Any] = {"produce": [], "fetch": [], "latency": []}
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         client = Client(session, args.bootstrap)
         await client.discover()
@@ -640,11 +655,12 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                         progress(f"{case.name}: {rate}")
                         out["fetch"].append(d)
             if "latency" in args.only:
-                leaders = await topic("latency", 1)
-                progress(f"latency: {args.latency_rate} records/s for {args.latency_seconds} s ...")
-                lat = await latency_case(client, topics[-1], leaders[0], args, pids)
-                out["latency"] = lat.to_dict()
-                progress(f"latency: {out['latency']}")
+                for rate in args.latency_rate:
+                    leaders = await topic(f"latency-{rate}", 1)
+                    progress(f"latency: {rate} records/s for {args.latency_seconds} s ...")
+                    lat = await latency_case(client, topics[-1], leaders[0], rate, args, pids)
+                    out["latency"].append(lat.to_dict())
+                    progress(f"latency: {out['latency'][-1]}")
         finally:
             if not args.keep_topics:
                 for name in topics:
@@ -686,8 +702,7 @@ def render_table(doc: dict[str, Any]) -> str:
                 f"{_fmt(r['request_p99_ms']):>12}{r['errors']:>8}"
                 f"{100 * r['client_cpu_s'] / r['seconds']:>11.0f}%{nodes:>11}"
             )
-    lat = doc["results"]["latency"]
-    if lat:
+    for lat in doc["results"]["latency"]:
         lines += [
             "",
             f"produce-to-consume latency: {lat['rate_per_s']} records/s for {lat['seconds']} s "
@@ -697,6 +712,8 @@ def render_table(doc: dict[str, Any]) -> str:
             f"max schedule lag {lat['max_schedule_lag_ms']} ms",
             f"  end to end ms: p50 {_fmt(lat['e2e_p50_ms'])}  p99 {_fmt(lat['e2e_p99_ms'])}  "
             f"p99.9 {_fmt(lat['e2e_p999_ms'])}  max {_fmt(lat['e2e_max_ms'])}",
+            "  end to end histogram: "
+            + ", ".join(f"{k} ms: {n}" for k, n in lat["e2e_histogram_ms"].items() if n),
             f"  produce ack ms: p50 {_fmt(lat['ack_p50_ms'])}  p99 {_fmt(lat['ack_p99_ms'])}  "
             f"p99.9 {_fmt(lat['ack_p999_ms'])}",
             f"  cpu: client {lat['client_cpu_s']} s, nodes "
@@ -724,7 +741,12 @@ def main() -> int:
     ap.add_argument(
         "--request-bytes", type=int, default=65536, help="record values per produce request"
     )
-    ap.add_argument("--latency-rate", type=int, default=500, help="records/s")
+    ap.add_argument(
+        "--latency-rate",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[500],
+        help="records/s; a comma-separated list runs one test per rate",
+    )
     ap.add_argument("--latency-seconds", type=float, default=20.0)
     ap.add_argument(
         "--only",
