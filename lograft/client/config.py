@@ -122,8 +122,10 @@ class ProducerConfig(CommonConfig):
     # Bytes of records (before compression) per batch. Kafka's default is
     # 16 KiB, but a Kafka request carries batches of many partitions while a
     # lograft request carries one batch: the per-request cost (HTTP, one
-    # event-loop turn on the broker) is paid per batch, so batches are larger.
-    batch_bytes: int = 256 * 1024
+    # event-loop turn on the broker) is paid per batch. 64 KiB took a quarter
+    # of the requests of 16 KiB and was as fast or faster; 256 KiB and 1 MiB
+    # were not faster (docs/benchmarks.md, "Python client").
+    batch_bytes: int = 64 * 1024
     linger_ms: int = 5
     # Requests in flight per partition. 1 keeps order under retries; with
     # idempotence it must be 1 (a retry is always the partition's newest batch,
