@@ -41,7 +41,11 @@ from lograft.api.routes_internal import (
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
-from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from lograft.errors import (
+    BrokerNotAvailableError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
@@ -86,7 +90,11 @@ class Node:
         self.client: ControllerClient | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # The image the replica manager has applied (broker role); the data
+        # path routes by it, so its answers agree with the local replicas.
+        self._broker_image = self.store.image
         self._applied_offset = -2
+        self._applied_changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -119,7 +127,9 @@ class Node:
                 {"http": cfg.http_url},  # http.advertised_url, else http://host:port
                 cfg.rack,
                 self.client,
-                lambda: self.store.image.offset,
+                # Caught up means the replicas follow the metadata, not just the
+                # image: only then may the controller unfence (and elect) us.
+                lambda: self._applied_offset,
                 heartbeat_interval_ms=self.controller_config.broker_heartbeat_interval_ms,
             )
             await self.agent.start()
@@ -151,9 +161,10 @@ class Node:
             rpc=rpc,
             replicas=self.replicas,
             session=self.session,
+            replicas_caught_up=self.wait_broker_applied,
         ).add_to(app)
         if self.replicas is not None:
-            DataRoutes(self.replicas, _LiveImageView(self.store), self.session).add_to(app)
+            DataRoutes(self.replicas, _BrokerImageView(self), self.session).add_to(app)
             add_replica_fetch_route(app, self.replicas)
             add_producer_routes(
                 app,
@@ -209,20 +220,46 @@ class Node:
 
     async def _follow_metadata(self) -> None:
         assert self.replicas is not None
-        self._apply_image()
-        async for _applied in self.raft.subscribe():
-            self._apply_image()
+        # Subscribe before the first apply, which may take a while (log opens):
+        # whatever is applied meanwhile must wake the next round.
+        subscription = self.raft.subscribe()
+        await self._apply_image()
+        async for _applied in subscription:
+            await self._apply_image()
 
-    def _apply_image(self) -> None:
+    async def _apply_image(self) -> None:
         assert self.replicas is not None
         image = self.store.image
         if image.offset == self._applied_offset:
             return
-        self._applied_offset = image.offset
         try:
-            self.replicas.apply_metadata(hosted_partitions(image, self.config.node_id))
+            wanted = hosted_partitions(image, self.config.node_id)
+            # Log files are opened in a thread: hundreds of them on the event
+            # loop would stop this broker's heartbeats until it is fenced.
+            await self.replicas.open_logs(wanted)
+            self.replicas.apply_metadata(wanted)
         except Exception:
             log.exception("applying metadata at offset %d failed", image.offset)
+        self._broker_image = image
+        self._applied_offset = image.offset
+        self._applied_changed.set()
+        self._applied_changed = asyncio.Event()
+
+    async def wait_broker_applied(self, offset: int, timeout_ms: int) -> None:
+        """Wait until the replicas follow metadata at or past `offset` (brokers only)."""
+        if self.replicas is None:
+            return
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                while self._applied_offset < offset:
+                    await self._applied_changed.wait()
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"the replicas of node {self.config.node_id} did not apply metadata offset "
+                f"{offset} within {timeout_ms} ms (at {self._applied_offset})",
+                offset=offset,
+                timeout_ms=timeout_ms,
+            ) from None
 
     # -- broker -> controller and broker -> broker --------------------------------------
 
@@ -291,14 +328,14 @@ class Node:
             return data
 
 
-class _LiveImageView:
-    """A MetadataView that always reads the store's newest image."""
+class _BrokerImageView:
+    """A MetadataView of the image the node's replica manager has applied."""
 
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
+    def __init__(self, node: Node) -> None:
+        self.node = node
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(ImageView(self.store.image), name)
+        return getattr(ImageView(self.node._broker_image), name)
 
 
 async def run_node(config: NodeConfig) -> int:

@@ -2,13 +2,18 @@
 
 Changes (create, delete, add partitions, alter configs) go to the active
 controller, from any node; the answer comes once the change is committed and
-this node's own metadata has caught up with it, so a client may use the new
-topic on the same node at once. Reads are served from this node's image.
+this node's own metadata, and on a broker its replicas, have caught up with
+it, so a client may use the new topic on the same node at once. The wait for
+the replicas is bounded by METADATA_CATCH_UP_TIMEOUT_MS: a committed change is
+answered as done even when opening its logs takes longer (thousands of
+partitions), and until then the data path answers with retriable errors.
+Reads are served from this node's image.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +27,11 @@ from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.metadata_sync import ImageView
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
-from lograft.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from lograft.errors import (
+    InvalidRequestError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft import RaftAdapter
 from lograft.quorum.records import ConfigResourceType
@@ -45,6 +54,7 @@ class AdminRoutes:
         rpc: ControllerRpc | None,
         replicas: ReplicaManager | None,
         session: aiohttp.ClientSession,
+        replicas_caught_up: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -54,6 +64,8 @@ class AdminRoutes:
         self.rpc = rpc
         self.replicas = replicas
         self.session = session
+        # (offset, timeout_ms): returns once the replicas follow that metadata.
+        self.replicas_caught_up = replicas_caught_up
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -85,6 +97,9 @@ class AdminRoutes:
         if target is None:
             return
         await self.raft.wait_for_offset(target, METADATA_CATCH_UP_TIMEOUT_MS)
+        if self.replicas_caught_up is not None:
+            with contextlib.suppress(RequestTimedOutError):
+                await self.replicas_caught_up(target, METADATA_CATCH_UP_TIMEOUT_MS)
 
     @staticmethod
     async def _json(request: web.Request) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 - `apply_metadata` makes the local replicas match what the metadata assigns:
   creates logs, becomes leader or follower on a new leader epoch, stops and
-  deletes replicas that moved away.
+  deletes replicas that moved away. `open_logs` first opens the logs it will
+  add in a worker thread: creating or recovering a log costs fsyncs and index
+  work (tens of ms each), and hundreds of them on the event loop (a wide
+  topic, a restart after a crash) stall heartbeats until the broker is fenced.
 - Produce appends on the leader and, for acks=all, waits until the high
   watermark passes the batch or `produce_timeout_ms` runs out.
 - Consumer and replica fetches long-poll: they answer as soon as there is
@@ -177,6 +180,8 @@ class ReplicaManager:
         self.pool = FilePool(settings.max_open_files)
         self.maintainer = LogMaintainer(clock=clock, compactor=_compactor)
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Logs opened off the loop by `open_logs`, waiting for `apply_metadata`.
+        self._opened: dict[TopicPartition, Log] = {}
         self._changes = _Changes()
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -209,9 +214,44 @@ class ReplicaManager:
                 p.stop()
             p.log.close()
         self.partitions.clear()
+        for opened in self._opened.values():
+            opened.close()
+        self._opened.clear()
         self.pool.close_all()
 
     # -- metadata -------------------------------------------------------------------
+
+    async def open_logs(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
+        """Open, in a worker thread, the logs of the replicas `wanted` would add.
+
+        Call before `apply_metadata(wanted)`, which then takes them instead of
+        opening them on the event loop. A log that fails to open here is left to
+        `apply_metadata`, which tries again and raises as it always did."""
+        new = {
+            tp: meta
+            for tp, meta in wanted.items()
+            if tp not in self.partitions
+            and tp not in self._opened
+            and self.broker_id in meta.assignment.replicas
+        }
+        if new:
+            self._opened.update(await asyncio.to_thread(self._open_logs, new))
+
+    def _open_logs(self, new: Mapping[TopicPartition, PartitionMeta]) -> dict[TopicPartition, Log]:
+        opened: dict[TopicPartition, Log] = {}
+        for tp, meta in new.items():
+            try:
+                opened[tp] = self._open_log(tp, meta)
+            except Exception as exc:
+                log.warning("opening the log of %s failed: %s", tp, exc)
+        return opened
+
+    def _open_log(self, tp: TopicPartition, meta: PartitionMeta) -> Log:
+        """Blocking file work only (no replica state): safe in a worker thread."""
+        directory = self.logs_dir / f"{tp.topic}-{tp.partition}"
+        _claim_directory(directory, meta.topic_id)
+        log_cfg, _ = self._configs(meta.topic_config)
+        return Log(directory, log_cfg, pool=self.pool, clock=self.clock)
 
     def apply_metadata(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
         """Make local replicas match the assignments that name this broker."""
@@ -225,15 +265,17 @@ class ReplicaManager:
                 continue
             part = self.partitions.get(tp) or self._create(tp, meta)
             self._reconcile(part, meta, now)
+        # Opened for an earlier view whose apply failed, and no longer wanted.
+        for tp in [tp for tp in self._opened if tp not in self.partitions]:
+            self._opened.pop(tp).close()
         self._sync_fetchers()
 
     def _create(self, tp: TopicPartition, meta: PartitionMeta) -> Partition:
-        directory = self.logs_dir / f"{tp.topic}-{tp.partition}"
-        _claim_directory(directory, meta.topic_id)
-        log_cfg, part_settings = self._configs(meta.topic_config)
+        opened = self._opened.pop(tp, None)
+        _, part_settings = self._configs(meta.topic_config)
         part = Partition(
             tp,
-            Log(directory, log_cfg, pool=self.pool, clock=self.clock),
+            opened if opened is not None else self._open_log(tp, meta),
             self.broker_id,
             part_settings,
             high_watermark=self._hw_checkpoint.get(tp, 0),

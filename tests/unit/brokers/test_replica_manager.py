@@ -176,3 +176,49 @@ async def test_unassigned_replicas_are_deleted(tmp_path):
             await c.brokers[1].produce(TP, _batch("a"), Acks.LEADER)
     finally:
         await c.stop()
+
+
+async def test_open_logs_opens_off_the_loop_and_apply_takes_them(tmp_path, monkeypatch):
+    import threading
+
+    import lograft.brokers.replica_manager as rm_module
+
+    loop_thread = threading.get_ident()
+    opened_in: list[int] = []
+    real_log = rm_module.Log
+
+    def spy_log(*args, **kwargs):
+        opened_in.append(threading.get_ident())
+        return real_log(*args, **kwargs)
+
+    monkeypatch.setattr(rm_module, "Log", spy_log)
+    rm = ReplicaManager(1, tmp_path, FAST)
+    await rm.start()
+    try:
+        other = TopicPartition("orders", 1)
+        not_mine = TopicPartition("orders", 2)
+        wanted = {
+            TP: PartitionMeta("topic-id-1", Assignment((1, 2), (1, 2), 1, 1, 0)),
+            other: PartitionMeta("topic-id-1", Assignment((2, 1), (2, 1), 2, 1, 0)),
+            not_mine: PartitionMeta("topic-id-1", Assignment((2, 3), (2, 3), 2, 1, 0)),
+        }
+        await rm.open_logs(wanted)
+        assert len(opened_in) == 2 and loop_thread not in opened_in
+        rm.apply_metadata(wanted)
+        assert len(opened_in) == 2, "apply_metadata opened a log again"
+        assert set(rm.partitions) == {TP, other}
+        assert rm.partitions[TP].is_leader
+        await rm.open_logs(wanted)  # nothing new to open
+        assert len(opened_in) == 2
+
+        # A log opened for a view that is never applied is closed by the next
+        # apply that does not want it.
+        extra = TopicPartition("orders", 3)
+        more = {**wanted, extra: PartitionMeta("topic-id-1", Assignment((1,), (1,), 1, 1, 0))}
+        await rm.open_logs(more)
+        leftover = rm._opened[extra]
+        rm.apply_metadata(wanted)
+        assert extra not in rm._opened and extra not in rm.partitions
+        assert leftover._closed
+    finally:
+        await rm.stop()
