@@ -61,6 +61,9 @@ class _MappedIndex:
         self.pool = pool or default_pool()
         self._mm: mmap.mmap | None = None  # only while writable
         self.entries = 0
+        # The newest entry while writable: every append compares against it,
+        # and reading it back through the mapping cost more than the store.
+        self._last: tuple[int, ...] | None = None
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -85,6 +88,13 @@ class _MappedIndex:
         finally:
             # The mapping keeps its own descriptor.
             os.close(fd)
+        self._reload_last()
+
+    def _reload_last(self) -> None:
+        if self._mm is None or not self.entries:
+            self._last = None
+        else:
+            self._last = self.entry.unpack_from(self._mm, (self.entries - 1) * self.entry.size)
 
     @contextmanager
     def _view(self) -> Iterator[mmap.mmap]:
@@ -135,6 +145,7 @@ class _MappedIndex:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+        self._last = None
         # The file is about to be rewritten, renamed over or deleted: drop a
         # cached read-only mapping of it.
         self.pool.discard(str(self.path))
@@ -160,6 +171,7 @@ class _MappedIndex:
             # Zero the dropped entries so a crash cannot resurrect them.
             start, end = self.entries * self.entry.size, old * self.entry.size
             self._mm[start:end] = bytes(end - start)
+        self._reload_last()
 
     # -- entries ------------------------------------------------------------------
 
@@ -174,6 +186,7 @@ class _MappedIndex:
             raise IndexFullError(str(self.path))
         self.entry.pack_into(self._mm, self.entries * self.entry.size, *fields)
         self.entries += 1
+        self._last = fields
 
     def _entry(self, n: int) -> tuple[int, ...]:
         with self._view() as mm:
@@ -189,18 +202,30 @@ class _MappedIndex:
         """Index of the last entry whose `field` is <= key, or -1."""
         if not self.entries:
             return -1
+        with self._view() as mm:
+            return self._bisect(mm, key, field)
+
+    def _floor_entry(self, key: int, field: int) -> tuple[int, ...] | None:
+        """The last entry whose `field` is <= key, or None. One borrow of a
+        sealed index's mapping for the search and the entry both."""
+        if not self.entries:
+            return None
+        with self._view() as mm:
+            n = self._bisect(mm, key, field)
+            return self.entry.unpack_from(mm, n * self.entry.size) if n >= 0 else None
+
+    def _bisect(self, mm: mmap.mmap, key: int, field: int) -> int:
         found = -1
         size = self.entry.size
         unpack = self.entry.unpack_from
-        with self._view() as mm:
-            lo, hi = 0, self.entries - 1
-            while lo <= hi:
-                mid = (lo + hi) >> 1
-                if unpack(mm, mid * size)[field] <= key:
-                    found = mid
-                    lo = mid + 1
-                else:
-                    hi = mid - 1
+        lo, hi = 0, self.entries - 1
+        while lo <= hi:
+            mid = (lo + hi) >> 1
+            if unpack(mm, mid * size)[field] <= key:
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
         return found
 
     @property
@@ -213,8 +238,8 @@ class OffsetIndex(_MappedIndex):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self.entries:
-            last_rel, last_pos = self._entry(self.entries - 1)
+        if self._last is not None:
+            last_rel, last_pos = self._last
             if relative <= last_rel or position <= last_pos:
                 raise AssertionError(
                     f"offset index must increase: ({last_rel}, {last_pos}) then "
@@ -224,10 +249,10 @@ class OffsetIndex(_MappedIndex):
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry at or before `offset`, else (base, 0)."""
-        n = self._search(offset - self.base_offset, 0)
-        if n < 0:
+        found = self._floor_entry(offset - self.base_offset, 0)
+        if found is None:
             return self.base_offset, 0
-        rel, pos = self._entry(n)
+        rel, pos = found
         return self.base_offset + rel, pos
 
     def last_entry(self) -> tuple[int, int]:
@@ -272,8 +297,8 @@ class TimeIndex(_MappedIndex):
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add (timestamp, offset) if the timestamp is newer than the last entry's."""
         relative = offset - self.base_offset
-        if self.entries:
-            last_ts, last_rel = self._entry(self.entries - 1)
+        if self._last is not None:
+            last_ts, last_rel = self._last
             if timestamp <= last_ts:
                 return
             if relative < last_rel:
@@ -282,10 +307,10 @@ class TimeIndex(_MappedIndex):
 
     def lookup(self, timestamp: int) -> int:
         """Offset of the last entry whose timestamp is <= `timestamp`, else the base."""
-        n = self._search(timestamp, 0)
-        if n < 0:
+        found = self._floor_entry(timestamp, 0)
+        if found is None:
             return self.base_offset
-        return self.base_offset + self._entry(n)[1]
+        return self.base_offset + found[1]
 
     def last_entry(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the newest entry."""

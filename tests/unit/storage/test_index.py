@@ -205,3 +205,37 @@ def test_reset_zeroes_entries_so_a_crash_cannot_resurrect_them(tmp_path):
     index.close()
     raw = path.read_bytes()
     assert raw[4 * 8 : 10 * 8] == bytes(6 * 8)
+
+
+def test_appends_compare_against_the_newest_entry_after_truncation_and_reopen(tmp_path):
+    """An append checks its entry against the newest one, which a writable
+    index keeps in memory: truncation and reopening must refresh it."""
+    offsets = OffsetIndex(tmp_path / "x.index", 0, 4096, writable=True)
+    times = TimeIndex(tmp_path / "x.timeindex", 0, 4096, writable=True)
+    offsets.append(5, 100)
+    offsets.append(10, 200)
+    times.maybe_append(1_000, 5)
+    times.maybe_append(2_000, 10)
+    offsets.truncate_to_offset(10)
+    times.truncate_to_offset(10)
+    offsets.append(7, 150)  # below the dropped (10, 200), above the kept (5, 100)
+    times.maybe_append(1_500, 7)  # older than the dropped entry: still appended
+    with pytest.raises(AssertionError):
+        offsets.append(6, 160)
+    assert offsets.entry_list() == [(5, 100), (7, 150)]
+    assert times.entry_list() == [(1_000, 5), (1_500, 7)]
+    offsets.trim()
+    times.trim()
+    offsets.make_writable()
+    times.make_writable()
+    with pytest.raises(AssertionError):
+        offsets.append(7, 170)
+    times.maybe_append(1_500, 8)  # not newer than the last entry: skipped
+    offsets.append(8, 170)
+    assert offsets.entry_list() == [(5, 100), (7, 150), (8, 170)]
+    assert times.entry_list() == [(1_000, 5), (1_500, 7)]
+    offsets.reset()
+    offsets.append(1, 10)  # nothing left to compare against
+    assert offsets.entry_list() == [(1, 10)]
+    offsets.close()
+    times.close()
