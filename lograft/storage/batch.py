@@ -24,6 +24,11 @@ offsetDelta varint, keyLength varint (-1 = null), key, valueLength varint,
 value, headerCount varint, then per header keyLength varint, key (UTF-8),
 valueLength varint (-1 = null), value.
 
+Header keys are `str`. Bytes that are not valid UTF-8 decode to surrogate
+escapes (errors="surrogateescape") and encode back to the same bytes, so a
+batch the cleaner rebuilds keeps every key byte for byte;
+`header_key_bytes` gives a key's bytes for rendering.
+
 baseOffset and partitionLeaderEpoch lie outside the CRC, so the broker patches
 them on append without touching the rest of the bytes.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c as _crc32c
 
@@ -72,17 +78,26 @@ NO_TIMESTAMP = -1
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
-_TAIL_INFO = struct.Struct(">qiibIhi")  # through lastOffsetDelta (27 bytes)
-TAIL_INFO_SIZE = _TAIL_INFO.size
+# The fields walks over stored batches need, for loops that read them
+# straight from the bytes: baseOffset and batchLength (bytes 0..11), and
+# those two plus lastOffsetDelta (bytes 0..26).
+PREFIX = struct.Struct(">qi")
+EXTENT = struct.Struct(">qi11xi")
+# The first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch): an
+# append writes these anew and bytes 16..end of the batch as they came.
+PATCHED_PREFIX = struct.Struct(">qii")
+PATCHED_PREFIX_SIZE = PATCHED_PREFIX.size
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     return _crc32c.crc32c(data)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The 61-byte header, field by field. A NamedTuple, not a dataclass: one
+    is built per batch on the append path, and a frozen dataclass costs a
+    setattr call per field (1.4 us against 0.3 us for these 13 fields)."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -146,7 +161,7 @@ def peek_extent(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int
 
     Needs 27 bytes at pos. This is the cheap walk used by reads and indexes.
     """
-    base, length, _ple, _magic, _crc, _attrs, last_delta = _TAIL_INFO.unpack_from(buf, pos)
+    base, length, last_delta = EXTENT.unpack_from(buf, pos)
     return base, length + LOG_OVERHEAD, last_delta
 
 
@@ -162,6 +177,11 @@ class Record:
 
 
 Header = tuple[str, bytes | None]
+
+
+def header_key_bytes(key: str) -> bytes:
+    """A header key's bytes as stored: the inverse of how records decode it."""
+    return key.encode("utf-8", errors="surrogateescape")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +214,7 @@ def _encode_record(
         parts.append(value)
     parts.append(encode_varint(len(headers)))
     for hkey, hval in headers:
-        hk = hkey.encode()
+        hk = header_key_bytes(hkey)
         parts.append(encode_varint(len(hk)))
         parts.append(hk)
         if hval is None:
@@ -294,7 +314,7 @@ def validate_batch(
     remaining = (len(buf) - pos) if available is None else available
     if remaining < LOG_OVERHEAD:
         raise CorruptRecordError(f"{remaining} bytes is too short for a record batch", position=pos)
-    _base, batch_length = _PREFIX.unpack_from(buf, pos)
+    _base, batch_length = PREFIX.unpack_from(buf, pos)
     if batch_length < BATCH_LENGTH_MIN:
         raise CorruptRecordError(
             f"batchLength {batch_length} is below the minimum {BATCH_LENGTH_MIN}", position=pos
@@ -318,7 +338,7 @@ def validate_batch(
             f"record batch magic is {header.magic}; only magic {MAGIC} is supported",
             position=pos,
         )
-    actual = compute_crc(buf, pos, size)
+    actual = _crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + size])
     if actual != header.crc:
         raise CorruptRecordError(
             f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}",
@@ -382,7 +402,7 @@ def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[R
             hk_len, p = decode_varint(data, p)
             if hk_len < 0:
                 raise CorruptRecordError("header key may not be null")
-            hk = bytes(data[p : p + hk_len]).decode("utf-8", errors="replace")
+            hk = bytes(data[p : p + hk_len]).decode("utf-8", errors="surrogateescape")
             p += hk_len
             hv_len, p = decode_varint(data, p)
             hv = None

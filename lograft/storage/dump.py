@@ -18,6 +18,7 @@ from lograft.storage.batch import (
     LOG_OVERHEAD,
     BatchHeader,
     compute_crc,
+    header_key_bytes,
     iter_batch_records,
     parse_header,
 )
@@ -122,7 +123,7 @@ def _record_lines(data: bytes, header: BatchHeader) -> Iterator[str]:
             seq = header.base_sequence + i if header.base_sequence >= 0 else -1
             key_size = -1 if rec.key is None else len(rec.key)
             value_size = -1 if rec.value is None else len(rec.value)
-            header_keys = ",".join(k for k, _v in rec.headers)
+            header_keys = ",".join(_show_header_key(k) for k, _v in rec.headers)
             yield (
                 f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: {key_size} "
                 f"valueSize: {value_size} sequence: {seq} headerKeys: [{header_keys}] "
@@ -130,6 +131,16 @@ def _record_lines(data: bytes, header: BatchHeader) -> Iterator[str]:
             )
     except LograftError as exc:
         yield f"| records do not decode: {exc.message}"
+
+
+def _show_header_key(key: str) -> str:
+    # A key that is not valid UTF-8 holds surrogate escapes, which stdout
+    # cannot encode: show its bytes instead.
+    raw = header_key_bytes(key)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode()
 
 
 def _show(data: bytes | None) -> str:
