@@ -74,7 +74,7 @@ import shutil
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -423,6 +423,7 @@ def _clean_run(
         stats = _write_run(staged, plan, run, rules, now_ms, target.config, cfg)
         # Durable before the swap: after the commit point it is the only copy.
         staged.seal()
+        _inherit_last_modified(staged, old)
         staged.flush()
         staged.close()
         if stats.records_removed == 0 and len(old) == 1:
@@ -442,6 +443,19 @@ def _clean_run(
     result.bytes_after += stats.bytes_after
     result.records_removed += stats.records_removed
     result.tombstones_removed += stats.tombstones_removed
+
+
+def _inherit_last_modified(staged: LogSegment, old: list[LogSegment]) -> None:
+    """Give the cleaned file the newest mtime of the files it replaces, as
+    Kafka's cleaner does: time retention of a segment without timestamps
+    (one this pass emptied, say) goes by its mtime, and cleaning must not
+    restart that clock."""
+    newest = -1
+    for seg in old:
+        with suppress(FileNotFoundError):  # deleted meanwhile: the swap will refuse
+            newest = max(newest, seg.log_path.stat().st_mtime_ns)
+    if newest >= 0:
+        os.utime(staged.log_path, ns=(newest, newest))
 
 
 def _staging_config(config: LogConfig, input_bytes: int) -> LogConfig:
@@ -557,7 +571,7 @@ class _BufferedAppender:
 
     def flush(self) -> None:
         if self._batches:
-            self.segment.append(b"".join(self._chunks), self._batches)
+            self.segment.append(self._chunks, self._size, self._batches)
         self._chunks, self._batches, self._size = [], [], 0
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
@@ -50,6 +51,8 @@ from lograft.storage import checkpoint
 from lograft.storage.batch import (
     HEADER,
     LOG_OVERHEAD,
+    PATCHED_PREFIX,
+    PATCHED_PREFIX_SIZE,
     BatchHeader,
     check_records,
     iter_batch_records,
@@ -65,6 +68,7 @@ from lograft.storage.retention import SegmentInfo, deletable_prefix
 from lograft.storage.segment import (
     LOG_SUFFIX,
     AppendedBatch,
+    Buffer,
     LogSegment,
     file_name,
     parse_base_offset,
@@ -85,8 +89,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
+    """What an append did. (A NamedTuple: one is built per append, and a
+    frozen dataclass's per-field setattr is measurable there.)"""
+
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -143,6 +149,9 @@ class Log:
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._segments: SortedDict = SortedDict()
+        # The last segment, kept apart from _segments (set wherever its last
+        # entry changes): appends and log_end_offset read it on every call.
+        self._active: LogSegment
         self._closed = False
         # Bumped by every truncation: the cleaner compares it before swapping,
         # since a truncated-then-rolled segment is the same object with new bytes.
@@ -201,6 +210,7 @@ class Log:
             self._segments[start] = LogSegment(
                 self.directory, start, self.config, self.pool, active=True, created_ms=now
             )
+        self._active = self._segments.peekitem(-1)[1]
         first_base = self._segments.peekitem(0)[0]
         self.log_start_offset = max(first_base, checkpointed_start or 0)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -293,11 +303,11 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments.peekitem(-1)[1]
+        return self._active
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments.peekitem(-1)[1].next_offset
+        return self._active.next_offset
 
     @property
     def size_bytes(self) -> int:
@@ -328,34 +338,29 @@ class Log:
         """Append producer batches as leader: assign offsets from the LEO and
         stamp `leader_epoch`. All batches are validated before anything is
         written; one bad batch rejects the whole call."""
-        buf = bytearray(data)
-        headers = self._validate_all(buf, contiguous=True, deep=validate_records)
+        # The bytes validated must be the bytes written. A bytearray could
+        # change in between, so it is copied once; bytes are immutable and
+        # are written as they are, behind each batch's patched first 16 bytes.
+        data = data if isinstance(data, bytes) else bytes(data)
+        headers = self._validate_all(data, contiguous=True, deep=validate_records)
         with self._lock:
             self._check_open()
             now = self.clock()
-            next_offset = self.log_end_offset
-            first = next_offset
+            first = self._active.next_offset
             append_time = -1
             if self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
                 append_time = now
-            batches: list[AppendedBatch] = []
-            for pos, h in headers:
-                patch_base_offset_and_epoch(buf, pos, next_offset, leader_epoch)
-                max_ts = h.max_timestamp
-                if append_time >= 0:
-                    set_log_append_time(buf, pos, h.size, append_time)
-                    max_ts = append_time
-                last = next_offset + h.last_offset_delta
-                batches.append(AppendedBatch(last, max_ts, h.size))
-                next_offset = last + 1
-            self._write_with_epochs(buf, batches, first, now, [(leader_epoch, first)])
+            parts, batches, max_timestamp, records = _assign_offsets(
+                data, headers, first, leader_epoch, append_time
+            )
+            self._write_with_epochs(parts, len(data), batches, first, now, [(leader_epoch, first)])
             return AppendInfo(
                 first_offset=first,
-                last_offset=next_offset - 1,
-                max_timestamp=max(b.max_timestamp for b in batches),
+                last_offset=batches[-1].last_offset,
+                max_timestamp=max_timestamp,
                 batches=len(batches),
-                records=sum(h.records_count for _p, h in headers),
-                size_bytes=len(buf),
+                records=records,
+                size_bytes=len(data),
                 log_append_time_ms=append_time,
             )
 
@@ -384,7 +389,8 @@ class Log:
                 # An empty follower log joining a leader whose log starts later.
                 self._truncate_fully_locked(first)
             self._write_with_epochs(
-                buf,
+                [buf],
+                len(buf),
                 batches,
                 first,
                 self.clock(),
@@ -425,7 +431,8 @@ class Log:
 
     def _write_with_epochs(
         self,
-        buf: bytes | bytearray,
+        parts: list[Buffer],
+        size: int,
         batches: list[AppendedBatch],
         first: int,
         now: int,
@@ -447,25 +454,25 @@ class Log:
                 errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
             ) from exc
         try:
-            self._write(buf, batches, first, now)
+            self._write(parts, size, batches, first, now)
         except BaseException:
             with suppress(OSError):
                 self.epochs.truncate_from_end(first)
             raise
 
     def _write(
-        self, buf: bytes | bytearray, batches: list[AppendedBatch], first: int, now: int
+        self, parts: list[Buffer], size: int, batches: list[AppendedBatch], first: int, now: int
     ) -> None:
-        seg = self.active_segment
+        seg = self._active
         last = batches[-1].last_offset
-        if not seg.active or seg.should_roll(len(buf), now) or not seg.fits_offsets(last):
+        if not seg.active or seg.should_roll(size, now) or not seg.fits_offsets(last):
             # (not active: an earlier roll sealed it, then failed to create
             # the next segment.)
             seg = self._roll_locked(first, now)
         elif first > seg.next_offset and seg.size == 0:
             # An empty active segment whose base is below a gap: rebase it.
             seg = self._roll_locked(first, now)
-        seg.append(buf, batches)
+        seg.append(parts, size, batches)
         if self.config.flush_policy is FlushPolicy.EVERY_BATCH:
             try:
                 seg.flush()
@@ -501,6 +508,7 @@ class Log:
             old.seal()
             seg = LogSegment.create_active(self.directory, base, self.config, self.pool, now)
         self._segments[base] = seg
+        self._active = seg
         return seg
 
     # -- reading -------------------------------------------------------------------
@@ -583,7 +591,7 @@ class Log:
                 _base, seg = self._segments.popitem(-1)
                 removed += seg.size
                 seg.delete()
-            seg = self.active_segment
+            seg = self._active = self._segments.peekitem(-1)[1]
             seg.make_active()
             removed += seg.truncate_to(offset)
             leo = self.log_end_offset
@@ -611,9 +619,10 @@ class Log:
         for seg in list(self._segments.values()):
             seg.delete()
         self._segments.clear()
-        self._segments[offset] = LogSegment(
+        self._active = LogSegment(
             self.directory, offset, self.config, self.pool, active=True, created_ms=self.clock()
         )
+        self._segments[offset] = self._active
         self.log_start_offset = offset
         self.recovery_point = offset
         self._truncations += 1
@@ -648,9 +657,7 @@ class Log:
         with self._flush_lock, self._lock:
             self._check_open()
             segs = list(self._segments.values())
-            infos = [
-                SegmentInfo(s.base_offset, s.next_offset, s.size, s.largest_timestamp) for s in segs
-            ]
+            infos = [_retention_info(s) for s in segs]
             count = deletable_prefix(
                 infos,
                 now_ms=self.clock(),
@@ -863,6 +870,55 @@ class Log:
             f"Log({self.directory}, start={self.log_start_offset}, end={self.log_end_offset}, "
             f"segments={len(self._segments)})"
         )
+
+
+def _retention_info(seg: LogSegment) -> SegmentInfo:
+    # The file's mtime matters only to a segment without timestamps: the
+    # stat is skipped for the others.
+    mtime = seg.last_modified_ms() if seg.largest_timestamp < 0 else -1
+    return SegmentInfo(seg.base_offset, seg.next_offset, seg.size, seg.largest_timestamp, mtime)
+
+
+def _assign_offsets(
+    data: bytes,
+    headers: list[tuple[int, BatchHeader]],
+    first: int,
+    leader_epoch: int,
+    append_time: int,
+) -> tuple[list[Buffer], list[AppendedBatch], int, int]:
+    """The bytes that write producer batches with offsets from `first` and
+    `leader_epoch` stamped, what the segment indexes of each batch, and the
+    batches' largest timestamp and record count (for AppendInfo).
+
+    baseOffset and partitionLeaderEpoch lie outside the CRC, so each batch
+    goes out as a new 16-byte prefix plus a view of its bytes 16..end: the
+    request is never copied. LogAppendTime (append_time >= 0) changes bytes
+    the CRC covers, so those batches are copied and checksummed again.
+    """
+    view = memoryview(data)
+    parts: list[Buffer] = []
+    batches: list[AppendedBatch] = []
+    next_offset = first
+    largest = -(1 << 63)  # below any int64 maxTimestamp
+    records = 0
+    for pos, h in headers:
+        size = h.batch_length + LOG_OVERHEAD
+        max_ts = h.max_timestamp
+        if append_time < 0:
+            parts.append(PATCHED_PREFIX.pack(next_offset, h.batch_length, leader_epoch))
+            parts.append(view[pos + PATCHED_PREFIX_SIZE : pos + size])
+        else:
+            batch = bytearray(view[pos : pos + size])
+            patch_base_offset_and_epoch(batch, 0, next_offset, leader_epoch)
+            set_log_append_time(batch, 0, size, append_time)
+            parts.append(batch)
+            max_ts = append_time
+        last = next_offset + h.last_offset_delta
+        batches.append(AppendedBatch(last, max_ts, size))
+        next_offset = last + 1
+        largest = max_ts if max_ts > largest else largest
+        records += h.records_count
+    return parts, batches, largest, records
 
 
 class CleanerConflictError(Exception):

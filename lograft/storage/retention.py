@@ -6,8 +6,12 @@ that bound. Rules, each applied to the oldest segments first, stopping at the
 first segment a rule keeps (a log never gets holes in the middle):
 
 - below the log start offset: next offset <= log start offset;
-- time: now - largest timestamp > retention_ms (segments without timestamps
-  are kept);
+- time: now - largest timestamp > retention_ms. A segment without record
+  timestamps (largest timestamp -1: all its batches carry none, or
+  compaction emptied it) is judged by its file's last-modified time
+  instead, as Kafka's LogSegment.largestTimestamp does; without it such a
+  segment would hold back time retention of every later one. With neither
+  known it is kept;
 - size: while the log minus this segment is still >= retention_bytes.
 """
 
@@ -23,6 +27,14 @@ class SegmentInfo:
     next_offset: int
     size_bytes: int
     largest_timestamp: int
+    # The .log file's last-modified time in ms, -1 if unknown; used only
+    # when largest_timestamp is -1.
+    last_modified_ms: int = -1
+
+    @property
+    def retention_timestamp(self) -> int:
+        """The time retention measures this segment's age from (-1: none)."""
+        return self.largest_timestamp if self.largest_timestamp >= 0 else self.last_modified_ms
 
 
 def deletable_prefix(
@@ -49,11 +61,8 @@ def deletable_prefix(
             continue
         if not delete_enabled:
             break
-        expired = (
-            retention_ms >= 0
-            and seg.largest_timestamp >= 0
-            and now_ms - seg.largest_timestamp > retention_ms
-        )
+        newest = seg.retention_timestamp
+        expired = retention_ms >= 0 and newest >= 0 and now_ms - newest > retention_ms
         oversize = retention_bytes >= 0 and total - seg.size_bytes >= retention_bytes
         if not (expired or oversize):
             break

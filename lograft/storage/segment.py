@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from lograft.errors import CorruptRecordError, LograftError, StorageError
-from lograft.storage.batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
+from lograft.storage.batch import (
+    BATCH_LENGTH_MIN,
+    EXTENT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    PREFIX,
+    validate_batch,
+)
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.index import OffsetIndex, TimeIndex
@@ -34,8 +42,22 @@ NO_TIMESTAMP = -1
 
 # How much of a segment one scan step reads; a few index intervals.
 _SCAN_CHUNK_BYTES = 64 * 1024
+# How much a lookup reads at a time while walking from an index entry to the
+# batch it wants: twice the default index interval, so one read usually
+# covers the walk and, for reads of a few batches, the data too.
+_LOCATE_CHUNK_BYTES = 8 * 1024
+# Most buffers one pwritev takes (Linux's IOV_MAX).
+_IOV_MAX = 1024
+# Above any offset: "no max_offset".
+_OFFSET_MAX = 1 << 63
+# Header fields walk() reports: baseOffset, batchLength,
+# partitionLeaderEpoch, lastOffsetDelta, maxTimestamp (bytes 0..42).
+_WALK_FIELDS = struct.Struct(">qii7xi8xq")
 # Index entries hold offsets relative to the segment's base as int32.
 _RELATIVE_OFFSET_MAX = 0x7FFFFFFF
+
+
+Buffer = bytes | bytearray | memoryview
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -49,8 +71,7 @@ def parse_base_offset(name: str) -> int | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class BatchPos:
+class BatchPos(NamedTuple):
     """Where a batch sits in a segment, with the header fields reads need."""
 
     position: int
@@ -61,9 +82,10 @@ class BatchPos:
     leader_epoch: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class AppendedBatch:
-    """What a segment needs to index one batch it is given."""
+class AppendedBatch(NamedTuple):
+    """What a segment needs to index one batch it is given. (NamedTuples, not
+    frozen dataclasses: these are built per batch on the append and read
+    paths, where a dataclass's per-field setattr shows in the profile.)"""
 
     last_offset: int
     max_timestamp: int
@@ -239,14 +261,19 @@ class LogSegment:
 
     # -- writing -------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, batches: list[AppendedBatch]) -> None:
-        """Write whole batches at the end of the segment and index them."""
+    def append(self, parts: Sequence[Buffer], size: int, batches: Sequence[AppendedBatch]) -> None:
+        """Write whole batches at the end of the segment and index them.
+
+        `parts` hold the batches' `size` bytes back to back, in as many
+        pieces as the caller has them: an append writes a patched 16-byte
+        prefix and the rest of each batch as it came, without copying it.
+        """
         if self._fd is None:
             raise RuntimeError(f"segment {self.log_path} is not active")
         self._cut_dirty_tail()
         start = self.size
         try:
-            _pwrite_all(self._fd, data, start)
+            _pwrite_all(self._fd, parts, start, size)
         except OSError as exc:
             self._undo_partial_write(start)
             raise _storage_error(exc, self.log_path) from exc
@@ -254,6 +281,7 @@ class LogSegment:
         for b in batches:
             self._index_batch(pos, b)
             pos += b.size
+        assert pos == start + size, "the batches must account for every byte written"
         self.size = pos
         self.next_offset = batches[-1].last_offset + 1
         self.unflushed = True
@@ -288,7 +316,7 @@ class LogSegment:
         # so recovery stops there.
         self.tail_dirty = True
         with suppress(OSError):
-            _pwrite_all(self._fd, bytes(LOG_OVERHEAD), size)
+            _pwrite_all(self._fd, [bytes(LOG_OVERHEAD)], size, LOG_OVERHEAD)
 
     def _cut_dirty_tail(self) -> None:
         if not self.tail_dirty or self._fd is None:
@@ -442,18 +470,11 @@ class LogSegment:
                 rel = 0
                 progressed = False
                 while len(chunk) - rel >= HEADER_SIZE:
-                    h = BatchHeader(*HEADER.unpack_from(chunk, rel))
-                    size = h.batch_length + LOG_OVERHEAD
-                    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+                    base, length, epoch, last_delta, max_ts = _WALK_FIELDS.unpack_from(chunk, rel)
+                    size = length + LOG_OVERHEAD
+                    if length < BATCH_LENGTH_MIN or pos + size > end:
                         return
-                    yield BatchPos(
-                        pos,
-                        h.base_offset,
-                        h.last_offset,
-                        size,
-                        h.max_timestamp,
-                        h.partition_leader_epoch,
-                    )
+                    yield BatchPos(pos, base, base + last_delta, size, max_ts, epoch)
                     pos += size
                     rel += size
                     progressed = True
@@ -468,10 +489,32 @@ class LogSegment:
     def find_batch(self, offset: int) -> BatchPos | None:
         """The first batch whose last offset is >= offset (the one holding it,
         or the next one after a compaction gap)."""
-        _off, pos = self.index.lookup(offset)
-        for b in self.walk(pos):
-            if b.last_offset >= offset:
-                return b
+        with self._fd_for_read() as fd:
+            found = self._locate(fd, offset)
+        return None if found is None else self.batch_at(found.position)
+
+    def _locate(self, fd: int, offset: int) -> _Located | None:
+        """The first batch whose last offset is >= offset: from the index entry
+        at or below it, walk the headers forward (about one index interval).
+        Reads in chunks of _LOCATE_CHUNK_BYTES and hands back the last chunk,
+        which often holds the data a small read wants as well."""
+        pos = self.index.lookup(offset)[1]
+        end = self.size
+        chunk, chunk_start = b"", pos
+        while end - pos >= HEADER_SIZE:
+            rel = pos - chunk_start
+            if len(chunk) - rel < HEADER_SIZE:
+                chunk = os.pread(fd, min(_LOCATE_CHUNK_BYTES, end - pos), pos)
+                chunk_start, rel = pos, 0
+                if len(chunk) < HEADER_SIZE:
+                    return None
+            base, length, last_delta = EXTENT.unpack_from(chunk, rel)
+            size = length + LOG_OVERHEAD
+            if length < BATCH_LENGTH_MIN or size > end - pos:
+                return None
+            if base + last_delta >= offset:
+                return _Located(pos, base, size, chunk, chunk_start)
+            pos += size
         return None
 
     def read(
@@ -484,26 +527,30 @@ class LogSegment:
         because a limit excludes the first batch, or None when no batch in
         this segment reaches `offset` (only then may the caller look in the
         next segment).
+
+        One descriptor borrow and (beyond the lookup) one pread: the span
+        max_bytes allows is read whole, then cut back to its last whole
+        batch by a walk over the length fields alone.
         """
-        first = self.find_batch(offset)
-        if first is None:
-            return None
-        if max_offset is not None and first.base_offset >= max_offset:
-            return b"", first.position
-        end = first.position
-        for b in self.walk(first.position):
-            if max_offset is not None and b.base_offset >= max_offset:
-                break
-            if end + b.size - first.position > max_bytes:
-                if end == first.position and min_one:
-                    end += b.size
-                break
-            end += b.size
-        if end == first.position:
-            return b"", first.position
         with self._fd_for_read() as fd:
-            data = os.pread(fd, end - first.position, first.position)
-        return data, first.position
+            first = self._locate(fd, offset)
+            if first is None:
+                return None
+            if max_offset is not None and first.base_offset >= max_offset:
+                return b"", first.position
+            if first.size > max_bytes:
+                if not min_one:
+                    return b"", first.position
+                span = first.size
+            else:
+                span = min(max_bytes, self.size - first.position)
+            buf, start = first.chunk, first.position - first.chunk_start
+            if len(buf) - start < span:
+                buf, start = os.pread(fd, span, first.position), 0
+        end = _whole_batches_end(buf, start, min(start + span, len(buf)), max_offset)
+        if start == 0 and end == len(buf):
+            return buf, first.position
+        return buf[start:end], first.position
 
     def read_range(self, start: int, end: int) -> bytes:
         with self._fd_for_read() as fd:
@@ -523,18 +570,63 @@ class LogSegment:
         """Newest record timestamp in the segment (-1 if empty)."""
         return self.max_timestamp
 
+    def last_modified_ms(self) -> int:
+        """The `.log` file's last-modified time in ms (-1 if it is gone)."""
+        try:
+            return self.log_path.stat().st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return -1
+
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
 
 
-def _pwrite_all(fd: int, data: bytes | bytearray, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
+class _Located(NamedTuple):
+    """A batch _locate found, and the chunk it read it from."""
+
+    position: int
+    base_offset: int
+    size: int
+    chunk: bytes
+    chunk_start: int
+
+
+def _whole_batches_end(buf: bytes, start: int, stop: int, max_offset: int | None) -> int:
+    """Where the whole batches in buf[start:stop] end, stopping before the
+    first batch at or past max_offset. Reads two fields per batch and builds
+    nothing: a 64 KiB read of small batches walks hundreds of them."""
+    limit = _OFFSET_MAX if max_offset is None else max_offset
+    unpack = PREFIX.unpack_from
+    pos = start
+    while stop - pos >= HEADER_SIZE:
+        base, length = unpack(buf, pos)
+        if base >= limit or length < BATCH_LENGTH_MIN or length + LOG_OVERHEAD > stop - pos:
+            break
+        pos += length + LOG_OVERHEAD
+    return pos
+
+
+def _pwrite_all(fd: int, parts: Sequence[Buffer], position: int, size: int) -> None:
+    """Write the parts, `size` bytes in all, back to back from `position`,
+    going on after short writes."""
+    end = position + size
+    while position < end:
+        written = os.pwritev(fd, parts[:_IOV_MAX], position)
         if written <= 0:
-            raise OSError(errno.EIO, "pwrite wrote nothing")
-        view = view[written:]
+            raise OSError(errno.EIO, "pwritev wrote nothing")
         position += written
+        if position < end:
+            parts = _drop_written(parts, written)
+
+
+def _drop_written(parts: Sequence[Buffer], written: int) -> list[memoryview]:
+    """What is left of `parts` after their first `written` bytes."""
+    for i, part in enumerate(parts):
+        view = memoryview(part)
+        if written < view.nbytes:
+            return [view[written:], *(memoryview(p) for p in parts[i + 1 :])]
+        written -= view.nbytes
+    return []
 
 
 def _storage_error(exc: OSError, path: Path) -> StorageError:

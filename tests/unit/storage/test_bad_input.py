@@ -1,8 +1,9 @@
 """Bad input and faults. Each malformed append gets its typed error and
 nothing on disk changes (every file's bytes and the LEO are compared before
-and after). A disk that fills up mid-write (ENOSPC from os.pwrite) fails the
-append with KAFKA_STORAGE_ERROR and leaves the log readable and consistent
-up to the last complete batch, before and after reopening."""
+and after). A disk that fills up mid-write (ENOSPC from os.pwrite or
+os.pwritev) fails the append with KAFKA_STORAGE_ERROR and leaves the log
+readable and consistent up to the last complete batch, before and after
+reopening."""
 
 from __future__ import annotations
 
@@ -234,6 +235,15 @@ class DiskFull:
                 return written
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    def pwritev(self, fd, buffers, position):
+        """os.pwritev on the same disk (appends write a batch as pieces)."""
+        return self(fd, b"".join(buffers), position)
+
+    def install(self, monkeypatch) -> DiskFull:
+        monkeypatch.setattr(segment_module.os, "pwrite", self)
+        monkeypatch.setattr(segment_module.os, "pwritev", self.pwritev)
+        return self
+
 
 def _assert_log_is(log: Log, h: LogHarness) -> None:
     assert log.log_end_offset == h.model.leo
@@ -258,8 +268,7 @@ def test_disk_full_mid_append(harness, monkeypatch, mode, rolls, policy):
     size_before = active.stat().st_size
     leo = log.log_end_offset
     epochs = log.epochs.entries()
-    fault = DiskFull(mode)
-    monkeypatch.setattr(segment_module.os, "pwrite", fault)
+    fault = DiskFull(mode).install(monkeypatch)
     blob = b"".join(batch_of(3, value_size=80, tag=t)[0] for t in range(3))
     with pytest.raises(StorageError) as info:
         log.append(blob, leader_epoch=h.epoch + 1)
@@ -293,8 +302,7 @@ def test_disk_full_and_the_undo_fails_too(harness, monkeypatch):
     log = h.log
     active = log.active_segment.log_path
     size_before = active.stat().st_size
-    fault = DiskFull("partial-then-error")
-    monkeypatch.setattr(segment_module.os, "pwrite", fault)
+    fault = DiskFull("partial-then-error").install(monkeypatch)
 
     real_ftruncate = os.ftruncate
     ftruncate_fails = True
@@ -329,8 +337,7 @@ def test_disk_full_and_the_undo_fails_too(harness, monkeypatch):
 def test_torn_bytes_left_by_a_failed_undo_never_reach_a_clean_reopen(harness, monkeypatch):
     h = harness
     log = h.log
-    fault = DiskFull("partial-then-error")
-    monkeypatch.setattr(segment_module.os, "pwrite", fault)
+    DiskFull("partial-then-error").install(monkeypatch)
 
     def ftruncate(_fd, _length):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -387,7 +394,7 @@ def test_crash_while_torn_bytes_could_not_be_cut(harness, monkeypatch):
     """The failed append's whole batches must not come back after a crash."""
     h = harness
     log = h.log
-    monkeypatch.setattr(segment_module.os, "pwrite", DiskFull("partial-then-error"))
+    DiskFull("partial-then-error").install(monkeypatch)
 
     def ftruncate(_fd, _length):
         raise OSError(errno.EIO, os.strerror(errno.EIO))

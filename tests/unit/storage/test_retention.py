@@ -1,9 +1,12 @@
-"""Retention: whole segments go by time (their largest timestamp) or by size,
+"""Retention: whole segments go by time (their largest timestamp, or for a
+segment without timestamps its file's mtime) or by size,
 oldest first, never the active segment and never past max_offset (the high
 watermark); the log start offset advances and reads below it are out of
 range; advance_log_start_offset (DeleteRecords) hides offsets at once."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -30,11 +33,8 @@ def _reference(segs, now, start, retention_ms, retention_bytes, delete, max_offs
         if max_offset is not None and s.next_offset > max_offset:
             break
         below_start = s.next_offset <= start
-        expired = (
-            retention_ms >= 0
-            and s.largest_timestamp >= 0
-            and (now - s.largest_timestamp > retention_ms)
-        )
+        newest = s.largest_timestamp if s.largest_timestamp >= 0 else s.last_modified_ms
+        expired = retention_ms >= 0 and newest >= 0 and (now - newest > retention_ms)
         too_big = retention_bytes >= 0 and total - s.size_bytes >= retention_bytes
         if not (below_start or (delete and (expired or too_big))):
             break
@@ -48,6 +48,7 @@ segments_strategy = st.lists(
         st.integers(min_value=1, max_value=10),
         st.integers(min_value=1, max_value=1000),
         st.integers(min_value=-1, max_value=10_000),
+        st.integers(min_value=-1, max_value=10_000),  # file mtime
     ),
     min_size=1,
     max_size=12,
@@ -68,8 +69,8 @@ def test_deletable_prefix_matches_the_rules(
     raw, now, start_frac, retention_ms, retention_bytes, delete, hw_frac
 ):
     segs, base = [], 0
-    for count, size, ts in raw:
-        segs.append(SegmentInfo(base, base + count, size, ts))
+    for count, size, ts, mtime in raw:
+        segs.append(SegmentInfo(base, base + count, size, ts, mtime))
         base += count
     start = int(start_frac * base)
     hw = None if hw_frac is None else int(hw_frac * base)
@@ -90,11 +91,8 @@ def test_deletable_prefix_matches_the_rules(
         # Size retention never takes the log below its limit on its own.
         remaining = sum(s.size_bytes for s in segs[n:])
         last = segs[n - 1]
-        expired = (
-            retention_ms >= 0
-            and last.largest_timestamp >= 0
-            and (now - last.largest_timestamp > retention_ms)
-        )
+        newest = last.retention_timestamp
+        expired = retention_ms >= 0 and newest >= 0 and (now - newest > retention_ms)
         if not expired and last.next_offset > start:
             assert remaining >= retention_bytes
 
@@ -143,15 +141,31 @@ def test_a_recent_record_keeps_an_old_segment(tmp_path):
     assert log.log_start_offset == 2
 
 
-def test_segments_without_timestamps_are_kept_by_time(tmp_path):
+def test_segments_without_timestamps_go_by_their_file_mtime(tmp_path):
+    """As Kafka's LogSegment.largestTimestamp: a segment whose batches carry
+    no timestamp is as old as its .log file."""
     clock = FakeClock(1_000_000)
-    log = _log(tmp_path, clock, retention_ms=0)
+    log = _log(tmp_path, clock, retention_ms=1000)
     log.append(batch_of(2, value_size=300, timestamp_ms=-1 - 1)[0], leader_epoch=0)
     log.roll()
+    log.append(batch_of(2, value_size=300, timestamp_ms=clock.now - 5000)[0], leader_epoch=0)
+    log.roll()
     log.append(batch_of(1)[0], leader_epoch=0)
-    # Timestamps -2, -1: largest is -1 (none), so time retention keeps it.
-    assert log.segments()[0].largest_timestamp == -1
-    assert log.delete_old_segments() == 0
+    # Timestamps -2, -1: largest is -1 (none).
+    first = log.segments()[0]
+    assert first.largest_timestamp == -1
+    os.utime(first.log_path, ns=(0, (clock.now - 500) * 1_000_000))
+    assert log.delete_old_segments() == 0  # modified 500 ms ago: kept, and so is the next
+    os.utime(first.log_path, ns=(0, (clock.now - 1001) * 1_000_000))
+    assert log.delete_old_segments() == 2  # by its mtime, then the next by its timestamp
+    assert log.log_start_offset == 4
+
+
+def test_a_segment_without_timestamps_or_file_is_kept():
+    info = SegmentInfo(0, 5, 100, largest_timestamp=-1, last_modified_ms=-1)
+    active = SegmentInfo(5, 6, 100, largest_timestamp=10)
+    kwargs = {"log_start_offset": 0, "retention_bytes": -1, "delete_enabled": True}
+    assert deletable_prefix([info, active], now_ms=10**12, retention_ms=0, **kwargs) == 0
 
 
 def test_size_retention(tmp_path):

@@ -1,0 +1,149 @@
+"""How appends put bytes on disk.
+
+A leader append writes each batch as a patched 16-byte prefix (baseOffset,
+batchLength, partitionLeaderEpoch) plus a view of the rest of the request,
+with os.pwritev, instead of copying the request. These tests hold that path
+to the same results as a copy-and-patch: the stored bytes are the request's
+with only those fields changed, short writes are continued, requests of more
+pieces than one pwritev takes are written whole, and the caller's buffer is
+never modified.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from lograft.storage import segment as segment_module
+from lograft.storage.batch import (
+    LEADER_EPOCH_POS,
+    RecordInput,
+    build_batch,
+    iter_batches,
+    validate_batch,
+)
+from lograft.storage.config import LogConfig, TimestampType
+from lograft.storage.handles import FilePool
+from lograft.storage.log import Log
+
+from .storage_support import FakeClock, read_everything
+
+
+def _request(rnd: random.Random, batches: int, value_size: int = 40) -> bytes:
+    return b"".join(
+        build_batch(
+            [RecordInput(rnd.randbytes(value_size), key=b"k") for _ in range(rnd.randint(1, 4))],
+            timestamp_ms=1_000 + i,
+        )
+        for i in range(batches)
+    )
+
+
+def _patched(request: bytes, first_offset: int, epoch: int) -> bytes:
+    """The request as a copy-and-patch append stores it."""
+    out = bytearray(request)
+    offset = first_offset
+    for pos, h in iter_batches(request):
+        out[pos : pos + 8] = offset.to_bytes(8, "big", signed=True)
+        out[pos + LEADER_EPOCH_POS : pos + LEADER_EPOCH_POS + 4] = epoch.to_bytes(4, "big")
+        offset += h.last_offset_delta + 1
+    return bytes(out)
+
+
+def _log(tmp_path, **cfg) -> Log:
+    return Log(tmp_path / "p", LogConfig(**cfg), pool=FilePool(8), clock=FakeClock())
+
+
+class ShortWrites:
+    """os.pwritev that writes at most `limit` bytes per call, as a kernel
+    may; it also records how many buffers each call was handed."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.real = os.pwritev
+        self.buffer_counts: list[int] = []
+
+    def __call__(self, fd, buffers, position):
+        self.buffer_counts.append(len(buffers))
+        data = b"".join(bytes(b) for b in buffers)[: self.limit]
+        return self.real(fd, [data], position)
+
+
+@pytest.mark.parametrize("limit", [1, 7, 16, 100, 1 << 30])
+def test_short_writes_are_continued(tmp_path, monkeypatch, limit):
+    rnd = random.Random(limit)
+    log = _log(tmp_path)
+    before = _request(rnd, 3)
+    log.append(before, leader_epoch=1)
+    request = _request(rnd, 5)
+    writes = ShortWrites(limit)
+    monkeypatch.setattr(segment_module.os, "pwritev", writes)
+    info = log.append(request, leader_epoch=2)
+    monkeypatch.undo()
+    if limit < len(request):
+        assert len(writes.buffer_counts) > 1
+    on_disk = log.active_segment.log_path.read_bytes()
+    assert on_disk == _patched(before, 0, 1) + _patched(request, info.first_offset, 2)
+    records = read_everything(log)
+    log.close_unclean()
+    reopened = Log(tmp_path / "p", LogConfig(), pool=FilePool(8), clock=FakeClock())
+    assert reopened.recovery.bytes_dropped == 0
+    assert read_everything(reopened) == records
+    reopened.close()
+
+
+@pytest.mark.parametrize("limit", [1 << 30, 1000])
+def test_a_request_of_more_pieces_than_one_pwritev_takes(tmp_path, monkeypatch, limit):
+    """700 batches are 1,400 pieces; pwritev takes at most 1,024 at once."""
+    rnd = random.Random(5)
+    log = _log(tmp_path)
+    request = _request(rnd, 700, value_size=3)
+    writes = ShortWrites(limit)
+    monkeypatch.setattr(segment_module.os, "pwritev", writes)
+    info = log.append(request, leader_epoch=0)
+    monkeypatch.undo()
+    assert info.batches == 700
+    assert max(writes.buffer_counts) == 1024
+    assert log.active_segment.log_path.read_bytes() == _patched(request, 0, 0)
+    assert log.read(0, 1 << 30) == _patched(request, 0, 0)
+    log.close()
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_the_callers_buffer_is_never_modified(tmp_path, kind):
+    rnd = random.Random(9)
+    log = _log(tmp_path)
+    log.append(_request(rnd, 2), leader_epoch=0)
+    request = _request(rnd, 3)
+    given = kind(bytearray(request)) if kind is not bytes else request
+    info = log.append(given, leader_epoch=4)  # type: ignore[arg-type]
+    assert bytes(given) == request
+    assert info.first_offset > 0
+    stored = log.read(info.first_offset, 1 << 20)
+    assert stored == _patched(request, info.first_offset, 4)
+    log.close()
+
+
+def test_log_append_time_batches_are_copied_and_checksummed_again(tmp_path):
+    rnd = random.Random(3)
+    clock = FakeClock(5_000_000)
+    log = Log(
+        tmp_path / "p",
+        LogConfig(message_timestamp_type=TimestampType.LOG_APPEND_TIME),
+        pool=FilePool(8),
+        clock=clock,
+    )
+    request = _request(rnd, 3)
+    info = log.append(request, leader_epoch=7)
+    assert info.log_append_time_ms == clock.now
+    assert info.max_timestamp == clock.now
+    stored = log.read(0, 1 << 20)
+    assert len(stored) == len(request)
+    for pos, h in iter_batches(stored):
+        validate_batch(stored, pos, available=h.size)  # the CRC covers the new time
+        assert h.is_log_append_time
+        assert h.max_timestamp == clock.now
+        assert h.partition_leader_epoch == 7
+    log.close()
