@@ -48,11 +48,12 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 def _cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
-    from lograft.api.node import configure_logging, run_node
+    from lograft.api.node import check_config, configure_logging, run_node
     from lograft.api.node_config import load_config
 
     try:
         config = load_config(args.config)
+        check_config(config)
     except LograftError as exc:
         print(f"lograft node: {exc.message}", file=sys.stderr)
         return 1

@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import fields, replace
 from typing import Any
 
 import aiohttp
@@ -43,6 +44,7 @@ from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
+    InvalidConfigError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -77,12 +79,42 @@ def raft_config_for(config: NodeConfig) -> RaftConfig:
     )
 
 
+def controller_config_for(config: NodeConfig) -> ControllerConfig:
+    known = {f.name for f in fields(ControllerConfig)}
+    for key in config.controller:
+        if key not in known:
+            raise InvalidConfigError(
+                f"unknown setting controller.{key}; known: {', '.join(sorted(known))}",
+                key=f"controller.{key}",
+            )
+    return ControllerConfig(**dict(config.controller))
+
+
+def check_config(config: NodeConfig) -> None:
+    """Validate the sections other modules own ([raft], [controller], [broker]) before
+    anything starts, so a bad key stops the node with a message naming it."""
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("raft", lambda: raft_config_for(config)),
+        ("controller", lambda: controller_config_for(config)),
+        ("broker", lambda: BrokerSettings.from_dict(dict(config.broker))),
+    ]
+    for section, check in checks:
+        try:
+            check()
+        except InvalidConfigError as exc:
+            key = str(exc.details.get("key", ""))
+            if key and not key.startswith(f"{section}."):
+                key = f"{section}.{key.removeprefix(f'{section}.')}"
+                raise InvalidConfigError(f"[{section}] {exc.message}", key=key) from None
+            raise
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.store = MetadataStore()
         self.raft = RaftAdapter(raft_config_for(config), self.store)
-        self.controller_config = ControllerConfig(**dict(config.controller))
+        self.controller_config = controller_config_for(config)
         self.runtime: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
         self.agent: BrokerAgent | None = None

@@ -78,6 +78,10 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+class NodeExitedError(AssertionError):
+    """A node that should be running has exited: waiting longer cannot help."""
+
+
 def eventually(
     predicate: Callable[[], T],
     timeout_s: float,
@@ -86,7 +90,8 @@ def eventually(
     interval_s: float = 0.05,
     on_timeout: Callable[[], str] | None = None,
 ) -> T:
-    """Poll `predicate` until truthy; at the deadline fail naming `what` (and `on_timeout()`)."""
+    """Poll `predicate` until truthy; at the deadline fail naming `what` (and `on_timeout()`).
+    Exceptions count as "not yet", except NodeExitedError, which fails at once."""
     deadline = time.monotonic() + timeout_s
     last_error: BaseException | None = None
     while True:
@@ -94,6 +99,8 @@ def eventually(
             value = predicate()
             if value:
                 return value
+        except NodeExitedError:
+            raise
         except Exception as exc:  # the condition may not be observable yet
             last_error = exc
         if time.monotonic() >= deadline:
@@ -349,7 +356,11 @@ class ClusterNode:
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         def ready() -> bool:
             if not self.running:
-                raise AssertionError(f"node {self.node_id} exited:\n{self.log_tail()}")
+                assert self.proc is not None
+                raise NodeExitedError(
+                    f"node {self.node_id} exited with {self.proc.returncode} before it was "
+                    f"ready:\n{self.log_tail()}"
+                )
             return self.get("/readyz", timeout_s=2.0).status == 200
 
         self.cluster.eventually(ready, timeout_s, f"node {self.node_id} /readyz")

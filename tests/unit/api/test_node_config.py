@@ -222,3 +222,37 @@ async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch
     finally:
         n.agent = None
         await n.stop()
+
+
+@pytest.mark.parametrize(
+    ("section", "body", "key"),
+    [
+        ("raft", "bogus_ms = 5", "raft.bogus_ms"),
+        ("raft", "election_timeout_min_ms = 10", "raft.election_timeout_min_ms"),
+        ("controller", "bogus = 1", "controller.bogus"),
+        ("controller", "broker_session_timeout_ms = 100", "controller.broker_session_timeout_ms"),
+        ("broker", "bogus = 1", "broker.bogus"),
+    ],
+)
+def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, body: str, key: str
+):
+    from lograft.api.cli import main
+    from lograft.api.node import check_config
+
+    data_dir = tmp_path / "data"
+    text = (
+        f'node_id = 1\ndata_dir = "{data_dir}"\ncluster_secret = "s"\n'
+        '[[voters]]\nid = 1\nraft = "127.0.0.1:19091"\nhttp = "127.0.0.1:9091"\n'
+        f"[{section}]\n{body}\n"
+    )
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    config = load_config(path, env={})
+    with pytest.raises(InvalidConfigError) as exc:
+        check_config(config)
+    assert exc.value.details["key"] == key
+    # `lograft node` stops with the message, before binding or writing anything.
+    assert main(["node", "--config", str(path)]) == 1
+    assert key.split(".")[1] in capsys.readouterr().err
+    assert not data_dir.exists()
