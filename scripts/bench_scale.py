@@ -234,15 +234,27 @@ class Cluster:
         while left > 0:
             count = min(per_topic, left)
             name = f"scale-{i}"
-            self.request(
-                "POST",
-                f"{self.url(1)}/v1/topics",
-                {"name": name, "partitions": count, "replication_factor": 3},
-            )
+            self.create_topic(name, count)
             topics.append((name, count))
             left -= count
             i += 1
         return topics
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """Create, retrying while brokers are fenced or busy (a wide topic stalls them)."""
+        deadline = time.monotonic() + FULL_ISR_TIMEOUT_S
+        body = {"name": name, "partitions": partitions, "replication_factor": 3}
+        while True:
+            try:
+                self.request("POST", f"{self.url(1)}/v1/topics", body)
+                return
+            except (RuntimeError, OSError) as exc:
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    return  # an earlier attempt went through
+                if time.monotonic() > deadline:
+                    raise
+                print(f"\n  creating {name}: {str(exc)[:160]}; retrying", file=sys.stderr)
+            time.sleep(2)  # polling cluster state with a deadline
 
     def partition_states(self, topics: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
         out = {}
@@ -257,7 +269,11 @@ class Cluster:
         deadline = time.monotonic() + FULL_ISR_TIMEOUT_S
         total = sum(c for _, c in topics)
         while True:
-            states = self.partition_states(topics)
+            try:
+                states = self.partition_states(topics)
+            except (RuntimeError, OSError) as exc:  # a node busy or restarting its duties
+                print(f"\n  describe: {str(exc)[:160]}", file=sys.stderr)
+                states = {}
             ok = [p for p in states.values() if p["leader"] >= 0 and len(set(p["isr"])) == 3]
             print(f"\r  leader and full ISR: {len(ok)}/{total}", end="", file=sys.stderr)
             if len(ok) == total:
@@ -555,7 +571,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--partitions", type=int, nargs="+", default=[200, 2000])
-    parser.add_argument("--partitions-per-topic", type=int, default=500)
+    parser.add_argument("--partitions-per-topic", type=int, default=250)
     parser.add_argument("--measure-s", type=float, default=30)
     # Longer than aiohttp's 15 s keep-alive: the wait's describe calls have
     # closed their pooled connections before the idle window.
