@@ -592,11 +592,14 @@ def main() -> int:
         help="a [controller] setting for every node, e.g. broker_session_timeout_ms=9000",
     )
     args = parser.parse_args()
-    results = []
-    for i, n in enumerate(sorted(args.partitions)):
-        results.append(run(n, args, args.base_port + 100 * i))
-    print()
-    print(report(results, args))
+    results: list[RunResult] = []
+    try:
+        for i, n in enumerate(sorted(args.partitions)):
+            results.append(run(n, args, args.base_port + 100 * i))
+    finally:
+        if results:  # the runs that finished, even when a later one failed
+            print()
+            print(report(results, args))
     return 0
 
 
