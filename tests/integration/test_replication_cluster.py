@@ -281,7 +281,8 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_and_comes_back(
         leo = offsets(leader, "isr", 0)["log_end_offset"]
         resp = produce(leader, "isr", [{"value": "refused", "partition": 0}], acks="all")
         assert resp.status == 503, resp
-        assert resp.body["offsets"][0]["error"]["code"] == "NOT_ENOUGH_REPLICAS"
+        assert resp.body["error"]["code"] == "NOT_ENOUGH_REPLICAS"
+        assert resp.body["error"]["details"]["offsets"][0]["partition"] == 0
         assert offsets(leader, "isr", 0)["log_end_offset"] == leo
         # ISR (2) below min_insync_replicas (3): the HW holds, so "behind" is not visible.
         assert offsets(leader, "isr", 0)["latest"] == 1

@@ -31,6 +31,7 @@ from tests.integration.data_plane import (
     pick_partition,
     post_batches,
     produce,
+    produce_error,
     produce_ok,
     segment_records,
     start_cluster,
@@ -152,7 +153,7 @@ class JsonProducer(Producer):
             if resp.status == 200:
                 self.acked.append(Acked(value, resp.body["offsets"][0]["offset"]))
                 continue
-            error = resp.body["offsets"][0]["error"] if isinstance(resp.body, dict) else {}
+            error = produce_error(resp) or {}
             if not error.get("retriable"):
                 self.fatal.append(f"{value}: {resp}")
                 return
