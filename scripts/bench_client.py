@@ -242,7 +242,16 @@ class Bench:
         t = asyncio.run(run())
         self.add(Result(case, requests * per_request, t["seconds"], t["cpu"], requests))
 
+    def leader_urls(self, topic: str) -> dict[int, str]:
+        """Partition -> its leader's URL (only the leader serves fetches)."""
+        brokers = http_json("GET", f"{self.url}/v1/brokers")["brokers"]
+        urls = {b["id"]: b["endpoints"]["http"] for b in brokers}
+        doc = http_json("GET", f"{self.url}/v1/topics/{topic}")
+        return {p["partition"]: urls[p["leader"]] for p in doc["partitions"]}
+
     def json_fetch(self, topic: str, expected: int) -> None:
+        leaders = self.leader_urls(topic)
+
         async def run() -> tuple[dict[str, float], int, int]:
             count = requests = 0
             async with aiohttp.ClientSession() as session:
@@ -251,10 +260,11 @@ class Bench:
                         offset = 0
                         while True:
                             async with session.get(
-                                f"{self.url}/v1/topics/{topic}/partitions/{p}/records",
+                                f"{leaders[p]}/v1/topics/{topic}/partitions/{p}/records",
                                 params={"offset": offset, "max_records": 10000, "format": "string"},
                             ) as resp:
                                 doc = await resp.json()
+                                assert resp.status == 200, doc
                             requests += 1
                             got = len(doc["records"])
                             if not got:

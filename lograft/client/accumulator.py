@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from lograft.client.producer_batch import BatchState, Completion, ProducerBatch
@@ -108,6 +107,11 @@ class RecordAccumulator:
                 out.append(q.popleft())
         return out
 
+    def next_expiry(self, delivery_timeout_s: float) -> float | None:
+        """When the oldest queued batch expires (loop time), None if none is queued."""
+        heads = [q[0].created for q in self.queues.values() if q]
+        return min(heads) + delivery_timeout_s if heads else None
+
     def abort_all(self) -> list[ProducerBatch]:
         out = [b for q in self.queues.values() for b in q]
         for q in self.queues.values():
@@ -119,14 +123,3 @@ class RecordAccumulator:
 
     def has_queued(self) -> bool:
         return any(self.queues.values())
-
-    def open_batch_is_sticky_target(self, tp: TopicPartition) -> bool:
-        q = self.queues.get(tp)
-        return bool(q) and q[-1].state is BatchState.OPEN
-
-    def records_waiting(self) -> int:
-        return sum(b.record_count for q in self.queues.values() for b in q)
-
-    def drop_empty_queues(self, keep: Callable[[TopicPartition], bool]) -> None:
-        for tp in [tp for tp, q in self.queues.items() if not q and not keep(tp)]:
-            del self.queues[tp]

@@ -143,9 +143,10 @@ class Sender:
             if self.closing and not self.acc.has_queued() and not self._tasks:
                 return
             # Queued batches expire at the delivery timeout even if never ready.
-            if self.acc.has_queued():
-                expiry = self._delivery_timeout_s
-                next_wait = expiry if next_wait is None else min(next_wait, expiry)
+            expiry = self.acc.next_expiry(self._delivery_timeout_s)
+            if expiry is not None:
+                until = max(expiry - now, 0.0)
+                next_wait = until if next_wait is None else min(next_wait, until)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), next_wait)
 

@@ -364,3 +364,55 @@ async def test_consumer_detects_corrupt_batches():
         c.assign([TopicPartition("t", 0)])
         with pytest.raises(CorruptRecordError):
             await c.poll(timeout_ms=2000)
+
+
+class GatedTransport(ScriptedTransport):
+    """Produce requests wait for `gate`; everything else answers at once."""
+
+    def __init__(self, handler) -> None:
+        super().__init__(handler)
+        self.gate = asyncio.Event()
+        self.waiting = 0
+
+    async def request(self, method, url, **kw):
+        if url.endswith("/batches"):
+            self.waiting += 1
+            await self.gate.wait()
+        return await super().request(method, url, **kw)
+
+
+async def test_batches_queued_behind_a_stuck_one_expire_unsent():
+    t = GatedTransport(cluster_handler([1], ack))
+    settings = {**FAST, "delivery_timeout_ms": 300, "request_timeout_ms": 250, "batch_bytes": 200}
+    async with AsyncProducer(A, transport=t, **settings) as p:
+        first = await p.send("t", b"a" * 100, partition=0)
+        while not t.waiting:  # the first batch is in flight, stuck
+            await asyncio.sleep(0.001)
+        second = await p.send("t", b"b" * 100, partition=0)
+        with pytest.raises(DeliveryTimeoutError, match="never sent"):
+            await second
+        assert not first.done() and t.waiting == 1  # nothing overtook the stuck batch
+        t.gate.set()
+        assert (await first).offset == 0
+
+
+async def test_send_blocks_then_raises_when_the_buffer_is_full():
+    from lograft.client import BufferFullError
+
+    t = GatedTransport(cluster_handler([1], ack))
+    settings = {
+        **FAST,
+        "buffer_memory_bytes": 1000,
+        "max_request_bytes": 1000,
+        "batch_bytes": 500,
+        "max_block_ms": 50,
+    }
+    async with AsyncProducer(A, transport=t, **settings) as p:
+        futs = [await p.send("t", b"x" * 200, partition=0) for _ in range(4)]
+        assert p.pool.used > 700
+        with pytest.raises(BufferFullError, match="buffer_memory_bytes=1000"):
+            await p.send("t", b"x" * 200, partition=0)
+        t.gate.set()  # acknowledgements free the memory
+        await asyncio.gather(*futs)
+        assert p.pool.used == 0
+        await p.send_and_wait("t", b"x" * 200, partition=0)
