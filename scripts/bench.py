@@ -84,6 +84,8 @@ RECORD_SIZES = (100, 1024)
 READY_TIMEOUT_S = 60.0
 FETCH_MAX_BYTES = 1 << 20
 LATENCY_WAIT_MS = 1000
+# Pause after a refused request or a lost connection, s.
+ERROR_BACKOFF_S = 0.05
 # Produce requests of the latency test in flight at once; past it a send is
 # counted as dropped (the cluster is not keeping up with the rate).
 LATENCY_INFLIGHT_MAX = 2000
@@ -122,6 +124,12 @@ class Throughput:
     client_cpu_s: float = 0.0
     nodes_cpu_s: float | None = None
     error_samples: list[str] = field(default_factory=list)
+    leader_moves: int = 0
+
+    def note_error(self, status: int, body: bytes) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 3:
+            self.error_samples.append(f"{status}: {body[:300].decode(errors='replace')}")
 
     @property
     def name(self) -> str:
@@ -140,6 +148,7 @@ class Throughput:
             "requests": self.requests,
             "errors": self.errors,
             "error_samples": self.error_samples[:3],
+            "leader_moves": self.leader_moves,
             "seconds": round(self.seconds, 3),
             "records_per_s": round(self.records / secs, 1),
             "mb_per_s": round(self.value_bytes / MB / secs, 2),
@@ -164,6 +173,8 @@ class Latency:
     max_schedule_lag_ms: float = 0.0
     client_cpu_s: float = 0.0
     nodes_cpu_s: float | None = None
+    error_samples: list[str] = field(default_factory=list)
+    leader_moves: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +184,8 @@ class Latency:
             "received": self.received,
             "dropped": self.dropped,
             "errors": self.errors,
+            "error_samples": self.error_samples,
+            "leader_moves": self.leader_moves,
             "measured": len(self.e2e_ms),
             "e2e_p50_ms": _round(percentile(self.e2e_ms, 50)),
             "e2e_p99_ms": _round(percentile(self.e2e_ms, 99)),
@@ -341,6 +354,21 @@ class Client:
             leaders[p["partition"]] = url
         return leaders
 
+    async def describe(self, name: str) -> dict[int, tuple[int, int]]:
+        """Per partition: (leader, leader epoch), as the bootstrap node sees them."""
+        status, doc = await self.get_json(f"{self.bootstrap}/v1/topics/{name}")
+        if status != 200:
+            return {}
+        return {p["partition"]: (p["leader"], p["leader_epoch"]) for p in doc["partitions"]}
+
+    async def leader_url(self, name: str, partition: int) -> str | None:
+        """The partition's current leader, after a refusal or a lost connection."""
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+            leader, _epoch = (await self.describe(name)).get(partition, (-1, -1))
+            if leader >= 0:
+                return self.urls.get(leader)
+        return None
+
     async def delete_topic(self, name: str) -> None:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self.session.delete(f"{self.bootstrap}/v1/topics/{name}") as resp:
@@ -388,28 +416,32 @@ async def produce_case(
 
     async def worker(p: int) -> None:
         body = bodies[p]
+        leader = leaders[p]
         if result.fmt == "raw":
-            url = f"{leaders[p]}/v1/topics/{topic}/partitions/{p}/batches?acks={result.acks}"
+            path = f"/v1/topics/{topic}/partitions/{p}/batches?acks={result.acks}"
             headers = {"Content-Type": BATCH_TYPE}
         else:
-            url = f"{leaders[p]}/v1/topics/{topic}/records?acks={result.acks}"
+            path = f"/v1/topics/{topic}/records?acks={result.acks}"
             headers = {"Content-Type": "application/json"}
         while time.monotonic() < t_end:
             t0 = time.monotonic()
+            status = 0
             try:
-                async with client.session.post(url, data=body, headers=headers) as resp:
+                async with client.session.post(leader + path, data=body, headers=headers) as resp:
                     answer = await resp.read()
-                    ok = resp.status == 200
+                    status = resp.status
             except (aiohttp.ClientError, TimeoutError) as exc:
-                ok, answer = False, repr(exc).encode()
+                answer = repr(exc).encode()
             t1 = time.monotonic()
+            if status != 200:
+                # A leader moved (or is moving): follow it, as a client would.
+                leader = await client.leader_url(topic, p) or leader
+                await asyncio.sleep(ERROR_BACKOFF_S)
             if t1 < t_measure or t1 > t_end:
                 continue
             result.requests += 1
-            if not ok:
-                result.errors += 1
-                if len(result.error_samples) < 3:
-                    result.error_samples.append(answer[:300].decode(errors="replace"))
+            if status != 200:
+                result.note_error(status, answer)
                 continue
             result.records += per_request
             result.value_bytes += per_request * result.record_bytes
@@ -446,29 +478,36 @@ async def fetch_case(
 
     async def reader(p: int) -> None:
         offset = 0
-        base = f"{leaders[p]}/v1/topics/{topic}/partitions/{p}/records"
+        leader = leaders[p]
         while time.monotonic() < t_end:
+            base = f"{leader}/v1/topics/{topic}/partitions/{p}/records"
             t0 = time.monotonic()
-            if result.fmt == "raw":
-                url = f"{base}?offset={offset}&max_bytes={FETCH_MAX_BYTES}"
-                async with client.session.get(url, headers={"Accept": BATCH_TYPE}) as resp:
+            raw = result.fmt == "raw"
+            url = f"{base}?offset={offset}&max_bytes={FETCH_MAX_BYTES}"
+            url += "" if raw else "&max_records=10000"
+            status = 0
+            try:
+                async with client.session.get(
+                    url, headers={"Accept": BATCH_TYPE} if raw else {}
+                ) as resp:
                     data = await resp.read()
-                    if resp.status != 200:
-                        result.errors += 1
-                        return
-                    hw = int(resp.headers["X-Lograft-High-Watermark"])
-                    nxt = int(resp.headers["X-Lograft-Next-Offset"])
+                    status = resp.status
+                    headers = resp.headers
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                data = repr(exc).encode()
+            if status != 200:
+                result.note_error(status, data)
+                leader = await client.leader_url(topic, p) or leader
+                await asyncio.sleep(ERROR_BACKOFF_S)
+                continue
+            if raw:
+                hw = int(headers["X-Lograft-High-Watermark"])
+                nxt = int(headers["X-Lograft-Next-Offset"])
                 count = 0
                 for _pos, h in iter_batches(data):
                     # A batch may start before `offset` (count only what is new).
                     count += h.records_count - max(0, offset - h.base_offset)
             else:
-                url = f"{base}?offset={offset}&max_bytes={FETCH_MAX_BYTES}&max_records=10000"
-                async with client.session.get(url) as resp:
-                    data = await resp.read()
-                    if resp.status != 200:
-                        result.errors += 1
-                        return
                 doc = orjson.loads(data)
                 count, hw, nxt = len(doc["records"]), doc["high_watermark"], doc["next_offset"]
             result.requests += 1
@@ -497,8 +536,18 @@ async def latency_case(
     total = int(rate * args.latency_seconds)
     skip_ns = 1_000_000_000  # the first second is a warm-up
     padding = b"x" * (100 - 8)
-    produce_url = f"{leader}/v1/topics/{topic}/partitions/0/batches?acks=all"
-    fetch_url = f"{leader}/v1/topics/{topic}/partitions/0/records"
+    produce_path = f"/v1/topics/{topic}/partitions/0/batches?acks=all"
+    fetch_path = f"/v1/topics/{topic}/partitions/0/records"
+    current = {"leader": leader}  # followed when it moves
+    refreshing: list[asyncio.Task[None]] = []
+
+    async def refresh() -> None:
+        current["leader"] = await client.leader_url(topic, 0) or current["leader"]
+
+    def follow_leader() -> None:
+        if not refreshing or refreshing[-1].done():
+            refreshing.append(asyncio.create_task(refresh()))
+
     inflight: set[asyncio.Task[None]] = set()
     t0_ns = time.monotonic_ns()
     done_sending = asyncio.Event()
@@ -508,14 +557,17 @@ async def latency_case(
         data = build_batch([RecordInput(value)], timestamp_ms=int(time.time() * 1000))
         try:
             async with client.session.post(
-                produce_url, data=data, headers={"Content-Type": BATCH_TYPE}
+                current["leader"] + produce_path, data=data, headers={"Content-Type": BATCH_TYPE}
             ) as resp:
-                await resp.read()
-                ok = resp.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            ok = False
-        if not ok:
+                answer = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            answer, status = repr(exc).encode(), 0
+        if status != 200:
             result.errors += 1
+            if len(result.error_samples) < 3:
+                result.error_samples.append(f"{status}: {answer[:300].decode(errors='replace')}")
+            follow_leader()
         elif stamp_ns - t0_ns >= skip_ns:
             result.ack_ms.append((time.monotonic_ns() - stamp_ns) / 1e6)
 
@@ -549,15 +601,21 @@ async def latency_case(
                 drain_deadline = drain_deadline or time.monotonic() + 10
                 if time.monotonic() > drain_deadline:
                     return
-            url = f"{fetch_url}?offset={offset}&max_wait_ms={LATENCY_WAIT_MS}&max_bytes=1048576"
+            url = (
+                f"{current['leader']}{fetch_path}?offset={offset}"
+                f"&max_wait_ms={LATENCY_WAIT_MS}&max_bytes=1048576"
+            )
+            status = 0
             try:
                 async with client.session.get(url, headers={"Accept": BATCH_TYPE}) as resp:
                     data = await resp.read()
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError):
-                continue
+                pass
             now = time.monotonic_ns()
             if status != 200:
+                follow_leader()
+                await asyncio.sleep(ERROR_BACKOFF_S)
                 continue
             for rec in iter_records(data):
                 if rec.offset < offset or rec.value is None:
@@ -568,14 +626,21 @@ async def latency_case(
                     result.e2e_ms.append((now - stamp) / 1e6)
                 offset = rec.offset + 1
 
+    before = await client.describe(topic)
     with cpu_meter(pids) as cpu:
         await asyncio.gather(producer(), consumer())
+    result.leader_moves = moves(before, await client.describe(topic))
     result.client_cpu_s = cpu["client"] or 0.0
     result.nodes_cpu_s = cpu["nodes"]
     return result
 
 
 # -- the run -----------------------------------------------------------------------------------
+
+
+def moves(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> int:
+    """Leader elections between two describes (leader epoch increments)."""
+    return sum(after[p][1] - before[p][1] for p in before if p in after)
 
 
 def machine() -> dict[str, Any]:
@@ -633,7 +698,9 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                             leaders = await topic(name, args.partitions)
                             case = Throughput("produce", fmt, size, acks)
                             progress(f"{case.name}: {args.warmup}+{args.seconds} s ...")
+                            before = await client.describe(topics[-1])
                             await produce_case(client, topics[-1], leaders, case, args, pids)
+                            case.leader_moves = moves(before, await client.describe(topics[-1]))
                             d = case.to_dict()
                             progress(
                                 f"{case.name}: {d['records_per_s']:,.0f} records/s, "
@@ -649,7 +716,9 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                         source, leaders = fetch_sources[size]
                         case = Throughput("fetch", fmt, size, "-")
                         progress(f"{case.name}: {args.seconds} s ...")
+                        before = await client.describe(source)
                         await fetch_case(client, source, leaders, case, args, pids)
+                        case.leader_moves = moves(before, await client.describe(source))
                         d = case.to_dict()
                         rate = f"{d['records_per_s']:,.0f} records/s, {d['mb_per_s']} MB/s"
                         progress(f"{case.name}: {rate}")
@@ -681,13 +750,14 @@ def render_table(doc: dict[str, Any]) -> str:
     ]
     header = (
         f"{'case':<28}{'records/s':>12}{'MB/s':>9}{'wire MB/s':>11}{'req p50 ms':>12}"
-        f"{'req p99 ms':>12}{'errors':>8}{'client CPU':>12}{'nodes CPU':>11}"
+        f"{'req p99 ms':>12}{'errors':>8}{'moves':>7}{'client CPU':>12}{'nodes CPU':>11}"
     )
     rows = [*doc["results"]["produce"], *doc["results"]["fetch"]]
     if rows:
         lines += [
             "CPU: seconds used during the counted window per second of it, as % of one core",
-            "(client: this process; nodes: the three node processes together, --start only)",
+            "(client: this process; nodes: the three node processes together, --start only);",
+            "moves: leader elections in the case's topic while it ran (leader epoch increments)",
             "",
             header,
             "-" * len(header),
@@ -699,7 +769,7 @@ def render_table(doc: dict[str, Any]) -> str:
             lines.append(
                 f"{r['case']:<28}{r['records_per_s']:>12,.0f}{r['mb_per_s']:>9.2f}"
                 f"{r['wire_mb_per_s']:>11.2f}{_fmt(r['request_p50_ms']):>12}"
-                f"{_fmt(r['request_p99_ms']):>12}{r['errors']:>8}"
+                f"{_fmt(r['request_p99_ms']):>12}{r['errors']:>8}{r['leader_moves']:>7}"
                 f"{100 * r['client_cpu_s'] / r['seconds']:>11.0f}%{nodes:>11}"
             )
     for lat in doc["results"]["latency"]:
@@ -709,6 +779,7 @@ def render_table(doc: dict[str, Any]) -> str:
             f"(raw one-record batches, acks=all, raw long-poll consumer; first second skipped)",
             f"  sent {lat['sent']}, received {lat['received']}, measured {lat['measured']}, "
             f"dropped {lat['dropped']}, errors {lat['errors']}, "
+            f"leader moves {lat['leader_moves']}, "
             f"max schedule lag {lat['max_schedule_lag_ms']} ms",
             f"  end to end ms: p50 {_fmt(lat['e2e_p50_ms'])}  p99 {_fmt(lat['e2e_p99_ms'])}  "
             f"p99.9 {_fmt(lat['e2e_p999_ms'])}  max {_fmt(lat['e2e_max_ms'])}",
