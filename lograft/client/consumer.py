@@ -35,7 +35,7 @@ from lograft.client.errors import (
     NoOffsetForPartitionError,
     SerializationError,
 )
-from lograft.client.fetcher import Fetcher, PartitionState
+from lograft.client.fetcher import Fetcher, Missing, PartitionState
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.serde import Deserializer
 from lograft.client.transport import HttpTransport, Transport
@@ -236,6 +236,8 @@ class AsyncConsumer:
         while True:
             try:
                 return await self._fetcher.list_offsets(tp, ts)
+            except Missing as exc:
+                raise exc.error from None
             except LograftError as exc:
                 if not exc.retriable or loop.time() >= deadline:
                     raise

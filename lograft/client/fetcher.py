@@ -22,7 +22,8 @@ partition's fetch slot while it waits, so a failing leader is not hammered);
 a NOT_LEADER_OR_FOLLOWER naming the leader is retried there at once.
 OFFSET_OUT_OF_RANGE resets the position by `auto_offset_reset`, or with
 "none" is raised from the next poll; other errors are raised from the next
-poll too.
+poll too, as is a topic or partition that the metadata (every node asked)
+says does not exist.
 
 Loop-bound.
 """
@@ -63,6 +64,16 @@ _METADATA_ERRORS = (
     FencedLeaderEpochError,
     NetworkError,
 )
+
+
+class Missing(Exception):
+    """The metadata (every node asked) says the topic or partition does not
+    exist. Unlike an UNKNOWN_TOPIC_OR_PARTITION answer to a fetch (a leader
+    that has not created its replica yet: retried), this is raised from poll."""
+
+    def __init__(self, error: UnknownTopicOrPartitionError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 @dataclass(slots=True)
@@ -150,6 +161,8 @@ class Fetcher:
         me = asyncio.current_task()
         try:
             await work(tp, st, epoch)
+        except Missing as exc:
+            st.error = exc.error
         except LograftError as exc:
             st.error = exc
         finally:
@@ -163,12 +176,17 @@ class Fetcher:
         url = self.metadata.leader_url(tp)
         if url is not None:
             return url
-        meta = await self.metadata.topic(tp.topic)
+        try:
+            meta = await self.metadata.topic(tp.topic)
+        except UnknownTopicOrPartitionError as exc:
+            raise Missing(exc) from exc
         if tp.partition >= meta.count:
-            raise UnknownTopicOrPartitionError(
-                f"{tp} does not exist (the topic has {meta.count} partitions)",
-                topic=tp.topic,
-                partition=tp.partition,
+            raise Missing(
+                UnknownTopicOrPartitionError(
+                    f"{tp} does not exist (the topic has {meta.count} partitions)",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
             )
         leader = meta.partitions[tp.partition].leader
         url = self.metadata.brokers.get(leader) if leader != NO_LEADER else None

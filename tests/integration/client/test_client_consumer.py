@@ -18,7 +18,7 @@ from lograft.client import (
     deserializers,
     serializers,
 )
-from lograft.errors import InvalidConfigError, OffsetOutOfRangeError
+from lograft.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.integration.client.support import CountingTransport
 
 LONG_LINGER = {"linger_ms": 60_000}
@@ -141,6 +141,20 @@ def test_offset_out_of_range_and_no_reset(node, topic):
         c.assign([tp])
         c.seek(tp, 50)  # out of range: back to earliest
         assert [r.value for r in c.poll(timeout_ms=10_000)[tp]] == [b"only"]
+
+
+def test_unknown_topic_raises_from_poll_and_offset_lookups(node, topic):
+    t = topic()
+    with Consumer(node.url, auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition("no-such-topic", 0), TopicPartition(t, 5)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            c.poll(timeout_ms=10_000)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            c.poll(timeout_ms=10_000)  # again, while they do not exist
+        with pytest.raises(UnknownTopicOrPartitionError):
+            c.end_offsets([TopicPartition("no-such-topic", 0)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            c.partitions_for_topic("no-such-topic")
 
 
 def test_group_features_are_refused_until_groups_exist(node):
