@@ -78,38 +78,66 @@ def range_assign(
 
 
 class _Holdings:
-    """Partitions per member, by topic, with a load order for balancing."""
+    """Partitions per member as {topic: [partition, ...]}, plain ints: hashing
+    TopicPartition objects dominates the cost at 10^4 partitions.
+
+    A member's list for a topic is a stack: balancing only ever takes the
+    last one pushed, so no search and no set is needed. `gained` and `lost`
+    are each member's net changes against its previous target, so the new
+    target is built from the previous frozenset (a copy that reuses its stored
+    hashes) plus the changes, not from scratch.
+    """
 
     def __init__(self, members: list[str]) -> None:
-        self.by_topic: dict[str, dict[str, set[int]]] = {m: {} for m in members}
+        self.by_topic: dict[str, dict[str, list[int]]] = {m: {} for m in members}
         self.count: dict[str, int] = dict.fromkeys(members, 0)
-        # (count, member id): ties broken by id so the result is deterministic.
-        self.order = SortedList((0, m) for m in members)
+        self.gained: dict[str, set[tuple[str, int]]] = {m: set() for m in members}
+        self.lost: dict[str, set[tuple[str, int]]] = {m: set() for m in members}
 
-    def add(self, member_id: str, tp: TopicPartition) -> None:
-        self.by_topic[member_id].setdefault(tp.topic, set()).add(tp.partition)
-        self._recount(member_id, +1)
+    def keep(self, member_id: str, topic: str, partition: int) -> None:
+        """A partition of the member's previous target that it keeps."""
+        self.by_topic[member_id].setdefault(topic, []).append(partition)
+        self.count[member_id] += 1
 
-    def remove(self, member_id: str, tp: TopicPartition) -> None:
-        parts = self.by_topic[member_id][tp.topic]
-        parts.remove(tp.partition)
-        if not parts:
-            del self.by_topic[member_id][tp.topic]
-        self._recount(member_id, -1)
+    def push(self, member_id: str, topic: str, partition: int) -> None:
+        self.keep(member_id, topic, partition)
+        key = (topic, partition)
+        if key in self.lost[member_id]:
+            self.lost[member_id].discard(key)
+        else:
+            self.gained[member_id].add(key)
 
-    def _recount(self, member_id: str, delta: int) -> None:
-        old = self.count[member_id]
-        self.order.remove((old, member_id))
-        self.count[member_id] = old + delta
-        self.order.add((old + delta, member_id))
+    def pop(self, member_id: str, topic: str) -> int:
+        stack = self.by_topic[member_id][topic]
+        partition = stack.pop()
+        if not stack:
+            del self.by_topic[member_id][topic]
+        self.count[member_id] -= 1
+        key = (topic, partition)
+        if key in self.gained[member_id]:
+            self.gained[member_id].discard(key)
+        else:
+            self.lost[member_id].add(key)
+        return partition
+
+    def target(self, member_id: str, previous: Partitions) -> Partitions:
+        gained, lost = self.gained[member_id], self.lost[member_id]
+        if not gained and not lost:
+            # The previous value itself: callers comparing targets pay an
+            # identity check, not a set comparison.
+            return previous
+        parts = set(previous)
+        parts.difference_update(TopicPartition(t, p) for t, p in lost)
+        parts.update(TopicPartition(t, p) for t, p in gained)
+        return frozenset(parts)
 
 
 def _find_move(
-    holdings: _Holdings, subscriptions: Subscriptions
-) -> tuple[str, str, TopicPartition] | None:
-    """(giver, taker, partition): a taker as lightly loaded as possible, and for it
-    the most loaded giver holding >= 2 more of a topic the taker subscribes to."""
-    order = holdings.order
+    holdings: _Holdings, order: SortedList, subscriptions: Subscriptions
+) -> tuple[str, str, str] | None:
+    """(giver, taker, topic): a taker as lightly loaded as possible, and for it
+    the most loaded giver holding >= 2 more, with a partition of a topic the
+    taker subscribes to."""
     for taker_count, taker in order:
         if order[-1][0] < taker_count + 2:
             # Even the most loaded member is within one of this taker and of
@@ -121,9 +149,7 @@ def _find_move(
                 break
             shared = [t for t in holdings.by_topic[giver] if t in subscriptions[taker]]
             if shared:
-                topic = max(shared)
-                partition = max(holdings.by_topic[giver][topic])
-                return giver, taker, TopicPartition(topic, partition)
+                return giver, taker, max(shared)
     return None
 
 
@@ -136,46 +162,56 @@ def uniform_assign(
     previous = previous or {}
     members = sorted(subscriptions)
     holdings = _Holdings(members)
-    owner: dict[TopicPartition, str] = {}
+    taken: dict[str, set[int]] = {}
 
-    # 1. Stickiness: keep what is still valid (topic subscribed, partition exists).
+    # 1. Stickiness: keep what is still valid (topic subscribed, partition
+    #    exists, not kept by an earlier member of an inconsistent previous).
     for member_id in members:
         topics = subscriptions[member_id]
-        for tp in sorted(previous.get(member_id, ()), key=lambda t: (t.topic, t.partition)):
-            if tp.topic in topics and tp.partition < counts.get(tp.topic, 0) and tp not in owner:
-                owner[tp] = member_id
-                holdings.add(member_id, tp)
+        kept: dict[str, list[int]] = {}
+        for tp in previous.get(member_id, ()):
+            topic, partition = tp.topic, tp.partition
+            if topic in topics and partition < counts.get(topic, 0):
+                seen = taken.setdefault(topic, set())
+                if partition not in seen:
+                    seen.add(partition)
+                    kept.setdefault(topic, []).append(partition)
+                    continue
+            holdings.lost[member_id].add((topic, partition))
+        # Sorted so that the result does not depend on set iteration order.
+        for topic in sorted(kept):
+            for partition in sorted(kept[topic]):
+                holdings.keep(member_id, topic, partition)
 
     # 2. Every unowned partition to the least loaded member subscribed to its topic.
     for topic, subscribers in sorted(_subscribers_by_topic(subscriptions, counts).items()):
+        seen = taken.get(topic, set())
         # Lazy heap: an entry whose count is out of date is refreshed on pop.
         heap = [(holdings.count[m], m) for m in subscribers]
         heapq.heapify(heap)
         for partition in range(counts[topic]):
-            tp = TopicPartition(topic, partition)
-            if tp in owner:
+            if partition in seen:
                 continue
             while True:
                 load, member_id = heapq.heappop(heap)
                 if load == holdings.count[member_id]:
                     break
                 heapq.heappush(heap, (holdings.count[member_id], member_id))
-            owner[tp] = member_id
-            holdings.add(member_id, tp)
+            holdings.push(member_id, topic, partition)
             heapq.heappush(heap, (holdings.count[member_id], member_id))
 
     # 3. Balance, one partition at a time from the most to the least loaded.
-    while (move := _find_move(holdings, subscriptions)) is not None:
-        giver, taker, tp = move
-        holdings.remove(giver, tp)
-        holdings.add(taker, tp)
+    # (count, member id): ties broken by id so the result is deterministic.
+    order = SortedList((holdings.count[m], m) for m in members)
+    while (move := _find_move(holdings, order, subscriptions)) is not None:
+        giver, taker, topic = move
+        order.remove((holdings.count[giver], giver))
+        order.remove((holdings.count[taker], taker))
+        holdings.push(taker, topic, holdings.pop(giver, topic))
+        order.add((holdings.count[giver], giver))
+        order.add((holdings.count[taker], taker))
 
-    return {
-        m: frozenset(
-            TopicPartition(topic, p) for topic, parts in holdings.by_topic[m].items() for p in parts
-        )
-        for m in members
-    }
+    return {m: holdings.target(m, previous.get(m, frozenset())) for m in members}
 
 
 ASSIGNORS: Mapping[str, AssignFn] = {"range": range_assign, "uniform": uniform_assign}

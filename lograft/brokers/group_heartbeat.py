@@ -380,7 +380,8 @@ def heartbeat(
         new_targets = assign(subscriptions, counts, previous)
         for member_id in sorted(new_targets):
             parts = new_targets[member_id]
-            if previous.get(member_id) != parts:
+            old_parts = previous.get(member_id)
+            if old_parts is not parts and old_parts != parts:
                 records.append(
                     GroupRecord(
                         TargetAssignmentMemberKey(gid, member_id),
