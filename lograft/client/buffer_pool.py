@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 from lograft.client.errors import BufferFullError
 from lograft.errors import RecordTooLargeError
@@ -25,6 +26,9 @@ class BufferPool:
     def __init__(self, total_bytes: int) -> None:
         assert total_bytes > 0
         self.total_bytes = total_bytes
+        # Called (from any thread) when someone starts waiting for room: the
+        # producer wakes its sender, which then sends lingering batches at once.
+        self.on_wait: Callable[[], None] | None = None
         self._used = 0
         self._cond = threading.Condition(threading.Lock())
         self._blocked_threads = 0
@@ -64,6 +68,8 @@ class BufferPool:
                 if remaining <= 0:
                     raise self._full(size, timeout_ms)
                 self._blocked_threads += 1
+                if self.on_wait is not None:
+                    self.on_wait()
                 try:
                     self._cond.wait(remaining)
                 finally:
@@ -82,6 +88,8 @@ class BufferPool:
                 raise self._full(size, timeout_ms)
             waiter: asyncio.Future[None] = loop.create_future()
             self._async_waiters.append(waiter)
+            if self.on_wait is not None:
+                self.on_wait()
             try:
                 await asyncio.wait([waiter], timeout=remaining)
             finally:

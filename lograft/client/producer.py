@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from lograft.client.accumulator import RecordAccumulator
@@ -185,6 +186,9 @@ class AsyncProducer:
                 self.config, self._acc, self.metadata, self._transport, self.pool, idem, self.stats
             )
             self._sender_task = loop.create_task(self._sender.run())
+            # A send waiting for buffer room makes every batch ready (thread-safe:
+            # the sync Producer's callers wait in their own threads).
+            self.pool.on_wait = partial(loop.call_soon_threadsafe, self._sender.wakeup)
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()

@@ -416,3 +416,25 @@ async def test_send_blocks_then_raises_when_the_buffer_is_full():
         await asyncio.gather(*futs)
         assert p.pool.used == 0
         await p.send_and_wait("t", b"x" * 200, partition=0)
+
+
+async def test_a_send_waiting_for_room_makes_lingering_batches_go_out():
+    t = ScriptedTransport(cluster_handler([1], ack))
+    settings = {
+        **FAST,
+        "linger_ms": 60_000,
+        "buffer_memory_bytes": 1000,
+        "max_request_bytes": 1000,
+        "batch_bytes": 1000,
+        "max_block_ms": 10_000,
+    }
+    async with AsyncProducer(A, transport=t, **settings) as p:
+        futs = [await p.send("t", b"x" * 200, partition=0) for _ in range(4)]
+        assert not t.to("/batches")  # lingering, and the buffer is nearly full
+        # This one must wait for room; the waiting wakes the sender instead of
+        # sitting out the 60 s linger (which would end in BufferFullError).
+        futs.append(await p.send("t", b"x" * 200, partition=0))
+        # The first batch (three records) went out to make room; the rest lingers.
+        assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 3 + [False] * 2
+        await p.flush()
+        assert [f.result().offset for f in futs] == [0, 1, 2, 0, 1]
