@@ -429,12 +429,15 @@ async def test_a_send_waiting_for_room_makes_lingering_batches_go_out():
         "max_block_ms": 10_000,
     }
     async with AsyncProducer(A, transport=t, **settings) as p:
-        futs = [await p.send("t", b"x" * 200, partition=0) for _ in range(4)]
-        assert not t.to("/batches")  # lingering, and the buffer is nearly full
-        # This one must wait for room; the waiting wakes the sender instead of
-        # sitting out the 60 s linger (which would end in BufferFullError).
-        futs.append(await p.send("t", b"x" * 200, partition=0))
-        # The first batch (three records) went out to make room; the rest lingers.
-        assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 3 + [False] * 2
+        # Five records of ~186 bytes: one batch, not full, lingering; 930 bytes used.
+        futs = [await p.send("t", b"x" * 150, partition=0) for _ in range(5)]
+        for _ in range(50):  # let the sender settle into its 60 s linger wait
+            await asyncio.sleep(0)
+        assert not t.to("/batches") and p.pool.used == 930
+        # The sixth must wait for room; the waiting wakes the sender, which sends
+        # the lingering batch, instead of sitting out the linger (and the send
+        # failing with BufferFullError after max_block_ms).
+        futs.append(await p.send("t", b"x" * 150, partition=0))
+        assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 5 + [False]
         await p.flush()
-        assert [f.result().offset for f in futs] == [0, 1, 2, 0, 1]
+        assert [f.result().offset for f in futs] == [0, 1, 2, 3, 4, 0]
