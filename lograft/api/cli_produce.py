@@ -238,7 +238,7 @@ def send_batch(
     tally.sent += len(batch)
     if reply.status == 202 and args.acks == "0":
         return
-    offsets = reply.body.get("offsets") if isinstance(reply.body, dict) else None
+    offsets = _outcomes(reply.body)
     if not isinstance(offsets, list) or len(offsets) != len(batch):
         # The whole request was refused (unknown topic, bad request, ...).
         raise decode_error(reply.status, reply.body, reply.url)
@@ -251,6 +251,18 @@ def send_batch(
         where = f"partition {outcome.get('partition')}: " if "partition" in outcome else ""
         tally.errors[(code, where + str(err.get("message", "")))] += 1
         tally.failed_lines.append((rec.line_no, code))
+
+
+def _outcomes(body: Any) -> Any:
+    """Per-record outcomes: `offsets`, or, when every record failed, the error's
+    `details.offsets` (that answer is an ordinary error body)."""
+    if not isinstance(body, dict):
+        return None
+    if "offsets" in body:
+        return body["offsets"]
+    error = body.get("error")
+    details = error.get("details") if isinstance(error, dict) else None
+    return details.get("offsets") if isinstance(details, dict) else None
 
 
 # -- the command ------------------------------------------------------------------------------
