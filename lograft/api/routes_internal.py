@@ -42,6 +42,10 @@ def _get(body: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class ControllerRpc:
     def __init__(self, runtime: ControllerRuntime) -> None:
         self.runtime = runtime
@@ -132,7 +136,13 @@ class ControllerRpc:
             name=_get(body, "name", str),
             partitions=_get(body, "partitions", int),
             replication_factor=_get(body, "replication_factor", int),
-            configs={k: v for k, v in validate_topic_configs(configs).items() if v is not None},
+            configs={
+                k: v
+                for k, v in validate_topic_configs(
+                    configs, _int_or_none(body.get("replication_factor"))
+                ).items()
+                if v is not None
+            },
         )
         topic_id = str(uuid.uuid4())
         res = await self.runtime.run(
@@ -164,7 +174,9 @@ class ControllerRpc:
         name = _get(body, "resource_name", str)
         changes = _get(body, "configs", dict)
         if resource_type is ConfigResourceType.TOPIC:
-            changes = validate_topic_configs(changes)
+            topic = self.runtime.store.image.topic(name)
+            rf = len(topic.partitions[0].replicas) if topic and topic.partitions else None
+            changes = validate_topic_configs(changes, rf)
         for key, value in changes.items():
             req = c.AlterConfigRequest(
                 resource_type, name, str(key), None if value is None else str(value)

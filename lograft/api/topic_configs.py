@@ -26,10 +26,14 @@ def known_topic_config_keys() -> list[str]:
     return sorted({*config_keys(), *BROKER_KEYS, *CONTROLLER_KEYS})
 
 
-def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, str | None]:
+def validate_topic_configs(
+    configs: Mapping[str, Any], replication_factor: int | None = None
+) -> dict[str, str | None]:
     """Check names and values; returns them as the strings the metadata stores.
 
     A None value (delete the key) is always allowed for a known key.
+    `min_insync_replicas` may not exceed the topic's replication factor (when
+    known): acks=all could never succeed.
     """
     out: dict[str, str | None] = {}
     log_values: dict[str, Any] = {}
@@ -47,6 +51,12 @@ def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, str | None]:
             if not text.isdigit() or int(text) < 1:
                 raise InvalidConfigError(
                     f"min_insync_replicas={value!r} must be an integer >= 1", key=key
+                )
+            if replication_factor is not None and int(text) > replication_factor:
+                raise InvalidConfigError(
+                    f"min_insync_replicas={text} exceeds the replication factor "
+                    f"{replication_factor}: acks=all could never succeed",
+                    key=key,
                 )
         elif key in CONTROLLER_KEYS:
             if text not in ("true", "false"):

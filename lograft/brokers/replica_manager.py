@@ -250,7 +250,7 @@ class ReplicaManager:
         """Blocking file work only (no replica state): safe in a worker thread."""
         directory = self.logs_dir / f"{tp.topic}-{tp.partition}"
         _claim_directory(directory, meta.topic_id)
-        log_cfg, _ = self._configs(meta.topic_config)
+        log_cfg, _ = self._configs(meta.topic_config, len(meta.assignment.replicas))
         return Log(directory, log_cfg, pool=self.pool, clock=self.clock)
 
     def apply_metadata(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
@@ -272,7 +272,7 @@ class ReplicaManager:
 
     def _create(self, tp: TopicPartition, meta: PartitionMeta) -> Partition:
         opened = self._opened.pop(tp, None)
-        _, part_settings = self._configs(meta.topic_config)
+        _, part_settings = self._configs(meta.topic_config, len(meta.assignment.replicas))
         part = Partition(
             tp,
             opened if opened is not None else self._open_log(tp, meta),
@@ -285,13 +285,22 @@ class ReplicaManager:
         log.info("created replica %s: %s", tp, part.log.recovery.summary())
         return part
 
-    def _configs(self, topic_config: Mapping[str, Any]) -> tuple[LogConfig, PartitionSettings]:
+    def _configs(
+        self, topic_config: Mapping[str, Any], replication_factor: int
+    ) -> tuple[LogConfig, PartitionSettings]:
         merged = {**self.log_defaults, **topic_config}
         log_keys = set(config_keys())
         log_cfg = LogConfig().with_overrides(
             coerce_overrides({k: v for k, v in merged.items() if k in log_keys})
         )
-        min_isr = int(merged.get("min_insync_replicas", self.settings.min_insync_replicas))
+        if "min_insync_replicas" in topic_config:
+            min_isr = int(topic_config["min_insync_replicas"])
+        else:
+            # The broker default never exceeds the topic's replication factor:
+            # an RF-1 topic would otherwise refuse every acks=all produce and,
+            # since the HW waits for min_insync_replicas holders, never show
+            # acks=1 records to consumers either.
+            min_isr = min(self.settings.min_insync_replicas, max(replication_factor, 1))
         return log_cfg, PartitionSettings(
             min_insync_replicas=min_isr,
             replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,

@@ -256,3 +256,11 @@ def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
     assert main(["node", "--config", str(path)]) == 1
     assert key.split(".")[1] in capsys.readouterr().err
     assert not data_dir.exists()
+
+
+def test_min_insync_replicas_may_not_exceed_the_replication_factor():
+    from lograft.api.topic_configs import validate_topic_configs
+
+    assert validate_topic_configs({"min_insync_replicas": 3}, 3) == {"min_insync_replicas": "3"}
+    with pytest.raises(InvalidConfigError, match="exceeds the replication factor 1"):
+        validate_topic_configs({"min_insync_replicas": 2}, 1)

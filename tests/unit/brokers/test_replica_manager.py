@@ -9,7 +9,11 @@ import pytest
 from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
 from lograft.brokers.partition import Acks, Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from lograft.errors import (
+    BrokerNotAvailableError,
+    NotEnoughReplicasError,
+    UnknownTopicOrPartitionError,
+)
 from lograft.storage.batch import RecordInput, build_batch, iter_records
 
 TP = TopicPartition("orders", 0)
@@ -76,9 +80,7 @@ class Cluster:
 
 
 def _batch(tag: str, n: int = 5) -> bytes:
-    return build_batch(
-        [RecordInput(f"{tag}-{i}".encode(), b"k") for i in range(n)], timestamp_ms=1
-    )
+    return build_batch([RecordInput(f"{tag}-{i}".encode(), b"k") for i in range(n)], timestamp_ms=1)
 
 
 def _values(rm: ReplicaManager) -> list[bytes]:
@@ -220,5 +222,27 @@ async def test_open_logs_opens_off_the_loop_and_apply_takes_them(tmp_path, monke
         rm.apply_metadata(wanted)
         assert extra not in rm._opened and extra not in rm.partitions
         assert leftover._closed
+    finally:
+        await rm.stop()
+
+
+async def test_the_default_min_isr_is_capped_at_the_replication_factor(tmp_path):
+    rm = ReplicaManager(1, tmp_path, BrokerSettings(min_insync_replicas=2))
+    await rm.start()
+    try:
+        single = Assignment((1,), (1,), 1, 1, 0)
+        rm.apply_metadata({TP: PartitionMeta("id", single)})
+        res = await rm.produce(TP, _batch("solo"), Acks.ALL)
+        assert res.last_offset == 4
+        assert rm.partitions[TP].high_watermark == 5, "acks=all records become visible"
+        explicit = TopicPartition("strict", 0)
+        rm.apply_metadata(
+            {
+                TP: PartitionMeta("id", single),
+                explicit: PartitionMeta("id2", single, {"min_insync_replicas": "2"}),
+            }
+        )
+        with pytest.raises(NotEnoughReplicasError):
+            await rm.produce(explicit, _batch("x"), Acks.ALL)
     finally:
         await rm.stop()
