@@ -68,6 +68,7 @@ class ControllerRuntime:
         self._lock = asyncio.Lock()
         self._sessions: BrokerSessions | None = None
         self._task: asyncio.Task[None] | None = None
+        self._last_tick: int | None = None
         self.activations = 0
 
     @property
@@ -118,6 +119,28 @@ class ControllerRuntime:
 
     # -- leadership and periodic duties ----------------------------------------------------
 
+    def absorb_stall(self, now: int) -> bool:
+        """Forgive the time this controller's own event loop was stalled.
+
+        While the loop is blocked (GC, CPU starvation, a long handler) brokers'
+        heartbeats wait unread in its sockets; expiring sessions right after
+        would fence every broker at once for the controller's own fault. A gap
+        between duty ticks longer than a heartbeat interval therefore gives
+        every broker a fresh session, as a failover does: a broker that is
+        really dead is fenced one session timeout later instead. Returns True
+        when a stall was absorbed.
+        """
+        last, self._last_tick = self._last_tick, now
+        stalled = last is not None and now - last > self.config.broker_heartbeat_interval_ms
+        if stalled and self._sessions is not None:
+            log.warning(
+                "controller loop stalled for %d ms; giving every broker a fresh session",
+                now - (last or now),
+            )
+            self._sessions = sessions_after_failover(self.store.image, now)
+            return True
+        return False
+
     async def _run(self) -> None:
         next_fence = next_balance = 0
         while True:
@@ -131,6 +154,8 @@ class ControllerRuntime:
                 if self._sessions is None:
                     await self._activate()
                 now = self.clock()
+                if self.absorb_stall(now):
+                    next_fence = now + self.config.fence_check_interval_ms
                 if now >= next_fence:
                     next_fence = now + self.config.fence_check_interval_ms
                     await self._periodic(
