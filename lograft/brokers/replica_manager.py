@@ -180,6 +180,8 @@ class ReplicaManager:
         self.pool = FilePool(settings.max_open_files)
         self.maintainer = LogMaintainer(clock=clock, compactor=_compactor)
         self.partitions: dict[TopicPartition, Partition] = {}
+        # The topic configs each replica runs with, to notice changes.
+        self._topic_configs: dict[TopicPartition, dict[str, Any]] = {}
         # Logs opened off the loop by `open_logs`, waiting for `apply_metadata`.
         self._opened: dict[TopicPartition, Log] = {}
         self._changes = _Changes()
@@ -264,6 +266,7 @@ class ReplicaManager:
                     self._remove(tp)
                 continue
             part = self.partitions.get(tp) or self._create(tp, meta)
+            self._update_configs(part, meta)
             self._reconcile(part, meta, now)
         # Opened for an earlier view whose apply failed, and no longer wanted.
         for tp in [tp for tp in self._opened if tp not in self.partitions]:
@@ -307,6 +310,20 @@ class ReplicaManager:
             ack_waiters_max=self.settings.ack_waiters_max,
         )
 
+    def _update_configs(self, part: Partition, meta: PartitionMeta) -> None:
+        """A topic config changed (PATCH .../configs): apply it to the live replica."""
+        current = dict(meta.topic_config)
+        if self._topic_configs.get(part.tp) == current:
+            return
+        first = part.tp not in self._topic_configs
+        self._topic_configs[part.tp] = current
+        if first:
+            return  # just created with these configs
+        log_cfg, settings = self._configs(current, len(meta.assignment.replicas))
+        part.log.update_config(log_cfg)
+        part.settings = settings
+        log.info("%s: topic configs updated to %s", part.tp, current)
+
     def _reconcile(self, part: Partition, meta: PartitionMeta, now: int) -> None:
         a = meta.assignment
         if a.leader_epoch < part.leader_epoch:
@@ -324,6 +341,7 @@ class ReplicaManager:
 
     def _remove(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp)
+        self._topic_configs.pop(tp, None)
         self.maintainer.remove(part.log)
         if part.role is not Role.STOPPED:
             part.stop()

@@ -484,6 +484,17 @@ class Log:
                 raise
             self.recovery_point = self.log_end_offset
 
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs to the open log (Kafka's updateConfig).
+
+        Retention, rolling, flushing, compaction and size limits take effect
+        from the next operation; existing segments and indexes stay as they are.
+        """
+        with self._lock:
+            self.config = config
+            for seg in self._segments.values():
+                seg.config = config
+
     def roll(self) -> LogSegment:
         """Start a new active segment at the LEO (tests and admin use)."""
         with self._lock:

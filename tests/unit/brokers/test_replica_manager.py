@@ -246,3 +246,23 @@ async def test_the_default_min_isr_is_capped_at_the_replication_factor(tmp_path)
             await rm.produce(explicit, _batch("x"), Acks.ALL)
     finally:
         await rm.stop()
+
+
+async def test_changed_topic_configs_reach_the_live_replica(tmp_path):
+    rm = ReplicaManager(1, tmp_path, BrokerSettings(min_insync_replicas=1))
+    await rm.start()
+    try:
+        single = Assignment((1,), (1,), 1, 1, 0)
+        rm.apply_metadata({TP: PartitionMeta("id", single)})
+        part = rm.partitions[TP]
+        assert part.log.config.retention_ms == 7 * 24 * 3600 * 1000
+        rm.apply_metadata(
+            {TP: PartitionMeta("id", single, {"retention_ms": "1000", "min_insync_replicas": "2"})}
+        )
+        assert rm.partitions[TP] is part, "the same replica, reconfigured"
+        assert part.log.config.retention_ms == 1000
+        assert part.log.segments()[0].config.retention_ms == 1000
+        with pytest.raises(NotEnoughReplicasError):
+            await rm.produce(TP, _batch("x"), Acks.ALL)
+    finally:
+        await rm.stop()
