@@ -136,17 +136,19 @@ class _Changes:
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait_any(self, tps: Iterable[TopicPartition], timeout_s: float) -> None:
+    async def wait_any(self, tps: Iterable[TopicPartition], timeout_s: float) -> bool:
+        """Wait until one of `tps` changes; False when `timeout_s` passed without one."""
         if timeout_s <= 0:
-            return
+            return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = list(tps)
         for tp in keys:
             self._waiters.setdefault(tp, set()).add(fut)
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            return True
         except TimeoutError:
-            pass
+            return False
         finally:
             for tp in keys:
                 s = self._waiters.get(tp)
@@ -421,7 +423,11 @@ class ReplicaManager:
             if total >= req.min_bytes or urgent or remaining <= 0:
                 return out
             tps = [TopicPartition(p.topic, p.partition) for p in req.partitions]
-            await self._changes.wait_any(tps, remaining / 1000)
+            if not await self._changes.wait_any(tps, remaining / 1000):
+                # Nothing these partitions' data, HW or leadership depend on
+                # changed (each such change notifies): the answer served on
+                # arrival still holds, so do not walk every partition again.
+                return out
 
     def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
         now = self.clock()

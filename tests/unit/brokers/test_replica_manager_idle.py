@@ -87,11 +87,11 @@ async def test_idle_follower_long_polls_do_not_wake_each_other(tmp_path):
         idle_s = 1.0
         calls.clear()
         await asyncio.sleep(idle_s)
-        # Two followers, one request per WAIT_MS each, two passes per request
-        # (on arrival and at the deadline): about 20 in a second.
-        expected = 2 * 2 * idle_s * 1000 / WAIT_MS
-        assert passes <= 2 * expected, f"{passes} fetch passes in {idle_s} s of idle"
+        # Two followers, one request per WAIT_MS each: about 10 in a second,
+        # and one pass over the partitions per request (on arrival: a deadline
+        # reached with nothing changed answers what that pass found).
         assert len(calls) <= 2 * idle_s * 1000 / WAIT_MS + 4
+        assert passes <= len(calls) + 2, f"{passes} fetch passes for {len(calls)} requests"
         # Every partition still has its HW on the followers.
         for b in (2, 3):
             assert all(brokers[b].partitions[tp].high_watermark == 1 for tp in tps)
