@@ -88,6 +88,12 @@ class _MappedIndex:
         finally:
             # The mapping keeps its own descriptor.
             os.close(fd)
+        # No readahead: on the first store into a fresh (sparse) index the
+        # kernel otherwise reads ahead a window of holes, zero-filling page
+        # cache for it. With read_ahead_kb=8192 that cost 3 ms of CPU and
+        # 8 MiB of page cache per 10 MiB index (17 us without); appends only
+        # touch the next page and lookups are binary searches.
+        self._mm.madvise(mmap.MADV_RANDOM)
         self._reload_last()
 
     def _reload_last(self) -> None:
