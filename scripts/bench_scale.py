@@ -201,6 +201,13 @@ class Cluster:
         for n in NODES:
             local_cluster.start_node(self.directory, n)
             self.pids[n] = int((self.directory / f"node-{n}.pid").read_text())
+        # pid_of (used by wait_ready) knows a node by its command line, which
+        # names the config only once the child has exec'd.
+        deadline = time.monotonic() + 10
+        while any(local_cluster.pid_of(self.directory, n) is None for n in NODES):
+            if time.monotonic() > deadline:
+                raise RuntimeError("a node did not start")
+            time.sleep(0.05)  # polling process start with a deadline
         if not local_cluster.wait_ready(self.directory, self.base, NODES):
             raise RuntimeError("the cluster did not become ready")
 
