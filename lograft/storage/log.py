@@ -592,6 +592,11 @@ class Log:
         with self._flush_lock, self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
+                # No records to remove, but an epoch may start at the log end:
+                # this replica led a term in which it appended nothing. The new
+                # leader never had that epoch; kept, it makes every fetch
+                # diverge again at the same place (Kafka truncates it too).
+                self.epochs.truncate_from_end(self.log_end_offset)
                 return 0
             if offset <= self.log_start_offset:
                 removed = self.size_bytes

@@ -412,3 +412,53 @@ def test_creating_many_partitions_fences_no_live_broker(lograft_cluster: Factory
     for node in cluster:
         text = node.log_text()
         assert "active -> fenced" not in text, f"node {node.node_id} was fenced:\n{node.log_tail()}"
+
+
+def test_preferred_leader_returns_and_every_replica_keeps_up(lograft_cluster: Factory) -> None:
+    """Failover to the second replica, no writes in its term, then the
+    preferred leader comes back and takes over (leader balance). The second
+    replica's epoch cache ends with an epoch in which it wrote nothing; it
+    must still follow the new leader (an acks=all write needs it) instead of
+    diverging at the same offset on every fetch."""
+    cluster = lograft_cluster(
+        # Fast balance; a 60 s lag time keeps a stuck follower in the ISR, so
+        # acks=all waits on it instead of quietly dropping it.
+        controller={"leader_imbalance_check_interval_ms": 500},
+        broker={"replica_lag_time_max_ms": 60_000},
+    )
+    cluster.start()
+    controller = cluster.active_controller()
+    created = cluster.create_topic("balance", partitions=1, replication_factor=3, via=controller)
+    first, second, _third = created["partitions"][0]["replicas"]
+    produce(controller, "balance", 0, [f"a{i}" for i in range(5)])
+
+    preferred = cluster[first]
+    observer = next(n for n in cluster if n is not preferred)
+    preferred.kill()
+
+    def led_by_second() -> bool:
+        return led_by(observer, "balance", second) == [0]
+
+    cluster.eventually(led_by_second, 15, "the second replica to lead")
+    preferred.start()
+    preferred.wait_ready()
+    cluster.eventually(
+        lambda: led_by(observer, "balance", first) == [0], 20, "the preferred replica to lead again"
+    )
+    doc = observer.topic("balance")
+    assert doc is not None and sorted(doc["partitions"][0]["isr"]) == [1, 2, 3], doc
+    # Its own replica leads (its data path says so): the write below goes
+    # nowhere else, so it is appended exactly once.
+    cluster.eventually(
+        lambda: preferred.get("/v1/topics/balance/partitions/0/offsets").status == 200,
+        10,
+        "the preferred replica to serve as leader",
+    )
+    # Needs every ISR member, the second replica included, to copy it.
+    t0 = time.monotonic()
+    produce(preferred, "balance", 0, ["b"])
+    elapsed = time.monotonic() - t0
+    assert elapsed < 5, f"acks=all took {elapsed:.1f} s: a follower could not follow"
+    doc = observer.topic("balance")
+    assert doc is not None and second in doc["partitions"][0]["isr"], doc
+    assert doc["partitions"][0]["high_watermark"] == 6, doc

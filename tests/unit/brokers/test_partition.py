@@ -152,3 +152,39 @@ def test_stopped_is_final(tmp_path):
     assert p.role is Role.STOPPED
     with pytest.raises(AssertionError, match="illegal transition"):
         p.become_leader(_assign(1, 1), now_ms=0)
+
+
+def test_a_leader_that_wrote_nothing_rejoins_as_follower(tmp_path):
+    """Elected (epoch 2) and replaced (epoch 3) before anything was appended:
+    its epoch cache ends with an entry for epoch 2 at its log end, which the
+    new leader never had. Truncating "to the log end" must still drop that
+    entry (Kafka does the same), or every fetch diverges again forever and the
+    replica never rejoins the ISR."""
+    a, b = _replica(tmp_path, 1), _replica(tmp_path, 2)
+    a.become_leader(_assign(1, 1), now_ms=0)
+    b.become_follower(_assign(1, 1))
+    a.append_records(_batch(), Acks.LEADER)
+    _replicate(a, b)
+    _replicate(a, b)
+    a.become_leader(_assign(1, 2), now_ms=0)  # a new term, no append in it
+    b.become_leader(_assign(2, 3), now_ms=0)
+    a.become_follower(_assign(2, 3))
+    assert a.log.epochs.latest_epoch == 2
+
+    req = a.follower_fetch_request()
+    res = b.on_follower_fetch(1, req, 1 << 20, now_ms=1)
+    assert res.diverging is not None and res.error is None
+    a.apply_fetch_response(
+        res.data,
+        leader_high_watermark=res.high_watermark,
+        leader_log_start_offset=res.log_start_offset,
+        diverging=res.diverging,
+    )
+    assert a.log.log_end_offset == 3, "nothing to remove: the records are the leader's"
+    assert a.log.epochs.latest_epoch == 1
+    # The next fetch is an ordinary one, so the leader counts it as caught up.
+    res = b.on_follower_fetch(1, a.follower_fetch_request(), 1 << 20, now_ms=2)
+    assert res.diverging is None and res.error is None
+    b.append_records(_batch(tag="w"), Acks.LEADER)
+    _replicate(b, a)
+    assert a.log.log_end_offset == 6
