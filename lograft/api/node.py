@@ -55,6 +55,8 @@ from lograft.quorum.raft import RaftAdapter, RaftConfig
 
 log = logging.getLogger(__name__)
 
+# Rounds of "newer metadata arrived while logs were opening" before applying anyway.
+APPLY_REFRESH_ROUNDS_MAX = 10
 # A broker asking to shut down waits this long for its leaderships to move, ms.
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
 
@@ -269,6 +271,14 @@ class Node:
             # Log files are opened in a thread: hundreds of them on the event
             # loop would stop this broker's heartbeats until it is fenced.
             await self.replicas.open_logs(wanted)
+            # Newer metadata may have arrived meanwhile (seconds, for a wide
+            # topic): apply the newest, never a view that is already stale.
+            for _ in range(APPLY_REFRESH_ROUNDS_MAX):
+                if self.store.image is image:
+                    break
+                image = self.store.image
+                wanted = hosted_partitions(image, self.config.node_id)
+                await self.replicas.open_logs(wanted)
             self.replicas.apply_metadata(wanted)
         except Exception:
             log.exception("applying metadata at offset %d failed", image.offset)
