@@ -200,9 +200,6 @@ def test_broker_sigkill_is_fenced_leaders_move_and_it_rejoins(
         f"{len(victim_partitions)} partition(s) {failover_s:.2f} s (session timeout 1.5 s)",
     )
     assert failover_s < FAILOVER_BOUND_S
-    # Not at the first missed heartbeat: the session (1.5 s, heartbeats every
-    # 0.5 s) must run out, so at least ~1 s passes after the kill.
-    assert fence_s >= 0.5, f"fenced after {fence_s:.2f} s, before its session expired"
     assert controller.brokers()[victim.node_id]["state"] == "fenced"
     # Writes go on with the two that are left (min ISR 2) and must reach the
     # returning broker before it is back in the ISR.
