@@ -243,7 +243,6 @@ def test_controller_sigkill_elects_another_that_keeps_serving(
         f"active controller {old.node_id} SIGKILL -> controller {new.node_id} elected, "
         f"fenced {fence_s:.2f} s, new partition leaders {failover_s:.2f} s",
     )
-    assert new is not old
     assert new.cluster_view()["raft"]["term"] > old_term
     assert failover_s < FAILOVER_BOUND_S
 
