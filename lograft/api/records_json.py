@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from lograft.errors import InvalidRequestError
-from lograft.storage.batch import Header, Record, RecordInput
+from lograft.storage.batch import Header, Record, RecordInput, header_key_bytes
 
 VALUE_FORMATS = ("json", "string", "base64")
 READ_FORMATS = ("auto", "json", "string", "base64")
@@ -177,6 +177,16 @@ def render_value(data: bytes | None, fmt: str) -> tuple[Any, str | None]:
         return base64.b64encode(data).decode(), "base64"
 
 
+def _header_name(name: str) -> str:
+    """A header key that is not valid UTF-8 (decoded with surrogateescape by
+    the codec) is shown with replacement characters, as JSON needs."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return header_key_bytes(name).decode("utf-8", errors="replace")
+    return name
+
+
 def render_record(
     rec: Record, partition: int, value_format: str, key_format: str
 ) -> dict[str, Any]:
@@ -197,7 +207,7 @@ def render_record(
         headers = []
         for name, hv in rec.headers:
             text, enc = render_value(hv, "string")
-            item: dict[str, Any] = {"key": name, "value": text}
+            item: dict[str, Any] = {"key": _header_name(name), "value": text}
             if enc:
                 item["encoding"] = enc
             headers.append(item)

@@ -252,3 +252,18 @@ def test_json_fetch_steps_over_offsets_compaction_removed():
     assert [r["offset"] for r in records] == [12] and next_offset == 14
     records, next_offset = _render_records(data, 0, 10, 1, "auto", "auto")
     assert [r["offset"] for r in records] == [10] and next_offset == 11, "cut by max_records"
+
+
+def test_a_header_key_that_is_not_utf8_renders_as_json():
+    import orjson
+
+    from lograft.api.records_json import render_record
+    from lograft.storage.batch import iter_records
+
+    raw = build_batch(
+        [RecordInput(b"v", None, [(b"k\xff".decode("utf-8", "surrogateescape"), b"x")])],
+        timestamp_ms=1,
+    )
+    rec = next(iter_records(raw))
+    body = orjson.dumps(render_record(rec, 0, "auto", "auto"))
+    assert b"k\xef\xbf\xbd" in body
