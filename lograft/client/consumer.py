@@ -36,9 +36,9 @@ from lograft.client.errors import (
     SerializationError,
 )
 from lograft.client.fetcher import Fetcher, Missing, PartitionState
-from lograft.client.metadata import ClusterMetadata
+from lograft.client.metadata import connect
 from lograft.client.serde import Deserializer
-from lograft.client.transport import HttpTransport, Transport
+from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord, TopicPartition
 from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
 from lograft.storage.batch import Record
@@ -71,17 +71,7 @@ class AsyncConsumer:
     ) -> None:
         """Settings: see `ConsumerConfig` (and docs/client.md)."""
         self.config: ConsumerConfig = make_config(ConsumerConfig, bootstrap_servers, settings)
-        self._transport: Transport = transport or HttpTransport(
-            connect_timeout_ms=self.config.connect_timeout_ms,
-            connections_max=self.config.connections_max,
-            client_id=self.config.client_id,
-        )
-        self.metadata = ClusterMetadata(
-            self._transport,
-            self.config.urls(),
-            request_timeout_ms=self.config.request_timeout_ms,
-            metadata_max_age_ms=self.config.metadata_max_age_ms,
-        )
+        self._transport, self.metadata = connect(self.config, transport)
         self._fetcher = Fetcher(self.config, self.metadata, self._transport, self._on_change)
         self._changed: asyncio.Event | None = None
         self._next_start = 0

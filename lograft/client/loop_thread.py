@@ -51,6 +51,20 @@ class LoopThread:
             fut.cancel()
             raise ClientTimeoutError(f"no result within {timeout_s} s") from None
 
+    def start_client(
+        self,
+        start: Callable[[], Coroutine[Any, Any, Any]],
+        close: Callable[[], Coroutine[Any, Any, Any]],
+    ) -> None:
+        """Start an async client on this loop; if that fails, close the client
+        and stop the thread before re-raising, so nothing is left running."""
+        try:
+            self.run(start())
+        except BaseException:
+            self.run(close())
+            self.stop()
+            raise
+
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 

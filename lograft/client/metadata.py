@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lograft.client.config import CommonConfig
 from lograft.client.errors import ClusterUnreachableError, NetworkError, UnexpectedResponseError
-from lograft.client.transport import HttpResponse, Transport
+from lograft.client.transport import HttpResponse, HttpTransport, Transport
 from lograft.client.types import TopicPartition
 from lograft.errors import LograftError, UnknownTopicOrPartitionError
 
@@ -293,3 +294,20 @@ def unreachable(errors: Mapping[str, str]) -> ClusterUnreachableError:
         urls=urls,
         errors=dict(errors),
     )
+
+
+def connect(config: CommonConfig, transport: Transport | None) -> tuple[Transport, ClusterMetadata]:
+    """The transport (HTTP unless one is given, as tests do) and the metadata
+    cache a producer or consumer builds from its settings."""
+    chosen: Transport = transport or HttpTransport(
+        connect_timeout_ms=config.connect_timeout_ms,
+        connections_max=config.connections_max,
+        client_id=config.client_id,
+    )
+    metadata = ClusterMetadata(
+        chosen,
+        config.urls(),
+        request_timeout_ms=config.request_timeout_ms,
+        metadata_max_age_ms=config.metadata_max_age_ms,
+    )
+    return chosen, metadata

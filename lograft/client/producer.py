@@ -28,12 +28,12 @@ from lograft.client.buffer_pool import BufferPool
 from lograft.client.config import ProducerConfig, make_config
 from lograft.client.errors import ClientClosedError, ClientTimeoutError, SerializationError
 from lograft.client.idempotence import IdempotenceState
-from lograft.client.metadata import ClusterMetadata, TopicMetadata
+from lograft.client.metadata import TopicMetadata, connect
 from lograft.client.partitioning import StickyPartitioner
 from lograft.client.producer_batch import Completion, estimate_size
 from lograft.client.sender import ProducerStats, Sender
 from lograft.client.serde import Serializer, bytes_serializer
-from lograft.client.transport import HttpTransport, Transport
+from lograft.client.transport import Transport
 from lograft.client.types import Header, RecordMetadata, TopicPartition
 from lograft.errors import RecordTooLargeError
 from lograft.storage.batch import HEADER_SIZE, RecordInput
@@ -139,17 +139,7 @@ class AsyncProducer:
         """Settings: see `ProducerConfig` (and docs/client.md). `transport`
         replaces the HTTP transport (tests wrap it)."""
         self.config: ProducerConfig = make_config(ProducerConfig, bootstrap_servers, settings)
-        self._transport: Transport = transport or HttpTransport(
-            connect_timeout_ms=self.config.connect_timeout_ms,
-            connections_max=self.config.connections_max,
-            client_id=self.config.client_id,
-        )
-        self.metadata = ClusterMetadata(
-            self._transport,
-            self.config.urls(),
-            request_timeout_ms=self.config.request_timeout_ms,
-            metadata_max_age_ms=self.config.metadata_max_age_ms,
-        )
+        self._transport, self.metadata = connect(self.config, transport)
         self.pool = BufferPool(self.config.buffer_memory_bytes)
         self.stats = ProducerStats()
         self._partitioner = StickyPartitioner()

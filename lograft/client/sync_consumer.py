@@ -38,12 +38,7 @@ class Consumer:
         self.config = self._async.config
         self._thread = LoopThread("lograft-consumer")
         self._closed = False
-        try:
-            self._thread.run(self._async.start())
-        except BaseException:
-            self._thread.run(self._async.close())
-            self._thread.stop()
-            raise
+        self._thread.start_client(self._async.start, self._async.close)
 
     def _call(self, fn: Any, *args: Any) -> Any:
         async def call() -> Any:

@@ -48,12 +48,7 @@ class Producer:
         self._queue: list[tuple[PreparedRecord, FutureRecordMetadata]] = []
         self._drain_scheduled = False
         self._closed = False
-        try:
-            self._thread.run(self._async.start())
-        except BaseException:
-            self._thread.run(self._async.close())
-            self._thread.stop()
-            raise
+        self._thread.start_client(self._async.start, self._async.close)
 
     @property
     def stats(self) -> ProducerStats:
