@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 APPLY_REFRESH_ROUNDS_MAX = 10
 # A broker asking to shut down waits this long for its leaderships to move, ms.
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
+# Default bound on one node-to-node HTTP request (calls set shorter ones), ms.
+NODE_REQUEST_TIMEOUT_MS = 60_000
 
 
 def raft_config_for(config: NodeConfig) -> RaftConfig:
@@ -137,7 +139,8 @@ class Node:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         await self.raft.start()
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=60), headers={SECRET_HEADER: cfg.cluster_secret}
+            timeout=aiohttp.ClientTimeout(total=NODE_REQUEST_TIMEOUT_MS / 1000),
+            headers={SECRET_HEADER: cfg.cluster_secret},
         )
         if cfg.is_controller:
             self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)

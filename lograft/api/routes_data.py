@@ -39,6 +39,9 @@ from lograft.errors import (
 from lograft.storage.batch import RecordInput, build_batch, iter_batch_records, iter_batches
 
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
+# Largest integer a query parameter may carry (offsets, sizes, times); far
+# below int64 so arithmetic on it cannot overflow what Kafka formats hold.
+QUERY_INT_MAX = 1 << 62
 # A JSON fetch renders fetched data larger than this in a worker thread, bytes.
 RENDER_INLINE_BYTES_MAX = 64 * 1024
 
@@ -382,7 +385,7 @@ def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int |
         raise InvalidRequestError(f"{name}={raw!r} is not an integer") from None
     if value < minimum:
         raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
-    if value > (1 << 62):
+    if value > QUERY_INT_MAX:
         raise InvalidRequestError(f"{name}={value} is out of range")
     return value
 

@@ -155,6 +155,9 @@ class _Waiter:
 
 
 _seq = itertools.count()
+# Past this many acks=all waiters, drop those whose callers gave up (timed
+# out) instead of letting them sit in the heap until the HW reaches them.
+WAITERS_COMPACT_AT = 64
 
 
 class Partition:
@@ -353,7 +356,7 @@ class Partition:
             if not w.future.done():
                 w.future.set_result(None)
         # Drop waiters whose callers gave up (timed out), so the heap stays bounded.
-        if self._waiters and len(self._waiters) > 64:
+        if len(self._waiters) > WAITERS_COMPACT_AT:
             live = [w for w in self._waiters if not w.future.done()]
             if len(live) != len(self._waiters):
                 heapq.heapify(live)

@@ -79,6 +79,8 @@ class BrokerSettings:
     isr_check_interval_ms: int = 500
     # Follower fetch long-poll, ms, and sizes, bytes.
     replica_fetch_wait_max_ms: int = 500
+    # Longest long-poll a leader grants a follower's fetch (whatever it asks), ms.
+    replica_fetch_serve_wait_max_ms: int = 5_000
     replica_fetch_max_bytes: int = 8 * 1024 * 1024
     replica_fetch_partition_max_bytes: int = 1024 * 1024
     # Pause after a failed follower fetch, ms.
@@ -413,7 +415,7 @@ class ReplicaManager:
     # -- replica fetch (leader side) ------------------------------------------------------
 
     async def replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
-        wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_wait_max_ms * 10)
+        wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_serve_wait_max_ms)
         deadline = self.clock() + wait_ms
         while True:
             out = self._serve_replica_fetch(req)
