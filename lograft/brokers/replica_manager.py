@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,10 @@ class _Changes:
                         del self._waiters[tp]
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -171,6 +176,7 @@ class ReplicaManager:
         alter_partition: AlterPartitionFn | None = None,
         fetch_transport: FetchTransport | None = None,
         clock: Clock = wall_clock_ms,
+        lag_clock: Clock = monotonic_ms,
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
@@ -180,7 +186,12 @@ class ReplicaManager:
         self.log_defaults = dict(log_defaults or {})
         self.alter_partition = alter_partition
         self.fetch_transport = fetch_transport
+        # `clock` stamps records and drives retention (wall time, as Kafka);
+        # `lag_clock` measures durations (follower lag, fetch deadlines) and
+        # must not jump when the wall clock is stepped, or a step forward
+        # would drop every follower from the ISR at once.
         self.clock = clock
+        self.lag_clock = lag_clock
         self.pool = FilePool(settings.max_open_files)
         self.maintainer = LogMaintainer(clock=clock, compactor=_compactor)
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -261,7 +272,7 @@ class ReplicaManager:
 
     def apply_metadata(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
         """Make local replicas match the assignments that name this broker."""
-        now = self.clock()
+        now = self.lag_clock()
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._remove(tp)
         for tp, meta in wanted.items():
@@ -401,11 +412,11 @@ class ReplicaManager:
     ) -> FetchResult:
         """Long-poll: answer once `min_bytes` below the HW are there, or at the deadline."""
         wait_ms = min(max(max_wait_ms, 0), self.settings.fetch_wait_max_ms)
-        deadline = self.clock() + wait_ms
+        deadline = self.lag_clock() + wait_ms
         while True:
             part = self.partition(tp)
             data = part.read_for_consumer(offset, max_bytes)
-            remaining = deadline - self.clock()
+            remaining = deadline - self.lag_clock()
             if len(data) >= min_bytes or remaining <= 0:
                 return FetchResult(
                     data, part.high_watermark, part.log.log_start_offset, part.log.log_end_offset
@@ -416,11 +427,11 @@ class ReplicaManager:
 
     async def replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
         wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_serve_wait_max_ms)
-        deadline = self.clock() + wait_ms
+        deadline = self.lag_clock() + wait_ms
         while True:
             out = self._serve_replica_fetch(req)
             total = sum(len(p.data) for p in out)
-            remaining = deadline - self.clock()
+            remaining = deadline - self.lag_clock()
             urgent = any(p.error is not None or p.diverging is not None for p in out)
             if total >= req.min_bytes or urgent or remaining <= 0:
                 return out
@@ -432,7 +443,7 @@ class ReplicaManager:
                 return out
 
     def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
-        now = self.clock()
+        now = self.lag_clock()
         budget = req.max_bytes
         out: list[FetchPartitionResponse] = []
         for p in req.partitions:
@@ -564,11 +575,15 @@ class ReplicaManager:
         """Propose ISR changes for leaders that need one; returns the send tasks."""
         if self.alter_partition is None:
             return []
-        now = self.clock()
+        now = self.lag_clock()
         tasks = []
         for part in list(self.partitions.values()):
+            before = part.isr
             proposal = part.isr_change(now, ineligible)
             if proposal is not None:
+                # Kafka logs every ISR shrink and expand: a shrink is the first
+                # sign of a slow follower, and tests read it to explain one.
+                log.info("ISR of %s: proposing %s -> %s", part.tp, list(before), list(proposal.isr))
                 tasks.append(asyncio.create_task(self._send_isr(part, proposal)))
         return tasks
 
