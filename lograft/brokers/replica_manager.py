@@ -535,7 +535,15 @@ class ReplicaManager:
                 log.debug("fetch from broker %d failed: %s", leader_id, exc)
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
-            if not self._apply_responses(responses):
+            try:
+                progressed = self._apply_responses(responses)
+            except Exception:
+                # A bug or disk fault applying one response must not end the
+                # session: nothing restarts it until the next metadata change,
+                # so every partition it carries would silently fall out of ISR.
+                log.exception("applying a fetch response from broker %d failed", leader_id)
+                progressed = False
+            if not progressed:
                 await asyncio.sleep(backoff)
 
     def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
