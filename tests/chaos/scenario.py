@@ -1,0 +1,56 @@
+"""The contract between fault scenarios, the workload and the checker.
+
+A scenario injects faults into a running three-node cluster while the
+workload (tests/chaos/workload.py) produces and consumes; it must heal every
+fault before it returns, so the runner can check that the cluster converges
+and the history holds every acknowledged write. Scenarios that need links
+cut or slowed between particular nodes ask for the toxiproxy topology
+(`needs_network`); the others only kill, stop or restart processes.
+
+Every random choice a scenario makes comes from `ctx.rng`, seeded by the
+runner and printed, so a run can be replayed with the same seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.integration.cluster_harness import LograftCluster
+
+
+@dataclass
+class ChaosContext:
+    cluster: LograftCluster
+    rng: random.Random
+    # The topics the workload writes to (scenarios pick leaders among them).
+    topics: list[str]
+    # The toxiproxy topology (tests/chaos/network.py) when the scenario
+    # declared `needs_network`; None otherwise.
+    network: Any = None
+    # Plain, timestamped progress lines (the runner prints and keeps them).
+    log: Callable[[str], None] = print
+    # Free-form facts the scenario wants in the report (e.g. "victim": 2).
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    inject: Callable[[ChaosContext], None]
+    needs_network: bool = False
+    # In the fast subset that the normal test suite runs.
+    fast: bool = False
+
+
+REGISTRY: dict[str, Scenario] = {}
+
+
+def register(scenario: Scenario) -> Scenario:
+    if scenario.name in REGISTRY:
+        raise ValueError(f"scenario {scenario.name!r} registered twice")
+    REGISTRY[scenario.name] = scenario
+    return scenario
