@@ -17,6 +17,9 @@
 - Leaders check their ISR every `isr_check_interval_ms` and send at most one
   AlterPartition per partition at a time, through an injected callable.
 - High watermarks are checkpointed to `replication-offset-checkpoint`.
+- Role listeners (`add_role_listener`) hear of every replica that became
+  leader, became follower or was removed, right after the change: the group
+  coordinator loads and drops `__consumer_offsets` partitions this way.
 
 Everything here runs on one asyncio event loop.
 """
@@ -69,6 +72,9 @@ TOPIC_ID_FILE = "partition.metadata"
 
 AlterPartitionFn = Callable[[TopicPartition, IsrProposal], Awaitable[Assignment | None]]
 FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
+# Called with a replica right after it became leader or follower, or was
+# stopped for removal (role STOPPED); must not block.
+RoleListener = Callable[[Partition], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +210,18 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._hw_checkpoint = _read_hw_checkpoint(self.data_dir / HW_CHECKPOINT_FILE)
         self._running = False
+        self._role_listeners: list[RoleListener] = []
+
+    def add_role_listener(self, listener: RoleListener) -> None:
+        self._role_listeners.append(listener)
+
+    def _role_changed(self, part: Partition) -> None:
+        for listener in self._role_listeners:
+            try:
+                listener(part)
+            except Exception:
+                # A listener's bug must not leave the other replicas unapplied.
+                log.exception("role listener failed for %s", part.tp)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -347,11 +365,13 @@ class ReplicaManager:
         if a.leader == self.broker_id:
             if not (same_term and part.is_leader and a.partition_epoch <= part.partition_epoch):
                 part.become_leader(a, now)
+                self._role_changed(part)
         elif (
             not (same_term and part.role is Role.FOLLOWER)
             or a.partition_epoch > part.partition_epoch
         ):
             part.become_follower(a)
+            self._role_changed(part)
         self._changes.notify(part.tp)
 
     def _remove(self, tp: TopicPartition) -> None:
@@ -360,6 +380,7 @@ class ReplicaManager:
         self.maintainer.remove(part.log)
         if part.role is not Role.STOPPED:
             part.stop()
+        self._role_changed(part)
         part.log.delete()
         self._hw_checkpoint.pop(tp, None)
         self._changes.notify(tp)
