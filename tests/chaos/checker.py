@@ -1,0 +1,418 @@
+"""Pure checks over a recorded chaos history (tests/chaos/history.py).
+
+Each check returns the anomalies it found, naming the offending values and
+offsets; `check` runs them all and `CheckResult.violations` says which
+must-hold properties failed (issue 6):
+
+- lost: an acknowledged value absent from the final read;
+- duplicate: a value at more than one offset (a violation only for an
+  idempotent writer; counted for every writer);
+- inconsistent: one (partition, offset) seen holding different values by the
+  acknowledgements, the consumers, the final read or the replicas on disk, or
+  a value seen in a partition other than the one it was sent to;
+- non-monotonic: a consumer returning an offset at or below one it returned
+  before in the same partition, or a writer's later acknowledged send
+  (by invocation time) at an offset at or below an earlier one's;
+- divergence: a replica that, after healing, misses or disagrees on an offset
+  below the final high watermark;
+- phantom: a value in the log that no writer sent, or whose send failed
+  definitely (the broker said nothing was written);
+- minority ack: an acknowledgement answered by a node while it was cut off
+  from every other node, for a send invoked in that window;
+- slow failover: after a leader was killed, no send to its partitions
+  invoked after the kill was acknowledged within the failover budget;
+- unavailability: the longest window with no acknowledged send at all, and
+  per partition (a measure, not a violation by itself).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tests.chaos.history import History, Outcome, Send
+
+# How long produce may take to succeed again after a partition leader is
+# SIGKILLed, in ms: docs/quorum.md's failover (fencing after the 1.5 s broker
+# session, up to 3.5 s when the controller dies too) plus the client's
+# retry backoff (retry_backoff_max_ms 1000) and metadata refresh, with room
+# for a loaded two-core CI machine. docs/reliability.md explains the figure.
+FAILOVER_BUDGET_MS = 10_000
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    partition: int | None
+    offsets: tuple[int, ...]
+    values: tuple[str, ...]
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"p{self.partition}" if self.partition is not None else "-"
+        return (
+            f"{self.kind} {where} offsets={list(self.offsets)} "
+            f"values={list(self.values)}: {self.detail}"
+        )
+
+
+@dataclass(frozen=True)
+class Window:
+    """The longest stretch without an acknowledgement, in monotonic seconds."""
+
+    from_s: float
+    until_s: float
+
+    @property
+    def ms(self) -> int:
+        return round((self.until_s - self.from_s) * 1000)
+
+
+def _sends_by_value(history: History) -> dict[str, Send]:
+    return {s.value: s for s in history.sends}
+
+
+def _final_positions(history: History) -> dict[str, list[tuple[int, int]]]:
+    """value -> every (partition, offset) where the final read holds it."""
+    where: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for p, log in sorted(history.final.items()):
+        for offset, value in sorted(log.items()):
+            where[value].append((p, offset))
+    return where
+
+
+def lost(history: History) -> list[Anomaly]:
+    where = _final_positions(history)
+    out = []
+    for s in history.sends:
+        if s.outcome is Outcome.OK and s.value not in where:
+            out.append(
+                Anomaly(
+                    "lost",
+                    s.partition,
+                    (s.offset,) if s.offset is not None else (),
+                    (s.value,),
+                    f"acknowledged to {s.writer} at offset {s.offset}, absent from the final "
+                    f"read (high watermark {history.high_watermarks.get(s.partition)})",
+                )
+            )
+    return out
+
+
+def duplicates(history: History) -> list[Anomaly]:
+    sends = _sends_by_value(history)
+    out = []
+    for value, places in _final_positions(history).items():
+        if len(places) < 2:
+            continue
+        send = sends.get(value)
+        writer = (
+            f"{send.writer} ({'idempotent' if send.idempotent else 'not idempotent'})"
+            if (send)
+            else "no known writer"
+        )
+        out.append(
+            Anomaly(
+                "duplicate",
+                places[0][0],
+                tuple(o for _p, o in places),
+                (value,),
+                f"at {len(places)} places {places}; sent by {writer}",
+            )
+        )
+    return out
+
+
+def idempotent_duplicates(history: History, found: list[Anomaly]) -> list[Anomaly]:
+    sends = _sends_by_value(history)
+    return [a for a in found if (s := sends.get(a.values[0])) is not None and s.idempotent]
+
+
+def _observations(history: History) -> dict[tuple[int, int], dict[str, str]]:
+    """(partition, offset) -> {source: value} for every place that saw the offset."""
+    seen: dict[tuple[int, int], dict[str, str]] = defaultdict(dict)
+    for p, log in history.final.items():
+        for offset, value in log.items():
+            seen[(p, offset)]["final read"] = value
+    for node, logs in history.replicas.items():
+        for p, log in logs.items():
+            for offset, value in log.items():
+                seen[(p, offset)][f"replica on node {node}"] = value
+    for s in history.sends:
+        if s.outcome is Outcome.OK and s.offset is not None:
+            key = (s.partition, s.offset)
+            seen[key][f"ack of {s.value}"] = s.value
+    for r in history.reads:
+        key = (r.partition, r.offset)
+        label = f"consumer {r.reader}"
+        if label in seen[key] and seen[key][label] != r.value:
+            seen[key][f"{label} (again)"] = r.value
+        else:
+            seen[key][label] = r.value
+    return seen
+
+
+def inconsistent(history: History) -> list[Anomaly]:
+    out = []
+    for (p, offset), by_source in sorted(_observations(history).items()):
+        if len(set(by_source.values())) > 1:
+            out.append(
+                Anomaly(
+                    "inconsistent",
+                    p,
+                    (offset,),
+                    tuple(sorted(set(by_source.values()))),
+                    ", ".join(f"{src}: {v}" for src, v in sorted(by_source.items())),
+                )
+            )
+    sends = _sends_by_value(history)
+    for value, places in _final_positions(history).items():
+        send = sends.get(value)
+        if send is None:
+            continue
+        for p, offset in places:
+            if p != send.partition:
+                out.append(
+                    Anomaly(
+                        "inconsistent",
+                        p,
+                        (offset,),
+                        (value,),
+                        f"sent by {send.writer} to partition {send.partition}, found in {p}",
+                    )
+                )
+    return out
+
+
+def non_monotonic(history: History) -> list[Anomaly]:
+    out = []
+    last_read: dict[tuple[str, int], tuple[int, str]] = {}
+    for r in history.reads:
+        key = (r.reader, r.partition)
+        prev = last_read.get(key)
+        if prev is not None and r.offset <= prev[0]:
+            out.append(
+                Anomaly(
+                    "non-monotonic",
+                    r.partition,
+                    (prev[0], r.offset),
+                    (prev[1], r.value),
+                    f"consumer {r.reader} returned offset {r.offset} after {prev[0]}",
+                )
+            )
+        last_read[key] = (r.offset, r.value)
+    acked: dict[tuple[str, int], list[Send]] = defaultdict(list)
+    for s in history.sends:
+        if s.outcome is Outcome.OK and s.offset is not None:
+            acked[(s.writer, s.partition)].append(s)
+    for (writer, p), sends in sorted(acked.items()):
+        sends.sort(key=lambda s: s.invoked_s)
+        highest: Send | None = None
+        for s in sends:
+            assert s.offset is not None
+            if highest is not None and highest.offset is not None and s.offset <= highest.offset:
+                out.append(
+                    Anomaly(
+                        "non-monotonic",
+                        p,
+                        (highest.offset, s.offset),
+                        (highest.value, s.value),
+                        f"{writer} sent {s.value} after {highest.value} but it was acknowledged "
+                        f"at offset {s.offset}, not after {highest.offset}",
+                    )
+                )
+            if highest is None or (highest.offset is not None and s.offset > highest.offset):
+                highest = s
+    return out
+
+
+def divergence(history: History) -> list[Anomaly]:
+    """Replicas that miss or disagree on offsets below the final high watermark,
+    compared with the final read (what the leader served)."""
+    out = []
+    for p in history.partitions:
+        hw = history.high_watermarks.get(p, 0)
+        reference = history.final.get(p, {})
+        for node, logs in sorted(history.replicas.items()):
+            log = logs.get(p, {})
+            missing = [o for o in range(hw) if o in reference and o not in log]
+            differing = [
+                o for o in range(hw) if o in log and o in reference and log[o] != reference[o]
+            ]
+            if missing:
+                out.append(
+                    Anomaly(
+                        "divergence",
+                        p,
+                        (missing[0], missing[-1]),
+                        (),
+                        f"replica on node {node} lacks {len(missing)} offsets below the high "
+                        f"watermark {hw} (first {missing[0]}, last {missing[-1]})",
+                    )
+                )
+            for o in differing:
+                out.append(
+                    Anomaly(
+                        "divergence",
+                        p,
+                        (o,),
+                        (reference[o], log[o]),
+                        f"replica on node {node} holds {log[o]!r} at {o}, "
+                        f"the leader {reference[o]!r}",
+                    )
+                )
+    return out
+
+
+def phantoms(history: History) -> list[Anomaly]:
+    sends = _sends_by_value(history)
+    out = []
+    for value, places in _final_positions(history).items():
+        send = sends.get(value)
+        if send is None:
+            why = "no writer sent it"
+        elif send.outcome is Outcome.FAIL:
+            why = f"{send.writer}'s send failed definitely ({send.error})"
+        else:
+            continue
+        out.append(Anomaly("phantom", places[0][0], tuple(o for _p, o in places), (value,), why))
+    return out
+
+
+def minority_acks(history: History) -> list[Anomaly]:
+    out = []
+    for iso in history.isolations:
+        for s in history.sends:
+            if (
+                s.outcome is Outcome.OK
+                and s.node == iso.node
+                and iso.from_s <= s.invoked_s < iso.until_s
+                and s.completed_s <= iso.until_s
+            ):
+                out.append(
+                    Anomaly(
+                        "minority ack",
+                        s.partition,
+                        (s.offset,) if s.offset is not None else (),
+                        (s.value,),
+                        f"node {iso.node} acknowledged {s.value} "
+                        f"{s.invoked_s - iso.from_s:.2f}s into its isolation",
+                    )
+                )
+    return out
+
+
+def failover_ms(history: History) -> list[tuple[int, int, int | None]]:
+    """(killed node, partition, ms from the kill to the first acknowledgement of a
+    send invoked after it; None if none came)."""
+    out: list[tuple[int, int, int | None]] = []
+    for kill in history.leader_kills:
+        for p in kill.partitions:
+            done = [
+                s.completed_s
+                for s in history.sends
+                if s.partition == p and s.outcome is Outcome.OK and s.invoked_s >= kill.at_s
+            ]
+            ms = round((min(done) - kill.at_s) * 1000) if done else None
+            out.append((kill.node, p, ms))
+    return out
+
+
+def slow_failovers(history: History, budget_ms: int = FAILOVER_BUDGET_MS) -> list[Anomaly]:
+    return [
+        Anomaly(
+            "slow failover",
+            p,
+            (),
+            (),
+            f"after node {node} was killed, partition {p} "
+            + ("never acknowledged a later send" if ms is None else f"took {ms} ms")
+            + f" (budget {budget_ms} ms)",
+        )
+        for node, p, ms in failover_ms(history)
+        if ms is None or ms > budget_ms
+    ]
+
+
+def _longest_gap(times: list[float], start_s: float, end_s: float) -> Window:
+    points = [start_s, *sorted(t for t in times if start_s <= t <= end_s), end_s]
+    best = Window(start_s, start_s)
+    for a, b in itertools.pairwise(points):
+        if b - a > best.until_s - best.from_s:
+            best = Window(a, b)
+    return best
+
+
+def unavailability(history: History) -> Window:
+    acks = [s.completed_s for s in history.sends if s.outcome is Outcome.OK]
+    return _longest_gap(acks, history.start_s, history.end_s)
+
+
+def unavailability_per_partition(history: History) -> dict[int, Window]:
+    return {
+        p: _longest_gap(
+            [s.completed_s for s in history.sends if s.partition == p and s.outcome is Outcome.OK],
+            history.start_s,
+            history.end_s,
+        )
+        for p in history.partitions
+    }
+
+
+@dataclass
+class CheckResult:
+    acknowledged: int
+    unknown: int
+    failed: int
+    lost: list[Anomaly] = field(default_factory=list)
+    duplicates: list[Anomaly] = field(default_factory=list)
+    idempotent_duplicates: list[Anomaly] = field(default_factory=list)
+    inconsistent: list[Anomaly] = field(default_factory=list)
+    non_monotonic: list[Anomaly] = field(default_factory=list)
+    divergence: list[Anomaly] = field(default_factory=list)
+    phantoms: list[Anomaly] = field(default_factory=list)
+    minority_acks: list[Anomaly] = field(default_factory=list)
+    slow_failovers: list[Anomaly] = field(default_factory=list)
+    failover_ms: list[tuple[int, int, int | None]] = field(default_factory=list)
+    unavailable: Window = field(default_factory=lambda: Window(0.0, 0.0))
+    unavailable_per_partition: dict[int, Window] = field(default_factory=dict)
+
+    def violations(self) -> list[Anomaly]:
+        """Every anomaly that breaks a must-hold property (duplicates of writers
+        without idempotence are allowed, as in Kafka)."""
+        return [
+            *self.lost,
+            *self.inconsistent,
+            *self.idempotent_duplicates,
+            *self.non_monotonic,
+            *self.divergence,
+            *self.phantoms,
+            *self.minority_acks,
+            *self.slow_failovers,
+        ]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations()
+
+
+def check(history: History, *, failover_budget_ms: int = FAILOVER_BUDGET_MS) -> CheckResult:
+    dups = duplicates(history)
+    return CheckResult(
+        acknowledged=sum(1 for s in history.sends if s.outcome is Outcome.OK),
+        unknown=sum(1 for s in history.sends if s.outcome is Outcome.UNKNOWN),
+        failed=sum(1 for s in history.sends if s.outcome is Outcome.FAIL),
+        lost=lost(history),
+        duplicates=dups,
+        idempotent_duplicates=idempotent_duplicates(history, dups),
+        inconsistent=inconsistent(history),
+        non_monotonic=non_monotonic(history),
+        divergence=divergence(history),
+        phantoms=phantoms(history),
+        minority_acks=minority_acks(history),
+        slow_failovers=slow_failovers(history, failover_budget_ms),
+        failover_ms=failover_ms(history),
+        unavailable=unavailability(history),
+        unavailable_per_partition=unavailability_per_partition(history),
+    )

@@ -1,0 +1,231 @@
+"""The checker over hand-built histories: a clean one passes, each anomaly is found
+and named with its values and offsets."""
+
+from __future__ import annotations
+
+from tests.chaos.checker import (
+    FAILOVER_BUDGET_MS,
+    check,
+    divergence,
+    duplicates,
+    failover_ms,
+    inconsistent,
+    lost,
+    minority_acks,
+    non_monotonic,
+    phantoms,
+    unavailability,
+    unavailability_per_partition,
+)
+from tests.chaos.history import History, Isolation, LeaderKill, Outcome, Read, Send
+
+
+def ok(
+    value: str,
+    partition: int,
+    offset: int,
+    at: float,
+    *,
+    writer: str = "w0",
+    idempotent: bool = True,
+    node: int | None = None,
+    done: float | None = None,
+) -> Send:
+    return Send(
+        writer,
+        idempotent,
+        value,
+        partition,
+        at,
+        at + 0.01 if done is None else done,
+        Outcome.OK,
+        offset,
+        node,
+    )
+
+
+def clean() -> History:
+    """Two writers on two partitions, everything acknowledged, read back and replicated."""
+    h = History(topic="t", partitions=[0, 1], start_s=0.0, end_s=10.0)
+    h.sends = [
+        ok("w0-0", 0, 0, 1.0),
+        ok("w0-1", 1, 0, 2.0),
+        ok("w1-0", 0, 1, 3.0, writer="w1", idempotent=False),
+        Send("w1", False, "w1-1", 1, 4.0, 9.0, Outcome.UNKNOWN, error="DELIVERY_TIMEOUT"),
+        Send("w0", True, "w0-2", 0, 5.0, 5.1, Outcome.FAIL, error="NOT_ENOUGH_REPLICAS"),
+    ]
+    h.final = {0: {0: "w0-0", 1: "w1-0"}, 1: {0: "w0-1"}}
+    h.high_watermarks = {0: 2, 1: 1}
+    h.replicas = {n: {0: {0: "w0-0", 1: "w1-0"}, 1: {0: "w0-1"}} for n in (1, 2, 3)}
+    h.reads = [
+        Read("c0", 0, 0, "w0-0", 1.5),
+        Read("c0", 0, 1, "w1-0", 3.5),
+        Read("c0", 1, 0, "w0-1", 2.5),
+    ]
+    return h
+
+
+def test_a_clean_history_passes_and_counts_outcomes() -> None:
+    result = check(clean())
+    assert result.ok, result.violations()
+    assert (result.acknowledged, result.unknown, result.failed) == (3, 1, 1)
+    assert result.duplicates == []
+
+
+def test_an_unknown_send_may_appear_or_not() -> None:
+    h = clean()
+    h.final[1][1] = "w1-1"
+    h.high_watermarks[1] = 2
+    for logs in h.replicas.values():
+        logs[1][1] = "w1-1"
+    assert check(h).ok
+
+
+def test_lost_names_the_acknowledged_value_and_its_offset() -> None:
+    h = clean()
+    del h.final[0][1]
+    found = lost(h)
+    assert [(a.partition, a.offsets, a.values) for a in found] == [(0, (1,), ("w1-0",))]
+    assert not check(h).ok
+
+
+def test_duplicates_are_counted_for_every_writer_but_violate_only_with_idempotence() -> None:
+    h = clean()
+    h.final[0][2] = "w1-0"  # the non-idempotent writer's value twice
+    result = check(h)
+    assert [(a.offsets, a.values) for a in duplicates(h)] == [((1, 2), ("w1-0",))]
+    assert result.idempotent_duplicates == []
+    assert result.duplicates and not result.lost
+
+    h.final[0][3] = "w0-0"  # the idempotent writer's value twice
+    result = check(h)
+    assert [(a.offsets, a.values) for a in result.idempotent_duplicates] == [((0, 3), ("w0-0",))]
+    assert not result.ok
+
+
+def test_inconsistent_offset_between_final_read_and_a_consumer() -> None:
+    h = clean()
+    h.reads.append(Read("c1", 0, 1, "w0-9", 3.6))
+    found = inconsistent(h)
+    assert len(found) == 1
+    assert found[0].partition == 0 and found[0].offsets == (1,)
+    assert set(found[0].values) == {"w1-0", "w0-9"}
+    assert "consumer c1: w0-9" in found[0].detail
+
+
+def test_inconsistent_when_an_ack_names_an_offset_holding_another_value() -> None:
+    h = clean()
+    h.sends.append(ok("w0-3", 1, 0, 6.0))  # acknowledged at 1:0, which holds w0-1
+    h.final[1][1] = "w0-3"
+    found = inconsistent(h)
+    assert [(a.partition, a.offsets, set(a.values)) for a in found] == [(1, (0,), {"w0-1", "w0-3"})]
+
+
+def test_inconsistent_when_a_value_lands_in_another_partition() -> None:
+    h = clean()
+    h.sends.append(Send("w0", True, "w0-4", 0, 6.0, 6.5, Outcome.UNKNOWN))
+    h.final[1][1] = "w0-4"
+    found = inconsistent(h)
+    assert [(a.partition, a.offsets, a.values) for a in found] == [(1, (1,), ("w0-4",))]
+
+
+def test_a_consumer_moving_backwards_is_non_monotonic() -> None:
+    h = clean()
+    h.reads.append(Read("c0", 0, 0, "w0-0", 4.0))
+    found = non_monotonic(h)
+    assert [(a.partition, a.offsets) for a in found] == [(0, (1, 0))]
+    assert "consumer c0" in found[0].detail
+
+
+def test_a_later_acknowledged_send_at_an_earlier_offset_is_non_monotonic() -> None:
+    h = History(topic="t", partitions=[0], start_s=0.0, end_s=5.0)
+    h.sends = [ok("w0-0", 0, 1, 1.0), ok("w0-1", 0, 0, 2.0)]
+    h.final = {0: {0: "w0-1", 1: "w0-0"}}
+    h.high_watermarks = {0: 2}
+    found = non_monotonic(h)
+    assert [(a.offsets, a.values) for a in found] == [((1, 0), ("w0-0", "w0-1"))]
+    # Another writer's interleaving is not a reordering.
+    h.sends = [ok("w0-0", 0, 1, 1.0), ok("w1-0", 0, 0, 2.0, writer="w1")]
+    h.final = {0: {0: "w1-0", 1: "w0-0"}}
+    assert non_monotonic(h) == []
+
+
+def test_a_replica_that_disagrees_or_lags_below_the_high_watermark_diverges() -> None:
+    h = clean()
+    h.replicas[2][0][1] = "w9-9"
+    del h.replicas[3][1][0]
+    found = divergence(h)
+    assert [(a.partition, a.offsets) for a in found] == [(0, (1,)), (1, (0, 0))]
+    assert "node 2" in found[0].detail and "node 3" in found[1].detail
+    # The disagreeing replica also makes the offset inconsistent.
+    assert [(a.partition, a.offsets) for a in inconsistent(h)] == [(0, (1,))]
+
+
+def test_records_above_the_high_watermark_are_not_divergence() -> None:
+    h = clean()
+    assert divergence(h) == []
+    h.high_watermarks[0] = 1  # the replicas' offset 1 is above it now: not compared
+    h.replicas[2][0][1] = "w9-9"
+    h.final[0] = {0: "w0-0"}
+    h.sends = [s for s in h.sends if s.value != "w1-0"]
+    h.reads = [r for r in h.reads if r.value != "w1-0"]
+    assert divergence(h) == []
+
+
+def test_a_definitely_failed_or_unknown_value_in_the_log_is_a_phantom() -> None:
+    h = clean()
+    h.final[0][2] = "w0-2"  # its send failed with NOT_ENOUGH_REPLICAS
+    h.final[0][3] = "x-1"  # nobody sent it
+    found = phantoms(h)
+    assert sorted((a.offsets, a.values) for a in found) == [((2,), ("w0-2",)), ((3,), ("x-1",))]
+
+
+def test_an_ack_from_an_isolated_node_inside_its_window_is_a_minority_ack() -> None:
+    h = clean()
+    h.isolations = [Isolation(node=2, from_s=5.0, until_s=8.0)]
+    h.sends += [
+        ok("w2-0", 0, 2, 5.5, writer="w2", idempotent=False, node=2),  # violation
+        ok("w2-1", 0, 3, 4.0, writer="w2", idempotent=False, node=2),  # invoked before the cut
+        ok("w2-2", 0, 4, 6.0, writer="w2", idempotent=False, node=1),  # another node
+        ok("w2-3", 0, 5, 7.0, writer="w2", idempotent=False, node=2, done=8.5),  # after heal
+    ]
+    assert [a.values for a in minority_acks(h)] == [("w2-0",)]
+
+
+def test_failover_time_is_measured_from_the_kill_to_the_first_later_ack() -> None:
+    h = History(topic="t", partitions=[0, 1], start_s=0.0, end_s=20.0)
+    h.sends = [
+        ok("w0-0", 0, 0, 1.0),
+        # invoked before the kill: does not count even though acknowledged after it
+        ok("w0-1", 0, 1, 1.9, done=2.5),
+        ok("w0-2", 0, 2, 2.2, done=4.2),
+        ok("w0-3", 1, 0, 2.2, done=2.3),
+    ]
+    h.final = {0: {0: "w0-0", 1: "w0-1", 2: "w0-2"}, 1: {0: "w0-3"}}
+    h.high_watermarks = {0: 3, 1: 1}
+    h.leader_kills = [LeaderKill(node=1, partitions=(0,), at_s=2.0)]
+    assert failover_ms(h) == [(1, 0, 2200)]
+    assert check(h).ok
+    assert not check(h, failover_budget_ms=2000).ok
+    h.leader_kills = [LeaderKill(node=1, partitions=(0,), at_s=5.0)]  # nothing after it
+    assert failover_ms(h) == [(1, 0, None)]
+    assert [a.kind for a in check(h).violations()] == ["slow failover"]
+    assert FAILOVER_BUDGET_MS >= 2000
+
+
+def test_unavailability_is_the_longest_gap_between_acks_including_the_edges() -> None:
+    h = History(topic="t", partitions=[0, 1], start_s=0.0, end_s=10.0)
+    h.sends = [
+        ok("w0-0", 0, 0, 0.5, done=1.0),
+        ok("w0-1", 1, 0, 1.0, done=2.0),
+        ok("w0-2", 0, 1, 2.0, done=6.5),
+        Send("w0", True, "w0-3", 1, 6.0, 9.0, Outcome.UNKNOWN),
+        ok("w0-4", 1, 1, 7.0, done=9.5),
+    ]
+    window = unavailability(h)
+    assert (window.from_s, window.until_s, window.ms) == (2.0, 6.5, 4500)
+    per = unavailability_per_partition(h)
+    assert (per[0].from_s, per[0].until_s) == (1.0, 6.5)
+    assert (per[1].from_s, per[1].until_s) == (2.0, 9.5)
+    empty = History(topic="t", partitions=[0], start_s=1.0, end_s=4.0)
+    assert unavailability(empty).ms == 3000
