@@ -488,3 +488,12 @@ class OutOfOrderHeartbeatError(LograftError):
     reported owning in the past, so it is refused."""
 
     code = "OUT_OF_ORDER_HEARTBEAT"
+
+
+@_register
+class StreamsLimitReachedError(LograftError):
+    """This node already serves `streams_max` streaming consumes (Server-Sent
+    Events); another node, or this one a little later, can take the stream."""
+
+    code = "STREAMS_LIMIT_REACHED"
+    retriable = True

@@ -53,6 +53,7 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.BrokerNotAvailableError: 503,
     e.StorageError: 503,
     e.LogClosedError: 503,
+    e.StreamsLimitReachedError: 503,
     e.RequestTimedOutError: 504,
 }
 
