@@ -18,10 +18,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from lograft.api.http_errors import error_body
 from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.brokers.replica_manager import ReplicaManager
-from lograft.errors import InvalidRequestError
+from lograft.errors import InvalidRequestError, LograftError
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.records import ConfigResourceType, endpoints_from
@@ -54,6 +55,7 @@ class ControllerRpc:
             "register": self.register,
             "heartbeat": self.heartbeat,
             "alter-partition": self.alter_partition,
+            "alter-partitions": self.alter_partitions,
             "producer-ids": self.producer_ids,
             "create-topic": self.create_topic,
             "delete-topic": self.delete_topic,
@@ -119,6 +121,46 @@ class ControllerRpc:
             "partition_epoch": res.partition_epoch,
             "isr": list(res.isr),
         }
+
+    async def alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Many partitions' ISR changes in one request and one metadata commit.
+        Answers per partition, in request order: the partition after the
+        change, or `{"error": {...}}` (the same form as an HTTP error body)."""
+        items = []
+        for raw in _get(body, "partitions", list):
+            if not isinstance(raw, dict):
+                raise InvalidRequestError("partitions must be a list of objects")
+            items.append(
+                c.AlterPartitionItem(
+                    topic_id=_get(raw, "topic_id", str),
+                    partition=_get(raw, "partition", int),
+                    leader_epoch=_get(raw, "leader_epoch", int),
+                    partition_epoch=_get(raw, "partition_epoch", int),
+                    new_isr=tuple(int(b) for b in _get(raw, "new_isr", list)),
+                )
+            )
+        req = c.AlterPartitionsRequest(
+            broker_id=_get(body, "broker_id", int),
+            broker_epoch=_get(body, "broker_epoch", int),
+            items=tuple(items),
+        )
+        answers = await self.runtime.run(lambda img, _s, _n: c.alter_partitions(img, req))
+        out: list[dict[str, Any]] = []
+        for item, answer in zip(req.items, answers, strict=True):
+            where = {"topic_id": item.topic_id, "partition": item.partition}
+            if isinstance(answer, LograftError):
+                out.append({**where, **error_body(answer)})
+            else:
+                out.append(
+                    {
+                        **where,
+                        "leader": answer.leader,
+                        "leader_epoch": answer.leader_epoch,
+                        "partition_epoch": answer.partition_epoch,
+                        "isr": list(answer.isr),
+                    }
+                )
+        return {"partitions": out}
 
     async def producer_ids(self, body: dict[str, Any]) -> dict[str, Any]:
         broker_id = _get(body, "broker_id", int)

@@ -207,7 +207,12 @@ class Partition:
         self._apply_assignment(a)
         if new_term:
             # Followers ask "where did epoch e end?"; the new epoch starts here.
-            self.log.epochs.assign(a.leader_epoch, self.log.log_end_offset)
+            # In memory only: two fsyncs per partition on the event loop made a
+            # broker taking over hundreds of leaderships stall for seconds. The
+            # replica manager writes it from a worker thread, and the first
+            # append of this epoch writes it before its batch (epoch_cache.py
+            # says why that order is the one that matters).
+            self.log.epochs.assign_deferred(a.leader_epoch, self.log.log_end_offset)
             self.tracker.become_leader(a.replicas, a.isr, now_ms)
             self.isr_in_flight = None
         else:

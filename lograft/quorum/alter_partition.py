@@ -17,6 +17,15 @@ new ISR only if both still hold. Checks, in order, each with its own error:
 The leader epoch is checked before leadership so that a deposed leader learns
 it is stale (and refreshes its metadata) rather than merely "not leader".
 The stored ISR keeps the replicas' preferred order, so one set has one form.
+
+`alter_partitions` is Kafka's multi-partition AlterPartition: one request
+from one leader carries the ISR changes of many partitions (a broker that
+returns after a restart needs one for every partition it leads), checks 1
+once for the request and 2-7 per partition, and commits every accepted
+change in one record batch. One partition's refusal is that partition's
+answer; the others still apply. Per partition changes were one request and
+one metadata commit each, and every commit is work on every broker (hundreds
+of them after one broker came back, at 2,000 partitions).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from lograft.errors import (
     InvalidRequestError,
     InvalidUpdateVersionError,
     IsrWithoutLeaderError,
+    LograftError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
@@ -37,6 +47,11 @@ from lograft.quorum.broker_lifecycle import registered_broker
 from lograft.quorum.image import MetadataImage, PartitionState
 from lograft.quorum.records import PartitionChange
 from lograft.quorum.result import ControllerResult
+
+# Partitions one AlterPartition request may carry. Bounds the request body and
+# the record batch it commits (~200 B per change, far below Raft's
+# max_batch_bytes of 1 MiB at this count).
+ALTER_PARTITION_ITEMS_MAX = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +79,84 @@ def alter_partition(
     image: MetadataImage, request: AlterPartitionRequest
 ) -> ControllerResult[AlterPartitionResponse]:
     registered_broker(image, request.broker_id, request.broker_epoch)
+    return _decide(image, request)
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionItem:
+    """One partition's ISR change inside a batched request."""
+
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionsRequest:
+    broker_id: int
+    broker_epoch: int
+    items: tuple[AlterPartitionItem, ...]
+
+
+# Per item, in request order: the partition after the batch, or why it was refused.
+AlterPartitionsResponse = tuple[AlterPartitionResponse | LograftError, ...]
+
+
+def alter_partitions(
+    image: MetadataImage, request: AlterPartitionsRequest
+) -> ControllerResult[AlterPartitionsResponse]:
+    """Every item decided against `image`; the accepted changes in one batch.
+
+    Items name distinct partitions, so deciding each against the same image is
+    what applying them one after another would decide; a partition named twice
+    is refused the second time (its first answer would be stale)."""
+    if len(request.items) > ALTER_PARTITION_ITEMS_MAX:
+        raise InvalidRequestError(
+            f"{len(request.items)} partitions in one AlterPartition; at most "
+            f"{ALTER_PARTITION_ITEMS_MAX} (ALTER_PARTITION_ITEMS_MAX)",
+            items_max=ALTER_PARTITION_ITEMS_MAX,
+        )
+    registered_broker(image, request.broker_id, request.broker_epoch)
+    seen: set[tuple[str, int]] = set()
+    records: list[PartitionChange] = []
+    answers: list[AlterPartitionResponse | LograftError] = []
+    for item in request.items:
+        key = (item.topic_id, item.partition)
+        if key in seen:
+            answers.append(
+                InvalidRequestError(
+                    f"partition {item.topic_id}/{item.partition} appears twice in one request",
+                    topic_id=item.topic_id,
+                    partition=item.partition,
+                )
+            )
+            continue
+        seen.add(key)
+        single = AlterPartitionRequest(
+            request.broker_id,
+            request.broker_epoch,
+            item.topic_id,
+            item.partition,
+            item.leader_epoch,
+            item.partition_epoch,
+            item.new_isr,
+        )
+        try:
+            result = _decide(image, single)
+        except LograftError as exc:
+            answers.append(exc)
+            continue
+        records.extend(result.records)
+        answers.append(result.response)
+    return ControllerResult(tuple(records), tuple(answers))
+
+
+def _decide(
+    image: MetadataImage, request: AlterPartitionRequest
+) -> ControllerResult[AlterPartitionResponse]:
+    """Checks 2-7 and the change, for a sender already known to be registered."""
     current = _partition(image, request)
     _check_epochs_and_leader(current, request)
     isr = _checked_isr(image, current, request.new_isr)

@@ -19,9 +19,13 @@ Contract for the runtime that drives these (the Raft leader's event loop):
 from __future__ import annotations
 
 from lograft.quorum.alter_partition import (
+    AlterPartitionItem,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterPartitionsRequest,
+    AlterPartitionsResponse,
     alter_partition,
+    alter_partitions,
 )
 from lograft.quorum.broker_lifecycle import (
     HeartbeatRequest,
@@ -50,8 +54,11 @@ from lograft.quorum.topics import (
 
 __all__ = [
     "AlterConfigRequest",
+    "AlterPartitionItem",
     "AlterPartitionRequest",
     "AlterPartitionResponse",
+    "AlterPartitionsRequest",
+    "AlterPartitionsResponse",
     "BrokerSessions",
     "ControllerConfig",
     "ControllerResult",
@@ -66,6 +73,7 @@ __all__ = [
     "allocate_producer_ids",
     "alter_config",
     "alter_partition",
+    "alter_partitions",
     "balance_preferred_leaders",
     "broker_heartbeat",
     "create_partitions",

@@ -11,6 +11,21 @@ covers the log start.
 (KIP-101/279): "where did my epoch end on your log?". It returns the largest
 epoch <= the requested one and the start offset of the next larger epoch (or
 the log end offset when the requested epoch is the latest).
+
+Durability. Every change is written (`write_entries`: two fsyncs) before the
+call returns, except `assign_deferred`, which a new leader uses: its entry
+changes the cache in memory and marks it dirty, and `flush` (a worker thread)
+or the next durable change writes it. The rule that keeps the file safe:
+**no batch reaches the log unless the cache state it was appended under is
+on disk.** `assign` is the append path's call (the log calls it for every
+batch before writing), and it writes a dirty cache even when its own entry
+changes nothing, so the first append of a new leader's epoch makes the
+deferred entry durable before any batch of that epoch is written (Kafka's
+order). Until then the entry describes no data: a crash that loses it leaves
+a log whose newest epoch ends at the log end offset, which is exactly what
+the lost entry said (`end_offset_for` answers followers the same either
+way), so a follower that truncated by the leader's answer is consistent with
+the leader's log after the crash too.
 """
 
 from __future__ import annotations
@@ -36,6 +51,8 @@ class LeaderEpochCache:
         self._lock = threading.Lock()
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        # The state in memory is ahead of the file (an `assign_deferred`).
+        self._dirty = False
         entries = checkpoint.read_entries(self.path, 2) if persist else None
         try:
             parsed = [(int(epoch_s), int(start_s)) for epoch_s, start_s in entries or []]
@@ -65,6 +82,23 @@ class LeaderEpochCache:
         if self._persist:
             checkpoint.write_entries(self.path, list(zip(epochs, starts, strict=True)))
         self._epochs, self._starts = epochs, starts
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        """The cache holds a change that is not on disk yet."""
+        return self._dirty
+
+    def flush(self) -> bool:
+        """Write a dirty cache (blocking: call it off the event loop). True if written.
+
+        On OSError the cache stays dirty, so the next durable change or flush
+        tries again."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            self._commit(self._epochs, self._starts)
+            return True
 
     def entries(self) -> list[tuple[int, int]]:
         with self._lock:
@@ -85,26 +119,46 @@ class LeaderEpochCache:
         the new entry is added. A negative epoch (a batch stamped with none)
         is ignored.
         """
-        if epoch < 0:
-            return
         with self._lock:
-            if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
-                return
-            epochs, starts = list(self._epochs), list(self._starts)
-            removed: list[tuple[int, int]] = []
-            while epochs and (epochs[-1] >= epoch or starts[-1] >= start_offset):
-                removed.append((epochs.pop(), starts.pop()))
-            if len(removed) > 1 or (removed and removed[0][1] != start_offset):
-                log.warning(
-                    "%s: epoch %d at offset %d replaces entries %s",
-                    self.path,
-                    epoch,
-                    start_offset,
-                    removed,
-                )
-            epochs.append(epoch)
-            starts.append(start_offset)
-            self._commit(epochs, starts)
+            new = self._assigned(epoch, start_offset)
+            if new is not None:
+                self._commit(*new)
+            elif self._dirty:
+                # A deferred entry: this batch may belong to its epoch, so it
+                # must be on disk before the batch is written.
+                self._commit(self._epochs, self._starts)
+
+    def assign_deferred(self, epoch: int, start_offset: int) -> None:
+        """`assign` in memory only: the file is written by `flush` or by the
+        next durable change. For a new leader's epoch, which describes no
+        batch until the first append (whose `assign` writes it first)."""
+        with self._lock:
+            new = self._assigned(epoch, start_offset)
+            if new is not None:
+                self._epochs, self._starts = new
+                self._dirty = self._persist
+
+    def _assigned(self, epoch: int, start_offset: int) -> tuple[list[int], list[int]] | None:
+        """The entries after assigning, or None when nothing changes. Caller holds the lock."""
+        if epoch < 0:
+            return None
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
+            return None
+        epochs, starts = list(self._epochs), list(self._starts)
+        removed: list[tuple[int, int]] = []
+        while epochs and (epochs[-1] >= epoch or starts[-1] >= start_offset):
+            removed.append((epochs.pop(), starts.pop()))
+        if len(removed) > 1 or (removed and removed[0][1] != start_offset):
+            log.warning(
+                "%s: epoch %d at offset %d replaces entries %s",
+                self.path,
+                epoch,
+                start_offset,
+                removed,
+            )
+        epochs.append(epoch)
+        starts.append(start_offset)
+        return epochs, starts
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest known epoch <= epoch, end offset of that epoch)."""
