@@ -2,7 +2,8 @@
 
 If this node's own `ControllerRuntime` is active, calls go straight to it.
 Otherwise they are POSTed to the active controller's internal endpoint (the
-Raft leader's HTTP address from the voters list), with the cluster secret.
+Raft leader's HTTP address from the voters list, or its `[http.dial]` entry:
+`PeerUrls`), with the cluster secret.
 When the leader is unknown or unreachable the other voters are tried in turn;
 a voter that is not the controller answers NOT_CONTROLLER naming the one that
 is, and the call follows that hint once.
@@ -17,6 +18,7 @@ import orjson
 
 from lograft.api.app import SECRET_HEADER
 from lograft.api.node_config import NodeConfig
+from lograft.api.peer_urls import PeerUrls
 from lograft.errors import (
     BrokerNotAvailableError,
     LograftError,
@@ -37,8 +39,10 @@ class ControllerClient:
         session: aiohttp.ClientSession,
         runtime: ControllerRuntime | None,
         leader_id: Any,
+        peers: PeerUrls | None = None,
     ) -> None:
         self.config = config
+        self.peers = peers or PeerUrls(config.http.dial)
         self.session = session
         self.runtime = runtime
         # A callable returning the Raft leader's node id as this node sees it.
@@ -58,7 +62,7 @@ class ControllerClient:
         for nid in order:
             voter = self.config.voter(nid)
             if voter is not None and nid != self.config.node_id:
-                urls.append(voter.http_url)
+                urls.append(self.peers.voter(voter))
         return urls
 
     async def call(self, name: str, body: dict[str, Any], local: Any = None) -> Any:

@@ -31,6 +31,7 @@ from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.broker_agent import BrokerAgent
 from lograft.api.controller_client import ControllerClient
 from lograft.api.node_config import NodeConfig
+from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataRoutes
@@ -119,6 +120,8 @@ class Node:
         self.store = MetadataStore()
         self.raft = RaftAdapter(raft_config_for(config), self.store)
         self.controller_config = controller_config_for(config)
+        # The one place node-to-node HTTP calls get a peer's URL ([http.dial]).
+        self.peers = PeerUrls(config.http.dial)
         self.runtime: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
         self.agent: BrokerAgent | None = None
@@ -145,7 +148,9 @@ class Node:
         if cfg.is_controller:
             self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)
             await self.runtime.start()
-        self.client = ControllerClient(cfg, self.session, self.runtime, self._leader_id)
+        self.client = ControllerClient(
+            cfg, self.session, self.runtime, self._leader_id, peers=self.peers
+        )
         if cfg.is_broker:
             self.replicas = ReplicaManager(
                 cfg.node_id,
@@ -199,9 +204,12 @@ class Node:
             replicas=self.replicas,
             session=self.session,
             replicas_caught_up=self.wait_broker_applied,
+            peers=self.peers,
         ).add_to(app)
         if self.replicas is not None:
-            DataRoutes(self.replicas, _BrokerImageView(self), self.session).add_to(app)
+            DataRoutes(
+                self.replicas, _BrokerImageView(self), self.session, peers=self.peers
+            ).add_to(app)
             add_replica_fetch_route(app, self.replicas)
             add_producer_routes(
                 app,
@@ -356,7 +364,7 @@ class Node:
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
         assert self.session is not None
-        url = ImageView(self.store.image).broker_url(leader_id)
+        url = self.peers.broker(ImageView(self.store.image), leader_id)
         if url is None:
             raise BrokerNotAvailableError(f"broker {leader_id} has no registered address")
         async with self.session.post(

@@ -12,6 +12,8 @@ Example (`config/node-1.toml`)::
     host = "127.0.0.1"                # "0.0.0.0" in a container: then set
     port = 9091                       # advertised_url, the URL other brokers
     # advertised_url = "http://node-1:9091"   and clients dial
+    [http.dial]                       # optional: for node-to-node calls, dial a
+    2 = "127.0.0.1:29022"             # peer's HTTP API somewhere else (a proxy)
 
     [[voters]]                        # the controller quorum (KRaft's
     id = 1                            # controller.quorum.voters), the same
@@ -76,6 +78,10 @@ class HttpConfig:
     advertised_url: str | None = None
     # Largest request body accepted, bytes.
     request_bytes_max: int = 16 * 1024 * 1024
+    # Peer id -> host:port this node dials for that peer's HTTP API in
+    # node-to-node calls, instead of the peer's advertised address (a proxy per
+    # link in fault-injection tests). Clients are never told these addresses.
+    dial: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,7 @@ _TOP_KEYS = {
     "log_defaults",
 }
 _VOTER_KEYS = {"id", "raft", "http"}
-_HTTP_KEYS = {"host", "port", "request_bytes_max", "advertised_url"}
+_HTTP_KEYS = {"host", "port", "request_bytes_max", "advertised_url", "dial"}
 # Listening on every interface: no address another node could dial.
 _WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -237,6 +243,7 @@ def _http(raw: Any) -> HttpConfig:
         advertised_url=_url(section["advertised_url"], "http.advertised_url")
         if section.get("advertised_url") is not None
         else None,
+        dial=_dial(section.get("dial", {}), "http.dial"),
     )
 
 
@@ -268,11 +275,7 @@ def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...
 
 def _raft(raw: Any) -> RaftSection:
     section = dict(_section(raw, "raft"))
-    dial_raw = _section(section.pop("dial", {}), "raft.dial")
-    dial: dict[int, str] = {}
-    for peer, address in dial_raw.items():
-        key = f"raft.dial.{peer}"
-        dial[_int(peer, key, minimum=0)] = _address(address, key)
+    dial = _dial(section.pop("dial", {}), "raft.dial")
     password = _str(section.pop("password", ""), "raft.password")
     for reserved in ("node_id", "data_dir", "peers", "listen_address", "voter"):
         if reserved in section:
@@ -281,6 +284,15 @@ def _raft(raw: Any) -> RaftSection:
                 key=f"raft.{reserved}",
             )
     return RaftSection(password=password, dial=dial, tuning=section)
+
+
+def _dial(raw: Any, key: str) -> dict[int, str]:
+    """A `[raft.dial]` / `[http.dial]` table: peer node id -> host:port."""
+    dial: dict[int, str] = {}
+    for peer, address in _section(raw, key).items():
+        entry = f"{key}.{peer}"
+        dial[_int(peer, entry, minimum=0)] = _address(address, entry)
+    return dial
 
 
 def _log_defaults(raw: Any) -> dict[str, Any]:

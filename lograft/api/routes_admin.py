@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from lograft.api.controller_client import ControllerClient
+from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.metadata_sync import ImageView
@@ -55,6 +56,7 @@ class AdminRoutes:
         replicas: ReplicaManager | None,
         session: aiohttp.ClientSession,
         replicas_caught_up: Callable[[int, int], Awaitable[None]] | None = None,
+        peers: PeerUrls | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -66,6 +68,8 @@ class AdminRoutes:
         self.session = session
         # (offset, timeout_ms): returns once the replicas follow that metadata.
         self.replicas_caught_up = replicas_caught_up
+        # Where to ask another leader for its offsets (node-to-node: [http.dial]).
+        self.peers = peers or PeerUrls()
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -211,7 +215,7 @@ class AdminRoutes:
                 "log_end_offset": part.log.log_end_offset,
                 "high_watermark": part.high_watermark,
             }
-        url = view.broker_url(leader)
+        url = self.peers.broker(view, leader)
         if url is None:
             return unknown
         try:

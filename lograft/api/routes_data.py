@@ -23,6 +23,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.partition import Acks, AppendResult, TopicPartition
@@ -67,11 +68,14 @@ class DataRoutes:
         metadata: MetadataView,
         session: aiohttp.ClientSession,
         limits: DataLimits | None = None,
+        peers: PeerUrls | None = None,
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self.session = session
         self.limits = limits or DataLimits()
+        # Where to forward a produce for another leader (node-to-node: [http.dial]).
+        self.peers = peers or PeerUrls()
         self.keyless = KeylessPartitioner()
 
     def add_to(self, app: web.Application) -> None:
@@ -200,7 +204,7 @@ class DataRoutes:
     async def _forward_batch(
         self, view: TopicView, tp: TopicPartition, leader: int, batch: bytes, acks: Acks
     ) -> AppendResult:
-        url = self.metadata.broker_url(leader)
+        url = self.peers.broker(self.metadata, leader)
         if url is None:
             raise self._not_leader(view, tp)
         target = f"{url}/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"

@@ -19,8 +19,8 @@ Rules the harness keeps:
   until a deadline (`eventually`); on timeout the failure carries the tail of
   every node's log.
 - **Config generation is separate** (`node_config_toml`), so a chaos test can
-  rewrite `[raft.dial]` to put a proxy on each Raft link, or generate configs
-  for nodes it starts itself. Per-node overrides for `[controller]`,
+  rewrite `[raft.dial]` and `[http.dial]` to put a proxy on each inter-node
+  link, or generate configs for nodes it starts itself. Per-node overrides for `[controller]`,
   `[broker]` and `[raft]` tuning go through `NodeSpec`.
 """
 
@@ -131,6 +131,9 @@ class NodeSpec:
     # Peer node id -> host:port this node dials instead of the peer's own Raft
     # address (a proxy per link in chaos tests).
     dial: dict[int, str] = field(default_factory=dict)
+    # Peer node id -> host:port this node dials for the peer's HTTP API in
+    # inter-node calls ([http.dial]); clients still use the advertised address.
+    http_dial: dict[int, str] = field(default_factory=dict)
     raft: dict[str, Any] = field(default_factory=dict)
     # Extra [http] settings beside host and port (e.g. request_bytes_max).
     http: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +182,8 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
         lines.append(f"rack = {_toml_value(spec.rack)}")
     http = {"host": "127.0.0.1", "port": spec.http_port, **spec.http}
     lines += ["", *_toml_table("http", http)]
+    if spec.http_dial:
+        lines += ["", *_toml_table("http.dial", {str(k): v for k, v in spec.http_dial.items()})]
     for v in voters:
         lines += [
             "",
