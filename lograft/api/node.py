@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -46,8 +46,10 @@ from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
+    LograftError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
+    error_class_for,
 )
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
@@ -158,6 +160,7 @@ class Node:
                 BrokerSettings.from_dict(dict(cfg.broker)),
                 log_defaults=dict(cfg.log_defaults),
                 alter_partition=self._alter_partition,
+                alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
             )
             await self.replicas.start()
@@ -348,6 +351,59 @@ class Node:
             int(res["leader_epoch"]),
             int(res["partition_epoch"]),
         )
+
+    async def _alter_partitions(
+        self, changes: Sequence[tuple[TopicPartition, IsrProposal]]
+    ) -> dict[TopicPartition, Assignment | LograftError]:
+        """One AlterPartition for many partitions (one metadata commit)."""
+        assert self.client is not None and self.agent is not None
+        image = self.store.image
+        sent: dict[tuple[str, int], tuple[TopicPartition, tuple[int, ...]]] = {}
+        items = []
+        for tp, proposal in changes:
+            topic = image.topic(tp.topic)
+            if topic is None or tp.partition >= len(topic.partitions):
+                continue  # deleted meanwhile: no answer, the change is dropped
+            sent[(topic.topic_id, tp.partition)] = (tp, topic.partitions[tp.partition].replicas)
+            items.append(
+                {
+                    "topic_id": topic.topic_id,
+                    "partition": tp.partition,
+                    "leader_epoch": proposal.leader_epoch,
+                    "partition_epoch": proposal.partition_epoch,
+                    "new_isr": list(proposal.isr),
+                }
+            )
+        body = {
+            "broker_id": self.config.node_id,
+            "broker_epoch": self.agent.broker_epoch,
+            "partitions": items,
+        }
+        local = None
+        if self.runtime is not None:
+            rpc = ControllerRpc(self.runtime)
+
+            async def local() -> dict[str, Any]:
+                return await rpc.methods["alter-partitions"](body)
+
+        res = await self.client.call("alter-partitions", body, local=local)
+        out: dict[TopicPartition, Assignment | LograftError] = {}
+        for answer in res["partitions"]:
+            tp, replicas = sent[(answer["topic_id"], int(answer["partition"]))]
+            err = answer.get("error")
+            if err is not None:
+                out[tp] = error_class_for(err.get("code", ""))(
+                    err.get("message", "refused"), **err.get("details", {})
+                )
+                continue
+            out[tp] = Assignment(
+                replicas,
+                tuple(answer["isr"]),
+                int(answer["leader"]),
+                int(answer["leader_epoch"]),
+                int(answer["partition_epoch"]),
+            )
+        return out
 
     async def _producer_id_block(self) -> dict[str, Any]:
         assert self.client is not None and self.agent is not None

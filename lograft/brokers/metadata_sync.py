@@ -9,6 +9,16 @@ A topic's view (one `Assignment` per partition) is built once per image and
 shared: every produce and fetch request asks for it, and rebuilding it cost
 O(partitions of the topic) per request (a 2,000-partition topic: thousands of
 objects for each request). Views are read-only mappings for that reason.
+
+`hosted_partitions` is incremental for the same reason: the broker calls it
+on every metadata commit, and a commit usually changes a few partitions (an
+ISR change, one leader move). It reuses, from its previous answer for the
+same broker, the entries of every topic whose `TopicImage` object and config
+are unchanged (replay shares unchanged topics and partition states between
+images), and within a changed topic the entries of unchanged partition
+states. The `PartitionMeta` objects are then the very objects of the previous
+answer, which is what lets `ReplicaManager.apply_metadata` skip them with an
+identity check.
 """
 
 from __future__ import annotations
@@ -96,15 +106,74 @@ class ImageView:
         return self.image.usable_broker_ids()
 
 
+@dataclass(slots=True)
+class _HostedTopic:
+    """One topic's part of a `hosted_partitions` answer, and what it was built from."""
+
+    topic: TopicImage
+    config: dict[str, Any]
+    # Per partition index: (the state it was built from, its meta or None when
+    # the partition has no replica on the broker).
+    entries: list[tuple[PartitionState, PartitionMeta | None]]
+    hosted: dict[TopicPartition, PartitionMeta]
+
+
+class _HostedCache:
+    """The last answer per broker id, by topic id (a process hosts one broker;
+    tests build several)."""
+
+    BROKERS_MAX = 8
+
+    def __init__(self) -> None:
+        self._by_broker: dict[int, dict[str, _HostedTopic]] = {}
+
+    def answer(self, image: MetadataImage, broker_id: int) -> dict[TopicPartition, PartitionMeta]:
+        previous = self._by_broker.get(broker_id, {})
+        current: dict[str, _HostedTopic] = {}
+        out: dict[TopicPartition, PartitionMeta] = {}
+        for name, topic_id in image.topic_ids.items():
+            topic = image.topics[topic_id]
+            config = dict(image.config(ConfigResourceType.TOPIC, name))
+            hosted = _topic_hosted(topic, config, previous.get(topic_id), broker_id)
+            current[topic_id] = hosted
+            out.update(hosted.hosted)
+        if broker_id not in self._by_broker and len(self._by_broker) >= self.BROKERS_MAX:
+            self._by_broker.pop(next(iter(self._by_broker)))
+        self._by_broker[broker_id] = current
+        return out
+
+
+def _topic_hosted(
+    topic: TopicImage, config: dict[str, Any], before: _HostedTopic | None, broker_id: int
+) -> _HostedTopic:
+    if before is not None and before.config != config:
+        before = None  # every partition's meta carries the config
+    if before is not None and before.topic is topic:
+        return before
+    old: list[tuple[PartitionState, PartitionMeta | None]] = []
+    if before is not None:
+        old, config = before.entries, before.config  # an equal config: share the one dict
+    entries: list[tuple[PartitionState, PartitionMeta | None]] = []
+    hosted: dict[TopicPartition, PartitionMeta] = {}
+    for p in topic.partitions:
+        if p.partition < len(old) and old[p.partition][0] is p:
+            meta = old[p.partition][1]
+        elif broker_id in p.replicas:
+            meta = PartitionMeta(topic.topic_id, assignment_of(p), config)
+        else:
+            meta = None
+        entries.append((p, meta))
+        if meta is not None:
+            hosted[TopicPartition(topic.name, p.partition)] = meta
+    return _HostedTopic(topic, config, entries, hosted)
+
+
+_hosted = _HostedCache()
+
+
 def hosted_partitions(image: MetadataImage, broker_id: int) -> dict[TopicPartition, PartitionMeta]:
-    """Every partition with a replica on `broker_id`, with its topic config."""
-    out: dict[TopicPartition, PartitionMeta] = {}
-    for name, topic_id in image.topic_ids.items():
-        topic = image.topics[topic_id]
-        config = dict(image.config(ConfigResourceType.TOPIC, name))
-        for p in topic.partitions:
-            if broker_id in p.replicas:
-                out[TopicPartition(name, p.partition)] = PartitionMeta(
-                    topic_id, assignment_of(p), config
-                )
-    return out
+    """Every partition with a replica on `broker_id`, with its topic config.
+
+    Entries unchanged since the previous call for this broker are the same
+    objects as in that answer (see the module docstring)."""
+    return _hosted.answer(image, broker_id)

@@ -14,9 +14,18 @@
 - One fetcher per leader broker carries every partition this broker follows
   from that leader (one fetch session per broker pair). The transport that
   sends a fetch is injected, so this package knows nothing of HTTP.
-- Leaders check their ISR every `isr_check_interval_ms` and send at most one
-  AlterPartition per partition at a time, through an injected callable.
+- Leaders check their ISR every `isr_check_interval_ms`; every partition's
+  change found in one check goes to the controller in one batched
+  AlterPartition (at most `ALTER_PARTITION_BATCH_MAX` partitions per request,
+  one change in flight per partition), through an injected callable.
 - High watermarks are checkpointed to `replication-offset-checkpoint`.
+
+Costs that grow with the partition count stay off the event loop or in
+proportion to what changed: `apply_metadata` reconciles only partitions
+whose metadata changed since the last apply; the leader-epoch entries of new
+leaderships are written by one worker thread per apply (`_flush_epochs`); a
+broker returning after a restart sends its hundreds of ISR expansions as a
+few requests, one metadata commit each.
 - Role listeners (`add_role_listener`) hear of every replica that became
   leader, became follower or was removed, right after the change: the group
   coordinator loads and drops `__consumer_offsets` partitions this way.
@@ -31,7 +40,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +80,17 @@ HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 TOPIC_ID_FILE = "partition.metadata"
 
 AlterPartitionFn = Callable[[TopicPartition, IsrProposal], Awaitable[Assignment | None]]
+# Many partitions' ISR changes in one request: per partition, the partition as
+# the controller left it, or why it refused (missing: no answer, as refused).
+AlterPartitionsFn = Callable[
+    [Sequence[tuple[TopicPartition, IsrProposal]]],
+    Awaitable[Mapping[TopicPartition, Assignment | LograftError]],
+]
 FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
+
+# Partitions per batched AlterPartition request; more changes go as several
+# requests (the controller refuses above its ALTER_PARTITION_ITEMS_MAX).
+ALTER_PARTITION_BATCH_MAX = 500
 # Called with a replica right after it became leader or follower, or was
 # stopped for removal (role STOPPED); must not block.
 RoleListener = Callable[[Partition], None]
@@ -180,6 +199,7 @@ class ReplicaManager:
         *,
         log_defaults: Mapping[str, Any] | None = None,
         alter_partition: AlterPartitionFn | None = None,
+        alter_partitions: AlterPartitionsFn | None = None,
         fetch_transport: FetchTransport | None = None,
         clock: Clock = wall_clock_ms,
         lag_clock: Clock = monotonic_ms,
@@ -191,6 +211,10 @@ class ReplicaManager:
         self.settings = settings
         self.log_defaults = dict(log_defaults or {})
         self.alter_partition = alter_partition
+        # The batched form; without one, each change goes through `alter_partition`.
+        self.alter_partitions = alter_partitions or (
+            _one_by_one(alter_partition) if alter_partition is not None else None
+        )
         self.fetch_transport = fetch_transport
         # `clock` stamps records and drives retention (wall time, as Kafka);
         # `lag_clock` measures durations (follower lag, fetch deadlines) and
@@ -201,6 +225,16 @@ class ReplicaManager:
         self.pool = FilePool(settings.max_open_files)
         self.maintainer = LogMaintainer(clock=clock, compactor=_compactor)
         self.partitions: dict[TopicPartition, Partition] = {}
+        # The metadata each replica was last reconciled with: an apply skips
+        # partitions whose metadata is this same (or an equal) object.
+        self._applied: dict[TopicPartition, PartitionMeta] = {}
+        # Replicas whose leader-epoch entry awaits its write by `_flush_epochs`.
+        self._epochs_to_flush: set[Partition] = set()
+        self._epoch_flush: asyncio.Task[None] | None = None
+        # Follower partitions whose last fetch failed, left out of their
+        # session until this lag_clock time (ms), so one bad partition does
+        # not turn the session's long-poll into a busy loop.
+        self._fetch_retry_at: dict[TopicPartition, int] = {}
         # The topic configs each replica runs with, to notice changes.
         self._topic_configs: dict[TopicPartition, dict[str, Any]] = {}
         # Logs opened off the loop by `open_logs`, waiting for `apply_metadata`.
@@ -242,16 +276,23 @@ class ReplicaManager:
                 await task
         self._tasks.clear()
         self._fetchers.clear()
+        if self._epoch_flush is not None:
+            with contextlib.suppress(Exception):
+                await self._epoch_flush
         self.maintainer.stop()
         self.write_hw_checkpoint()
         for p in self.partitions.values():
             if p.role is not Role.STOPPED:
                 p.stop()
+            with contextlib.suppress(OSError):
+                p.log.epochs.flush()
             p.log.close()
         self.partitions.clear()
         for opened in self._opened.values():
             opened.close()
         self._opened.clear()
+        self._applied.clear()
+        self._epochs_to_flush.clear()
         self.pool.close_all()
 
     # -- metadata -------------------------------------------------------------------
@@ -289,22 +330,53 @@ class ReplicaManager:
         return Log(directory, log_cfg, pool=self.pool, clock=self.clock)
 
     def apply_metadata(self, wanted: Mapping[TopicPartition, PartitionMeta]) -> None:
-        """Make local replicas match the assignments that name this broker."""
+        """Make local replicas match the assignments that name this broker.
+
+        Only partitions whose metadata differs from the last apply are
+        reconciled (a replica's state changes only through reconciling or its
+        own data path, so an unchanged assignment has nothing to redo): a
+        metadata commit that moved one partition costs O(changed), not
+        O(hosted), beyond one identity check per partition."""
         now = self.lag_clock()
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._remove(tp)
+        roles_changed = False
         for tp, meta in wanted.items():
+            before = self._applied.get(tp)
+            if before is meta or (before is not None and before == meta and tp in self.partitions):
+                continue
             if self.broker_id not in meta.assignment.replicas:
                 if tp in self.partitions:
                     self._remove(tp)
+                    roles_changed = True
                 continue
             part = self.partitions.get(tp) or self._create(tp, meta)
+            role, leader = part.role, part.leader_id
             self._update_configs(part, meta)
             self._reconcile(part, meta, now)
+            self._applied[tp] = meta
+            roles_changed = roles_changed or role is not part.role or leader != part.leader_id
+            if part.log.epochs.dirty:
+                self._epochs_to_flush.add(part)
         # Opened for an earlier view whose apply failed, and no longer wanted.
         for tp in [tp for tp in self._opened if tp not in self.partitions]:
             self._opened.pop(tp).close()
-        self._sync_fetchers()
+        if roles_changed or any(task.done() for task in self._fetchers.values()):
+            self._sync_fetchers()
+        self._start_epoch_flush()
+
+    def _start_epoch_flush(self) -> None:
+        """Write new leaderships' epoch entries in a worker thread, one at a time."""
+        if not self._epochs_to_flush or not self._running:
+            return
+        if self._epoch_flush is not None and not self._epoch_flush.done():
+            return  # the running flush takes the rest when it finishes
+        self._epoch_flush = asyncio.create_task(self._flush_epochs(), name="epoch-flush")
+
+    async def _flush_epochs(self) -> None:
+        while self._epochs_to_flush:
+            batch, self._epochs_to_flush = self._epochs_to_flush, set()
+            await asyncio.to_thread(_flush_epoch_caches, [p.log for p in batch])
 
     def _create(self, tp: TopicPartition, meta: PartitionMeta) -> Partition:
         opened = self._opened.pop(tp, None)
@@ -376,6 +448,9 @@ class ReplicaManager:
 
     def _remove(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp)
+        self._applied.pop(tp, None)
+        self._fetch_retry_at.pop(tp, None)
+        self._epochs_to_flush.discard(part)
         self._topic_configs.pop(tp, None)
         self.maintainer.remove(part.log)
         if part.role is not Role.STOPPED:
@@ -527,14 +602,28 @@ class ReplicaManager:
             if p.role is Role.FOLLOWER and p.leader_id == leader_id
         ]
 
+    def _fetchable(self, parts: list[Partition]) -> list[Partition]:
+        """`parts` without those backing off after a failed fetch."""
+        if not self._fetch_retry_at:
+            return parts
+        now = self.lag_clock()
+        for tp in [tp for tp, at in self._fetch_retry_at.items() if at <= now]:
+            del self._fetch_retry_at[tp]
+        return [p for p in parts if p.tp not in self._fetch_retry_at]
+
     async def _fetch_from(self, leader_id: int) -> None:
         """One fetch session: every partition this broker follows from `leader_id`."""
         assert self.fetch_transport is not None
         backoff = self.settings.replica_fetch_backoff_ms / 1000
         while self._running:
-            parts = self._following(leader_id)
-            if not parts:
+            following = self._following(leader_id)
+            if not following:
                 return
+            parts = self._fetchable(following)
+            if not parts:
+                # Every partition is backing off after an error.
+                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
+                continue
             req = ReplicaFetchRequest(
                 replica_id=self.broker_id,
                 max_wait_ms=self.settings.replica_fetch_wait_max_ms,
@@ -568,8 +657,14 @@ class ReplicaManager:
                 await asyncio.sleep(backoff)
 
     def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
-        """Apply a fetch response; False when every partition failed (back off)."""
+        """Apply a fetch response; False when every partition failed (back off).
+
+        A partition that failed sits out of the session for
+        `replica_fetch_backoff_ms`: its error makes the leader answer at once,
+        so keeping it in would turn every long-poll into an immediate return
+        (a busy loop for the whole session while one partition is broken)."""
         progressed = False
+        retry_at = self.lag_clock() + self.settings.replica_fetch_backoff_ms
         for r in responses:
             tp = TopicPartition(r.topic, r.partition)
             part = self.partitions.get(tp)
@@ -577,6 +672,7 @@ class ReplicaManager:
                 continue
             if r.error is not None:
                 log.debug("fetch of %s failed: %s", tp, r.error.message)
+                self._fetch_retry_at[tp] = retry_at
                 continue
             try:
                 part.apply_fetch_response(
@@ -587,6 +683,7 @@ class ReplicaManager:
                 )
             except LograftError as exc:
                 log.warning("could not apply fetched data of %s: %s", tp, exc.message)
+                self._fetch_retry_at[tp] = retry_at
                 continue
             progressed = True
             self._changes.notify(tp)
@@ -601,11 +698,12 @@ class ReplicaManager:
             self.check_isr()
 
     def check_isr(self, ineligible: frozenset[int] = frozenset()) -> list[asyncio.Task[None]]:
-        """Propose ISR changes for leaders that need one; returns the send tasks."""
-        if self.alter_partition is None:
+        """Propose ISR changes for leaders that need one; returns the send tasks
+        (one per batch of at most `ALTER_PARTITION_BATCH_MAX` partitions)."""
+        if self.alter_partitions is None:
             return []
         now = self.lag_clock()
-        tasks = []
+        changes: list[tuple[Partition, IsrProposal]] = []
         for part in list(self.partitions.values()):
             before = part.isr
             proposal = part.isr_change(now, ineligible)
@@ -613,21 +711,30 @@ class ReplicaManager:
                 # Kafka logs every ISR shrink and expand: a shrink is the first
                 # sign of a slow follower, and tests read it to explain one.
                 log.info("ISR of %s: proposing %s -> %s", part.tp, list(before), list(proposal.isr))
-                tasks.append(asyncio.create_task(self._send_isr(part, proposal)))
-        return tasks
+                changes.append((part, proposal))
+        return [
+            asyncio.create_task(self._send_isr(changes[i : i + ALTER_PARTITION_BATCH_MAX]))
+            for i in range(0, len(changes), ALTER_PARTITION_BATCH_MAX)
+        ]
 
-    async def _send_isr(self, part: Partition, proposal: IsrProposal) -> None:
-        assert self.alter_partition is not None
-        accepted: Assignment | None = None
+    async def _send_isr(self, changes: list[tuple[Partition, IsrProposal]]) -> None:
+        """One batched AlterPartition; every partition's in-flight change ends
+        with the answer, whatever happens to the request."""
+        assert self.alter_partitions is not None
+        answers: Mapping[TopicPartition, Assignment | LograftError] = {}
         try:
-            accepted = await self.alter_partition(part.tp, proposal)
+            answers = await self.alter_partitions([(part.tp, prop) for part, prop in changes])
         except LograftError as exc:
-            log.info("AlterPartition of %s refused: %s", part.tp, exc.message)
+            log.info("AlterPartition of %d partitions refused: %s", len(changes), exc.message)
         except Exception:
-            log.exception("AlterPartition of %s failed", part.tp)
+            log.exception("AlterPartition of %d partitions failed", len(changes))
         finally:
-            part.isr_change_done(accepted)
-            self._changes.notify(part.tp)
+            for part, _proposal in changes:
+                answer = answers.get(part.tp)
+                if isinstance(answer, LograftError):
+                    log.info("AlterPartition of %s refused: %s", part.tp, answer.message)
+                part.isr_change_done(answer if isinstance(answer, Assignment) else None)
+                self._changes.notify(part.tp)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -651,6 +758,42 @@ class ReplicaManager:
     def leader_for(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return -1 if part is None else part.leader_id
+
+
+def _one_by_one(single: AlterPartitionFn) -> AlterPartitionsFn:
+    """A batched AlterPartition over a per-partition one (for callers without a
+    batch call): the changes go concurrently, each answered on its own."""
+
+    async def send(
+        changes: Sequence[tuple[TopicPartition, IsrProposal]],
+    ) -> Mapping[TopicPartition, Assignment | LograftError]:
+        results = await asyncio.gather(
+            *(single(tp, proposal) for tp, proposal in changes), return_exceptions=True
+        )
+        answers: dict[TopicPartition, Assignment | LograftError] = {}
+        for (tp, _proposal), result in zip(changes, results, strict=True):
+            if isinstance(result, Assignment | LograftError):
+                answers[tp] = result
+            elif isinstance(result, BaseException):
+                log.error("AlterPartition of %s failed", tp, exc_info=result)
+        return answers
+
+    return send
+
+
+def _flush_epoch_caches(logs: list[Log]) -> None:
+    """Write dirty leader-epoch caches (a worker thread: two fsyncs each).
+
+    A failure leaves that cache dirty: the log's next append writes it before
+    its batch, so nothing is acknowledged on an entry that is not on disk."""
+    for target in logs:
+        try:
+            target.epochs.flush()
+        except OSError as exc:
+            if not target.closed:
+                log.warning(
+                    "writing the leader epoch checkpoint of %s failed: %s", target.directory, exc
+                )
 
 
 def _compactor(target: Log, now_ms: int, high_watermark: int | None) -> object:

@@ -1,0 +1,148 @@
+"""The leader sends the ISR changes one check finds as one batched
+AlterPartition (split at ALTER_PARTITION_BATCH_MAX), and applies each
+partition's answer on its own; a follower partition whose fetch failed sits
+out of its session for the back-off instead of making every long-poll return
+at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from lograft.brokers import replica_manager as rm_module
+from lograft.brokers.fetch_wire import FetchPartitionResponse
+from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import FencedLeaderEpochError, LograftError, NotLeaderOrFollowerError
+
+LAG_MS = 100
+SETTINGS = BrokerSettings(replica_lag_time_max_ms=LAG_MS, replica_fetch_backoff_ms=200)
+TPS = [TopicPartition("t", p) for p in range(5)]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+Changes = Sequence[tuple[TopicPartition, IsrProposal]]
+
+
+class Controller:
+    """Accepts every change but one partition's, which it refuses as fenced."""
+
+    def __init__(self, refuse: TopicPartition) -> None:
+        self.refuse = refuse
+        self.calls: list[list[TopicPartition]] = []
+
+    async def alter(self, changes: Changes) -> Mapping[TopicPartition, Assignment | LograftError]:
+        self.calls.append([tp for tp, _p in changes])
+        out: dict[TopicPartition, Assignment | LograftError] = {}
+        for tp, proposal in changes:
+            if tp == self.refuse:
+                out[tp] = FencedLeaderEpochError("stale")
+            else:
+                out[tp] = Assignment(
+                    (1, 2, 3), proposal.isr, 1, proposal.leader_epoch, proposal.partition_epoch + 1
+                )
+        return out
+
+
+def leader_of_all(tmp_path: Path, clock: FakeClock, controller: Controller) -> ReplicaManager:
+    rm = ReplicaManager(
+        1, tmp_path / "b1", SETTINGS, alter_partitions=controller.alter, lag_clock=clock
+    )
+    rm.apply_metadata(
+        {tp: PartitionMeta("id", Assignment((1, 2, 3), (1, 2, 3), 1, 0, 0)) for tp in TPS}
+    )
+    return rm
+
+
+async def test_one_check_sends_every_change_in_one_request(tmp_path):
+    clock, controller = FakeClock(), Controller(refuse=TPS[3])
+    rm = leader_of_all(tmp_path, clock, controller)
+    try:
+        assert rm.check_isr() == []  # followers still within their grace period
+        clock.now += LAG_MS + 1  # nobody fetched: every follower is out of sync
+        tasks = rm.check_isr()
+        assert len(tasks) == 1
+        await tasks[0]
+        assert controller.calls == [TPS]
+        for tp in TPS:
+            part = rm.partitions[tp]
+            assert part.isr_in_flight is None
+            if tp == TPS[3]:
+                assert (part.isr, part.partition_epoch) == ((1, 2, 3), 0)
+            else:
+                assert (part.isr, part.partition_epoch) == ((1,), 1)
+        # Only the refused partition proposes again.
+        tasks = rm.check_isr()
+        await tasks[0]
+        assert controller.calls[-1] == [TPS[3]]
+    finally:
+        await rm.stop()
+
+
+async def test_changes_beyond_the_batch_limit_go_as_several_requests(tmp_path, monkeypatch):
+    monkeypatch.setattr(rm_module, "ALTER_PARTITION_BATCH_MAX", 2)
+    clock, controller = FakeClock(), Controller(refuse=TopicPartition("none", 0))
+    rm = leader_of_all(tmp_path, clock, controller)
+    try:
+        clock.now += LAG_MS + 1
+        tasks = rm.check_isr()
+        for task in tasks:
+            await task
+        assert sorted(len(c) for c in controller.calls) == [1, 2, 2]
+        assert [tp for call in controller.calls for tp in call] == TPS
+    finally:
+        await rm.stop()
+
+
+async def test_a_failed_request_ends_every_in_flight_change(tmp_path):
+    clock = FakeClock()
+
+    async def unreachable(changes: Changes) -> Mapping[TopicPartition, Assignment | LograftError]:
+        raise NotLeaderOrFollowerError("no controller")
+
+    rm = ReplicaManager(1, tmp_path / "b1", SETTINGS, alter_partitions=unreachable, lag_clock=clock)
+    rm.apply_metadata(
+        {tp: PartitionMeta("id", Assignment((1, 2, 3), (1, 2, 3), 1, 0, 0)) for tp in TPS}
+    )
+    try:
+        clock.now += LAG_MS + 1
+        for task in rm.check_isr():
+            await task
+        assert all(rm.partitions[tp].isr_in_flight is None for tp in TPS)
+        assert all(rm.partitions[tp].isr == (1, 2, 3) for tp in TPS)
+    finally:
+        await rm.stop()
+
+
+@pytest.mark.parametrize("failure", ["error answer", "bad data"])
+def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, failure):
+    clock = FakeClock()
+    rm = ReplicaManager(2, tmp_path / "b2", SETTINGS, lag_clock=clock)
+    rm.apply_metadata(
+        {tp: PartitionMeta("id", Assignment((1, 2, 3), (1, 2, 3), 1, 0, 0)) for tp in TPS[:2]}
+    )
+    bad, good = TPS[0], TPS[1]
+    following = rm._following(1)
+    assert {p.tp for p in rm._fetchable(following)} == {bad, good}
+    if failure == "error answer":
+        broken = FetchPartitionResponse(
+            bad.topic, bad.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
+        )
+    else:
+        broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
+    fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
+    assert rm._apply_responses([broken, fine]) is True
+    assert [p.tp for p in rm._fetchable(following)] == [good]
+    clock.now += SETTINGS.replica_fetch_backoff_ms
+    assert {p.tp for p in rm._fetchable(following)} == {bad, good}
+    for p in rm.partitions.values():
+        p.log.close()
