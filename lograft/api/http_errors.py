@@ -55,6 +55,23 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.LogClosedError: 503,
     e.StreamsLimitReachedError: 503,
     e.RequestTimedOutError: 504,
+    # Consumer groups. 421 as for data: the right coordinator exists and
+    # details name it; 409 for a member whose epoch or id no longer fits.
+    e.NotCoordinatorError: 421,
+    e.CoordinatorLoadInProgressError: 503,
+    e.CoordinatorNotAvailableError: 503,
+    e.InvalidGroupIdError: 400,
+    e.UnsupportedAssignorError: 400,
+    e.OffsetMetadataTooLargeError: 400,
+    e.GroupIdNotFoundError: 404,
+    e.NoOffsetError: 404,
+    e.UnknownMemberIdError: 409,
+    e.FencedMemberEpochError: 409,
+    e.StaleMemberEpochError: 409,
+    e.OutOfOrderHeartbeatError: 409,
+    e.NonEmptyGroupError: 409,
+    e.GroupMaxSizeReachedError: 409,
+    e.GroupsLimitReachedError: 409,
 }
 
 

@@ -31,15 +31,20 @@ from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.broker_agent import BrokerAgent
 from lograft.api.controller_client import ControllerClient
 from lograft.api.node_config import NodeConfig
+from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_request
+from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataRoutes
+from lograft.api.routes_groups import GroupRoutes
 from lograft.api.routes_internal import (
     ControllerRpc,
     add_controller_routes,
     add_replica_fetch_route,
 )
+from lograft.brokers.group_runtime import GroupCoordinatorRuntime
+from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
@@ -104,6 +109,7 @@ def check_config(config: NodeConfig) -> None:
         ("raft", lambda: raft_config_for(config)),
         ("controller", lambda: controller_config_for(config)),
         ("broker", lambda: BrokerSettings.from_dict(dict(config.broker))),
+        ("groups", lambda: GroupRuntimeSettings.from_dict(dict(config.groups))),
     ]
     for section, check in checks:
         try:
@@ -126,6 +132,7 @@ class Node:
         self.peers = PeerUrls(config.http.dial)
         self.runtime: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
+        self.groups: GroupCoordinatorRuntime | None = None
         self.agent: BrokerAgent | None = None
         self.session: aiohttp.ClientSession | None = None
         self.client: ControllerClient | None = None
@@ -164,6 +171,8 @@ class Node:
                 fetch_transport=self._fetch_transport,
             )
             await self.replicas.start()
+            # Before the first metadata apply: it hears of every leadership.
+            self._group_runtime()
             self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata"))
         await self._serve()
         if cfg.is_broker:
@@ -213,6 +222,14 @@ class Node:
             DataRoutes(
                 self.replicas, _BrokerImageView(self), self.session, peers=self.peers
             ).add_to(app)
+            GroupRoutes(
+                self._group_runtime(),
+                _BrokerImageView(self),
+                self.session,
+                self._create_offsets_topic,
+                PartitionOffsets(self.replicas, _BrokerImageView(self), self.session, self.peers),
+                self.peers,
+            ).add_to(app)
             add_replica_fetch_route(app, self.replicas)
             add_producer_routes(
                 app,
@@ -237,6 +254,8 @@ class Node:
                 await task
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.groups is not None:
+            await self.groups.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         if self.runtime is not None:
@@ -404,6 +423,24 @@ class Node:
                 int(answer["partition_epoch"]),
             )
         return out
+
+    def _group_runtime(self) -> GroupCoordinatorRuntime:
+        assert self.replicas is not None
+        if self.groups is None:
+            self.groups = GroupCoordinatorRuntime(
+                self.replicas,
+                _BrokerImageView(self),
+                GroupRuntimeSettings.from_dict(dict(self.config.groups)),
+            )
+        return self.groups
+
+    async def _create_offsets_topic(self) -> None:
+        assert self.client is not None and self.groups is not None
+        body = offsets_topic_request(
+            self.groups.settings, len(ImageView(self.store.image).live_brokers())
+        )
+        rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
+        await create_offsets_topic(body, self.client, rpc, self.raft, self.wait_broker_applied)
 
     async def _producer_id_block(self) -> dict[str, Any]:
         assert self.client is not None and self.agent is not None

@@ -37,6 +37,9 @@ Example (`config/node-1.toml`)::
     [controller]                      # any ControllerConfig setting
     broker_session_timeout_ms = 1500
 
+    [groups]                          # group coordinator (docs/groups.md)
+    session_timeout_ms = 10000
+
 Environment overrides: `LOGRAFT_<KEY>` for a top-level key and
 `LOGRAFT_<SECTION>__<KEY>` inside a section, e.g. `LOGRAFT_HTTP__PORT=9092`.
 Values are parsed as TOML values when they parse (numbers, booleans, arrays)
@@ -108,6 +111,8 @@ class NodeConfig:
     controller: Mapping[str, Any] = field(default_factory=dict)
     # BrokerConfig settings, validated by the broker.
     broker: Mapping[str, Any] = field(default_factory=dict)
+    # Group coordinator settings (GroupRuntimeSettings), validated by the broker.
+    groups: Mapping[str, Any] = field(default_factory=dict)
     log_level: str = "INFO"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...).
     log_defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -146,6 +151,7 @@ _TOP_KEYS = {
     "raft",
     "controller",
     "broker",
+    "groups",
     "log_level",
     "log_defaults",
 }
@@ -223,6 +229,7 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         raft=_raft(raw.get("raft", {})),
         controller=dict(_section(raw.get("controller", {}), "controller")),
         broker=dict(_section(raw.get("broker", {}), "broker")),
+        groups=dict(_section(raw.get("groups", {}), "groups")),
         log_level=_str(raw.get("log_level", "INFO"), "log_level").upper(),
         log_defaults=_log_defaults(raw.get("log_defaults", {})),
     )

@@ -47,6 +47,8 @@ def _query(name: str, kind: str = "integer", required: bool = False) -> dict[str
 
 TOPIC = _path("topic")
 PARTITION = _path("partition")
+GROUP = _path("group")
+MEMBER = _path("member")
 
 PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("the process is up")},
@@ -56,6 +58,60 @@ PATHS: dict[str, dict[str, Any]] = {
     "/v1/brokers": {"get": _op("registered brokers and whether they are fenced")},
     "/v1/producers": {
         "post": _op("allocate a producer id (epoch 0) for idempotent producing", ok="201"),
+    },
+    "/v1/groups": {
+        "get": _op("every consumer group in the cluster, with its state and coordinator"),
+    },
+    "/v1/groups/{group}": {
+        "get": _op(
+            "describe a group: state, members, assignment, committed offsets, lag",
+            params=[GROUP],
+        ),
+        "delete": _op("delete a group without members", params=[GROUP]),
+    },
+    "/v1/groups/{group}/coordinator": {
+        "get": _op(
+            "the broker that coordinates the group (any broker answers; creates "
+            "__consumer_offsets on first use)",
+            params=[GROUP],
+        ),
+    },
+    "/v1/groups/{group}/members": {
+        "post": _op(
+            "join: subscribed_topics, member_id?, assignor?, client_id?, "
+            "rebalance_timeout_ms?, sequence?",
+            params=[GROUP],
+            body="application/json",
+        ),
+    },
+    "/v1/groups/{group}/members/{member}/heartbeat": {
+        "post": _op(
+            "heartbeat: member_epoch, owned_partitions, sequence; the response carries "
+            "the assignment",
+            params=[GROUP, MEMBER],
+            body="application/json",
+        ),
+    },
+    "/v1/groups/{group}/members/{member}": {
+        "delete": _op(
+            "leave the group: its partitions are released at once",
+            params=[GROUP, MEMBER, _query("sequence")],
+        ),
+    },
+    "/v1/groups/{group}/offsets": {
+        "post": _op(
+            "commit offsets (fenced by member epoch; answered once committed, acks=all)",
+            params=[GROUP],
+            body="application/json",
+        ),
+        "get": _op("committed offsets of the group", params=[GROUP, _query("topics", "string")]),
+    },
+    "/v1/groups/{group}/offsets/reset": {
+        "post": _op(
+            "reset offsets of a group without members: earliest, latest, timestamp, offset",
+            params=[GROUP],
+            body="application/json",
+        ),
     },
     "/v1/topics": {
         "get": _op("list topics"),

@@ -19,10 +19,13 @@ from lograft.errors import InvalidConfigError
 
 @dataclass(frozen=True, slots=True)
 class GroupRuntimeSettings:
-    # Partitions of `__consumer_offsets` when it is created. Kafka's default.
-    # Later changes are ignored: the count decides every group's coordinator,
-    # so the runtime always reads it from the topic itself.
-    offsets_topic_num_partitions: int = 50
+    # Partitions of `__consumer_offsets` when it is created. Kafka's default is
+    # 50; lograft's is 10: every partition is a replica on up to three brokers,
+    # all opened when the first group lookup creates the topic, and 10 still
+    # spreads coordination over up to 10 brokers. Later changes are ignored:
+    # the count decides every group's coordinator, so the runtime always reads
+    # it from the topic itself.
+    offsets_topic_num_partitions: int = 10
     # Replicas of `__consumer_offsets`, capped at the live brokers at creation.
     offsets_topic_replication_factor: int = 3
     # How long an append of a handler's records waits for the in-sync

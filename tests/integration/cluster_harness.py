@@ -139,6 +139,8 @@ class NodeSpec:
     http: dict[str, Any] = field(default_factory=dict)
     controller: dict[str, Any] = field(default_factory=dict)
     broker: dict[str, Any] = field(default_factory=dict)
+    # [groups]: the group coordinator's settings.
+    groups: dict[str, Any] = field(default_factory=dict)
     log_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -195,7 +197,7 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     lines += ["", *_toml_table("raft", spec.raft)]
     if spec.dial:
         lines += ["", *_toml_table("raft.dial", {str(k): v for k, v in spec.dial.items()})]
-    for section in ("controller", "broker", "log_defaults"):
+    for section in ("controller", "broker", "groups", "log_defaults"):
         values = getattr(spec, section)
         if values:
             lines += ["", *_toml_table(section, values)]
