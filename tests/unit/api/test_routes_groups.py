@@ -1,0 +1,355 @@
+"""The consumer group endpoints on one broker (real ReplicaManager and
+coordinator runtime, aiohttp test server): JSON shapes, error codes and
+statuses, describe with lag, reset strategies, delete, NOT_COORDINATOR."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from lograft.api.app import create_app
+from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.peer_urls import PeerUrls
+from lograft.api.routes_groups import GroupRoutes
+from lograft.api.services import TopicView
+from lograft.brokers.group_config import GroupCoordinatorConfig
+from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.group_runtime import GroupCoordinatorRuntime
+from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.partition import Acks, Assignment, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.storage.batch import RecordInput, build_batch
+
+BROKER = 1
+ORDERS = "orders"
+ORDERS_PARTITIONS = 2
+# Seconds a test waits for the coordinator to load its (empty) partition.
+LOAD_WAIT_S = 10.0
+
+
+class Metadata:
+    """This broker's view: topics whose partitions all have one leader."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, TopicView] = {}
+
+    def set_topic(self, name: str, partitions: int, leader: int, leader_epoch: int = 1) -> None:
+        a = Assignment((BROKER,), (BROKER,), leader, leader_epoch, 0)
+        self.views[name] = TopicView(
+            name, f"id-{name}", MappingProxyType(dict.fromkeys(range(partitions), a))
+        )
+
+    def topic(self, name: str) -> TopicView | None:
+        return self.views.get(name)
+
+    def topics(self) -> list[TopicView]:
+        return list(self.views.values())
+
+    def broker_url(self, broker_id: int) -> str | None:
+        return f"http://broker-{broker_id}:9092"
+
+    def live_brokers(self) -> list[int]:
+        return [BROKER]
+
+    def wanted(self) -> dict[TopicPartition, PartitionMeta]:
+        return {
+            TopicPartition(name, p): PartitionMeta(view.topic_id, a)
+            for name, view in self.views.items()
+            for p, a in view.partitions.items()
+        }
+
+
+@dataclass
+class Server:
+    client: TestClient[Any, Any]
+    replicas: ReplicaManager
+    runtime: GroupCoordinatorRuntime
+    metadata: Metadata
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        resp = await self.client.request(method, path, json=body)
+        return resp.status, await resp.json()
+
+    async def ready(self) -> None:
+        """Look the coordinator up (creating the topic) and wait for it to load."""
+        status, doc = await self.call("GET", "/v1/groups/g/coordinator")
+        assert status == 200, doc
+        coordinator = self.runtime.coordinator(doc["partition"])
+        assert coordinator is not None and await coordinator.wait_loaded(LOAD_WAIT_S)
+
+    def move_offsets_leader(self, leader: int) -> None:
+        self.metadata.set_topic(CONSUMER_OFFSETS_TOPIC, 1, leader, leader_epoch=2)
+        self.replicas.apply_metadata(self.metadata.wanted())
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    metadata = Metadata()
+    metadata.set_topic(ORDERS, ORDERS_PARTITIONS, BROKER)
+    replicas = ReplicaManager(BROKER, tmp_path, BrokerSettings(min_insync_replicas=1))
+    await replicas.start()
+    replicas.apply_metadata(metadata.wanted())
+    settings = GroupRuntimeSettings(
+        offsets_topic_num_partitions=1, coordinator=GroupCoordinatorConfig()
+    )
+    runtime = GroupCoordinatorRuntime(replicas, metadata, settings)
+
+    async def create_offsets_topic() -> None:
+        # What the controller would do: the topic appears in the metadata.
+        metadata.set_topic(CONSUMER_OFFSETS_TOPIC, settings.offsets_topic_num_partitions, BROKER)
+        replicas.apply_metadata(metadata.wanted())
+
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    session = aiohttp.ClientSession()
+    peers = PeerUrls()
+    offsets = PartitionOffsets(replicas, metadata, session, peers)
+    GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers).add_to(app)
+    async with TestClient(TestServer(app)) as client:
+        yield Server(client, replicas, runtime, metadata)
+    await session.close()
+    await runtime.stop()
+    await replicas.stop()
+
+
+async def produce(server: Server, partition: int, count: int, timestamp_ms: int) -> None:
+    batch = build_batch([RecordInput(b"v")] * count, timestamp_ms=timestamp_ms)
+    await server.replicas.produce(TopicPartition(ORDERS, partition), batch, Acks.ALL)
+
+
+async def test_join_heartbeat_commit_fetch_leave(server: Server) -> None:
+    await server.ready()
+    status, joined = await server.call(
+        "POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS], "sequence": 1}
+    )
+    assert status == 200, joined
+    assert joined["group_id"] == "g" and joined["member_epoch"] == 1
+    assert joined["assignment"] == {ORDERS: [0, 1]}
+    assert joined["session_timeout_ms"] == GroupCoordinatorConfig().session_timeout_ms
+    member = urllib.parse.quote(joined["member_id"], safe="")
+
+    status, beat = await server.call(
+        "POST",
+        f"/v1/groups/g/members/{member}/heartbeat",
+        {"member_epoch": 1, "owned_partitions": {ORDERS: [0, 1]}, "sequence": 2},
+    )
+    assert status == 200 and beat["assignment"] == {ORDERS: [0, 1]}
+
+    status, done = await server.call(
+        "POST",
+        "/v1/groups/g/offsets",
+        {
+            "member_id": joined["member_id"],
+            "member_epoch": 1,
+            "offsets": [{"topic": ORDERS, "partition": 1, "offset": 7, "metadata": "m"}],
+        },
+    )
+    assert status == 200, done
+    assert done["offsets"] == [{"topic": ORDERS, "partition": 1, "offset": 7}]
+    status, fetched = await server.call("GET", f"/v1/groups/g/offsets?topics={ORDERS}")
+    assert status == 200
+    (entry,) = fetched["offsets"]
+    assert (entry["partition"], entry["offset"], entry["metadata"]) == (1, 7, "m")
+    status, fetched = await server.call("GET", "/v1/groups/g/offsets?topics=other")
+    assert fetched["offsets"] == []
+
+    status, left = await server.call("DELETE", f"/v1/groups/g/members/{member}?sequence=3")
+    assert status == 200 and left["member_epoch"] == -1 and left["assignment"] == {}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("POST", "/v1/groups/g/members", {"sequence": 1}, 400, "INVALID_REQUEST"),
+        ("POST", "/v1/groups/g/members", {"subscribed_topics": "x"}, 400, "INVALID_REQUEST"),
+        ("POST", "/v1/groups/g/members", {"subscribed_topics": [], "x": 1}, 400, "INVALID_REQUEST"),
+        (
+            "POST",
+            "/v1/groups/g/members",
+            {"subscribed_topics": [ORDERS], "assignor": "magic"},
+            400,
+            "UNSUPPORTED_ASSIGNOR",
+        ),
+        (
+            "POST",
+            "/v1/groups/g/members/ghost/heartbeat",
+            {"member_epoch": 3},
+            409,
+            "UNKNOWN_MEMBER_ID",
+        ),
+        ("POST", "/v1/groups/g/members/ghost/heartbeat", {}, 400, "INVALID_REQUEST"),
+        (
+            "POST",
+            "/v1/groups/g/offsets",
+            {"member_id": "ghost", "member_epoch": 1, "offsets": []},
+            409,
+            "UNKNOWN_MEMBER_ID",
+        ),
+        (
+            "POST",
+            "/v1/groups/g/offsets",
+            {"offsets": [{"topic": ORDERS, "partition": 0, "offset": -1}]},
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            "POST",
+            "/v1/groups/g/offsets",
+            {"offsets": [{"topic": ORDERS, "partition": 0, "offset": 1, "metadata": "x" * 5000}]},
+            400,
+            "OFFSET_METADATA_TOO_LARGE",
+        ),
+        ("DELETE", "/v1/groups/nobody", None, 404, "GROUP_ID_NOT_FOUND"),
+        ("POST", "/v1/groups/g/offsets/reset", {"strategy": "sideways"}, 400, "INVALID_REQUEST"),
+        (
+            "POST",
+            "/v1/groups/g/offsets/reset",
+            {"strategy": "earliest", "topics": ["nope"]},
+            404,
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ),
+    ],
+)
+async def test_bad_requests_get_stable_codes(
+    server: Server, method: str, path: str, body: Any, status: int, code: str
+) -> None:
+    await server.ready()
+    got_status, doc = await server.call(method, path, body)
+    assert (got_status, doc["error"]["code"]) == (status, code), doc
+
+
+async def test_a_stale_or_fenced_member_epoch_is_refused(server: Server) -> None:
+    await server.ready()
+    _, a = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})
+    await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})
+    a_path = f"/v1/groups/g/members/{a['member_id']}/heartbeat"
+    status, doc = await server.call("POST", a_path, {"member_epoch": 9})
+    assert (status, doc["error"]["code"]) == (409, "FENCED_MEMBER_EPOCH")
+    # a gives up what it must, so it moves to the new epoch; its old one is stale.
+    _, beat = await server.call("POST", a_path, {"member_epoch": 1, "owned_partitions": {}})
+    _, beat = await server.call(
+        "POST",
+        a_path,
+        {"member_epoch": beat["member_epoch"], "owned_partitions": beat["assignment"]},
+    )
+    assert beat["member_epoch"] > 1
+    commit = {"topic": ORDERS, "partition": 0, "offset": 1}
+    status, doc = await server.call(
+        "POST",
+        "/v1/groups/g/offsets",
+        {"member_id": a["member_id"], "member_epoch": 1, "offsets": [commit]},
+    )
+    assert (status, doc["error"]["code"]) == (409, "STALE_MEMBER_EPOCH")
+    assert doc["error"]["details"]["member_epoch"] == beat["member_epoch"]
+
+
+async def test_describe_shows_members_and_lag(server: Server) -> None:
+    await server.ready()
+    await produce(server, 0, 10, timestamp_ms=1_000)
+    _, joined = await server.call(
+        "POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS], "client_id": "w1"}
+    )
+    await server.call(
+        "POST",
+        "/v1/groups/g/offsets",
+        {
+            "member_id": joined["member_id"],
+            "member_epoch": joined["member_epoch"],
+            "offsets": [{"topic": ORDERS, "partition": 0, "offset": 4}],
+        },
+    )
+    status, doc = await server.call("GET", "/v1/groups/g")
+    assert status == 200
+    assert doc["state"] == "stable"
+    (member,) = doc["members"]
+    assert member["client_id"] == "w1" and member["assigned"] == {ORDERS: [0, 1]}
+    by_partition = {o["partition"]: o for o in doc["offsets"]}
+    assert by_partition[0]["committed_offset"] == 4
+    assert by_partition[0]["high_watermark"] == 10 and by_partition[0]["lag"] == 6
+    assert by_partition[1]["committed_offset"] is None and by_partition[1]["lag"] is None
+    assert by_partition[1]["owner"] == joined["member_id"]
+    status, listed = await server.call("GET", "/v1/groups")
+    assert listed["groups"] == [
+        {"group_id": "g", "state": "stable", "members": 1, "coordinator_id": BROKER}
+    ]
+    assert listed["unreachable_brokers"] == [] and listed["loading_partitions"] == []
+    status, doc = await server.call("GET", "/v1/groups/unknown")
+    assert (status, doc["state"], doc["members"]) == (200, "dead", [])
+
+
+async def test_reset_offsets_strategies_then_delete(server: Server) -> None:
+    await server.ready()
+    await produce(server, 0, 5, timestamp_ms=1_000)
+    await produce(server, 0, 5, timestamp_ms=2_000)
+    await produce(server, 1, 3, timestamp_ms=1_000)
+
+    async def reset(body: dict[str, Any]) -> dict[tuple[str, int], int]:
+        status, doc = await server.call("POST", "/v1/groups/g/offsets/reset", body)
+        assert status == 200, doc
+        return {(o["topic"], o["partition"]): o["offset"] for o in doc["offsets"]}
+
+    assert await reset({"strategy": "latest", "topics": [ORDERS]}) == {
+        (ORDERS, 0): 10,
+        (ORDERS, 1): 3,
+    }
+    assert await reset({"strategy": "earliest", "topics": [ORDERS]}) == {
+        (ORDERS, 0): 0,
+        (ORDERS, 1): 0,
+    }
+    assert await reset({"strategy": "timestamp", "timestamp": 1_500, "topics": [ORDERS]}) == {
+        (ORDERS, 0): 5,
+        (ORDERS, 1): 3,  # nothing that recent: the high watermark
+    }
+    only = [{"topic": ORDERS, "partition": 0}]
+    assert await reset({"strategy": "offset", "offset": 99, "partitions": only}) == {
+        (ORDERS, 0): 10  # clamped into the partition's range
+    }
+    status, fetched = await server.call("GET", "/v1/groups/g/offsets")
+    assert [(o["partition"], o["offset"]) for o in fetched["offsets"]] == [(0, 10), (1, 3)]
+
+    # A group with a member can be neither reset nor deleted.
+    _, joined = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})
+    status, doc = await server.call(
+        "POST", "/v1/groups/g/offsets/reset", {"strategy": "earliest", "topics": [ORDERS]}
+    )
+    assert (status, doc["error"]["code"]) == (409, "NON_EMPTY_GROUP")
+    status, doc = await server.call("DELETE", "/v1/groups/g")
+    assert (status, doc["error"]["code"]) == (409, "NON_EMPTY_GROUP")
+    await server.call("DELETE", f"/v1/groups/g/members/{joined['member_id']}")
+    status, doc = await server.call("DELETE", "/v1/groups/g")
+    assert status == 200 and doc == {"group_id": "g", "deleted": True}
+    status, fetched = await server.call("GET", "/v1/groups/g/offsets")
+    assert fetched["offsets"] == []
+
+
+async def test_the_wrong_broker_names_the_coordinator(server: Server) -> None:
+    await server.ready()
+    server.move_offsets_leader(2)
+    status, doc = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})
+    assert status == 421
+    error = doc["error"]
+    assert error["code"] == "NOT_COORDINATOR" and error["retriable"] is True
+    assert error["details"]["coordinator_id"] == 2
+    assert error["details"]["coordinator_url"] == "http://broker-2:9092"
+    # The lookup works on any broker.
+    status, doc = await server.call("GET", "/v1/groups/g/coordinator")
+    assert status == 200 and doc["coordinator_id"] == 2
+    # No leader at all.
+    server.move_offsets_leader(-1)
+    status, doc = await server.call("GET", "/v1/groups/g")
+    assert (status, doc["error"]["code"]) == (503, "COORDINATOR_NOT_AVAILABLE")
+
+
+async def test_group_ids_with_slashes_and_braces(server: Server) -> None:
+    await server.ready()
+    for group in ("a/b", "{x}"):
+        path = f"/v1/groups/{urllib.parse.quote(group, safe='')}"
+        status, doc = await server.call("POST", f"{path}/members", {"subscribed_topics": [ORDERS]})
+        assert status == 200 and doc["group_id"] == group, doc
