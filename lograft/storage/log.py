@@ -159,6 +159,10 @@ class Log:
         self.log_start_offset = 0
         self.recovery_point = 0
         self._last_flush_ms = clock()
+        # Called (under the log's lock, on the appending thread) after every
+        # write, so the maintenance thread can check only logs with new data
+        # instead of every log five times a second. Must be cheap and not block.
+        self.on_write: Callable[[Log], None] | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
         self.recovery = self._load()
         self.epochs = self._load_epoch_cache()
@@ -473,6 +477,8 @@ class Log:
             # An empty active segment whose base is below a gap: rebase it.
             seg = self._roll_locked(first, now)
         seg.append(parts, size, batches)
+        if self.on_write is not None:
+            self.on_write(self)
         if self.config.flush_policy is FlushPolicy.EVERY_BATCH:
             try:
                 seg.flush()
