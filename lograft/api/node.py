@@ -43,6 +43,7 @@ from lograft.api.routes_internal import (
     add_controller_routes,
     add_replica_fetch_route,
 )
+from lograft.api.routes_stream import StreamRoutes
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
@@ -222,6 +223,7 @@ class Node:
             DataRoutes(
                 self.replicas, _BrokerImageView(self), self.session, peers=self.peers
             ).add_to(app)
+            StreamRoutes(self.replicas, _BrokerImageView(self), peers=self.peers).add_to(app)
             GroupRoutes(
                 self._group_runtime(),
                 _BrokerImageView(self),

@@ -47,6 +47,17 @@ def _query(name: str, kind: str = "integer", required: bool = False) -> dict[str
 
 TOPIC = _path("topic")
 PARTITION = _path("partition")
+
+
+def _event_stream(op: dict[str, Any]) -> dict[str, Any]:
+    """`op`, answering a text/event-stream (Server-Sent Events) on success."""
+    op["responses"]["200"] = {
+        "description": "a Server-Sent Events stream that lasts until the client leaves",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    return op
+
+
 GROUP = _path("group")
 MEMBER = _path("member")
 
@@ -170,6 +181,31 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "earliest and latest offsets, or the first offset at a timestamp",
             params=[TOPIC, PARTITION, _query("timestamp")],
+        ),
+    },
+    "/v1/topics/{topic}/stream": {
+        "get": _event_stream(
+            _op(
+                "stream records live as Server-Sent Events (text/event-stream): one event per "
+                "record below the high watermark, id = the cursor 'partition:next_offset,...', "
+                "data = the fetch endpoint's record object; ': keep-alive' comments; an error "
+                "after the stream started is 'event: error'; resume with Last-Event-ID",
+                params=[
+                    TOPIC,
+                    _query("partitions", "string"),
+                    _query("offset", "string"),
+                    _query("format", "string"),
+                    _query("key_format", "string"),
+                    _query("max_bytes"),
+                    _query("last_event_id", "string"),
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+            )
         ),
     },
 }

@@ -1,0 +1,254 @@
+"""Streaming consume over Server-Sent Events: `GET /v1/topics/{topic}/stream`.
+
+    curl -N 'http://127.0.0.1:9091/v1/topics/orders/stream?offset=earliest'
+
+Query parameters (named after the fetch endpoint's):
+
+- `partitions`: `0,1,...`; default every partition of the topic;
+- `offset`: `earliest` | `latest` (default, like `tail -f`) | a number, where
+  each partition starts;
+- `format`, `key_format`: as for fetch (`auto`, `json`, `string`, `base64`);
+- `max_bytes`: raw bytes read per round of fetches, all partitions together;
+- `last_event_id`: a cursor to resume from, for clients that cannot send the
+  `Last-Event-ID` header (the header wins when both are given).
+
+Each record is one event whose `id:` is the cursor (`lograft.api.sse`) and whose
+`data:` is the record object of the fetch endpoint; `: keep-alive` comments
+keep quiet connections open. Errors before the stream starts are ordinary JSON
+error answers; an error after it started is sent as `event: error` with the
+JSON error body, and the stream ends.
+
+Limits: `streams_max` streams per node at once (`STREAMS_LIMIT_REACHED`, 503,
+beyond it); what one stream may buffer is bounded as `stream_session` explains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from lograft.api import sse
+from lograft.api.peer_urls import PeerUrls
+from lograft.api.records_json import READ_FORMATS
+from lograft.api.routes_data import QUERY_INT_MAX
+from lograft.api.services import MetadataView, TopicView
+from lograft.api.stream_session import SessionSettings, StreamSession
+from lograft.api.stream_source import PartitionSource, SourceLimits
+from lograft.brokers.partition import TopicPartition
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.errors import (
+    InvalidRequestError,
+    StreamsLimitReachedError,
+    UnknownTopicOrPartitionError,
+)
+
+OFFSET_NAMES = ("earliest", "latest")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    # Streams one node serves at once.
+    streams_max: int = 100
+    # Raw batch bytes one round of fetches reads, all partitions together, bytes.
+    chunk_bytes_default: int = 256 * 1024
+    # Largest `max_bytes` a client may ask for, bytes.
+    chunk_bytes_max: int = 1024 * 1024
+    # Rendered events written to the client at once, bytes.
+    write_block_bytes: int = 64 * 1024
+    # A stream that wrote nothing for this long sends `: keep-alive`, ms.
+    heartbeat_interval_ms: int = 15_000
+    # How often an idle stream checks that its client is still connected, ms.
+    liveness_check_ms: int = 1_000
+    # Before the stream starts, retriable errors (no leader yet) are retried this long, ms.
+    start_retry_timeout_ms: int = 10_000
+    # HTTP connections this node's streams keep to other leaders, all streams together.
+    remote_connections_max: int = 64
+    source: SourceLimits = field(default_factory=SourceLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    view: TopicView
+    partitions: tuple[int, ...]
+    offset: str | int  # "earliest", "latest" or an offset
+    resume: Mapping[int, int]  # positions from the cursor, for requested partitions
+    settings: SessionSettings
+
+
+class StreamRoutes:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metadata: MetadataView,
+        limits: StreamLimits | None = None,
+        peers: PeerUrls | None = None,
+    ) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+        self.limits = limits or StreamLimits()
+        # Where to read partitions led by other nodes (node-to-node: [http.dial]).
+        self.peers = peers or PeerUrls()
+        self.sessions: dict[asyncio.Task[object], StreamSession | None] = {}
+        self._http: aiohttp.ClientSession | None = None
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get("/v1/topics/{topic}/stream", self.stream)
+        app.on_shutdown.append(self._end_streams)
+        app.on_cleanup.append(self._close)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _session(self) -> aiohttp.ClientSession:
+        # Its own pool: long-polls of streams must not hold the connections the
+        # node's shared session keeps for replication and produce forwarding.
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.limits.remote_connections_max)
+            )
+        return self._http
+
+    async def _end_streams(self, _app: web.Application) -> None:
+        # A stream never ends by itself, and one blocked on a reader that does
+        # not read would hold the server's shutdown for its whole timeout.
+        for task in list(self.sessions):
+            task.cancel()
+
+    async def _close(self, _app: web.Application) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    # -- the route --------------------------------------------------------------------
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        req = self._parse(request)
+        if len(self.sessions) >= self.limits.streams_max:
+            raise StreamsLimitReachedError(
+                f"this node already serves {self.limits.streams_max} streams (streams_max); "
+                "retry later or stream from another node",
+                streams_max=self.limits.streams_max,
+            )
+        task = asyncio.current_task()
+        assert task is not None
+        self.sessions[task] = None
+        try:
+            sources = {
+                p: PartitionSource(
+                    self.replicas,
+                    self.metadata,
+                    self._session(),
+                    TopicPartition(req.view.name, p),
+                    req.view.topic_id,
+                    self.limits.source,
+                    self.peers,
+                )
+                for p in req.partitions
+            }
+            positions = await self._start_positions(req, sources)
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": sse.CONTENT_TYPE,
+                    "Cache-Control": "no-cache",
+                    # nginx buffers proxied responses unless told not to.
+                    "X-Accel-Buffering": "no",
+                }
+            )
+            await response.prepare(request)
+            session = StreamSession(request, response, sources, positions, req.settings)
+            self.sessions[task] = session
+            await session.run()
+            return response
+        finally:
+            del self.sessions[task]
+
+    async def _start_positions(
+        self, req: StreamRequest, sources: Mapping[int, PartitionSource]
+    ) -> dict[int, int]:
+        timeout_ms = self.limits.start_retry_timeout_ms
+
+        async def one(p: int) -> int:
+            wanted = req.resume.get(p, req.offset)
+            if isinstance(wanted, int):
+                await sources[p].check_position(wanted, retry_timeout_ms=timeout_ms)
+                return wanted
+            got = await sources[p].offsets(retry_timeout_ms=timeout_ms)
+            return got.earliest if wanted == "earliest" else got.latest
+
+        found = await asyncio.gather(*(one(p) for p in req.partitions))
+        return dict(zip(req.partitions, found, strict=True))
+
+    # -- request parsing --------------------------------------------------------------
+
+    def _parse(self, request: web.Request) -> StreamRequest:
+        q = request.query
+        name = request.match_info["topic"]
+        view = self.metadata.topic(name)
+        if view is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+        partitions = _partitions(view, q.get("partitions"))
+        offset = _offset(q.get("offset", "latest"))
+        for key in ("format", "key_format"):
+            fmt = q.get(key, "auto")
+            if fmt not in READ_FORMATS:
+                raise InvalidRequestError(f"{key}={fmt!r}; use one of {', '.join(READ_FORMATS)}")
+        max_bytes = _positive_int(q, "max_bytes", self.limits.chunk_bytes_default)
+        if max_bytes > self.limits.chunk_bytes_max:
+            raise InvalidRequestError(
+                f"max_bytes={max_bytes} exceeds the stream limit of "
+                f"{self.limits.chunk_bytes_max} bytes (chunk_bytes_max)",
+                chunk_bytes_max=self.limits.chunk_bytes_max,
+            )
+        cursor_text = request.headers.get("Last-Event-ID") or q.get("last_event_id")
+        cursor = sse.parse_cursor(cursor_text) if cursor_text else {}
+        settings = SessionSettings(
+            value_format=q.get("format", "auto"),
+            key_format=q.get("key_format", "auto"),
+            max_bytes=max_bytes,
+            write_block_bytes=self.limits.write_block_bytes,
+            heartbeat_interval_ms=self.limits.heartbeat_interval_ms,
+            liveness_check_ms=self.limits.liveness_check_ms,
+        )
+        resume = {p: cursor[p] for p in partitions if p in cursor}
+        return StreamRequest(view, partitions, offset, resume, settings)
+
+
+def _partitions(view: TopicView, raw: str | None) -> tuple[int, ...]:
+    if raw is None:
+        return tuple(sorted(view.partitions))
+    wanted: set[int] = set()
+    for item in raw.split(","):
+        text = item.strip()
+        if not text.isdigit() or int(text) not in view.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {view.name!r} has no partition {text!r}; it has "
+                f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
+                topic=view.name,
+                partition=text,
+            )
+        wanted.add(int(text))
+    return tuple(sorted(wanted))
+
+
+def _offset(raw: str) -> str | int:
+    if raw in OFFSET_NAMES:
+        return raw
+    if not raw.isdigit() or int(raw) > QUERY_INT_MAX:
+        raise InvalidRequestError(
+            f"offset={raw!r}; use earliest, latest or an offset (an integer >= 0)"
+        )
+    return int(raw)
+
+
+def _positive_int(q: Mapping[str, str], name: str, default: int) -> int:
+    raw = q.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= QUERY_INT_MAX:
+        raise InvalidRequestError(f"{name}={raw!r} must be an integer >= 1")
+    return int(raw)
+
+
+__all__ = ["StreamLimits", "StreamRoutes"]
