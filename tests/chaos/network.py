@@ -81,7 +81,10 @@ import itertools
 import random
 import subprocess
 import threading
+import time
+import urllib.request
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -111,6 +114,8 @@ SERVER_START_TIMEOUT_S = 10.0
 CUT_HOLD_MS = 24 * 3600 * 1000
 # One loss slice: Linux's minimum TCP retransmission timeout, ms.
 LOSS_SLICE_MS = 200
+# A probe (Network.probe) that gets no answer within this long counts as cut, s.
+PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -170,8 +175,16 @@ class ToxiproxyServer:
 class Network:
     """Every inter-node link of `cluster` through its own toxiproxy proxy."""
 
-    def __init__(self, cluster: LograftCluster, *, server_path: Path = SERVER_PATH) -> None:
+    def __init__(
+        self,
+        cluster: LograftCluster,
+        *,
+        server_path: Path = SERVER_PATH,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.cluster = cluster
+        # Told of every fault and heal, as one plain line each.
+        self.log = log or (lambda _line: None)
         self.server = ToxiproxyServer(server_path, cluster.workdir / "toxiproxy.log")
         self.proxies: dict[Link, Proxy] = {}
         self._ports: set[int] = set()
@@ -271,6 +284,7 @@ class Network:
 
     def cut(self, a: int, b: int, kinds: Collection[LinkKind] = KINDS) -> None:
         """Nothing a sends reaches b (held until heal); b -> a still flows."""
+        self.log(f"network: cut {a} -> {b} ({'+'.join(kinds)})")
         self._add_toxic(a, b, kinds, "cut", "latency", {"latency": CUT_HOLD_MS, "jitter": 0})
 
     def cut_both(self, a: int, b: int, kinds: Collection[LinkKind] = KINDS) -> None:
@@ -327,6 +341,7 @@ class Network:
         kinds: Collection[LinkKind] = KINDS,
     ) -> None:
         """Bytes from a to b arrive `ms` +- `jitter_ms` milliseconds late."""
+        self.log(f"network: latency {a} -> {b} {ms} +- {jitter_ms} ms ({'+'.join(kinds)})")
         self._add_toxic(a, b, kinds, "latency", "latency", {"latency": ms, "jitter": jitter_ms})
 
     def bandwidth(
@@ -335,6 +350,7 @@ class Network:
         """Bytes from a to b flow at most `kbytes_per_s` KB/s (per connection)."""
         if kbytes_per_s <= 0:
             raise ValueError("toxiproxy reads a bandwidth <= 0 as unlimited: use cut()")
+        self.log(f"network: bandwidth {a} -> {b} {kbytes_per_s} KB/s ({'+'.join(kinds)})")
         self._add_toxic(a, b, kinds, "bandwidth", "bandwidth", {"rate": kbytes_per_s})
 
     def loss(
@@ -353,6 +369,10 @@ class Network:
         if not 0 <= rate <= 1 or not 0 <= reset_rate <= 1:
             raise ValueError("rate and reset_rate are probabilities (0..1)")
         own = random.Random(rng.getrandbits(64))
+        self.log(
+            f"network: loss {a} -> {b} rate {rate}, resets {reset_rate}, "
+            f"slices of {slice_ms} ms ({'+'.join(kinds)})"
+        )
         streams = self.streams(a, b, kinds)
 
         def lossy() -> None:
@@ -372,6 +392,7 @@ class Network:
         self._check_pair(a, b)
         proxies = [p for link, p in self.proxies.items() if {link.src, link.dst} == {a, b}]
         proxies = [p for p in proxies if any(p.name.startswith(k + "-") for k in kinds)]
+        self.log(f"network: flap {a} <-> {b} every {period_s / 2:.2f}s ({'+'.join(kinds)})")
 
         def flapping() -> None:
             while not self._stop.is_set():
@@ -386,11 +407,33 @@ class Network:
 
         self._spawn(f"flap-{a}-{b}", flapping)
 
+    # -- observing ---------------------------------------------------------------------------
+
+    def probe(self, a: int, b: int, timeout_s: float = PROBE_TIMEOUT_S) -> float | None:
+        """Seconds a `GET /healthz` took from a's side of `http-a-b` to b and back, or None
+        if no answer came within `timeout_s`: what node a calling node b would see now."""
+        url = f"http://{self.listen_address(Link('http', a, b))}/healthz"
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                resp.read()
+        except OSError:  # refused, reset, timed out: no answer
+            return None
+        return time.monotonic() - started
+
+    def reachability(self, timeout_s: float = PROBE_TIMEOUT_S) -> dict[tuple[int, int], bool]:
+        """(a, b) -> whether a `probe(a, b)` was answered, every ordered pair probed at once."""
+        pairs = list(itertools.permutations(self.node_ids, 2))
+        with ThreadPoolExecutor(len(pairs)) as pool:
+            answers = list(pool.map(lambda ab: self.probe(*ab, timeout_s=timeout_s), pairs))
+        return {pair: answer is not None for pair, answer in zip(pairs, answers, strict=True)}
+
     # -- healing -----------------------------------------------------------------------------
 
     def heal(self) -> None:
         """Stop every loss/flap thread, remove every toxic, enable every proxy."""
         self._stop_threads()
+        self.log("network: heal")
         # POST /reset: every proxy enabled, every toxic removed, in one call.
         Toxiproxy().reset()
 
