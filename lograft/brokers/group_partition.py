@@ -247,6 +247,11 @@ class PartitionCoordinator:
             if part.log.closed or part.log.log_end_offset != end_before:
                 self._reload()
             raise
+        if self.phase is CoordinatorPhase.CLOSED:
+            # Leadership went while the batch committed: the records are in
+            # the log (the next coordinator reads them) and the response is
+            # true; there is no state here to keep up to date.
+            return
         try:
             for record in result.records:
                 self._state.replay(record)

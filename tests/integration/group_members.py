@@ -10,6 +10,7 @@ FENCED_MEMBER_EPOCH.
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,9 @@ class Member:
     owned: Owned = frozenset()
     sequence: int = 0
     url: str | None = None
+    # time.monotonic() when the last answered join or heartbeat was sent: the
+    # coordinator renewed the session no earlier than this.
+    last_answered_sent_at: float = 0.0
     # Error codes seen, for a failing test's message.
     errors: list[str] = field(default_factory=list)
 
@@ -94,6 +98,7 @@ class Member:
 
     def heartbeat(self) -> bool:
         """Join or heartbeat once; True when the coordinator answered."""
+        sent_at = time.monotonic()
         if self.epoch == 0:
             body: dict[str, Any] = {
                 "member_id": self.member_id,
@@ -119,6 +124,7 @@ class Member:
                 return False
             raise AssertionError(f"{self.member_id}: heartbeat refused: {resp}")
         doc = resp.json()
+        self.last_answered_sent_at = sent_at
         self.epoch = doc["member_epoch"]
         # Give up what is no longer assigned at once; take up what is.
         self.owned = owned_from(doc["assignment"])

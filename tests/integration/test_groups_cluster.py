@@ -90,10 +90,10 @@ def test_members_split_rebalance_and_a_silent_one_is_removed(
     assert {m["member_id"] for m in doc["members"]} == {"member-a", "member-b", "member-c"}
 
     # c goes silent; a and b keep heartbeating and take its partitions over.
-    silent_since = time.monotonic()
     settle(cluster, [a, b], lambda: split_evenly([a, b]), "c's partitions moving to a and b")
-    removed_after = time.monotonic() - silent_since
-    assert removed_after >= SESSION_TIMEOUT_MS / 1000 * 0.9, removed_after
+    removed_after = time.monotonic() - c.last_answered_sent_at
+    # Not before its session ran out; and soon after (the margin is for load).
+    assert SESSION_TIMEOUT_MS / 1000 <= removed_after < SESSION_TIMEOUT_MS / 1000 + 10
     members = {m["member_id"] for m in describe(cluster, group)["members"]}
     assert members == {"member-a", "member-b"}
     # c finds out it was removed, joins again and gets its share back.
