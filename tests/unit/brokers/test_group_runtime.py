@@ -22,7 +22,7 @@ from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_state import GroupState
 from lograft.brokers.metadata_sync import TopicView
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Acks, Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import (
     CoordinatorLoadInProgressError,
@@ -30,6 +30,8 @@ from lograft.errors import (
     FencedMemberEpochError,
     NonEmptyGroupError,
     NotCoordinatorError,
+    NotEnoughReplicasError,
+    RequestTimedOutError,
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
@@ -315,3 +317,48 @@ async def test_admin_delete_and_reset_need_an_empty_group(make_broker) -> None:
         assert broker.runtime.fetch_offsets(GROUP) == {}
     finally:
         await broker.stop()
+
+
+async def test_an_append_that_may_have_written_reloads_from_the_log(
+    make_broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = make_broker()
+    await broker.start()
+    await broker.loaded()
+    tp0 = TopicPartition(ORDERS, 0)
+    original = broker.replicas.produce
+
+    async def written_then_timed_out(
+        tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
+    ) -> None:
+        await original(tp, data, Acks.LEADER)
+        raise RequestTimedOutError("the in-sync replicas did not confirm in time")
+
+    monkeypatch.setattr(broker.replicas, "produce", written_then_timed_out)
+    with pytest.raises(RequestTimedOutError):
+        await broker.runtime.commit_offsets(GROUP, "", 0, {tp0: OffsetAndMetadata(5)})
+    monkeypatch.setattr(broker.replicas, "produce", original)
+    # The coordinator does not guess: it reads the log again, which holds the commit.
+    await broker.loaded()
+    assert broker.runtime.fetch_offsets(GROUP)[tp0].offset == 5
+
+
+async def test_an_append_refused_before_writing_keeps_the_state(
+    make_broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = make_broker()
+    await broker.start()
+    await broker.loaded()
+    tp0 = TopicPartition(ORDERS, 0)
+
+    async def refused(
+        tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
+    ) -> None:
+        raise NotEnoughReplicasError("ISR too small")
+
+    monkeypatch.setattr(broker.replicas, "produce", refused)
+    with pytest.raises(NotEnoughReplicasError):
+        await broker.runtime.commit_offsets(GROUP, "", 0, {tp0: OffsetAndMetadata(5)})
+    coordinator = broker.runtime.coordinator(GROUP_TP.partition)
+    assert coordinator is not None and coordinator.phase is CoordinatorPhase.ACTIVE
+    assert broker.runtime.fetch_offsets(GROUP) == {}
