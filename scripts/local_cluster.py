@@ -206,6 +206,9 @@ Try:
   # fetch partition 0 from its leader (a non-leader answers 421 with the leader's URL)
   curl -s '{a}/v1/topics/orders/partitions/0/records?offset=0'
 
+  # tail every partition live from any node (Server-Sent Events; Ctrl-C to stop)
+  curl -N '{c}/v1/topics/orders/stream?offset=earliest'
+
   # cluster view: active controller, Raft term, brokers
   curl -s {c}/v1/cluster
 
