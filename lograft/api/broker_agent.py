@@ -11,6 +11,16 @@ applied; the controller unfences it once it has caught up. A heartbeat
 answered STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED (the controller
 forgot or replaced us) leads to registering again. On shutdown it asks for a
 controlled shutdown, so its leaderships move before it stops.
+
+A heartbeat gives up after one heartbeat interval (not the 10 s of other
+controller calls): heartbeats go one at a time, so a heartbeat stuck on a
+controller that stopped answering without closing its connections (SIGSTOP,
+a partition that drops packets) would otherwise hold every later one while
+the next controller, which starts each broker on a fresh
+`broker_session_timeout_ms` session, fences this live broker. With the
+defaults, timeout + interval (1 s) stays inside the 1.5 s session. A
+controller that is merely slow still receives the heartbeat (its session is
+refreshed); only the answer is dropped, and the next heartbeat follows.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from lograft.api.controller_client import ControllerClient
+from lograft.api.controller_client import CONTROLLER_REQUEST_TIMEOUT_MS, ControllerClient
 from lograft.errors import BrokerIdNotRegisteredError, LograftError, StaleBrokerEpochError
 
 log = logging.getLogger(__name__)
@@ -130,8 +140,11 @@ class BrokerAgent:
             "metadata_offset": self.metadata_offset(),
             "want_shutdown": want_shutdown,
         }
+        # A controlled-shutdown heartbeat may wait for leaderships to move:
+        # it keeps the ordinary controller-call timeout.
+        timeout_ms = CONTROLLER_REQUEST_TIMEOUT_MS if want_shutdown else self.heartbeat_interval_ms
         result: dict[str, Any] = await self.controller.call(
-            "heartbeat", body, local=self._local("heartbeat", body)
+            "heartbeat", body, local=self._local("heartbeat", body), timeout_ms=timeout_ms
         )
         if not want_shutdown:
             self._to(AgentState.FENCED if result["fenced"] else AgentState.ACTIVE)

@@ -65,8 +65,16 @@ class ControllerClient:
                 urls.append(self.peers.voter(voter))
         return urls
 
-    async def call(self, name: str, body: dict[str, Any], local: Any = None) -> Any:
-        """Run `local()` on this node's active runtime, or POST `body` to `name`."""
+    async def call(
+        self,
+        name: str,
+        body: dict[str, Any],
+        local: Any = None,
+        *,
+        timeout_ms: int = CONTROLLER_REQUEST_TIMEOUT_MS,
+    ) -> Any:
+        """Run `local()` on this node's active runtime, or POST `body` to `name`,
+        giving each voter tried `timeout_ms`."""
         if self.runtime is not None and self.runtime.active and local is not None:
             return await local()
         hint: int | None = None
@@ -74,7 +82,7 @@ class ControllerClient:
         for attempt in range(2):
             for url in self._candidates(hint):
                 try:
-                    return await self._post(url, name, body)
+                    return await self._post(url, name, body, timeout_ms)
                 except NotControllerError as exc:
                     last = exc
                     leader = exc.details.get("leader_id")
@@ -87,7 +95,7 @@ class ControllerClient:
                 break
         raise last or NotControllerError("no active controller is reachable; retry shortly")
 
-    async def _post(self, base: str, name: str, body: dict[str, Any]) -> Any:
+    async def _post(self, base: str, name: str, body: dict[str, Any], timeout_ms: int) -> Any:
         try:
             async with self.session.post(
                 f"{base}{CONTROLLER_PREFIX}/{name}",
@@ -96,7 +104,7 @@ class ControllerClient:
                     "Content-Type": "application/json",
                     SECRET_HEADER: self.config.cluster_secret,
                 },
-                timeout=aiohttp.ClientTimeout(total=CONTROLLER_REQUEST_TIMEOUT_MS / 1000),
+                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
             ) as resp:
                 payload = await resp.read()
                 status = resp.status
