@@ -115,7 +115,11 @@ PATHS: dict[str, dict[str, Any]] = {
             params=[GROUP],
             body="application/json",
         ),
-        "get": _op("committed offsets of the group", params=[GROUP, _query("topics", "string")]),
+        "get": _op(
+            "committed offsets of the group; with auto_offset_reset (earliest, latest, "
+            "none) every partition of topics with its start_offset",
+            params=[GROUP, _query("topics", "string"), _query("auto_offset_reset", "string")],
+        ),
     },
     "/v1/groups/{group}/offsets/reset": {
         "post": _op(

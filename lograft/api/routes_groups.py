@@ -2,12 +2,12 @@
 
 - `GET  /v1/groups/{group}/coordinator`: any broker; creates `__consumer_offsets`
   on first use.
-- `POST /v1/groups/{group}/members`: join; `POST .../members/{member:[^/]+}/heartbeat`;
-  `DELETE .../members/{member:[^/]+}`: leave.
-- `POST /v1/groups/{group}/offsets`: commit; `GET`: fetch committed offsets.
-- `GET /v1/groups`: every group in the cluster (asks each broker's
-  `GET /internal/v1/groups`); `GET|DELETE /v1/groups/{group}`: describe,
-  delete; `POST /v1/groups/{group}/offsets/reset`.
+- `POST /v1/groups/{group}/members`: join; `POST .../members/{member}/heartbeat`;
+  `DELETE .../members/{member}`: leave.
+- `POST /v1/groups/{group}/offsets`: commit; `GET`: fetch committed offsets
+  (with `auto_offset_reset`: where a consumer starts, per partition).
+- administration (list, describe, delete, reset offsets): routes_group_admin,
+  registered from here.
 
 Every group-specific request is served by the group's coordinator only; any
 other broker answers NOT_COORDINATOR naming it. Request bodies are parsed
@@ -17,7 +17,6 @@ into the runtime's plain values; the runtime and the pure core decide the rest.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -25,9 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from lograft.api.app import SECRET_HEADER
 from lograft.api.group_json import (
-    describe_json,
     heartbeat_json,
     offsets_from_json,
     optional_int,
@@ -35,19 +32,19 @@ from lograft.api.group_json import (
     parse_body,
     partitions_from_json,
     required_int,
-    topic_partitions_from_json,
     topics_from_json,
 )
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
+from lograft.api.routes_group_admin import GroupAdminRoutes, topic_partitions
 from lograft.api.services import MetadataView
-from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.group_heartbeat import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     HeartbeatRequest,
 )
+from lograft.brokers.group_offsets import AutoOffsetReset, CommittedOffset, resolve_start_offset
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.partition import TopicPartition
@@ -55,15 +52,10 @@ from lograft.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     LograftError,
-    UnknownTopicOrPartitionError,
 )
 
-# How long describe waits for partition leaders' high watermarks (lag), ms.
-DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
-# How long reset waits for partition leaders' offsets (it fails without them), ms.
-RESET_OFFSETS_TIMEOUT_MS = 5_000
-# How long listing groups waits for each broker, ms.
-LIST_GROUPS_TIMEOUT_MS = 5_000
+# How long fetching offsets with auto_offset_reset waits for partition leaders, ms.
+START_OFFSETS_TIMEOUT_MS = 5_000
 
 CreateOffsetsTopic = Callable[[], Awaitable[None]]
 
@@ -89,17 +81,15 @@ class GroupRoutes:
         r = app.router
         # `[^/]+`: ids are any string (aiohttp's default refuses braces); a
         # "/" in one travels as %2F and arrives decoded.
-        r.add_get("/v1/groups", self.list_groups)
-        r.add_get("/v1/groups/{group:[^/]+}", self.describe)
-        r.add_delete("/v1/groups/{group:[^/]+}", self.delete)
         r.add_get("/v1/groups/{group:[^/]+}/coordinator", self.find_coordinator)
         r.add_post("/v1/groups/{group:[^/]+}/members", self.join)
         r.add_post("/v1/groups/{group:[^/]+}/members/{member:[^/]+}/heartbeat", self.heartbeat)
         r.add_delete("/v1/groups/{group:[^/]+}/members/{member:[^/]+}", self.leave)
         r.add_post("/v1/groups/{group:[^/]+}/offsets", self.commit)
         r.add_get("/v1/groups/{group:[^/]+}/offsets", self.fetch_offsets)
-        r.add_post("/v1/groups/{group:[^/]+}/offsets/reset", self.reset_offsets)
-        r.add_get("/internal/v1/groups", self.list_local_groups)
+        GroupAdminRoutes(
+            self.runtime, self.metadata, self.session, self.offsets, self.peers
+        ).add_to(app)
 
     # -- coordinator --------------------------------------------------------------------
 
@@ -223,147 +213,65 @@ class GroupRoutes:
         group_id = request.match_info["group"]
         raw = request.query.get("topics")
         topics = None if raw is None else {t for t in raw.split(",") if t}
+        reset_raw = request.query.get("auto_offset_reset")
         committed = self.runtime.fetch_offsets(group_id, topics)
-        return json_response(
-            {
-                "group_id": group_id,
-                "offsets": [
-                    {
-                        "topic": tp.topic,
-                        "partition": tp.partition,
-                        "offset": c.offset,
-                        "metadata": c.metadata,
-                        "leader_epoch": c.leader_epoch,
-                        "commit_timestamp": c.commit_timestamp_ms,
-                    }
-                    for tp, c in sorted(committed.items(), key=lambda kv: _tp_key(kv[0]))
-                ],
-            }
-        )
-
-    # -- administration -----------------------------------------------------------------
-
-    async def list_local_groups(self, _request: web.Request) -> web.Response:
-        return json_response(self._local_groups())
-
-    def _local_groups(self) -> dict[str, Any]:
-        return {
-            "broker_id": self.runtime.replicas.broker_id,
-            "groups": [
-                {"group_id": g.group_id, "state": g.state.value, "members": g.members}
-                for g in self.runtime.list_local_groups()
-            ],
-            "loading_partitions": self.runtime.loading_partitions(),
-        }
-
-    async def list_groups(self, _request: web.Request) -> web.Response:
-        brokers = self.metadata.live_brokers()
-        answers = await asyncio.gather(*(self._groups_of(b) for b in brokers))
-        groups: list[dict[str, Any]] = []
-        unreachable: list[int] = []
-        loading: list[int] = []
-        for broker_id, doc in zip(brokers, answers, strict=True):
-            if doc is None:
-                unreachable.append(broker_id)
-                continue
-            loading += doc.get("loading_partitions", [])
-            groups += [{**g, "coordinator_id": broker_id} for g in doc.get("groups", [])]
-        groups.sort(key=lambda g: g["group_id"])
-        # A broker that did not answer, or a partition still loading, may hold
-        # groups this list lacks: say so rather than answer a short list as whole.
-        return json_response(
-            {
-                "groups": groups,
-                "unreachable_brokers": unreachable,
-                "loading_partitions": sorted(loading),
-            }
-        )
-
-    async def _groups_of(self, broker_id: int) -> dict[str, Any] | None:
-        if broker_id == self.runtime.replicas.broker_id:
-            return self._local_groups()
-        url = self.peers.broker(self.metadata, broker_id)
-        if url is None:
-            return None
-        secret = self.session.headers.get(SECRET_HEADER, "")
-        try:
-            async with self.session.get(
-                f"{url}/internal/v1/groups",
-                headers={SECRET_HEADER: secret},
-                timeout=aiohttp.ClientTimeout(total=LIST_GROUPS_TIMEOUT_MS / 1000),
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                doc = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        return doc if isinstance(doc, dict) else None
-
-    async def describe(self, request: web.Request) -> web.Response:
-        group_id = request.match_info["group"]
-
-        async def high_watermarks(tps: Any) -> dict[TopicPartition, int]:
-            return await self.offsets.high_watermarks(tps, DESCRIBE_OFFSETS_TIMEOUT_MS)
-
-        description = await self.runtime.describe_group(group_id, high_watermarks)
-        return json_response(describe_json(description))
-
-    async def delete(self, request: web.Request) -> web.Response:
-        group_id = request.match_info["group"]
-        await self.runtime.delete_group(group_id)
-        return json_response({"group_id": group_id, "deleted": True})
-
-    async def reset_offsets(self, request: web.Request) -> web.Response:
-        group_id = request.match_info["group"]
-        body = await parse_body(
-            request, {"strategy", "timestamp", "offset", "topics", "partitions"}
-        )
-        raw_strategy = optional_str(body, "strategy")
-        strategies = [s.value for s in OffsetResetStrategy]
-        if raw_strategy not in strategies:
-            raise InvalidRequestError(f"strategy must be one of {strategies}")
-        strategy = OffsetResetStrategy(raw_strategy)
-        timestamp = optional_int(body, "timestamp", minimum=0)
-        offset = optional_int(body, "offset", minimum=0)
-        if strategy is OffsetResetStrategy.TIMESTAMP and timestamp is None:
-            raise InvalidRequestError("strategy timestamp needs timestamp (ms)")
-        if strategy is OffsetResetStrategy.OFFSET and offset is None:
-            raise InvalidRequestError("strategy offset needs offset")
-        tps = self._reset_partitions(body)
-        self.runtime.check_can_reset(group_id)
-        found = await self.offsets.bounds(tps, RESET_OFFSETS_TIMEOUT_MS, timestamp)
-        bounds: dict[TopicPartition, PartitionBounds] = {}
-        for tp, b in found.items():
-            if isinstance(b, LograftError):
-                raise b
-            bounds[tp] = b
-        new = resolve_reset_offsets(strategy, bounds, offset)
-        done = await self.runtime.reset_offsets(group_id, new)
-        return json_response(
-            {
-                "group_id": group_id,
-                "offsets": [
-                    {"topic": tp.topic, "partition": tp.partition, "offset": o}
-                    for tp, o in sorted(done.items(), key=lambda kv: _tp_key(kv[0]))
-                ],
-            }
-        )
-
-    def _reset_partitions(self, body: Mapping[str, Any]) -> list[TopicPartition]:
-        if ("topics" in body) == ("partitions" in body):
-            raise InvalidRequestError("name either topics or partitions to reset")
-        if "partitions" in body:
-            tps = topic_partitions_from_json(body["partitions"])
+        if reset_raw is None:
+            entries = [
+                committed_json(tp, c)
+                for tp, c in sorted(committed.items(), key=lambda kv: _tp_key(kv[0]))
+            ]
         else:
-            tps = []
-            for name in topics_from_json(body["topics"]):
-                view = self.metadata.topic(name)
-                if view is None:
-                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
-                tps += [TopicPartition(name, p) for p in sorted(view.partitions)]
-        if not tps:
-            raise InvalidRequestError("no partitions to reset")
-        return tps
+            if topics is None:
+                raise InvalidRequestError("auto_offset_reset needs topics")
+            entries = await self._start_offsets(
+                topic_partitions(self.metadata, sorted(topics)), committed, reset_raw
+            )
+        return json_response({"group_id": group_id, "offsets": entries})
+
+    async def _start_offsets(
+        self,
+        tps: list[TopicPartition],
+        committed: Mapping[TopicPartition, CommittedOffset],
+        reset_raw: str,
+    ) -> list[dict[str, Any]]:
+        """Every partition with where a consumer starts (`start_offset`), or why it cannot."""
+        choices = [r.value for r in AutoOffsetReset]
+        if reset_raw not in choices:
+            raise InvalidRequestError(f"auto_offset_reset must be one of {choices}")
+        reset = AutoOffsetReset(reset_raw)
+        found = await self.offsets.bounds(tps, START_OFFSETS_TIMEOUT_MS)
+        entries = []
+        for tp in tps:
+            c = committed.get(tp)
+            entry = committed_json(tp, c)
+            bounds = found[tp]
+            try:
+                if isinstance(bounds, LograftError):
+                    raise bounds
+                entry["start_offset"] = resolve_start_offset(
+                    None if c is None else c.offset,
+                    bounds.log_start_offset,
+                    bounds.high_watermark,
+                    reset,
+                )
+            except LograftError as exc:
+                entry["error"] = exc.to_dict()
+            entries.append(entry)
+        return entries
+
+
+def committed_json(tp: TopicPartition, c: CommittedOffset | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
+    if c is None:
+        entry["offset"] = None
+        return entry
+    entry.update(
+        offset=c.offset,
+        metadata=c.metadata,
+        leader_epoch=c.leader_epoch,
+        commit_timestamp=c.commit_timestamp_ms,
+    )
+    return entry
 
 
 def _tp_key(tp: TopicPartition) -> tuple[str, int]:

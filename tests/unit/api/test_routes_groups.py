@@ -353,3 +353,36 @@ async def test_group_ids_with_slashes_and_braces(server: Server) -> None:
         path = f"/v1/groups/{urllib.parse.quote(group, safe='')}"
         status, doc = await server.call("POST", f"{path}/members", {"subscribed_topics": [ORDERS]})
         assert status == 200 and doc["group_id"] == group, doc
+
+
+async def test_fetch_offsets_resolves_start_offsets(server: Server) -> None:
+    await server.ready()
+    await produce(server, 0, 4, timestamp_ms=1_000)
+    await produce(server, 1, 6, timestamp_ms=1_000)
+    only = [{"topic": ORDERS, "partition": 0}]
+    await server.call(
+        "POST",
+        "/v1/groups/g/offsets/reset",
+        {"strategy": "offset", "offset": 2, "partitions": only},
+    )
+
+    async def starts(reset: str) -> dict[int, Any]:
+        status, doc = await server.call(
+            "GET", f"/v1/groups/g/offsets?topics={ORDERS}&auto_offset_reset={reset}"
+        )
+        assert status == 200, doc
+        return {
+            o["partition"]: o.get("start_offset", o.get("error", {}).get("code"))
+            for o in doc["offsets"]
+        }
+
+    # Partition 0 has a commit in range; partition 1 has none.
+    assert await starts("earliest") == {0: 2, 1: 0}
+    assert await starts("latest") == {0: 2, 1: 6}
+    assert await starts("none") == {0: 2, 1: "NO_OFFSET"}
+    status, doc = await server.call("GET", "/v1/groups/g/offsets?auto_offset_reset=earliest")
+    assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")
+    status, doc = await server.call(
+        "GET", f"/v1/groups/g/offsets?topics={ORDERS}&auto_offset_reset=sometimes"
+    )
+    assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")

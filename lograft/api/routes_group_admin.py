@@ -1,0 +1,203 @@
+"""Consumer group administration over HTTP (docs/api.md, "Administration").
+
+- `GET /v1/groups`: every group in the cluster; each live broker answers for
+  the partitions it coordinates through `GET /internal/v1/groups`.
+- `GET /v1/groups/{group}`: describe, with lag from the partitions' leaders.
+- `DELETE /v1/groups/{group}`: delete a group without members.
+- `POST /v1/groups/{group}/offsets/reset`: earliest, latest, timestamp or a
+  given offset, for a group without members.
+
+Group-specific requests are served by the group's coordinator only, like the
+rest of the group API (routes_groups, which registers these routes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from lograft.api.app import SECRET_HEADER
+from lograft.api.group_json import (
+    describe_json,
+    optional_int,
+    optional_str,
+    parse_body,
+    topic_partitions_from_json,
+    topics_from_json,
+)
+from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.peer_urls import PeerUrls
+from lograft.api.routes_data import json_response
+from lograft.api.services import MetadataView
+from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
+from lograft.brokers.group_runtime import GroupCoordinatorRuntime
+from lograft.brokers.partition import TopicPartition
+from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
+
+# How long describe waits for partition leaders' high watermarks (lag), ms.
+DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
+# How long reset waits for partition leaders' offsets (it fails without them), ms.
+RESET_OFFSETS_TIMEOUT_MS = 5_000
+# How long listing groups waits for each broker, ms.
+LIST_GROUPS_TIMEOUT_MS = 5_000
+
+
+class GroupAdminRoutes:
+    def __init__(
+        self,
+        runtime: GroupCoordinatorRuntime,
+        metadata: MetadataView,
+        session: aiohttp.ClientSession,
+        offsets: PartitionOffsets,
+        peers: PeerUrls,
+    ) -> None:
+        self.runtime = runtime
+        self.metadata = metadata
+        self.session = session
+        self.offsets = offsets
+        self.peers = peers
+
+    def add_to(self, app: web.Application) -> None:
+        r = app.router
+        # `[^/]+`: any group id (aiohttp's default refuses braces); "/" as %2F.
+        r.add_get("/v1/groups", self.list_groups)
+        r.add_get("/v1/groups/{group:[^/]+}", self.describe)
+        r.add_delete("/v1/groups/{group:[^/]+}", self.delete)
+        r.add_post("/v1/groups/{group:[^/]+}/offsets/reset", self.reset_offsets)
+        r.add_get("/internal/v1/groups", self.list_local_groups)
+
+    async def list_local_groups(self, _request: web.Request) -> web.Response:
+        return json_response(self._local_groups())
+
+    def _local_groups(self) -> dict[str, Any]:
+        return {
+            "broker_id": self.runtime.replicas.broker_id,
+            "groups": [
+                {"group_id": g.group_id, "state": g.state.value, "members": g.members}
+                for g in self.runtime.list_local_groups()
+            ],
+            "loading_partitions": self.runtime.loading_partitions(),
+        }
+
+    async def list_groups(self, _request: web.Request) -> web.Response:
+        brokers = self.metadata.live_brokers()
+        answers = await asyncio.gather(*(self._groups_of(b) for b in brokers))
+        groups: list[dict[str, Any]] = []
+        unreachable: list[int] = []
+        loading: list[int] = []
+        for broker_id, doc in zip(brokers, answers, strict=True):
+            if doc is None:
+                unreachable.append(broker_id)
+                continue
+            loading += doc.get("loading_partitions", [])
+            groups += [{**g, "coordinator_id": broker_id} for g in doc.get("groups", [])]
+        groups.sort(key=lambda g: g["group_id"])
+        # A broker that did not answer, or a partition still loading, may hold
+        # groups this list lacks: say so rather than answer a short list as whole.
+        return json_response(
+            {
+                "groups": groups,
+                "unreachable_brokers": unreachable,
+                "loading_partitions": sorted(loading),
+            }
+        )
+
+    async def _groups_of(self, broker_id: int) -> dict[str, Any] | None:
+        if broker_id == self.runtime.replicas.broker_id:
+            return self._local_groups()
+        url = self.peers.broker(self.metadata, broker_id)
+        if url is None:
+            return None
+        secret = self.session.headers.get(SECRET_HEADER, "")
+        try:
+            async with self.session.get(
+                f"{url}/internal/v1/groups",
+                headers={SECRET_HEADER: secret},
+                timeout=aiohttp.ClientTimeout(total=LIST_GROUPS_TIMEOUT_MS / 1000),
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                doc = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    async def describe(self, request: web.Request) -> web.Response:
+        group_id = request.match_info["group"]
+
+        async def high_watermarks(tps: Any) -> dict[TopicPartition, int]:
+            return await self.offsets.high_watermarks(tps, DESCRIBE_OFFSETS_TIMEOUT_MS)
+
+        description = await self.runtime.describe_group(group_id, high_watermarks)
+        return json_response(describe_json(description))
+
+    async def delete(self, request: web.Request) -> web.Response:
+        group_id = request.match_info["group"]
+        await self.runtime.delete_group(group_id)
+        return json_response({"group_id": group_id, "deleted": True})
+
+    async def reset_offsets(self, request: web.Request) -> web.Response:
+        group_id = request.match_info["group"]
+        body = await parse_body(
+            request, {"strategy", "timestamp", "offset", "topics", "partitions"}
+        )
+        raw_strategy = optional_str(body, "strategy")
+        strategies = [s.value for s in OffsetResetStrategy]
+        if raw_strategy not in strategies:
+            raise InvalidRequestError(f"strategy must be one of {strategies}")
+        strategy = OffsetResetStrategy(raw_strategy)
+        timestamp = optional_int(body, "timestamp", minimum=0)
+        offset = optional_int(body, "offset", minimum=0)
+        if strategy is OffsetResetStrategy.TIMESTAMP and timestamp is None:
+            raise InvalidRequestError("strategy timestamp needs timestamp (ms)")
+        if strategy is OffsetResetStrategy.OFFSET and offset is None:
+            raise InvalidRequestError("strategy offset needs offset")
+        tps = self._reset_partitions(body)
+        self.runtime.check_can_reset(group_id)
+        found = await self.offsets.bounds(tps, RESET_OFFSETS_TIMEOUT_MS, timestamp)
+        bounds: dict[TopicPartition, PartitionBounds] = {}
+        for tp, b in found.items():
+            if isinstance(b, LograftError):
+                raise b
+            bounds[tp] = b
+        new = resolve_reset_offsets(strategy, bounds, offset)
+        done = await self.runtime.reset_offsets(group_id, new)
+        return json_response(
+            {
+                "group_id": group_id,
+                "offsets": [
+                    {"topic": tp.topic, "partition": tp.partition, "offset": o}
+                    for tp, o in sorted(done.items(), key=lambda kv: _tp_key(kv[0]))
+                ],
+            }
+        )
+
+    def _reset_partitions(self, body: Mapping[str, Any]) -> list[TopicPartition]:
+        if ("topics" in body) == ("partitions" in body):
+            raise InvalidRequestError("name either topics or partitions to reset")
+        if "partitions" in body:
+            tps = topic_partitions_from_json(body["partitions"])
+        else:
+            tps = topic_partitions(self.metadata, topics_from_json(body["topics"]))
+        if not tps:
+            raise InvalidRequestError("no partitions to reset")
+        return tps
+
+
+def topic_partitions(metadata: MetadataView, topics: Iterable[str]) -> list[TopicPartition]:
+    """Every partition of each topic, in order."""
+    tps: list[TopicPartition] = []
+    for name in topics:
+        view = metadata.topic(name)
+        if view is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+        tps += [TopicPartition(name, p) for p in sorted(view.partitions)]
+    return tps
+
+
+def _tp_key(tp: TopicPartition) -> tuple[str, int]:
+    return (tp.topic, tp.partition)
