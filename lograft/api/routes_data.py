@@ -26,11 +26,13 @@ from aiohttp import web
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
 from lograft.api.services import MetadataView, TopicView
+from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.partition import Acks, AppendResult, TopicPartition
 from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
+    InvalidTopicError,
     LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
@@ -43,6 +45,8 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 # Largest integer a query parameter may carry (offsets, sizes, times); far
 # below int64 so arithmetic on it cannot overflow what Kafka formats hold.
 QUERY_INT_MAX = 1 << 62
+# Topics only the brokers write to.
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 # A JSON fetch renders fetched data larger than this in a worker thread, bytes.
 RENDER_INLINE_BYTES_MAX = 64 * 1024
 
@@ -131,6 +135,7 @@ class DataRoutes:
 
     async def produce_json(self, request: web.Request) -> web.StreamResponse:
         view = self._topic(request.match_info["topic"])
+        _refuse_internal(view.name)
         body = await request.read()
         parsed = parse_produce_body(body, records_max=self.limits.produce_records_max)
         acks = Acks.parse(request.query.get("acks", parsed.acks or "all"))
@@ -239,6 +244,7 @@ class DataRoutes:
 
     async def produce_raw(self, request: web.Request) -> web.StreamResponse:
         view, tp = self._tp(request)
+        _refuse_internal(view.name)
         if request.content_type != BATCH_CONTENT_TYPE:
             raise InvalidRequestError(
                 f"send record batches with Content-Type: {BATCH_CONTENT_TYPE} "
@@ -351,6 +357,14 @@ class DataRoutes:
                     "timestamp": found.timestamp,
                 }
         return json_response(body)
+
+
+def _refuse_internal(topic: str) -> None:
+    # Only the group coordinator writes its records there; one record from a
+    # client that does not decode would stop every later coordinator from
+    # loading the partition (Kafka refuses the same way).
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"cannot produce to the internal topic {topic}", topic=topic)
 
 
 def _render_records(

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from lograft.api.app import create_app
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
+from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.services import TopicView
 from lograft.brokers.group_config import GroupCoordinatorConfig
@@ -112,6 +113,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     peers = PeerUrls()
     offsets = PartitionOffsets(replicas, metadata, session, peers)
     GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers).add_to(app)
+    DataRoutes(replicas, metadata, session, peers=peers).add_to(app)
     async with TestClient(TestServer(app)) as client:
         yield Server(client, replicas, runtime, metadata)
     await session.close()
@@ -386,3 +388,19 @@ async def test_fetch_offsets_resolves_start_offsets(server: Server) -> None:
         "GET", f"/v1/groups/g/offsets?topics={ORDERS}&auto_offset_reset=sometimes"
     )
     assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_clients_cannot_produce_to_the_offsets_topic(server: Server) -> None:
+    await server.ready()
+    path = f"/v1/topics/{CONSUMER_OFFSETS_TOPIC}"
+    status, doc = await server.call("POST", f"{path}/records", {"records": [{"value": 1}]})
+    assert (status, doc["error"]["code"]) == (400, "INVALID_TOPIC_EXCEPTION")
+    resp = await server.client.post(
+        f"{path}/partitions/0/batches",
+        data=build_batch([RecordInput(b"junk", key=b"junk")], timestamp_ms=1),
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    assert resp.status == 400
+    # Nothing reached the log: the coordinator still loads it.
+    part = server.replicas.partition(TopicPartition(CONSUMER_OFFSETS_TOPIC, 0))
+    assert part.log.log_end_offset == 0
