@@ -94,6 +94,7 @@ class ControllerRpc:
             metadata_offset=_get(body, "metadata_offset", int),
             want_shutdown=bool(body.get("want_shutdown", False)),
         )
+        self.runtime.touch(req.broker_id, req.broker_epoch)
         res = await self.runtime.run(
             lambda img, s, now: c.broker_heartbeat(img, s, req, now, self.config)
         )

@@ -108,6 +108,22 @@ class ControllerRuntime:
                 await self.raft.append(encode_batch(result.records))
             return result.response
 
+    def touch(self, broker_id: int, broker_epoch: int) -> None:
+        """Count a heartbeat as contact the moment it arrives, before it waits
+        its turn behind other requests (Kafka's controller does the same on its
+        RPC thread: BrokerHeartbeatTracker.updateContactTime).
+
+        Requests are served one at a time, each waiting for its metadata
+        commit; under load a heartbeat could queue behind seconds of commits
+        and the fence check, and a live broker be fenced for the controller's
+        own backlog. Only a registered broker's current epoch counts, and only
+        session time moves: unfencing still goes through the heartbeat handler."""
+        if self._sessions is None or not self.raft.is_leader:
+            return
+        broker = self.store.image.brokers.get(broker_id)
+        if broker is not None and broker.broker_epoch == broker_epoch:
+            self._sessions = self._sessions.heartbeat(broker_id, self.clock())
+
     def _require_active(self) -> None:
         if not self.active:
             leader = self.leader_id()
