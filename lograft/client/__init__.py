@@ -6,7 +6,9 @@
   `delivery_timeout_ms`; idempotence on by default (producer id + sequence
   numbers: a retried batch is never written twice); bounded memory.
 - `Consumer` / `AsyncConsumer`: `assign`, `seek*`, `position`, `poll` and
-  iteration over raw fetched batches (no consumer groups yet).
+  iteration over raw fetched batches; with a `group_id`, `subscribe` (the
+  coordinator assigns partitions; rebalance callbacks), `commit` (manual and
+  auto) and `committed`.
 - `ClusterMetadata`: the topic/leader/broker cache both use.
 
 This package imports only `lograft.storage.batch` / `.compression`,
@@ -21,6 +23,7 @@ from lograft.client.errors import (
     ClientClosedError,
     ClientTimeoutError,
     ClusterUnreachableError,
+    CommitFailedError,
     DeliveryTimeoutError,
     NetworkError,
     NoOffsetForPartitionError,
@@ -45,6 +48,7 @@ __all__ = [
     "ClientTimeoutError",
     "ClusterMetadata",
     "ClusterUnreachableError",
+    "CommitFailedError",
     "Consumer",
     "ConsumerConfig",
     "ConsumerRecord",

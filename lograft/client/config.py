@@ -208,14 +208,36 @@ class ProducerConfig(CommonConfig):
             )
 
 
+ASSIGNORS = ("uniform", "range")
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig(CommonConfig):
-    """Consumer settings (no group coordination yet: `group_id` must be None)."""
+    """Consumer settings. With `group_id` the consumer may `subscribe()` and
+    commit; without one it reads what it `assign()`s (see docs/client.md)."""
 
-    # Reserved for the group protocol (issue 5); only None is accepted for now.
+    # The consumer group (Kafka's group.id); None: assign() only, nothing committed.
     group_id: str | None = None
-    # Where a partition without a position starts: Kafka's auto.offset.reset.
+    # Where a partition without a position (and, in a group, without a
+    # committed offset) starts: Kafka's auto.offset.reset.
     auto_offset_reset: OffsetReset = "latest"
+    # Commit consumed positions from poll() every auto_commit_interval_ms, and on
+    # revocation and close (Kafka's enable.auto.commit). Only with a group_id.
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    # How long this member may go without an answered heartbeat before it
+    # drops its partitions itself (the coordinator removes a member silent for
+    # its own session_timeout_ms and hands them on), ms. None: the
+    # coordinator's value from the last heartbeat answer; a value above it is
+    # capped at it. The session itself is a broker setting (KIP-848).
+    session_timeout_ms: int | None = None
+    # How long the member may take to give up revoked partitions (poll must run
+    # its callbacks) before the coordinator removes it, ms; None: the broker's
+    # default (60 s). Kafka's new protocol sends max.poll.interval.ms here.
+    rebalance_timeout_ms: int | None = None
+    # Server-side assignor to ask for: "uniform" (sticky) or "range"; None:
+    # the group's choice (uniform by default).
+    group_assignor: str | None = None
     # Long-poll of one fetch, ms (Kafka's fetch.max.wait.ms).
     fetch_max_wait_ms: int = 500
     fetch_min_bytes: int = 1
@@ -226,30 +248,38 @@ class ConsumerConfig(CommonConfig):
     check_crcs: bool = True
     # Iteration stops after this long without a record; None: never.
     consumer_timeout_ms: int | None = None
-    # Bound of position()/seek_to_*/offset lookups that retry, ms.
+    # Bound of position()/seek_to_*/offset lookups/commit()/committed() that
+    # retry, and of close() by default, ms.
     default_api_timeout_ms: int = 60_000
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
 
     def __post_init__(self) -> None:
         self._check_common()
-        if self.group_id is not None:
+        if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
             raise InvalidConfigError(
-                "group_id is not supported yet: consumer groups arrive with the group "
-                "coordinator; use assign() with explicit partitions",
-                setting="group_id",
+                f"group_id must be a non-empty string, got {self.group_id!r}", setting="group_id"
             )
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigError(
                 f"auto_offset_reset={self.auto_offset_reset!r}; use earliest, latest or none",
                 setting="auto_offset_reset",
             )
+        if self.group_assignor is not None and self.group_assignor not in ASSIGNORS:
+            raise InvalidConfigError(
+                f"group_assignor={self.group_assignor!r}; use one of {', '.join(ASSIGNORS)}",
+                setting="group_assignor",
+            )
         for n in (
             "max_partition_fetch_bytes",
             "max_poll_records",
             "default_api_timeout_ms",
+            "auto_commit_interval_ms",
         ):
             _positive(n, getattr(self, n))
+        for n in ("session_timeout_ms", "rebalance_timeout_ms"):
+            if getattr(self, n) is not None:
+                _positive(n, getattr(self, n))
         _positive("fetch_max_wait_ms", self.fetch_max_wait_ms, zero_ok=True)
         _positive("fetch_min_bytes", self.fetch_min_bytes, zero_ok=True)
         if self.consumer_timeout_ms is not None:
@@ -261,6 +291,11 @@ class ConsumerConfig(CommonConfig):
                 "the request)",
                 setting="request_timeout_ms",
             )
+
+    @property
+    def auto_commit(self) -> bool:
+        """Whether positions are committed automatically (needs a group)."""
+        return self.group_id is not None and self.enable_auto_commit
 
 
 def make_config(cls: type[Any], bootstrap_servers: Any, kwargs: dict[str, Any]) -> Any:

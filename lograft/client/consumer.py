@@ -8,27 +8,30 @@
     async for record in consumer: ...
     await consumer.close()
 
-Positions are the consumer's own (nothing is committed). `seek`,
-`seek_to_beginning` and `seek_to_end` are lazy as in Kafka: they take
-effect at the next `poll` or `position`. A partition without a position
-starts at `auto_offset_reset` (earliest / latest; "none" raises
-NoOffsetForPartitionError from poll).
+Without a `group_id`, positions are the consumer's own (nothing is
+committed). `seek`, `seek_to_beginning` and `seek_to_end` are lazy as in
+Kafka: they take effect at the next `poll` or `position`. A partition
+without a position starts at `auto_offset_reset` (earliest / latest; "none"
+raises NoOffsetForPartitionError from poll).
 
-Where consumer groups plug in (issue 5): `group_id` is accepted by the
-config and refused until a coordinator exists; `subscribe()` and `commit()`
-raise until then. With a coordinator, `subscribe` sets the topics, the
-coordinator's heartbeat answers drive `self._fetcher.assign(...)`, and a
-partition without a position takes its committed offset before falling back
-to `auto_offset_reset`; nothing else in the fetch path changes.
+With a `group_id`, `subscribe(topics, on_assign=, on_revoke=, on_lost=)`
+makes it a member of the group: the coordinator assigns the partitions
+(heartbeats in the background, `membership.py`), `poll` runs the rebalance
+callbacks (`consumer_group.py`), a new partition starts at its committed
+offset (else `auto_offset_reset`), and `commit()` / auto-commit store
+positions on the brokers. `assign()` with a `group_id` reads chosen
+partitions and commits as a non-member (allowed while the group is empty).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+import inspect
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from lograft.client.config import ConsumerConfig, make_config
+from lograft.client.consumer_group import ConsumerGroup, RebalanceCallback, RebalanceListener
 from lograft.client.errors import (
     ClientClosedError,
     ClientTimeoutError,
@@ -36,6 +39,7 @@ from lograft.client.errors import (
     SerializationError,
 )
 from lograft.client.fetcher import Fetcher, Missing, PartitionState
+from lograft.client.group_protocol import RebalanceEvent
 from lograft.client.metadata import connect
 from lograft.client.serde import Deserializer
 from lograft.client.transport import Transport
@@ -73,6 +77,18 @@ class AsyncConsumer:
         self.config: ConsumerConfig = make_config(ConsumerConfig, bootstrap_servers, settings)
         self._transport, self.metadata = connect(self.config, transport)
         self._fetcher = Fetcher(self.config, self.metadata, self._transport, self._on_change)
+        self._group: ConsumerGroup | None = None
+        if self.config.group_id is not None:
+            self._group = ConsumerGroup(
+                self.config.group_id,
+                self.config,
+                self.metadata,
+                self._transport,
+                self._fetcher,
+                self._on_change,
+            )
+        self._manual = False  # assign() was used: subscribe() is refused
+        self._close_prepared = False
         self._changed: asyncio.Event | None = None
         self._next_start = 0
         self._started = False
@@ -89,14 +105,39 @@ class AsyncConsumer:
         await self.metadata.bootstrap_brokers()
         self._changed = asyncio.Event()
         self._started = True
+        if self._group is not None:
+            self._group.start()
 
-    async def close(self) -> None:
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """With a group: commit consumed positions (auto-commit), call on_revoke
+        for every partition held, leave the group (its partitions move at once),
+        all within `timeout_ms` (default default_api_timeout_ms); then release
+        the connections."""
         if self._closed:
             return
-        self._closed = True
-        await self._fetcher.close()
-        await self.metadata.close()
-        await self._transport.close()
+        deadline = self._deadline(timeout_ms)
+        try:
+            if self._group is not None and self._started:
+                event = await self._prepare_close(deadline)
+                if event is not None:
+                    await _invoke(self._group.callback(event), event)
+                await self._group.close(deadline)
+        finally:
+            self._closed = True
+            await self._fetcher.close()
+            await self.metadata.close()
+            await self._transport.close()
+
+    async def _prepare_close(self, deadline: float) -> RebalanceEvent | None:
+        """The commit before leaving; the revocation of what is held, once."""
+        if self._group is None or self._close_prepared or not self._started:
+            return None
+        self._close_prepared = True
+        return await self._group.prepare_close(deadline)
+
+    def _deadline(self, timeout_ms: int | None) -> float:
+        limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return asyncio.get_running_loop().time() + limit / 1000
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
@@ -119,17 +160,47 @@ class AsyncConsumer:
         """Consume exactly these partitions (replacing the previous assignment).
         Partitions kept keep their positions; new ones start per auto_offset_reset."""
         self._check_open()
+        if self._group is not None and self._group.subscribed:
+            raise InvalidRequestError("assign() cannot be mixed with subscribe()")
         tps = [TopicPartition(*tp) for tp in partitions]
+        self._manual = True
         self._fetcher.assign(tps, self.config.auto_offset_reset)
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions held (with a group: assigned by the coordinator)."""
         return set(self._fetcher.partitions)
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        raise InvalidConfigError(
-            "subscribe() needs consumer groups, which are not available yet; use assign() "
-            "with the partitions to read (partitions_for_topic() lists them)"
-        )
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the consumer group (group_id) for these topics; the coordinator
+        assigns their partitions among its members. Callbacks get a sorted list
+        of TopicPartition and run inside poll (or close); they may be
+        coroutine functions. on_revoke runs after the positions of the
+        partitions given up are committed (auto-commit) and before the
+        coordinator may hand them to another member; on_lost (default:
+        on_revoke) when they were taken away (fenced, or the session ran out).
+        Calling it again changes the subscription."""
+        self._check_open()
+        if self._group is None:
+            raise InvalidConfigError(
+                "subscribe() needs a group_id; without one use assign() with the partitions "
+                "to read (partitions_for_topic() lists them)",
+                setting="group_id",
+            )
+        if self._manual:
+            raise InvalidRequestError("subscribe() cannot be mixed with assign()")
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or not all(isinstance(t, str) and t for t in names):
+            raise InvalidRequestError(f"subscribe() needs topic names, got {topics!r}")
+        self._group.subscribe(frozenset(names), RebalanceListener(on_assign, on_revoke, on_lost))
+        if self._started:
+            self._group.start()
 
     async def partitions_for_topic(self, topic: str) -> set[int]:
         await self.start()
@@ -241,7 +312,15 @@ class AsyncConsumer:
         """Records from the assigned partitions, at most `max_records`
         (default max_poll_records), waiting up to `timeout_ms` for the first.
         Fetches keep running between polls (one per partition), so a poll
-        loop is a pipeline. Raises the error a fetch met (typed), once."""
+        loop is a pipeline. Raises the error a fetch met (typed), once. With a
+        group it first runs pending rebalance callbacks and the auto-commit."""
+        return await self._poll(timeout_ms, max_records, callbacks=True)
+
+    async def _poll(
+        self, timeout_ms: int, max_records: int | None, *, callbacks: bool
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """`poll`; with callbacks=False (the sync consumer, which runs them in
+        its caller's thread) it returns at once when a rebalance event waits."""
         await self.start()
         limit = self.config.max_poll_records if max_records is None else max_records
         if limit < 1:
@@ -249,6 +328,15 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
+            if self._group is not None:
+                err = self._group.take_error()
+                if err is not None:
+                    raise err
+                if callbacks:
+                    await self._run_rebalance()
+                elif self._group.has_events():
+                    return {}
+                self._group.maybe_auto_commit()
             self._raise_errors(list(self._fetcher.partitions))
             out = self._collect(limit)
             self._fetcher.start_work()
@@ -256,6 +344,53 @@ class AsyncConsumer:
                 return out
             if not await self._wait_change(deadline):
                 return {}
+
+    async def _run_rebalance(self) -> None:
+        """Work through pending rebalance events, callbacks included."""
+        assert self._group is not None
+        while (event := await self._group.begin()) is not None:
+            try:
+                await _invoke(self._group.callback(event), event)
+            finally:
+                self._group.finish(event)
+
+    # -- committed offsets --------------------------------------------------------------
+
+    def _need_group(self, what: str) -> ConsumerGroup:
+        if self._group is None:
+            raise InvalidConfigError(f"{what} needs a group_id", setting="group_id")
+        return self._group
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None, timeout_ms: int | None = None
+    ) -> None:
+        """Commit the consumed positions of every partition held (the offsets
+        after the records poll returned), or the given {tp: next offset to
+        consume}; returns once the brokers committed them (acks=all). Retries
+        retriable errors within `timeout_ms` (default default_api_timeout_ms);
+        CommitFailedError if this consumer is no longer the member that owns
+        the partitions."""
+        await self.start()
+        group = self._need_group("commit()")
+        if offsets is None:
+            chosen = group.positions()
+        else:
+            chosen = {}
+            for tp, off in offsets.items():
+                if not isinstance(off, int) or isinstance(off, bool) or off < 0:
+                    raise InvalidRequestError(f"offset of {tp} must be an int >= 0, got {off!r}")
+                chosen[TopicPartition(*tp)] = off
+        await group.committer.commit(chosen, self._deadline(timeout_ms))
+
+    async def committed(
+        self, partition: TopicPartition, timeout_ms: int | None = None
+    ) -> int | None:
+        """The group's committed offset of `partition` (None if nothing is committed)."""
+        await self.start()
+        group = self._need_group("committed()")
+        tp = TopicPartition(*partition)
+        found = await group.committer.fetch([tp], self._deadline(timeout_ms))
+        return found.get(tp)
 
     async def _wait_change(self, deadline: float) -> bool:
         """Wait for a fetch or lookup to finish (or a seek); False at the deadline."""
@@ -274,7 +409,7 @@ class AsyncConsumer:
     def _raise_errors(self, tps: list[TopicPartition]) -> None:
         for tp in tps:
             st = self._fetcher.partitions.get(tp)
-            if st is None:
+            if st is None or st.paused:
                 continue
             if st.error is not None:
                 err, st.error = st.error, None
@@ -295,6 +430,8 @@ class AsyncConsumer:
         start = self._next_start % len(items)
         self._next_start = start + 1
         for tp, st in items[start:] + items[:start]:
+            if st.paused:
+                continue
             while st.buffer and count < limit:
                 rec, ts_type = st.buffer[0]
                 try:
@@ -344,3 +481,17 @@ class AsyncConsumer:
     @property
     def fetch_requests(self) -> int:
         return self._fetcher.requests
+
+    @property
+    def group(self) -> ConsumerGroup | None:
+        """The group side (membership, committer), for stats and tests."""
+        return self._group
+
+
+async def _invoke(callback: RebalanceCallback | None, event: RebalanceEvent) -> None:
+    """Call a rebalance callback with the event's partitions (sorted)."""
+    if callback is None:
+        return
+    result = callback(sorted(event.partitions))
+    if inspect.isawaitable(result):
+        await result

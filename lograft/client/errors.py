@@ -80,6 +80,15 @@ class NoOffsetForPartitionError(LograftError):
     code = "NO_OFFSET_FOR_PARTITION"
 
 
+class CommitFailedError(LograftError):
+    """An offset commit was refused for good: this consumer is no longer the
+    member that owns the partitions (fenced or removed from the group), so
+    another member may have consumed and committed them (Kafka's
+    CommitFailedException). The server's error is chained."""
+
+    code = "COMMIT_FAILED"
+
+
 class UnexpectedResponseError(LograftError):
     """A node answered something that is not the API's response (wrong body or
     status); often a proxy or another service on that port."""

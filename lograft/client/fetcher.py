@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,9 @@ class PartitionState:
     high_watermark: int | None = None
     failures: int = 0  # consecutive retriable failures (for backoff)
     error: LograftError | None = None  # to raise from the next poll
+    # Not fetched nor returned by poll: a group partition whose on_assign has
+    # not run yet, or that is being given up.
+    paused: bool = False
 
     def seek(self, offset: int | None, reset_to: str | None = None, *, cancel: bool = True) -> None:
         """New position (or a pending reset); drops buffered records, and the
@@ -142,7 +145,7 @@ class Fetcher:
         """Start a lookup or fetch for every partition that needs one and has none."""
         loop = asyncio.get_running_loop()
         for tp, st in self.partitions.items():
-            if st.task is not None or st.error is not None or st.buffer:
+            if st.task is not None or st.error is not None or st.buffer or st.paused:
                 continue
             if st.position is None:
                 if st.reset_to is None:
@@ -302,6 +305,31 @@ class Fetcher:
                     reset_to=None if default_reset == "none" else default_reset
                 )
         self.partitions = keep
+
+    def add(self, tp: TopicPartition, state: PartitionState) -> None:
+        """Take one more partition (a group assignment); replaces any old state."""
+        old = self.partitions.pop(tp, None)
+        if old is not None:
+            old.seek(None)
+        self.partitions[tp] = state
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            st = self.partitions.pop(tp, None)
+            if st is not None:
+                st.seek(None)  # cancels its fetch
+
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            st = self.partitions.get(tp)
+            if st is not None:
+                st.paused = True
+
+    def drop_all(self) -> frozenset[TopicPartition]:
+        """Forget every partition (a group member lost them); returns them."""
+        had = frozenset(self.partitions)
+        self.remove(had)
+        return had
 
     async def close(self) -> None:
         tasks = [st.task for st in self.partitions.values() if st.task is not None]

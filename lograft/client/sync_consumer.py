@@ -8,17 +8,21 @@
     consumer.close()
 
 An `AsyncConsumer` runs on an event loop in a background thread; every
-method runs there and waits for its result. Fetches keep running in that
-thread between polls.
+method runs there and waits for its result. Fetches and (with a group) the
+heartbeats keep running in that thread between polls. Rebalance callbacks
+run in the thread that calls `poll` or `close`, as in kafka-python, so they
+may call the consumer (`commit`, `seek`, `position`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from lograft.client.consumer import AsyncConsumer
+from lograft.client.consumer_group import RebalanceCallback, RebalanceListener
+from lograft.client.group_protocol import RebalanceEvent
 from lograft.client.loop_thread import LoopThread
 from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord, TopicPartition
@@ -38,6 +42,7 @@ class Consumer:
         self.config = self._async.config
         self._thread = LoopThread("lograft-consumer")
         self._closed = False
+        self._listener = RebalanceListener()
         self._thread.start_client(self._async.start, self._async.close)
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -52,8 +57,44 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._async.assignment)
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        self._async.subscribe(topics)
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        *,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """See `AsyncConsumer.subscribe`; the callbacks run in the thread
+        calling poll/close."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        self._call(self._async.subscribe, names)
+        self._listener = RebalanceListener(on_assign, on_revoke, on_lost)
+
+    def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None, timeout_ms: int | None = None
+    ) -> None:
+        """See `AsyncConsumer.commit`."""
+        self._thread.run(self._async.commit(None if offsets is None else dict(offsets), timeout_ms))
+
+    def committed(self, partition: TopicPartition, timeout_ms: int | None = None) -> int | None:
+        return self._thread.run(self._async.committed(partition, timeout_ms))
+
+    def _run_rebalance(self) -> None:
+        """Pending rebalance events, each callback in this thread."""
+        group = self._async.group
+        if group is None:
+            return
+        while (event := self._thread.run(group.begin())) is not None:
+            try:
+                self._callback(event)
+            finally:
+                self._call(group.finish, event)
+
+    def _callback(self, event: RebalanceEvent) -> None:
+        callback = self._listener.callback(event.kind)
+        if callback is not None:
+            callback(sorted(event.partitions))
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._call(self._async.seek, partition, offset)
@@ -87,7 +128,15 @@ class Consumer:
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        return self._thread.run(self._async.poll(timeout_ms, max_records))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._run_rebalance()
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            got = self._thread.run(self._async._poll(remaining_ms, max_records, callbacks=False))
+            if got or time.monotonic() >= deadline:
+                if not got:
+                    self._run_rebalance()  # events that arrived at the very end
+                return got
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one; stops after consumer_timeout_ms without one (if set)."""
@@ -105,14 +154,26 @@ class Consumer:
             elif idle_ms is not None and (time.monotonic() - last) * 1000 >= idle_ms:
                 return
 
-    def close(self) -> None:
+    def close(self, timeout_ms: int | None = None) -> None:
+        """See `AsyncConsumer.close`; on_revoke runs in this thread."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._thread.run(self._async.close())
+            limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+            deadline = time.monotonic() + limit / 1000
+            event = self._thread.run(self._prepare_close(limit))
+            try:
+                if event is not None:
+                    self._callback(event)
+            finally:
+                left = max(0, int((deadline - time.monotonic()) * 1000))
+                self._thread.run(self._async.close(left))
         finally:
             self._thread.stop()
+
+    async def _prepare_close(self, timeout_ms: int) -> RebalanceEvent | None:
+        return await self._async._prepare_close(self._async._deadline(timeout_ms))
 
     def __enter__(self) -> Consumer:
         return self

@@ -157,11 +157,12 @@ def test_unknown_topic_raises_from_poll_and_offset_lookups(node, topic):
             c.partitions_for_topic("no-such-topic")
 
 
-def test_group_features_are_refused_until_groups_exist(node):
-    with pytest.raises(InvalidConfigError, match="group_id"):
-        Consumer(node.url, group_id="g")
-    with Consumer(node.url) as c, pytest.raises(InvalidConfigError, match="assign"):
-        c.subscribe(["t"])
+def test_group_features_need_a_group_id(node):
+    with Consumer(node.url) as c:
+        with pytest.raises(InvalidConfigError, match="group_id"):
+            c.subscribe(["t"])
+        with pytest.raises(InvalidConfigError, match="group_id"):
+            c.commit()
 
 
 async def test_long_poll_returns_when_a_record_arrives(node, topic):

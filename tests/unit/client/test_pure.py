@@ -79,9 +79,18 @@ def test_unknown_setting_is_named():
         make_config(ProducerConfig, None, {"lingerms": 5})
 
 
-def test_consumer_refuses_group_id_until_groups_exist():
+def test_consumer_settings_are_checked():
+    assert ConsumerConfig(group_id="g").auto_commit
+    assert not ConsumerConfig(group_id="g", enable_auto_commit=False).auto_commit
+    assert not ConsumerConfig().auto_commit  # nothing to commit to without a group
     with pytest.raises(InvalidConfigError, match="group_id"):
-        ConsumerConfig(group_id="g")
+        ConsumerConfig(group_id="")
+    with pytest.raises(InvalidConfigError, match="group_assignor"):
+        ConsumerConfig(group_id="g", group_assignor="roundrobin")
+    with pytest.raises(InvalidConfigError, match="session_timeout_ms"):
+        ConsumerConfig(group_id="g", session_timeout_ms=0)
+    with pytest.raises(InvalidConfigError, match="auto_commit_interval_ms"):
+        ConsumerConfig(group_id="g", auto_commit_interval_ms=-1)
     with pytest.raises(InvalidConfigError, match="fetch_max_wait_ms"):
         ConsumerConfig(request_timeout_ms=500, fetch_max_wait_ms=500)
     with pytest.raises(InvalidConfigError, match="auto_offset_reset"):
