@@ -10,7 +10,12 @@ Query parameters (named after the fetch endpoint's):
 - `format`, `key_format`: as for fetch (`auto`, `json`, `string`, `base64`);
 - `max_bytes`: raw bytes read per round of fetches, all partitions together;
 - `last_event_id`: a cursor to resume from, for clients that cannot send the
-  `Last-Event-ID` header (the header wins when both are given).
+  `Last-Event-ID` header (the header wins when both are given);
+- `group`: consume as a member of this consumer group instead
+  (`stream_group`): the group assigns the partitions, each starts at the
+  group's committed offset, else at `auto_offset_reset` (`earliest`,
+  `latest` (default), `none`), and delivered positions are committed every
+  `commit_interval_ms`; `partitions` and `offset` do not apply then.
 
 Each record is one event whose `id:` is the cursor (`lograft.api.sse`) and whose
 `data:` is the record object of the fetch endpoint; `: keep-alive` comments
@@ -36,7 +41,8 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS
 from lograft.api.routes_data import QUERY_INT_MAX
 from lograft.api.services import MetadataView, TopicView
-from lograft.api.stream_session import SessionSettings, StreamSession
+from lograft.api.stream_group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
+from lograft.api.stream_session import GroupBinding, SessionSettings, StreamSession
 from lograft.api.stream_source import PartitionSource, SourceLimits
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
@@ -68,15 +74,24 @@ class StreamLimits:
     # HTTP connections this node's streams keep to other leaders, all streams together.
     remote_connections_max: int = 64
     source: SourceLimits = field(default_factory=SourceLimits)
+    group: GroupLimits = field(default_factory=GroupLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    group_id: str
+    auto_offset_reset: str
+    commit_interval_ms: int
 
 
 @dataclass(frozen=True, slots=True)
 class StreamRequest:
     view: TopicView
-    partitions: tuple[int, ...]
+    partitions: tuple[int, ...]  # offset mode; a group member streams what it is assigned
     offset: str | int  # "earliest", "latest" or an offset
-    resume: Mapping[int, int]  # positions from the cursor, for requested partitions
+    resume: Mapping[int, int]  # positions from the cursor (Last-Event-ID)
     settings: SessionSettings
+    group: GroupRequest | None
 
 
 class StreamRoutes:
@@ -114,7 +129,9 @@ class StreamRoutes:
     async def _end_streams(self, _app: web.Application) -> None:
         # A stream never ends by itself, and one blocked on a reader that does
         # not read would hold the server's shutdown for its whole timeout.
-        for task in list(self.sessions):
+        for task, session in list(self.sessions.items()):
+            if session is not None and session.group is not None:
+                session.group.member.closing = True
             task.cancel()
 
     async def _close(self, _app: web.Application) -> None:
@@ -135,19 +152,13 @@ class StreamRoutes:
         assert task is not None
         self.sessions[task] = None
         try:
-            sources = {
-                p: PartitionSource(
-                    self.replicas,
-                    self.metadata,
-                    self._session(),
-                    TopicPartition(req.view.name, p),
-                    req.view.topic_id,
-                    self.limits.source,
-                    self.peers,
-                )
-                for p in req.partitions
-            }
-            positions = await self._start_positions(req, sources)
+            if req.group is None:
+                sources = {p: self._source(req.view, p) for p in req.partitions}
+                positions = await self._start_positions(req, sources)
+                group = None
+            else:
+                sources, positions = {}, {}
+                group = await self._join(req)
             response = web.StreamResponse(
                 headers={
                     "Content-Type": sse.CONTENT_TYPE,
@@ -156,13 +167,49 @@ class StreamRoutes:
                     "X-Accel-Buffering": "no",
                 }
             )
-            await response.prepare(request)
-            session = StreamSession(request, response, sources, positions, req.settings)
+            try:
+                await response.prepare(request)
+            except BaseException:
+                if group is not None:
+                    await group.member.leave({})
+                raise
+            session = StreamSession(request, response, sources, positions, req.settings, group)
             self.sessions[task] = session
-            await session.run()
+            await session.run()  # a group member leaves when it returns
             return response
         finally:
             del self.sessions[task]
+
+    def _source(self, view: TopicView, partition: int) -> PartitionSource:
+        return PartitionSource(
+            self.replicas,
+            self.metadata,
+            self._session(),
+            TopicPartition(view.name, partition),
+            view.topic_id,
+            self.limits.source,
+            self.peers,
+        )
+
+    async def _join(self, req: StreamRequest) -> GroupBinding:
+        """Join the group before the stream starts, so a refusal is a JSON error."""
+        assert req.group is not None
+        member = GroupMember(
+            self._session(),
+            bootstrap=lambda: self.peers.broker(self.metadata, self.replicas.broker_id),
+            dial=lambda broker_id: self.peers.broker(self.metadata, broker_id),
+            group_id=req.group.group_id,
+            topic=req.view.name,
+            auto_offset_reset=req.group.auto_offset_reset,
+            limits=self.limits.group,
+        )
+        await member.join()
+        return GroupBinding(
+            member,
+            lambda p: self._source(req.view, p),
+            req.group.commit_interval_ms,
+            req.resume,
+        )
 
     async def _start_positions(
         self, req: StreamRequest, sources: Mapping[int, PartitionSource]
@@ -188,6 +235,7 @@ class StreamRoutes:
         view = self.metadata.topic(name)
         if view is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+        group = self._group(q)
         partitions = _partitions(view, q.get("partitions"))
         offset = _offset(q.get("offset", "latest"))
         for key in ("format", "key_format"):
@@ -211,8 +259,37 @@ class StreamRoutes:
             heartbeat_interval_ms=self.limits.heartbeat_interval_ms,
             liveness_check_ms=self.limits.liveness_check_ms,
         )
-        resume = {p: cursor[p] for p in partitions if p in cursor}
-        return StreamRequest(view, partitions, offset, resume, settings)
+        resume = {p: o for p, o in cursor.items() if p in view.partitions}
+        if group is None:
+            resume = {p: o for p, o in resume.items() if p in partitions}
+        return StreamRequest(view, partitions, offset, resume, settings, group)
+
+    def _group(self, q: Mapping[str, str]) -> GroupRequest | None:
+        group_id = q.get("group")
+        if group_id is None:
+            for key in ("auto_offset_reset", "commit_interval_ms"):
+                if key in q:
+                    raise InvalidRequestError(f"{key} applies only with group=")
+            return None
+        for key in ("partitions", "offset"):
+            if key in q:
+                raise InvalidRequestError(
+                    f"{key} does not apply with group=: the group assigns the partitions, "
+                    "and each starts at the group's committed offset (else auto_offset_reset)"
+                )
+        reset = q.get("auto_offset_reset", "latest")
+        if reset not in AUTO_OFFSET_RESETS:
+            raise InvalidRequestError(
+                f"auto_offset_reset={reset!r}; use one of {', '.join(AUTO_OFFSET_RESETS)}"
+            )
+        limits = self.limits.group
+        interval = _positive_int(q, "commit_interval_ms", limits.commit_interval_ms_default)
+        if interval < limits.commit_interval_ms_min:
+            raise InvalidRequestError(
+                f"commit_interval_ms must be >= {limits.commit_interval_ms_min}",
+                commit_interval_ms_min=limits.commit_interval_ms_min,
+            )
+        return GroupRequest(group_id, reset, interval)
 
 
 def _partitions(view: TopicView, raw: str | None) -> tuple[int, ...]:

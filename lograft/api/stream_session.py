@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -36,6 +37,7 @@ from lograft.api import sse
 from lograft.api.http_errors import error_body
 from lograft.api.routes_data import RENDER_INLINE_BYTES_MAX
 from lograft.api.stream_events import Block, RenderSpec, render_blocks
+from lograft.api.stream_group import GroupMember
 from lograft.api.stream_source import Chunk, PartitionSource
 from lograft.errors import LograftError
 
@@ -65,6 +67,16 @@ def memory_bound_bytes(max_bytes: int, write_block_bytes: int) -> int:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class GroupBinding:
+    """What a stream that consumes as a group member needs besides its member."""
+
+    member: GroupMember
+    make_source: Callable[[int], PartitionSource]
+    commit_interval_ms: int
+    resume: Mapping[int, int]  # positions from the client's cursor (Last-Event-ID)
+
+
 class StreamSession:
     def __init__(
         self,
@@ -73,13 +85,16 @@ class StreamSession:
         sources: Mapping[int, PartitionSource],
         positions: Mapping[int, int],
         settings: SessionSettings,
+        group: GroupBinding | None = None,
     ) -> None:
         self.request = request
         self.response = response
         self.sources = dict(sources)
         self.positions = dict(positions)
         self.settings = settings
-        self.share_bytes = max(1, settings.max_bytes // len(self.sources))
+        self.group = group
+        # Fetch in flight -> its partition: at most one per partition.
+        self._fetches: dict[asyncio.Task[Chunk], int] = {}
         # Observable state (tests, and anyone debugging a slow consumer).
         self.records_delivered = 0
         self.fetched_bytes_total = 0
@@ -98,45 +113,117 @@ class StreamSession:
 
     async def run(self) -> None:
         """Stream until the client goes, or an error ends the stream with `event: error`."""
-        tasks: dict[asyncio.Task[Chunk], int] = {}
+        group = self.group
+        member_task: asyncio.Task[None] | None = None
+        change_task: asyncio.Task[bool] | None = None
         try:
-            await self._write(sse.id_only(self.cursor))
+            if group is None:
+                await self._write(sse.id_only(self.cursor))
             for p in sorted(self.sources):
-                tasks[self._start_fetch(p)] = p
+                self._start_fetch(p)
+            if group is not None:
+                member_task = asyncio.create_task(
+                    group.member.run(lambda: dict(self.positions), group.commit_interval_ms),
+                    name=f"stream-member-{group.member.group_id}",
+                )
+                await self._reconcile(group)
+                change_task = asyncio.create_task(group.member.changed.wait())
             while not self._client_gone():
+                waiting: set[asyncio.Future[Any]] = set(self._fetches)
+                waiting.update(t for t in (member_task, change_task) if t is not None)
                 done, _ = await asyncio.wait(
-                    tasks, timeout=self._wait_s(), return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=self._wait_s(), return_when=asyncio.FIRST_COMPLETED
                 )
                 if not done:
                     await self._heartbeat_if_due()
                     continue
-                for task in sorted(done, key=lambda t: tasks[t]):
-                    p = tasks.pop(task)
+                if member_task in done:
+                    member_task.result()  # it only ends by raising what ends the stream
+                if group is not None and change_task in done:
+                    await self._reconcile(group)
+                    change_task = asyncio.create_task(group.member.changed.wait())
+                fetched = [t for t in done if t in self._fetches]
+                for task in sorted(fetched, key=lambda t: self._fetches[t]):
+                    p = self._fetches.pop(task)
                     await self._deliver(task.result())
-                    tasks[self._start_fetch(p)] = p
+                    self._start_fetch(p)
         except LograftError as exc:
             await self._send_error(exc)
         except ConnectionError:
             return  # the client went away while we wrote
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            for task in list(self._fetches):
+                await _cancel(task)
+            self._fetches.clear()
+            if group is not None:
+                await _cancel(change_task)
+                await _cancel(member_task)
+                await group.member.leave(dict(self.positions))
+
+    # -- group membership -------------------------------------------------------------
+
+    async def _reconcile(self, group: GroupBinding) -> None:
+        """Hold exactly the member's assigned partitions: revoked ones are committed
+        and given up first, new ones start at their committed offset."""
+        member = group.member
+        member.changed.clear()
+        wanted = member.assigned
+        revoked = sorted(set(self.sources) - wanted)
+        for p in revoked:
+            for task, tp in list(self._fetches.items()):
+                if tp == p:
+                    del self._fetches[task]
+                    await _cancel(task)
+                    self._release_held(task)
+            position = self.positions.pop(p)
+            del self.sources[p]
+            if member.fenced:
+                member.drop(p)
+            else:
+                await member.release(p, position)
+        added = wanted - set(self.sources)
+        if added:
+            starts = await member.start_positions(set(added))
+            for p in sorted(added):
+                # A cursor from this client (Last-Event-ID) may be ahead of the
+                # last commit: it has seen those records already.
+                self.positions[p] = max(starts[p], group.resume.get(p, -1))
+                self.sources[p] = group.make_source(p)
+                member.owned.add(p)
+                self._start_fetch(p)
+        if revoked or added:
+            await self._write(self._assignment_event(group))
+
+    def _assignment_event(self, group: GroupBinding) -> bytes:
+        member = group.member
+        body = {
+            "group_id": member.group_id,
+            "member_id": member.member_id,
+            "member_epoch": member.member_epoch,
+            "topic": member.topic,
+            "partitions": sorted(self.sources),
+        }
+        return sse.event(orjson.dumps(body), event_id=self.cursor, name="assignment")
 
     # -- fetching ---------------------------------------------------------------------
 
-    def _start_fetch(self, partition: int) -> asyncio.Task[Chunk]:
-        return asyncio.create_task(
+    def _start_fetch(self, partition: int) -> None:
+        task = asyncio.create_task(
             self._fetch(partition), name=f"stream-fetch-{self.sources[partition].tp}"
         )
+        self._fetches[task] = partition
 
     async def _fetch(self, partition: int) -> Chunk:
-        chunk = await self.sources[partition].fetch(self.positions[partition], self.share_bytes)
+        share = max(1, self.settings.max_bytes // max(1, len(self.sources)))
+        chunk = await self.sources[partition].fetch(self.positions[partition], share)
         self.held_bytes += len(chunk.data)
         self.fetched_bytes_total += len(chunk.data)
         return chunk
+
+    def _release_held(self, task: asyncio.Task[Chunk]) -> None:
+        """A fetched chunk that will not be delivered no longer counts as held."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            self.held_bytes -= len(task.result().data)
 
     # -- writing ----------------------------------------------------------------------
 
@@ -195,4 +282,12 @@ class StreamSession:
             await self._write(sse.event(orjson.dumps(error_body(exc)), name="error"))
 
 
-__all__ = ["SessionSettings", "StreamSession", "memory_bound_bytes"]
+async def _cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+__all__ = ["GroupBinding", "SessionSettings", "StreamSession", "memory_bound_bytes"]
