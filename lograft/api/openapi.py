@@ -193,7 +193,9 @@ PATHS: dict[str, dict[str, Any]] = {
                 "stream records live as Server-Sent Events (text/event-stream): one event per "
                 "record below the high watermark, id = the cursor 'partition:next_offset,...', "
                 "data = the fetch endpoint's record object; ': keep-alive' comments; an error "
-                "after the stream started is 'event: error'; resume with Last-Event-ID",
+                "after the stream started is 'event: error'; resume with Last-Event-ID; "
+                "with group= the stream is a member of that consumer group (assigned "
+                "partitions, periodic commits, 'event: assignment')",
                 params=[
                     TOPIC,
                     _query("partitions", "string"),
@@ -202,6 +204,9 @@ PATHS: dict[str, dict[str, Any]] = {
                     _query("key_format", "string"),
                     _query("max_bytes"),
                     _query("last_event_id", "string"),
+                    _query("group", "string"),
+                    _query("auto_offset_reset", "string"),
+                    _query("commit_interval_ms"),
                     {
                         "name": "Last-Event-ID",
                         "in": "header",
