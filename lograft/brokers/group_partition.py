@@ -315,6 +315,10 @@ class PartitionCoordinator:
             except LograftError as exc:
                 log.warning("%s: expiry failed: %s", self.tp, exc)
                 nearest = None
+            except Exception:
+                # A bug must not end the loop: members would never expire.
+                log.exception("%s: expiry failed", self.tp)
+                nearest = None
             waits_ms = [self.settings.offsets_retention_check_interval_ms]
             self._expiry_scheduled_ms = None
             if nearest is not None:

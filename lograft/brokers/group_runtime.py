@@ -180,6 +180,15 @@ class GroupCoordinatorRuntime:
         return coordinator
 
     def _not_coordinator(self, where: CoordinatorLocation) -> Exception:
+        if where.coordinator_id == self.replicas.broker_id:
+            # The metadata already names this broker; its replica has not
+            # become leader yet (or is between leader epochs): soon loading.
+            return CoordinatorLoadInProgressError(
+                f"broker {self.replicas.broker_id} is becoming the coordinator of "
+                f"{CONSUMER_OFFSETS_TOPIC}-{where.partition}; retry shortly",
+                group_id=where.group_id,
+                partition=where.partition,
+            )
         if where.coordinator_id < 0:
             return CoordinatorNotAvailableError(
                 f"{CONSUMER_OFFSETS_TOPIC}-{where.partition} has no leader right now; "

@@ -149,7 +149,11 @@ async def test_routes_groups_to_the_leader_of_their_partition(make_broker) -> No
         assert err.value.details["coordinator_id"] == 2
         assert err.value.details["coordinator_url"] == "http://broker-2"
         assert err.value.details["partition"] == GROUP_TP.partition
-        # Now this broker does.
+        # The metadata names this broker before its replica has become leader.
+        broker.metadata.set_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_PARTITIONS, BROKER, 2)
+        with pytest.raises(CoordinatorLoadInProgressError):
+            await join(broker.runtime, "m1")
+        # Now this broker leads.
         broker.lead(leader=BROKER, leader_epoch=2)
         await broker.loaded()
         response = await join(broker.runtime, "m1")
