@@ -142,6 +142,12 @@ class GroupMember:
                 self._fence()
             except OutOfOrderHeartbeatError:
                 continue  # a delayed duplicate was refused; the next heartbeat carries on
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                # The coordinator is moving or loading: keep heartbeating. A
+                # member silent past its session is fenced, and then joins again.
+                log.info("stream member %s of %s: %s", self.member_id, self.group_id, exc)
 
     async def heartbeat(self) -> None:
         async with self._lock:

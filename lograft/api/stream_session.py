@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from lograft.api.stream_events import Block, RenderSpec, render_blocks
 from lograft.api.stream_group import GroupMember
 from lograft.api.stream_source import Chunk, PartitionSource
 from lograft.errors import LograftError
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT = sse.comment("keep-alive")
 # asyncio's default write buffer high water mark, bytes (aiohttp keeps it).
@@ -151,6 +154,9 @@ class StreamSession:
             await self._send_error(exc)
         except ConnectionError:
             return  # the client went away while we wrote
+        except Exception:  # the stream has started: no JSON answer can follow
+            log.exception("stream of %s ended by an unexpected error", self.request.path)
+            await self._send_error(LograftError("internal error; see the node's log"))
         finally:
             for task in list(self._fetches):
                 await _cancel(task)
