@@ -140,10 +140,10 @@ class PartitionCoordinator:
 
     async def _load(self) -> None:
         """Replay the partition up to its log end, then wait until that end is committed."""
-        part = self.replicas.partition(self.tp)
-        end = part.log.log_end_offset
         started = self.clock()
         try:
+            part = self.replicas.partition(self.tp)
+            end = part.log.log_end_offset
             state = await asyncio.to_thread(
                 load_state, part.log, end, self.settings.offsets_load_buffer_bytes
             )
@@ -151,7 +151,12 @@ class PartitionCoordinator:
             # append of ours that failed): they count once committed, not before.
             await part.wait_for_high_watermark(end)
         except LograftError as exc:
+            # Usually leadership moving on while loading; the runtime starts a
+            # new coordinator if this broker leads again. Clients retry meanwhile.
             log.warning("loading %s at leader epoch %d failed: %s", self.tp, self.leader_epoch, exc)
+            return
+        except Exception:
+            log.exception("loading %s at leader epoch %d failed", self.tp, self.leader_epoch)
             return
         if self.phase is not CoordinatorPhase.LOADING or not self._still_leader():
             return
@@ -165,7 +170,7 @@ class PartitionCoordinator:
         self._loaded.set()
         self._wake.set()
         log.info(
-            "coordinator for %s loaded at leader epoch %d: %d groups, %d offsets read, %d ms",
+            "coordinator for %s loaded at leader epoch %d: %d groups, log up to offset %d, %d ms",
             self.tp,
             self.leader_epoch,
             len(state.groups),
@@ -178,7 +183,7 @@ class PartitionCoordinator:
         if self.phase is not CoordinatorPhase.ACTIVE:
             return
         self._transition(CoordinatorPhase.LOADING)
-        self._loaded = asyncio.Event()
+        self._loaded.clear()
         self._state = CoordinatorState()
         self._sessions.clear()
         self._load_task = asyncio.create_task(self._load(), name=f"group-reload-{self.tp}")
