@@ -170,6 +170,7 @@ class Node:
                 alter_partition=self._alter_partition,
                 alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
+                ineligible_replicas=self._ineligible_replicas,
             )
             await self.replicas.start()
             # Before the first metadata apply: it hears of every leadership.
@@ -372,6 +373,11 @@ class Node:
             int(res["leader_epoch"]),
             int(res["partition_epoch"]),
         )
+
+    def _ineligible_replicas(self) -> frozenset[int]:
+        """Brokers that may not join an ISR: fenced or shutting down."""
+        brokers = self._broker_image.brokers
+        return frozenset(b for b, reg in brokers.items() if not reg.usable)
 
     async def _alter_partitions(
         self, changes: Sequence[tuple[TopicPartition, IsrProposal]]

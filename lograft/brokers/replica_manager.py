@@ -201,6 +201,7 @@ class ReplicaManager:
         alter_partition: AlterPartitionFn | None = None,
         alter_partitions: AlterPartitionsFn | None = None,
         fetch_transport: FetchTransport | None = None,
+        ineligible_replicas: Callable[[], frozenset[int]] | None = None,
         clock: Clock = wall_clock_ms,
         lag_clock: Clock = monotonic_ms,
     ) -> None:
@@ -216,6 +217,10 @@ class ReplicaManager:
             _one_by_one(alter_partition) if alter_partition is not None else None
         )
         self.fetch_transport = fetch_transport
+        # Brokers the metadata says are fenced or shutting down: never proposed
+        # for an ISR (the controller would refuse every such proposal, and the
+        # leader would send it again on every ISR check).
+        self.ineligible_replicas = ineligible_replicas or frozenset
         # `clock` stamps records and drives retention (wall time, as Kafka);
         # `lag_clock` measures durations (follower lag, fetch deadlines) and
         # must not jump when the wall clock is stepped, or a step forward
@@ -695,7 +700,7 @@ class ReplicaManager:
         interval = self.settings.isr_check_interval_ms / 1000
         while self._running:
             await asyncio.sleep(interval)  # periodic check, as Kafka's isr-expiration task
-            self.check_isr()
+            self.check_isr(self.ineligible_replicas())
 
     def check_isr(self, ineligible: frozenset[int] = frozenset()) -> list[asyncio.Task[None]]:
         """Propose ISR changes for leaders that need one; returns the send tasks

@@ -6,7 +6,8 @@ at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,47 @@ def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, failure
     assert {p.tp for p in rm._fetchable(following)} == {bad, good}
     for p in rm.partitions.values():
         p.log.close()
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll `condition` on the loop (the ISR task runs between polls)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_fenced_brokers_are_not_proposed_for_the_isr(tmp_path):
+    """The ISR loop leaves out brokers the metadata says are not usable: the
+    controller refuses them, and every check would send the refusal again."""
+    ineligible = {3}
+    asked: list[frozenset[int]] = []
+
+    def not_usable() -> frozenset[int]:
+        asked.append(frozenset(ineligible))
+        return frozenset(ineligible)
+
+    controller = Controller(refuse=TopicPartition("none", 0))
+    settings = BrokerSettings(isr_check_interval_ms=10, replica_lag_time_max_ms=60_000)
+    rm = ReplicaManager(
+        1,
+        tmp_path / "b1",
+        settings,
+        alter_partitions=controller.alter,
+        ineligible_replicas=not_usable,
+    )
+    await rm.start()
+    try:
+        rm.apply_metadata({TPS[0]: PartitionMeta("id", Assignment((1, 2, 3), (1, 2), 1, 0, 0))})
+        part = rm.partitions[TPS[0]]
+        for follower in (2, 3):  # both caught up with the (empty) log
+            part.on_follower_fetch(follower, part.follower_fetch_request(), 1024, 0)
+        await wait_until(lambda: len(asked) >= 3)
+        assert controller.calls == []
+        ineligible.clear()
+        await wait_until(lambda: bool(controller.calls))
+        assert controller.calls[0] == [TPS[0]]
+        assert part.isr == (1, 2, 3)
+    finally:
+        await rm.stop()
