@@ -34,6 +34,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import sys
@@ -164,12 +165,31 @@ def measure(
     return s
 
 
-def fencings(directory: Path) -> int:
-    """Times a broker of the cluster went from active to fenced (from the node logs)."""
-    return sum(
-        (directory / f"node-{n}.log").read_text(errors="replace").count("active -> fenced")
-        for n in NODES
-    )
+# The active controller logs the brokers each fence check fenced, as a tuple
+# of ids ("controller duty: (3,)"); leader balancing logs tuples of partitions.
+FENCE_DUTY = re.compile(r"controller duty: \((\d+(?:, \d+)*),?\)")
+
+
+@dataclass(frozen=True, slots=True)
+class Incidents:
+    """Counted from the node logs: brokers fenced by the controller (a broker
+    that heartbeats again at once may be unfenced before it notices, so the
+    brokers' own logs undercount), and active controllers elected."""
+
+    fencings: int
+    elections: int
+
+    def __sub__(self, other: Incidents) -> Incidents:
+        return Incidents(self.fencings - other.fencings, self.elections - other.elections)
+
+
+def incidents(directory: Path) -> Incidents:
+    fenced = elected = 0
+    for n in NODES:
+        text = (directory / f"node-{n}.log").read_text(errors="replace")
+        fenced += sum(len(m.group(1).split(",")) for m in FENCE_DUTY.finditer(text))
+        elected += text.count("is the active controller")
+    return Incidents(fenced, elected)
 
 
 # -- cluster ----------------------------------------------------------------------------
@@ -417,8 +437,9 @@ class RunResult:
     create_s: float
     full_isr_s: float
     load_seconds: float
-    fenced_idle: int
-    fenced_load: int
+    settle: Incidents  # from full ISR to the idle window
+    during_idle: Incidents
+    during_load: Incidents
 
 
 def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
@@ -435,6 +456,7 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
         leaders = cluster.wait_full_isr(topics)
         full_isr_s = time.monotonic() - t0
         print(f"  created in {create_s:.1f} s, full ISR after {full_isr_s:.1f} s", file=sys.stderr)
+        at_full_isr = incidents(workdir)
         time.sleep(args.settle_s)  # settle: leader balance, HW checkpoints, keep-alives
         conns: dict[int, dict[int, list[int]]] = {
             n: {m: [] for m in NODES if m != n} for n in NODES
@@ -447,15 +469,15 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
                     if m != n:
                         conns[n][m].append(counts[m])
 
-        fenced_before = fencings(workdir)
+        before_idle = incidents(workdir)
         idle = measure(cluster.pids, args.measure_s, every=(3.0, sample_conns))
-        fenced_idle = fencings(workdir) - fenced_before
+        after_idle = incidents(workdir)
         print(
             "  idle CPU% " + ", ".join(f"n{n} {idle.cpu_pct[n]:.1f}" for n in NODES),
             file=sys.stderr,
         )
         loaded, load = run_load_and_measure(cluster, leaders, args)
-        fenced_load = fencings(workdir) - fenced_before - fenced_idle
+        after_load = incidents(workdir)
         print(
             f"  load: {load.ok} ok, {load.errors} errors, {load.redirects} redirects"
             + (f" (first: {load.first_error})" if load.errors else ""),
@@ -471,8 +493,9 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
             create_s,
             full_isr_s,
             min(5.0, args.measure_s / 3) + args.measure_s + 1,
-            fenced_idle,
-            fenced_load,
+            before_idle - at_full_isr,
+            after_idle - before_idle,
+            after_load - after_idle,
         )
     except BaseException:
         for n in NODES:
@@ -551,8 +574,10 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
         )
         lines.append(f"  TCP connections node->peer HTTP port, idle (min-max of samples): {pairs}")
         lines.append(
-            f"  brokers fenced (missed heartbeats) during the idle window: {r.fenced_idle}, "
-            f"during the load: {r.fenced_load}"
+            "  brokers fenced by the controller (sessions expired) / active controllers "
+            f"elected: settling {r.settle.fencings} / {r.settle.elections}, "
+            f"idle window {r.during_idle.fencings} / {r.during_idle.elections}, "
+            f"load {r.during_load.fencings} / {r.during_load.elections}"
         )
     if len(results) >= 2:
         small, large = results[0], results[-1]
