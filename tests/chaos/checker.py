@@ -20,7 +20,8 @@ must-hold properties failed (issue 6):
 - minority ack: an acknowledgement answered by a node while it was cut off
   from every other node, for a send invoked in that window;
 - slow failover: after a leader was killed, no send to its partitions
-  invoked after the kill was acknowledged within the failover budget;
+  invoked after the kill was acknowledged within the failover budget; or,
+  after a node was stopped (SIGSTOP), none to the partitions it did not lead;
 - unavailability: the longest window with no acknowledged send at all, and
   per partition (a measure, not a violation by itself).
 """
@@ -304,18 +305,19 @@ def minority_acks(history: History) -> list[Anomaly]:
 
 
 def failover_ms(history: History) -> list[tuple[int, int, int | None]]:
-    """(killed node, partition, ms from the kill to the first acknowledgement of a
-    send invoked after it; None if none came)."""
+    """(killed or stopped node, partition, ms from the fault to the first
+    acknowledgement of a send invoked after it; None if none came), for each
+    partition a leader kill or a stall names."""
     out: list[tuple[int, int, int | None]] = []
-    for kill in history.leader_kills:
-        for p in kill.partitions:
+    for fault in [*history.leader_kills, *history.stalls]:
+        for p in fault.partitions:
             done = [
                 s.completed_s
                 for s in history.sends
-                if s.partition == p and s.outcome is Outcome.OK and s.invoked_s >= kill.at_s
+                if s.partition == p and s.outcome is Outcome.OK and s.invoked_s >= fault.at_s
             ]
-            ms = round((min(done) - kill.at_s) * 1000) if done else None
-            out.append((kill.node, p, ms))
+            ms = round((min(done) - fault.at_s) * 1000) if done else None
+            out.append((fault.node, p, ms))
     return out
 
 
@@ -326,7 +328,7 @@ def slow_failovers(history: History, budget_ms: int = FAILOVER_BUDGET_MS) -> lis
             p,
             (),
             (),
-            f"after node {node} was killed, partition {p} "
+            f"after node {node} was killed or stopped, partition {p} "
             + ("never acknowledged a later send" if ms is None else f"took {ms} ms")
             + f" (budget {budget_ms} ms)",
         )

@@ -71,6 +71,17 @@ class LeaderKill:
     at_s: float
 
 
+@dataclass(frozen=True)
+class Stall:
+    """`node` stopped answering at `at_s` (SIGSTOP) without closing its connections:
+    `partitions`, which it did not lead, must acknowledge a send invoked after
+    `at_s` within the failover budget (a stopped node must not stall the rest)."""
+
+    node: int
+    partitions: tuple[int, ...]
+    at_s: float
+
+
 # partition -> offset -> value
 PartitionLog = dict[int, dict[int, str]]
 
@@ -90,4 +101,5 @@ class History:
     replicas: dict[int, PartitionLog] = field(default_factory=dict)
     isolations: list[Isolation] = field(default_factory=list)
     leader_kills: list[LeaderKill] = field(default_factory=list)
+    stalls: list[Stall] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)

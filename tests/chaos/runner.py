@@ -21,7 +21,8 @@ worker crashed) is an ERROR, which fails like a violated property.
 
 Scenarios report kills and isolations through `ctx.facts`:
 `ctx.facts["leader_kills"]` (list of history.LeaderKill) and
-`ctx.facts["isolations"]` (list of history.Isolation, monotonic times).
+`ctx.facts["stalls"]` (list of history.Stall) and `ctx.facts["isolations"]`
+(list of history.Isolation); times are `time.monotonic()`.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ def run_scenario(
                 replicas=replicas,
                 isolations=list(outcome.facts.get("isolations", [])),
                 leader_kills=list(outcome.facts.get("leader_kills", [])),
+                stalls=list(outcome.facts.get("stalls", [])),
                 notes={"poll_errors": workload.poll_errors()},
             )
             _save_history(history, workdir / "history.json")

@@ -4,8 +4,9 @@ Each scenario picks its victims with `ctx.rng`, holds the fault for a while
 so the workload runs against the damaged cluster, then heals (restarts or
 resumes every victim) and returns once every victim is ready and back in the
 ISR of every partition of the workload's topics. Kills of partition leaders
-are recorded as `LeaderKill` facts (`ctx.facts["leader_kills"]`), which the
-checker holds to the failover budget.
+are recorded as `LeaderKill` facts (`ctx.facts["leader_kills"]`), and a
+SIGSTOP as a `Stall` of the partitions the stopped node did not lead
+(`ctx.facts["stalls"]`); the checker holds both to the failover budget.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from tests.chaos.history import LeaderKill
+from tests.chaos.history import LeaderKill, Stall
 from tests.chaos.replica_logs import partition_dir, segment_files
 from tests.chaos.scenario import ChaosContext, Scenario, register
 from tests.integration.cluster_harness import ClusterNode
@@ -157,10 +158,27 @@ def kill_two_nodes(ctx: ChaosContext) -> None:
 
 def pause_leader(ctx: ChaosContext) -> None:
     partition, victim = _pick_leader(ctx)
-    ctx.facts.update(victim=victim, partition=partition)
+    _pause(ctx, victim, f"leader of partition {partition}")
+
+
+def pause_controller(ctx: ChaosContext) -> None:
+    victim = ctx.cluster.active_controller().node_id
+    led = _led_by(ctx, victim, ctx.cluster[victim])
+    _pause(ctx, victim, f"the active controller, leader of partitions {list(led)}")
+
+
+def _pause(ctx: ChaosContext, victim: int, role: str) -> None:
+    """SIGSTOP `victim` until it is fenced and replaced, hold, SIGCONT, wait for it to rejoin."""
+    controller = ctx.cluster.active_controller().node_id
+    ctx.facts.update(victim=victim, controller=controller)
     node = ctx.cluster[victim]
+    led = set(_led_by(ctx, victim, node))
+    elsewhere = tuple(p for p in ctx.cluster.leaders(ctx.topics[0], node) if p not in led)
+    at = time.monotonic()
     node.pause()
-    ctx.log(f"SIGSTOP node {victim}, leader of partition {partition}")
+    if elsewhere:
+        ctx.facts.setdefault("stalls", []).append(Stall(victim, elsewhere, at))
+    ctx.log(f"SIGSTOP node {victim}, {role} (controller: {controller})")
     try:
         survivor = _others(ctx, {victim})[0]
 
@@ -228,6 +246,15 @@ register(
         "pause-leader",
         "SIGSTOP a partition leader until it is fenced and replaced, then SIGCONT",
         pause_leader,
+    )
+)
+register(
+    Scenario(
+        "pause-controller",
+        "SIGSTOP the active controller until it is fenced and replaced, then SIGCONT",
+        pause_controller,
+        # the regression test of the heartbeat timeout (lograft/api/broker_agent.py)
+        fast=True,
     )
 )
 register(

@@ -17,7 +17,7 @@ from tests.chaos.checker import (
     unavailability,
     unavailability_per_partition,
 )
-from tests.chaos.history import History, Isolation, LeaderKill, Outcome, Read, Send
+from tests.chaos.history import History, Isolation, LeaderKill, Outcome, Read, Send, Stall
 
 
 def ok(
@@ -211,6 +211,16 @@ def test_failover_time_is_measured_from_the_kill_to_the_first_later_ack() -> Non
     assert failover_ms(h) == [(1, 0, None)]
     assert [a.kind for a in check(h).violations()] == ["slow failover"]
     assert FAILOVER_BUDGET_MS >= 2000
+
+
+def test_a_stall_holds_the_partitions_the_stopped_node_did_not_lead_to_the_budget() -> None:
+    h = History(topic="t", partitions=[0, 1], start_s=0.0, end_s=30.0)
+    h.sends = [ok("w0-0", 0, 0, 1.0), ok("w0-1", 1, 0, 2.5, done=14.0)]
+    h.final = {0: {0: "w0-0"}, 1: {0: "w0-1"}}
+    h.high_watermarks = {0: 1, 1: 1}
+    h.stalls = [Stall(node=2, partitions=(1,), at_s=2.0)]
+    assert failover_ms(h) == [(2, 1, 12000)]
+    assert [a.partition for a in check(h).slow_failovers] == [1]
 
 
 def test_unavailability_is_the_longest_gap_between_acks_including_the_edges() -> None:
