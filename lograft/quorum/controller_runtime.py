@@ -192,6 +192,9 @@ class ControllerRuntime:
         await self.raft.append(encode_batch(()))
         async with self._lock:
             self._sessions = sessions_after_failover(self.store.image, self.clock())
+            # Ticks stopped counting while another node was active: that gap
+            # is not a stall of this loop (and the sessions are fresh anyway).
+            self._last_tick = None
         self.activations += 1
         log.info(
             "node %s is the active controller (metadata offset %d)",

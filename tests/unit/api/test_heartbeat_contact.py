@@ -89,3 +89,13 @@ async def test_a_stale_epoch_is_no_contact():
     assert 9 not in rt._sessions.last_heartbeat_ms
     rt.touch(2, 7)
     assert rt._sessions.alive(2, clock.now, CONFIG.broker_session_timeout_ms)
+
+
+async def test_the_time_another_node_was_active_is_not_a_stall():
+    raft, clock = SlowRaft(), Clock()
+    rt = runtime(raft, clock)
+    assert not rt.absorb_stall(0)
+    clock.now = 60_000  # a minute as a follower, then elected again
+    raft.release.set()
+    await rt._activate()
+    assert not rt.absorb_stall(clock.now + 50)
