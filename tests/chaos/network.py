@@ -16,7 +16,9 @@ Usage (the runner does this for a scenario with `needs_network=True`)::
 node's `[raft.dial]` and `[http.dial]` (NodeSpec.dial / NodeSpec.http_dial),
 and a node reads its config only when it starts. A node restarted later keeps
 the proxied config. `toxiproxy-python` keeps the API address in class
-attributes (`APIConsumer.host/port`), so one process runs one Network at a time.
+attributes (`APIConsumer.host/port`), so one process runs one Network at a time
+(tests/chaos/toxiproxy_server.py runs the server and says which calls bypass
+the client, and why).
 
 Topology (docs/reliability.md, "Topology", has the diagram): for each link
 kind K in (raft, http) and each ordered pair (a, b), one proxy `K-a-b`
@@ -36,13 +38,17 @@ greater id; aiohttp keeps pooled keep-alive connections).
 Operations (a, b, n are node ids; `kinds` narrows to ("raft",) or ("http",)):
 
 - `cut(a, b)`: nothing a sends reaches b; b -> a still flows. So a's requests
-  to b hang, and b's requests to a arrive but their answers hang. Bytes are
-  *held*, not dropped (a `latency` toxic of CUT_HOLD_MS): that is what a
-  one-way partition does to TCP (the sender retransmits; nothing is lost or
-  reordered), so after `heal()` a connection that survived its endpoints'
-  timeouts resumes intact, with the held bytes delivered late, like a stale
-  packet after a real partition. New connections are accepted by the proxy
-  (it is local) and then hang the same way.
+  to b hang, and b's requests to a arrive (and are acted on) but their answers
+  hang. The bytes are dropped by a `timeout` toxic (timeout 0: drop, never
+  close), on open connections and new ones alike; the proxy itself is local,
+  so a new connection is accepted and then hangs, as after a lost SYN-ACK
+  nothing would tell the sender either. On `heal()` toxiproxy closes every
+  connection the cut passed through (removing a `timeout` toxic closes its
+  connections), so no connection ever resumes with a hole in its byte
+  stream: to the nodes, a healed cut looks like a partition that lasted until
+  TCP gave up. (Holding the bytes instead, with a huge `latency`, would let a
+  connection resume intact, but toxiproxy v2.12.0 wedges when such a toxic is
+  removed after the far end closed the connection.)
 - `cut_both(a, b)`: cut(a, b) and cut(b, a).
 - `isolate(n)`: cut_both(n, m) for every other node m. Clients still reach n.
 - `partition(groups)`: e.g. [{1}, {2, 3}]: cut_both across groups; the groups
@@ -58,46 +64,45 @@ Operations (a, b, n are node ids; `kinds` narrows to ("raft",) or ("http",)):
   and up in turn, every period_s / 2, until heal(): down means the proxies
   are disabled, which closes their open connections and refuses new ones.
 - `heal()`: stop every loss and flap thread, remove every toxic, enable every
-  proxy. The held bytes of a cut are delivered on removal.
+  proxy. Should toxiproxy not answer the reset in time, the server is
+  restarted with the same proxies at the same addresses (every inter-node
+  connection closes, as on any heal of a cut).
 
 Loss. Toxiproxy has no packet-loss toxic, and TCP never shows an application
-a lost packet: it retransmits, so what loss does to lograft is stall the
-direction (head-of-line blocking until the retransmission) and, when heavy,
-break connections. A toxic's `toxicity` is drawn per connection (and again
-whenever the chain changes), so on the long-lived connections here (one
-Raft connection per pair, pooled HTTP) it is all or nothing for a connection,
-not a rate, and it draws from toxiproxy's own random source, which the seed
-cannot replay. So loss is emulated by toggling from a seeded generator: time
-is cut into slices of LOSS_SLICE_MS (Linux's minimum retransmission timeout);
-in each slice, with probability `rate`, the direction a -> b is held (the
-cut's latency toxic) and released at the slice's end, in order; with
-probability `reset_rate` the pair's connections are also closed at the end
-of a slice (as heavy loss ends in a TCP reset).
+a lost packet: it retransmits, so what loss does to lograft is stall a
+direction and, when a burst lasts, make the endpoints time out and reconnect.
+A toxic's `toxicity` is drawn per connection (and drawn again whenever the
+chain changes), so on the long-lived connections here (one Raft connection
+per voter pair, pooled HTTP) it is all or nothing for a connection, not a
+rate; and it draws from toxiproxy's own random source, which our seed cannot
+replay. So loss is emulated by toggling, from a generator seeded by the
+scenario's rng: time is cut into slices of LOSS_SLICE_MS; in each slice, with
+probability `rate`, the direction a -> b is cut (as `cut`), and at the
+slice's end the cut is removed, which closes the connections it passed
+through. So a lossy slice is a burst of loss that ends in a reconnect, and
+`rate` is the share of time a -> b delivers nothing; b -> a is untouched, so
+requests from b arrive while their answers are lost. Each link's draws are
+kept in `loss_draws` for the report.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from toxiproxy.api import APIConsumer
-from toxiproxy.proxy import Proxy
-from toxiproxy.server import Toxiproxy
-
+from tests.chaos.toxiproxy_server import SERVER_PATH, ToxiproxyError, ToxiproxyServer
 from tests.integration.cluster_harness import (
     PROCESS_EXIT_TIMEOUT_S,
     LograftCluster,
-    eventually,
     free_port,
     port_is_free,
 )
@@ -106,16 +111,13 @@ LinkKind = Literal["raft", "http"]
 KINDS: tuple[LinkKind, ...] = ("raft", "http")
 Stream = Literal["upstream", "downstream"]
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVER_PATH = ROOT / ".tools" / "bin" / "toxiproxy-server"
-# How long the toxiproxy server may take to answer its API after start, s.
-SERVER_START_TIMEOUT_S = 10.0
-# A cut holds bytes this long: longer than any test, so "never" in practice, ms.
-CUT_HOLD_MS = 24 * 3600 * 1000
-# One loss slice: Linux's minimum TCP retransmission timeout, ms.
-LOSS_SLICE_MS = 200
+# One loss slice: a burst of loss long enough to stall a request, short
+# enough that several fit in a fault's hold, ms.
+LOSS_SLICE_MS = 500
 # A probe (Network.probe) that gets no answer within this long counts as cut, s.
 PROBE_TIMEOUT_S = 1.0
+
+__all__ = ["KINDS", "SERVER_PATH", "Link", "LinkKind", "Network"]
 
 
 @dataclass(frozen=True)
@@ -129,47 +131,6 @@ class Link:
     @property
     def name(self) -> str:
         return f"{self.kind}-{self.src}-{self.dst}"
-
-
-class ToxiproxyServer:
-    """The toxiproxy server process, started and stopped by its pid."""
-
-    def __init__(self, path: Path, log_path: Path) -> None:
-        self.path = path
-        self.log_path = log_path
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        assert self.path.exists(), f"{self.path} is missing: scripts/setup.sh builds it"
-        self.port = free_port()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self.path), "-host", "127.0.0.1", "-port", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Connection-level logs would dwarf the nodes' own.
-                env={"LOG_LEVEL": "warn"},
-                start_new_session=True,
-            )
-        APIConsumer.host, APIConsumer.port = "127.0.0.1", self.port
-        client = Toxiproxy()
-
-        def up() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"toxiproxy server exited; see {self.log_path}")
-            return bool(client.running())
-
-        eventually(up, SERVER_START_TIMEOUT_S, "the toxiproxy server's API")
-
-    def stop(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=PROCESS_EXIT_TIMEOUT_S)
 
 
 class Network:
@@ -186,8 +147,11 @@ class Network:
         # Told of every fault and heal, as one plain line each.
         self.log = log or (lambda _line: None)
         self.server = ToxiproxyServer(server_path, cluster.workdir / "toxiproxy.log")
-        self.proxies: dict[Link, Proxy] = {}
-        self._ports: set[int] = set()
+        # Link -> host:port its proxy listens on.
+        self.proxies: dict[Link, str] = {}
+        # "a->b" -> the loss draws of that direction, in order (True: a lossy slice).
+        self.loss_draws: dict[str, list[bool]] = {}
+        self._api_ports: set[int] = set()
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -212,55 +176,49 @@ class Network:
         """Start toxiproxy, make a proxy per link and point every node's config at them."""
         running = [n.node_id for n in self.cluster if n.running]
         assert not running, f"nodes {running} already run: their configs would bypass the proxies"
+        voters = {spec.node_id for spec in self.cluster.voter_specs()}
+        for a, b in itertools.permutations(self.node_ids, 2):
+            for kind in KINDS:
+                if kind == "http" or b in voters:  # only voters listen for Raft
+                    self.proxies[Link(kind, a, b)] = f"127.0.0.1:{free_port()}"
+        self._start_server()
+        for node in self.cluster:
+            mine = {
+                link: address for link, address in self.proxies.items() if link.src == node.node_id
+            }
+            node.spec.dial = {k.dst: addr for k, addr in mine.items() if k.kind == "raft"}
+            node.spec.http_dial = {k.dst: addr for k, addr in mine.items() if k.kind == "http"}
+
+    def _start_server(self) -> None:
         self.server.start()
+        self._api_ports.add(self.server.port)
         try:
-            self._make_proxies()
+            for link, address in self.proxies.items():
+                self.server.create_proxy(link.name, address, self._upstream(link))
         except BaseException:
             self.server.stop()
             raise
-        for node in self.cluster:
-            spec = node.spec
-            spec.dial = {
-                link.dst: self.listen_address(link)
-                for link in self.proxies
-                if link.kind == "raft" and link.src == spec.node_id
-            }
-            spec.http_dial = {
-                link.dst: self.listen_address(link)
-                for link in self.proxies
-                if link.kind == "http" and link.src == spec.node_id
-            }
+
+    def _upstream(self, link: Link) -> str:
+        spec = self.cluster[link.dst].spec
+        return spec.raft_address if link.kind == "raft" else spec.http_address
 
     def close(self) -> None:
         """Stop the threads, kill the server by pid, assert its ports are free again."""
         if self._closed:
             return
         self._closed = True
-        self._stop_threads()
-        self.server.stop()
-        ports = self._ports | ({self.server.port} if self.server.port else set())
+        try:
+            self._stop_threads()
+        finally:
+            self.server.stop()
+        ports = self._api_ports | {int(a.rsplit(":", 1)[1]) for a in self.proxies.values()}
         busy = sorted(p for p in ports if not port_is_free(p))
         assert not busy, f"toxiproxy ports still in use after close: {busy}"
 
-    def _make_proxies(self) -> None:
-        client = Toxiproxy()
-        voters = {spec.node_id for spec in self.cluster.voter_specs()}
-        for a, b in itertools.permutations(sorted(self.cluster.nodes), 2):
-            target = self.cluster[b].spec
-            kinds: list[tuple[LinkKind, str]] = [("http", target.http_address)]
-            if b in voters:
-                kinds.append(("raft", target.raft_address))
-            for kind, upstream in kinds:
-                link = Link(kind, a, b)
-                port = free_port()
-                self._ports.add(port)
-                self.proxies[link] = client.create(
-                    upstream=upstream, name=link.name, listen=f"127.0.0.1:{port}"
-                )
-
     def listen_address(self, link: Link) -> str:
         """host:port where the proxy of `link` listens (what src dials to reach dst)."""
-        return str(self.proxies[link].listen)
+        return self.proxies[link]
 
     @property
     def node_ids(self) -> list[int]:
@@ -270,22 +228,22 @@ class Network:
 
     def streams(
         self, a: int, b: int, kinds: Collection[LinkKind] = KINDS
-    ) -> list[tuple[Proxy, Stream]]:
-        """Every (proxy, stream) that carries bytes from a to b (see "Directions")."""
+    ) -> list[tuple[str, Stream]]:
+        """Every (proxy name, stream) that carries bytes from a to b (see "Directions")."""
         self._check_pair(a, b)
-        found: list[tuple[Proxy, Stream]] = []
+        found: list[tuple[str, Stream]] = []
         for kind in kinds:
             forward, backward = Link(kind, a, b), Link(kind, b, a)
             if forward in self.proxies:
-                found.append((self.proxies[forward], "upstream"))
+                found.append((forward.name, "upstream"))
             if backward in self.proxies:
-                found.append((self.proxies[backward], "downstream"))
+                found.append((backward.name, "downstream"))
         return found
 
     def cut(self, a: int, b: int, kinds: Collection[LinkKind] = KINDS) -> None:
-        """Nothing a sends reaches b (held until heal); b -> a still flows."""
+        """Nothing a sends reaches b (dropped; connections closed on heal); b -> a flows."""
         self.log(f"network: cut {a} -> {b} ({'+'.join(kinds)})")
-        self._add_toxic(a, b, kinds, "cut", "latency", {"latency": CUT_HOLD_MS, "jitter": 0})
+        self._add_toxics(a, b, kinds, "cut", "timeout", {"timeout": 0})
 
     def cut_both(self, a: int, b: int, kinds: Collection[LinkKind] = KINDS) -> None:
         self.cut(a, b, kinds)
@@ -293,6 +251,7 @@ class Network:
 
     def isolate(self, n: int, kinds: Collection[LinkKind] = KINDS) -> None:
         """n hears no other node and no other node hears n; clients still reach n."""
+        self.log(f"network: isolate {n}")
         for m in self.node_ids:
             if m != n:
                 self.cut_both(n, m, kinds)
@@ -307,6 +266,7 @@ class Network:
                 f"groups {[sorted(g) for g in groups]} must cover nodes {self.node_ids} "
                 "exactly once"
             )
+        self.log(f"network: partition {' | '.join(str(sorted(g)) for g in groups)}")
         side = {n: i for i, g in enumerate(groups) for n in g}
         for a, b in itertools.combinations(self.node_ids, 2):
             if side[a] != side[b]:
@@ -327,8 +287,9 @@ class Network:
         left, right = set(sides[0]), set(sides[1])
         if left & right or (left | right) != set(others) or not left or not right:
             raise ValueError(f"sides {sorted(left)} / {sorted(right)} must split {others}")
-        for a in left:
-            for b in right:
+        self.log(f"network: bridge {sorted(left)} <-> {n} <-> {sorted(right)}")
+        for a in sorted(left):
+            for b in sorted(right):
                 self.cut_both(a, b, kinds)
         return left, right
 
@@ -342,7 +303,7 @@ class Network:
     ) -> None:
         """Bytes from a to b arrive `ms` +- `jitter_ms` milliseconds late."""
         self.log(f"network: latency {a} -> {b} {ms} +- {jitter_ms} ms ({'+'.join(kinds)})")
-        self._add_toxic(a, b, kinds, "latency", "latency", {"latency": ms, "jitter": jitter_ms})
+        self._add_toxics(a, b, kinds, "latency", "latency", {"latency": ms, "jitter": jitter_ms})
 
     def bandwidth(
         self, a: int, b: int, kbytes_per_s: int, kinds: Collection[LinkKind] = KINDS
@@ -351,7 +312,7 @@ class Network:
         if kbytes_per_s <= 0:
             raise ValueError("toxiproxy reads a bandwidth <= 0 as unlimited: use cut()")
         self.log(f"network: bandwidth {a} -> {b} {kbytes_per_s} KB/s ({'+'.join(kinds)})")
-        self._add_toxic(a, b, kinds, "bandwidth", "bandwidth", {"rate": kbytes_per_s})
+        self._add_toxics(a, b, kinds, "bandwidth", "bandwidth", {"rate": kbytes_per_s})
 
     def loss(
         self,
@@ -360,48 +321,51 @@ class Network:
         rate: float,
         rng: random.Random,
         *,
-        reset_rate: float = 0.0,
         slice_ms: int = LOSS_SLICE_MS,
         kinds: Collection[LinkKind] = KINDS,
     ) -> None:
         """Emulated packet loss from a to b until heal() (see "Loss" above). `rng` seeds
-        this link's own generator, so the run replays from the scenario's seed."""
-        if not 0 <= rate <= 1 or not 0 <= reset_rate <= 1:
-            raise ValueError("rate and reset_rate are probabilities (0..1)")
+        this direction's own generator, so a run replays from the scenario's seed."""
+        if not 0 <= rate <= 1:
+            raise ValueError(f"rate {rate} is not a probability")
+        self._check_pair(a, b)
         own = random.Random(rng.getrandbits(64))
+        draws = self.loss_draws.setdefault(f"{a}->{b}", [])
         self.log(
-            f"network: loss {a} -> {b} rate {rate}, resets {reset_rate}, "
-            f"slices of {slice_ms} ms ({'+'.join(kinds)})"
+            f"network: loss {a} -> {b}, {rate:.0%} of {slice_ms} ms slices ({'+'.join(kinds)})"
         )
-        streams = self.streams(a, b, kinds)
 
         def lossy() -> None:
             while not self._stop.is_set():
-                held = own.random() < rate
-                hold = {"latency": CUT_HOLD_MS}
-                names = self._add_toxic(a, b, kinds, "loss", "latency", hold) if held else []
+                lossy_slice = own.random() < rate
+                draws.append(lossy_slice)
+                added = []
+                if lossy_slice:
+                    added = self._add_toxics(a, b, kinds, "loss", "timeout", {"timeout": 0})
                 self._stop.wait(slice_ms / 1000)
-                self._remove(names)
-                if own.random() < reset_rate:
-                    self._reset({proxy.name: proxy for proxy, _ in streams}.values())
+                for proxy, name in added:
+                    self.server.remove_toxic(proxy, name)
 
         self._spawn(f"loss-{a}-{b}", lossy)
 
     def flap(self, a: int, b: int, period_s: float, kinds: Collection[LinkKind] = KINDS) -> None:
         """The a-b link goes down (proxies disabled) and up every period_s / 2 until heal()."""
         self._check_pair(a, b)
-        proxies = [p for link, p in self.proxies.items() if {link.src, link.dst} == {a, b}]
-        proxies = [p for p in proxies if any(p.name.startswith(k + "-") for k in kinds)]
+        names = [
+            link.name
+            for link in self.proxies
+            if {link.src, link.dst} == {a, b} and link.kind in kinds
+        ]
         self.log(f"network: flap {a} <-> {b} every {period_s / 2:.2f}s ({'+'.join(kinds)})")
 
         def flapping() -> None:
             while not self._stop.is_set():
-                for p in proxies:
-                    p.disable()
+                for name in names:
+                    self.server.set_enabled(name, False)
                 if self._stop.wait(period_s / 2):
                     break
-                for p in proxies:
-                    p.enable()
+                for name in names:
+                    self.server.set_enabled(name, True)
                 self._stop.wait(period_s / 2)
             # heal() enables every proxy after the threads stop.
 
@@ -428,18 +392,31 @@ class Network:
             answers = list(pool.map(lambda ab: self.probe(*ab, timeout_s=timeout_s), pairs))
         return {pair: answer is not None for pair, answer in zip(pairs, answers, strict=True)}
 
+    def toxics(self) -> dict[str, list[str]]:
+        """Proxy name -> names of its toxics, for the proxies that have any."""
+        return {
+            name: sorted(t["name"] for t in proxy["toxics"])
+            for name, proxy in self.server.proxies().items()
+            if proxy["toxics"]
+        }
+
+    def disabled(self) -> list[str]:
+        """Names of the proxies that are down (disabled) right now."""
+        return sorted(name for name, p in self.server.proxies().items() if not p["enabled"])
+
     # -- healing -----------------------------------------------------------------------------
 
     def heal(self) -> None:
         """Stop every loss/flap thread, remove every toxic, enable every proxy."""
         self._stop_threads()
         self.log("network: heal")
-        # POST /reset: every proxy enabled, every toxic removed, in one call.
-        Toxiproxy().reset()
-
-    def toxics(self) -> dict[str, list[str]]:
-        """Proxy name -> names of its toxics (what is in force right now)."""
-        return {p.name: sorted(p.toxics()) for p in self.proxies.values() if p.toxics()}
+        try:
+            self.server.reset()
+        except ToxiproxyError as exc:
+            # A wedged server: start a fresh one with the same proxies (see the docstring).
+            self.log(f"network: toxiproxy did not reset ({exc}); restarting it")
+            self.server.stop()
+            self._start_server()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -447,7 +424,7 @@ class Network:
         if a == b or a not in self.cluster.nodes or b not in self.cluster.nodes:
             raise ValueError(f"({a}, {b}) is not a pair of distinct nodes of {self.node_ids}")
 
-    def _add_toxic(
+    def _add_toxics(
         self,
         a: int,
         b: int,
@@ -455,24 +432,15 @@ class Network:
         label: str,
         toxic_type: str,
         attributes: dict[str, int],
-    ) -> list[tuple[Proxy, str]]:
-        added: list[tuple[Proxy, str]] = []
+    ) -> list[tuple[str, str]]:
+        """One toxic on every stream a -> b; returns (proxy, toxic name) of each."""
+        added: list[tuple[str, str]] = []
         for proxy, stream in self.streams(a, b, kinds):
             with self._lock:
                 name = f"{label}-{a}-{b}-{stream}-{next(self._names)}"
-            proxy.add_toxic(type=toxic_type, stream=stream, name=name, attributes=attributes)
+            self.server.add_toxic(proxy, name, toxic_type, stream, attributes)
             added.append((proxy, name))
         return added
-
-    def _remove(self, toxics: Iterable[tuple[Proxy, str]]) -> None:
-        for proxy, name in toxics:
-            proxy.destroy_toxic(name)
-
-    def _reset(self, proxies: Iterable[Proxy]) -> None:
-        """Close the open connections of `proxies` (disabling a proxy closes them)."""
-        for proxy in proxies:
-            proxy.disable()
-            proxy.enable()
 
     def _spawn(self, name: str, body: Callable[[], None]) -> None:
         thread = threading.Thread(target=body, name=name, daemon=True)

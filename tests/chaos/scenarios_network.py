@@ -1,0 +1,323 @@
+"""Network faults through the toxiproxy topology (tests/chaos/network.py; issue 6).
+
+Every scenario here declares `needs_network`, so `ctx.network` is the
+cluster's `Network`. Each picks its victims with `ctx.rng`, waits for the
+cluster to react to the fault where a reaction is due (a new controller, the
+victim fenced, leaderships moved), holds the fault for a while so the
+workload runs against it, heals every link, and returns once every node is
+unfenced and back in the ISR of every partition it replicates.
+
+A node cut off from every other node while clients still reach it is
+recorded as an `Isolation` (`ctx.facts["isolations"]`): the checker holds
+that nothing it was asked to write inside that window was acknowledged (with
+acks=all and min_insync_replicas 2 a lone replica must not acknowledge). The
+window opens once every cut is in place and closes before the heal, so held
+bytes delivered by the heal cannot fall inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from tests.chaos.history import Isolation
+from tests.chaos.network import Network
+from tests.chaos.scenario import ChaosContext, Scenario, register
+from tests.integration.cluster_harness import ClusterNode
+
+# How long a fault is held once the cluster has reacted to it, s: long
+# enough for the workload to run against it (fencing takes
+# broker_session_timeout_ms, 1.5 s). A dwell, not a wait for a condition.
+FAULT_HOLD_S_MIN = 2.0
+FAULT_HOLD_S_MAX = 4.0
+# A new controller, a victim fenced, leaderships moved; the healed cluster whole, s.
+REACT_WAIT_S = 30.0
+HEAL_WAIT_S = 60.0
+# Latency on the replication links, ms, and its jitter (+-), ms.
+SLOW_LATENCY_MS_MIN = 100
+SLOW_LATENCY_MS_MAX = 400
+SLOW_JITTER_MS = 50
+# Bandwidth of a leader's answers to its followers, KB/s (a fetch answer is
+# up to replica_fetch_partition_max_bytes, 1 MiB).
+SLOW_KBYTES_PER_S_MIN = 32
+SLOW_KBYTES_PER_S_MAX = 256
+# Emulated loss: the share of slices (Network.loss) in which a direction drops everything.
+LOSS_RATE_MIN = 0.1
+LOSS_RATE_MAX = 0.4
+# A flapping link is down, then up, for half a period each, s.
+FLAP_PERIOD_S_MIN = 0.6
+FLAP_PERIOD_S_MAX = 3.0
+# Successive random splits of the split scenario.
+SPLITS_MIN = 2
+SPLITS_MAX = 3
+
+
+def _net(ctx: ChaosContext) -> Network:
+    assert isinstance(ctx.network, Network), "a network scenario needs ctx.network"
+    return ctx.network
+
+
+def _hold(ctx: ChaosContext, what: str) -> None:
+    seconds = ctx.rng.uniform(FAULT_HOLD_S_MIN, FAULT_HOLD_S_MAX)
+    ctx.log(f"holding {what} for {seconds:.1f}s")
+    time.sleep(seconds)  # the fault's duration (see FAULT_HOLD_S_MIN), not synchronisation
+
+
+def _node_ids(ctx: ChaosContext) -> list[int]:
+    return sorted(ctx.cluster.nodes)
+
+
+def _leaders(ctx: ChaosContext, via: ClusterNode) -> dict[tuple[str, int], int]:
+    return {
+        (topic, p): leader
+        for topic in ctx.topics
+        for p, leader in ctx.cluster.leaders(topic, via).items()
+    }
+
+
+@contextmanager
+def _isolated(ctx: ChaosContext, node_id: int) -> Iterator[None]:
+    """Record the block as an isolation of `node_id` (its cuts are already in place)."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        ctx.facts.setdefault("isolations", []).append(Isolation(node_id, began, time.monotonic()))
+
+
+def _wait_controller_among(ctx: ChaosContext, node_ids: set[int]) -> ClusterNode:
+    """A controller in `node_ids` that all of `node_ids` agree on."""
+    among = [ctx.cluster[n] for n in sorted(node_ids)]
+
+    def elected() -> ClusterNode | None:
+        controller = ctx.cluster.active_controller(among=among, timeout_s=REACT_WAIT_S)
+        return controller if controller.node_id in node_ids else None
+
+    controller = ctx.cluster.eventually(
+        elected, REACT_WAIT_S, f"a controller in {sorted(node_ids)}"
+    )
+    ctx.log(f"node {controller.node_id} is the active controller of {sorted(node_ids)}")
+    return controller
+
+
+def _wait_fenced_and_replaced(ctx: ChaosContext, victim: int, view: ClusterNode) -> None:
+    """`view` (a node on the majority side) has fenced `victim` and moved its leaderships."""
+
+    def replaced() -> bool:
+        if not view.brokers()[victim]["fenced"]:
+            return False
+        return all(leader >= 0 and leader != victim for leader in _leaders(ctx, view).values())
+
+    ctx.cluster.eventually(
+        replaced, REACT_WAIT_S, f"node {victim} fenced and its leaderships moved"
+    )
+
+
+def _heal_and_wait_whole(ctx: ChaosContext) -> None:
+    """Heal every link; return once every broker is unfenced and in every ISR it belongs to."""
+    _net(ctx).heal()
+    ctx.cluster.active_controller(timeout_s=HEAL_WAIT_S)
+
+    def whole() -> bool:
+        via = ctx.cluster.running()[0]
+        if any(b["fenced"] for b in via.brokers().values()):
+            return False
+        for topic in ctx.topics:
+            doc = via.topic(topic)
+            assert doc is not None, f"topic {topic} is gone"
+            for part in doc["partitions"]:
+                if part["leader"] < 0 or sorted(part["isr"]) != sorted(part["replicas"]):
+                    return False
+        return True
+
+    ctx.cluster.eventually(whole, HEAL_WAIT_S, "every broker unfenced and in every ISR")
+    ctx.log("healed: every broker unfenced and in every ISR")
+
+
+def _random_pair(ctx: ChaosContext) -> tuple[int, int]:
+    a, b = ctx.rng.sample(_node_ids(ctx), 2)
+    return a, b
+
+
+def _pick_leader(ctx: ChaosContext, via: ClusterNode, *, not_node: int | None) -> tuple[int, int]:
+    """(partition, leader) of the first topic, chosen by the rng, led by another node than
+    `not_node` when one exists."""
+    leaders = ctx.cluster.leaders(ctx.topics[0], via)
+    choices = sorted(p for p, leader in leaders.items() if leader >= 0 and leader != not_node)
+    choices = choices or sorted(p for p, leader in leaders.items() if leader >= 0)
+    assert choices, f"no partition of {ctx.topics[0]} has a leader"
+    partition = ctx.rng.choice(choices)
+    return partition, leaders[partition]
+
+
+# -- scenarios ----------------------------------------------------------------------------
+
+
+def partition_controller(ctx: ChaosContext) -> None:
+    """The active controller loses the other two; they elect another and fence it."""
+    net = _net(ctx)
+    controller = ctx.cluster.active_controller()
+    victim = controller.node_id
+    others = set(_node_ids(ctx)) - {victim}
+    ctx.facts.update(victim=victim)
+    net.isolate(victim)
+    with _isolated(ctx, victim):
+        new = _wait_controller_among(ctx, others)
+        _wait_fenced_and_replaced(ctx, victim, new)
+        _hold(ctx, f"the old controller {victim} cut off")
+    _heal_and_wait_whole(ctx)
+
+
+def isolate_leader(ctx: ChaosContext) -> None:
+    """A partition leader (not the controller, when another leads) loses its followers but
+    not its clients: it must stop acknowledging, and rejoin truncated to the new leader."""
+    net = _net(ctx)
+    controller = ctx.cluster.active_controller()
+    partition, victim = _pick_leader(ctx, controller, not_node=controller.node_id)
+    others = set(_node_ids(ctx)) - {victim}
+    ctx.facts.update(victim=victim, partition=partition)
+    net.isolate(victim)
+    ctx.log(f"isolated node {victim}, leader of partition {partition}, from the other nodes")
+    with _isolated(ctx, victim):
+        survivor = _wait_controller_among(ctx, others)
+        _wait_fenced_and_replaced(ctx, victim, survivor)
+        _hold(ctx, f"node {victim} isolated")
+    _heal_and_wait_whole(ctx)
+
+
+def majority_minority_splits(ctx: ChaosContext) -> None:
+    """A few random splits in a row (a lone node against the other two), each held until the
+    majority has fenced the minority, then healed."""
+    net = _net(ctx)
+    splits = []
+    for _ in range(ctx.rng.randint(SPLITS_MIN, SPLITS_MAX)):
+        minority = ctx.rng.choice(_node_ids(ctx))
+        majority = set(_node_ids(ctx)) - {minority}
+        splits.append(minority)
+        net.partition([{minority}, majority])
+        ctx.log(f"split: [{minority}] | {sorted(majority)}")
+        with _isolated(ctx, minority):
+            controller = _wait_controller_among(ctx, majority)
+            _wait_fenced_and_replaced(ctx, minority, controller)
+            _hold(ctx, f"node {minority} in the minority")
+        _heal_and_wait_whole(ctx)
+    ctx.facts.update(minorities=splits)
+
+
+def bridge(ctx: ChaosContext) -> None:
+    """Two nodes cannot hear each other; the third hears both (Jepsen's bridge)."""
+    net = _net(ctx)
+    middle = ctx.rng.choice(_node_ids(ctx))
+    left, right = net.bridge(middle)
+    ctx.facts.update(bridge=middle, sides=[sorted(left), sorted(right)])
+    ctx.log(f"bridge: {sorted(left)} | {sorted(right)}, both see node {middle}")
+    # Whoever ends up leading, the bridge must still give the cluster one controller.
+    ctx.cluster.active_controller(timeout_s=REACT_WAIT_S)
+    _hold(ctx, f"the bridge through node {middle}")
+    _heal_and_wait_whole(ctx)
+
+
+def asymmetric_loss(ctx: ChaosContext) -> None:
+    """Loss one way between a partition leader and one of its followers, the other way clean."""
+    net = _net(ctx)
+    via = ctx.cluster.active_controller()
+    partition, leader = _pick_leader(ctx, via, not_node=None)
+    follower = ctx.rng.choice([n for n in _node_ids(ctx) if n != leader])
+    a, b = (leader, follower) if ctx.rng.random() < 0.5 else (follower, leader)
+    rate = round(ctx.rng.uniform(LOSS_RATE_MIN, LOSS_RATE_MAX), 2)
+    ctx.facts.update(lossy=f"{a}->{b}", rate=rate, partition=partition)
+    net.loss(a, b, rate, ctx.rng)
+    _hold(ctx, f"loss {a} -> {b} at {rate}")
+    _heal_and_wait_whole(ctx)
+
+
+def slow_replication(ctx: ChaosContext) -> None:
+    """High latency and a bandwidth limit on every replication link (node-to-node HTTP: the
+    followers' fetches and the leaders' answers); Raft links untouched."""
+    net = _net(ctx)
+    latency = ctx.rng.randint(SLOW_LATENCY_MS_MIN, SLOW_LATENCY_MS_MAX)
+    rate = ctx.rng.randint(SLOW_KBYTES_PER_S_MIN, SLOW_KBYTES_PER_S_MAX)
+    ctx.facts.update(latency_ms=latency, kbytes_per_s=rate)
+    for a in _node_ids(ctx):
+        for b in _node_ids(ctx):
+            if a != b:
+                net.latency(a, b, latency, SLOW_JITTER_MS, kinds=("http",))
+                net.bandwidth(a, b, rate, kinds=("http",))
+    _hold(ctx, f"replication links at {latency} +- {SLOW_JITTER_MS} ms, {rate} KB/s")
+    _heal_and_wait_whole(ctx)
+
+
+def flapping_links(ctx: ChaosContext) -> None:
+    """One or two node pairs whose links go down and up, over and over."""
+    net = _net(ctx)
+    pairs = [_random_pair(ctx) for _ in range(ctx.rng.randint(1, 2))]
+    periods = []
+    for a, b in pairs:
+        period = round(ctx.rng.uniform(FLAP_PERIOD_S_MIN, FLAP_PERIOD_S_MAX), 2)
+        periods.append(period)
+        net.flap(a, b, period)
+    ctx.facts.update(
+        flapping=[f"{a}<->{b} every {p}s" for (a, b), p in zip(pairs, periods, strict=True)]
+    )
+    _hold(ctx, "flapping links")
+    _heal_and_wait_whole(ctx)
+
+
+def leader_unheard(ctx: ChaosContext) -> None:
+    """A partition leader's outgoing bytes to every other node are cut; it still hears them.
+    Its followers' fetches arrive but get no answer, its heartbeats and ISR changes never
+    reach the controller: it must be fenced and replaced, and acknowledge nothing alone."""
+    net = _net(ctx)
+    controller = ctx.cluster.active_controller()
+    partition, victim = _pick_leader(ctx, controller, not_node=controller.node_id)
+    others = set(_node_ids(ctx)) - {victim}
+    ctx.facts.update(victim=victim, partition=partition)
+    for m in sorted(others):
+        net.cut(victim, m)
+    ctx.log(f"cut every byte from node {victim} (leader of partition {partition}) to the others")
+    with _isolated(ctx, victim):
+        survivor = _wait_controller_among(ctx, others)
+        _wait_fenced_and_replaced(ctx, victim, survivor)
+        _hold(ctx, f"node {victim} unheard")
+    _heal_and_wait_whole(ctx)
+
+
+def _network(
+    name: str, description: str, inject: Callable[[ChaosContext], None], *, fast: bool = False
+) -> None:
+    register(Scenario(name, description, inject, needs_network=True, fast=fast))
+
+
+_network(
+    "partition-controller",
+    "cut the active controller off from the other two nodes (clients still reach it), heal",
+    partition_controller,
+)
+_network(
+    "isolate-leader",
+    "cut a partition leader off from its followers but not from clients, heal",
+    isolate_leader,
+)
+_network(
+    "majority-minority-split",
+    "two or three random splits in a row, one node against the other two, healed between",
+    majority_minority_splits,
+)
+_network("bridge", "two nodes cannot hear each other; the third hears both", bridge)
+_network(
+    "asymmetric-loss",
+    "emulated packet loss one way between a leader and a follower",
+    asymmetric_loss,
+)
+_network(
+    "slow-replication",
+    "high latency with jitter and a bandwidth limit on every replication link",
+    slow_replication,
+)
+_network("flapping-links", "one or two node pairs whose links go down and up", flapping_links)
+_network(
+    "leader-unheard",
+    "a leader's bytes to the other nodes are cut one way; it still hears them",
+    leader_unheard,
+)
