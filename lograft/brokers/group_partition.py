@@ -55,6 +55,10 @@ from lograft.storage.log import Clock
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# After an expiry run failed (e.g. NOT_ENOUGH_REPLICAS for the removal
+# records), the loop tries again this soon rather than at the next deadline, ms.
+EXPIRY_RETRY_BACKOFF_MS = 1_000
 Handler = Callable[[CoordinatorState], GroupResult[T]]
 
 
@@ -218,11 +222,28 @@ class PartitionCoordinator:
         async with self._lock:
             self._check_active()
             result = handler(self._state)
+            previous = None if group_id is None else self._sessions.get(group_id)
             if result.sessions is not None and group_id is not None:
                 self._set_sessions(group_id, result.sessions)
             if result.records:
-                await self._append(result)
+                try:
+                    await self._append(result)
+                except BaseException:
+                    if group_id is not None and self.phase is CoordinatorPhase.ACTIVE:
+                        # Nothing was written (else a reload rebuilds the
+                        # sessions): the sessions must match the state again,
+                        # e.g. a member whose removal failed keeps its
+                        # deadline, so its expiry is retried (after the
+                        # back-off: restoring wakes nobody).
+                        self._restore_sessions(group_id, previous)
+                    raise
             return result.response
+
+    def _restore_sessions(self, group_id: str, sessions: GroupSessions | None) -> None:
+        if sessions is None:
+            self._sessions.pop(group_id, None)
+        else:
+            self._sessions[group_id] = sessions
 
     def _set_sessions(self, group_id: str, sessions: GroupSessions) -> None:
         if sessions.members:
@@ -319,11 +340,11 @@ class PartitionCoordinator:
                 nearest = None
             except LograftError as exc:
                 log.warning("%s: expiry failed: %s", self.tp, exc)
-                nearest = None
+                nearest = self.clock() + EXPIRY_RETRY_BACKOFF_MS
             except Exception:
                 # A bug must not end the loop: members would never expire.
                 log.exception("%s: expiry failed", self.tp)
-                nearest = None
+                nearest = self.clock() + EXPIRY_RETRY_BACKOFF_MS
             waits_ms = [self.settings.offsets_retention_check_interval_ms]
             self._expiry_scheduled_ms = None
             if nearest is not None:

@@ -15,7 +15,7 @@ import pytest
 from lograft.brokers.group_config import GroupCoordinatorConfig
 from lograft.brokers.group_heartbeat import HeartbeatRequest, HeartbeatResponse
 from lograft.brokers.group_offsets import OffsetAndMetadata
-from lograft.brokers.group_partition import CoordinatorPhase
+from lograft.brokers.group_partition import EXPIRY_RETRY_BACKOFF_MS, CoordinatorPhase
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
 from lograft.brokers.group_records import NO_PARTITIONS
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
@@ -366,3 +366,37 @@ async def test_an_append_refused_before_writing_keeps_the_state(
     coordinator = broker.runtime.coordinator(GROUP_TP.partition)
     assert coordinator is not None and coordinator.phase is CoordinatorPhase.ACTIVE
     assert broker.runtime.fetch_offsets(GROUP) == {}
+
+
+async def test_a_failed_expiry_is_retried_soon(
+    make_broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = make_broker(settings(session_timeout_ms=200, group_heartbeat_interval_ms=50))
+    await broker.start()
+    await broker.loaded()
+    await join(broker.runtime, "m1")
+    original = broker.replicas.produce
+    refusals: list[float] = []
+
+    async def refused(
+        tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
+    ) -> None:
+        refusals.append(time.monotonic())
+        raise NotEnoughReplicasError("ISR too small")
+
+    monkeypatch.setattr(broker.replicas, "produce", refused)
+    # The session runs out; removing the member fails while the ISR is short.
+    await wait_for(lambda: len(refusals) >= 1, "an expiry attempt")
+    monkeypatch.setattr(broker.replicas, "produce", original)
+    coordinator = broker.runtime.coordinator(GROUP_TP.partition)
+    assert coordinator is not None
+
+    def gone() -> bool:
+        group = coordinator.read().group(GROUP)
+        return group is None or "m1" not in group.members
+
+    # Not at the next offsets-retention check (minutes away), and not in a
+    # busy loop either: after the back-off.
+    await wait_for(gone, "the member's removal on retry")
+    assert time.monotonic() - refusals[0] >= EXPIRY_RETRY_BACKOFF_MS / 1000 - 0.01
+    assert len(refusals) == 1
