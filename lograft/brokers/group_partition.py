@@ -47,6 +47,7 @@ from lograft.brokers.partition import Acks, TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     LograftError,
     NotCoordinatorError,
 )
@@ -107,6 +108,9 @@ class PartitionCoordinator:
         # no member deadline pending). A handler wakes it only for an earlier
         # deadline, so heartbeats, which push deadlines later, do not.
         self._expiry_scheduled_ms: int | None = None
+        # Handlers waiting for or holding the lock (bounded by
+        # coordinator_requests_queued_max).
+        self._queued = 0
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -213,10 +217,22 @@ class PartitionCoordinator:
 
     async def run(self, group_id: str | None, handler: Handler[T]) -> T:
         """Run `handler` in turn; append and replay its records; return its response."""
+        limit = self.settings.coordinator_requests_queued_max
+        if self._queued >= limit:
+            raise CoordinatorNotAvailableError(
+                f"the coordinator of {self.tp} has {self._queued} requests queued "
+                f"(coordinator_requests_queued_max={limit}); retry shortly",
+                coordinator_requests_queued_max=limit,
+            )
+        self._queued += 1
         task = asyncio.create_task(self._run(group_id, handler))
+        task.add_done_callback(self._dequeued)
         # The task holds the lock for the whole append: a caller that goes
         # away (client disconnect) must not release it halfway.
         return await asyncio.shield(task)
+
+    def _dequeued(self, _task: asyncio.Task[object]) -> None:
+        self._queued -= 1
 
     async def _run(self, group_id: str | None, handler: Handler[T]) -> T:
         async with self._lock:

@@ -38,6 +38,10 @@ class GroupRuntimeSettings:
     # How often offsets of member-less groups are checked for expiry, ms
     # (Kafka's offsets.retention.check.interval.ms).
     offsets_retention_check_interval_ms: int = 600_000
+    # Requests waiting for their turn on one coordinator partition (handlers
+    # run one at a time); past it a request is refused with the retriable
+    # COORDINATOR_NOT_AVAILABLE instead of queueing without bound.
+    coordinator_requests_queued_max: int = 1_000
     coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
     def __post_init__(self) -> None:

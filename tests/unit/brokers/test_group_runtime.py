@@ -400,3 +400,38 @@ async def test_a_failed_expiry_is_retried_soon(
     await wait_for(gone, "the member's removal on retry")
     assert time.monotonic() - refusals[0] >= EXPIRY_RETRY_BACKOFF_MS / 1000 - 0.01
     assert len(refusals) == 1
+
+
+async def test_requests_queued_on_a_partition_are_bounded(
+    make_broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = make_broker(GroupRuntimeSettings(coordinator_requests_queued_max=2))
+    await broker.start()
+    await broker.loaded()
+    original = broker.replicas.produce
+    release = asyncio.Event()
+    appending = asyncio.Event()
+
+    async def slow(
+        tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
+    ) -> object:
+        appending.set()
+        await release.wait()
+        return await original(tp, data, acks, timeout_ms=timeout_ms)
+
+    monkeypatch.setattr(broker.replicas, "produce", slow)
+
+    def commit(offset: int) -> asyncio.Task[object]:
+        tp0 = TopicPartition(ORDERS, 0)
+        return asyncio.create_task(
+            broker.runtime.commit_offsets(GROUP, "", 0, {tp0: OffsetAndMetadata(offset)})
+        )
+
+    first, second = commit(1), commit(2)
+    await appending.wait()  # the first holds the lock, the second waits for it
+    with pytest.raises(CoordinatorNotAvailableError):
+        await commit(3)
+    release.set()
+    await asyncio.gather(first, second)
+    assert broker.runtime.fetch_offsets(GROUP)[TopicPartition(ORDERS, 0)].offset == 2
+    await commit(4)  # room again
