@@ -9,12 +9,7 @@ the leader over HTTP before the kill and whichever node leads afterwards
 
 from __future__ import annotations
 
-import http.client
-import socket
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -26,7 +21,8 @@ from tests.integration.data_plane import (
     produce_error,
     wait_in_sync,
 )
-from tests.sse_support import SseEvent, SseParser, cursor_of
+from tests.integration.sse_reader import StreamReader
+from tests.sse_support import cursor_of
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -35,54 +31,7 @@ PARTITION = 0  # the partition whose leader is killed
 OTHER = 1  # a second partition, so the cursor carries two positions
 RECORDS_BEFORE = 20
 RECORDS_AFTER = 20
-# Beyond the 15 s heartbeat interval: a quiet stream still sends within this, s.
-STREAM_READ_TIMEOUT_S = 40.0
 FAILOVER_TIMEOUT_S = 60.0
-
-
-@dataclass
-class StreamReader:
-    """Reads one stream in a thread; the test looks at `events` as they arrive."""
-
-    node: ClusterNode
-    query: str
-    events: list[SseEvent] = field(default_factory=list)
-    failure: list[BaseException] = field(default_factory=list)
-    ended: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> None:
-        host, port = self.node.url.removeprefix("http://").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=STREAM_READ_TIMEOUT_S)
-        self.conn.request("GET", f"/v1/topics/{TOPIC}/stream?{self.query}")
-        self.resp = self.conn.getresponse()
-        assert self.resp.status == 200, self.resp.read()
-        self.thread = threading.Thread(target=self._read, name="sse-reader", daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        parser = SseParser()
-        try:
-            while chunk := self.resp.read1(1 << 16):
-                self.events.extend(parser.feed(chunk))
-        except (OSError, http.client.HTTPException) as exc:
-            if not self.ended.is_set():
-                self.failure.append(exc)
-        finally:
-            self.ended.set()
-
-    def records(self) -> list[dict[str, Any]]:
-        assert not self.failure, self.failure
-        errors = [e for e in self.events if e.name == "error"]
-        assert not errors, errors[0].data
-        return [e.json() for e in list(self.events) if e.data is not None]
-
-    def close(self) -> None:
-        self.ended.set()
-        if self.conn.sock is not None:
-            self.conn.sock.shutdown(socket.SHUT_RDWR)
-        self.thread.join(timeout=10)
-        assert not self.thread.is_alive()
-        self.conn.close()
 
 
 @pytest.fixture
@@ -117,7 +66,7 @@ def test_stream_follows_a_partition_through_a_leader_kill(cluster: LograftCluste
     first = cluster.running()[0]
     old_leader = cluster[leader_of(first, TOPIC, PARTITION)]
     serving = next(n for n in cluster if n is not old_leader)
-    stream = StreamReader(serving, "offset=earliest&format=string")
+    stream = StreamReader(serving, f"/v1/topics/{TOPIC}/stream?offset=earliest&format=string")
     stream.start()
     try:
         acked: dict[int, str] = {}
