@@ -157,6 +157,7 @@ class GroupAdminRoutes:
         if strategy is OffsetResetStrategy.OFFSET and offset is None:
             raise InvalidRequestError("strategy offset needs offset")
         tps = self._reset_partitions(body)
+        check_partition_count(tps, self.runtime.config.offset_commit_partitions_max)
         self.runtime.check_can_reset(group_id)
         found = await self.offsets.bounds(tps, RESET_OFFSETS_TIMEOUT_MS, timestamp)
         bounds: dict[TopicPartition, PartitionBounds] = {}
@@ -186,6 +187,15 @@ class GroupAdminRoutes:
         if not tps:
             raise InvalidRequestError("no partitions to reset")
         return tps
+
+
+def check_partition_count(tps: list[TopicPartition], limit: int) -> None:
+    """Refuse before asking partition leaders about more partitions than a commit may hold."""
+    if len(tps) > limit:
+        raise InvalidRequestError(
+            f"{len(tps)} partitions; at most {limit} (offset_commit_partitions_max) per request",
+            offset_commit_partitions_max=limit,
+        )
 
 
 def topic_partitions(metadata: MetadataView, topics: Iterable[str]) -> list[TopicPartition]:

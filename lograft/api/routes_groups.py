@@ -37,7 +37,11 @@ from lograft.api.group_json import (
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
-from lograft.api.routes_group_admin import GroupAdminRoutes, topic_partitions
+from lograft.api.routes_group_admin import (
+    GroupAdminRoutes,
+    check_partition_count,
+    topic_partitions,
+)
 from lograft.api.services import MetadataView
 from lograft.brokers.group_heartbeat import (
     JOIN_GROUP_MEMBER_EPOCH,
@@ -223,9 +227,9 @@ class GroupRoutes:
         else:
             if topics is None:
                 raise InvalidRequestError("auto_offset_reset needs topics")
-            entries = await self._start_offsets(
-                topic_partitions(self.metadata, sorted(topics)), committed, reset_raw
-            )
+            tps = topic_partitions(self.metadata, sorted(topics))
+            check_partition_count(tps, self.runtime.config.offset_commit_partitions_max)
+            entries = await self._start_offsets(tps, committed, reset_raw)
         return json_response({"group_id": group_id, "offsets": entries})
 
     async def _start_offsets(

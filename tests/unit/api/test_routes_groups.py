@@ -404,3 +404,17 @@ async def test_clients_cannot_produce_to_the_offsets_topic(server: Server) -> No
     # Nothing reached the log: the coordinator still loads it.
     part = server.replicas.partition(TopicPartition(CONSUMER_OFFSETS_TOPIC, 0))
     assert part.log.log_end_offset == 0
+
+
+async def test_requests_over_too_many_partitions_are_refused_early(server: Server) -> None:
+    await server.ready()
+    server.runtime.config = GroupCoordinatorConfig(offset_commit_partitions_max=1)
+    status, doc = await server.call(
+        "POST", "/v1/groups/g/offsets/reset", {"strategy": "earliest", "topics": [ORDERS]}
+    )
+    assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")
+    assert doc["error"]["details"]["offset_commit_partitions_max"] == 1
+    status, doc = await server.call(
+        "GET", f"/v1/groups/g/offsets?topics={ORDERS}&auto_offset_reset=earliest"
+    )
+    assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")
