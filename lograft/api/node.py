@@ -7,6 +7,8 @@ Wiring, in start order:
 2. the `ControllerRuntime` (controller role), active while this node leads Raft;
 3. the `ReplicaManager` (broker role), which follows the image: every applied
    metadata batch is turned into the set of local replicas and their roles;
+   with it the `GroupCoordinatorRuntime`, which hears of every leadership of
+   `__consumer_offsets` through the replica manager's role listener;
 4. the HTTP server: public `/v1`, health, and `/internal/v1` (cluster secret);
 5. the `BrokerAgent` (broker role): registration and heartbeats.
 
