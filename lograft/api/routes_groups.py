@@ -100,7 +100,18 @@ class GroupRoutes:
     async def find_coordinator(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
         if self.metadata.topic(CONSUMER_OFFSETS_TOPIC) is None:
-            await self.create_offsets_topic()
+            try:
+                await self.create_offsets_topic()
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                # NOT_CONTROLLER and the like would send the client to the
+                # controller; for it, the coordinator is just not there yet.
+                raise CoordinatorNotAvailableError(
+                    f"could not create {CONSUMER_OFFSETS_TOPIC} yet: {exc.message}; "
+                    "retry shortly",
+                    cause=exc.code,
+                ) from None
         where = self.runtime.locate(group_id)
         if where.coordinator_id < 0:
             raise CoordinatorNotAvailableError(

@@ -27,6 +27,7 @@ from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.partition import Acks, Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import NotControllerError
 from lograft.storage.batch import RecordInput, build_batch
 
 BROKER = 1
@@ -74,6 +75,7 @@ class Server:
     replicas: ReplicaManager
     runtime: GroupCoordinatorRuntime
     metadata: Metadata
+    routes: GroupRoutes
 
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         resp = await self.client.request(method, path, json=body)
@@ -112,10 +114,11 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     session = aiohttp.ClientSession()
     peers = PeerUrls()
     offsets = PartitionOffsets(replicas, metadata, session, peers)
-    GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers).add_to(app)
+    routes = GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers)
+    routes.add_to(app)
     DataRoutes(replicas, metadata, session, peers=peers).add_to(app)
     async with TestClient(TestServer(app)) as client:
-        yield Server(client, replicas, runtime, metadata)
+        yield Server(client, replicas, runtime, metadata, routes)
     await session.close()
     await runtime.stop()
     await replicas.stop()
@@ -418,3 +421,14 @@ async def test_requests_over_too_many_partitions_are_refused_early(server: Serve
         "GET", f"/v1/groups/g/offsets?topics={ORDERS}&auto_offset_reset=earliest"
     )
     assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_a_failed_topic_creation_is_coordinator_not_available(server: Server) -> None:
+    async def no_controller() -> None:
+        raise NotControllerError("no active controller is reachable; retry shortly")
+
+    server.routes.create_offsets_topic = no_controller
+    status, doc = await server.call("GET", "/v1/groups/g/coordinator")
+    assert (status, doc["error"]["code"]) == (503, "COORDINATOR_NOT_AVAILABLE")
+    assert doc["error"]["retriable"] is True
+    assert doc["error"]["details"]["cause"] == "NOT_CONTROLLER"
