@@ -1,0 +1,165 @@
+"""Client consumer groups on three real nodes, while a producer keeps writing:
+two members split six partitions and together get every record once, one
+closes and the other carries on from its commits; a member cut off from its
+coordinator stops by itself and the other takes over from the committed
+offsets (duplicates only above them); a second group gets every record too;
+no partition is ever held by two members at once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from lograft.client import TopicPartition
+from tests.integration.client.group_support import Ledger, Member, TrickleProducer
+from tests.integration.cluster_harness import LograftCluster
+from tests.integration.data_plane import start_cluster, wait_in_sync
+from tests.raft_support import eventually_async
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+PARTITIONS = 6
+SESSION_TIMEOUT_MS = 2_000
+GROUPS = {
+    "offsets_topic_num_partitions": 3,
+    "session_timeout_ms": SESSION_TIMEOUT_MS,
+    "group_heartbeat_interval_ms": 200,
+}
+# Conditions that take a few heartbeat rounds (or one session) get this long,
+# s: generous, the machine is shared and loaded.
+SETTLE_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
+    c = start_cluster(
+        lambda attempt: LograftCluster(
+            tmp_path_factory.mktemp(f"cg-{attempt}"),
+            3,
+            overrides={n: {"groups": GROUPS} for n in (1, 2, 3)},
+        )
+    )
+    try:
+        yield c
+    finally:
+        print(c.logs(lines=120))
+        c.close()
+
+
+def make_topic(cluster: LograftCluster, name: str) -> str:
+    cluster.create_topic(name, partitions=PARTITIONS, replication_factor=3)
+    wait_in_sync(cluster, name)
+    return name
+
+
+def urls(cluster: LograftCluster) -> str:
+    return ",".join(n.url for n in cluster)
+
+
+ALL_TPS = lambda topic: {TopicPartition(topic, p) for p in range(PARTITIONS)}  # noqa: E731
+
+
+async def test_members_split_close_hands_over_and_a_second_group_sees_everything(cluster):
+    topic = make_topic(cluster, "split")
+    url = urls(cluster)
+    producer = TrickleProducer(url, topic, PARTITIONS)
+    g1, g2 = Ledger(), Ledger()
+    common = {"auto_offset_reset": "earliest", "auto_commit_interval_ms": 300}
+    a = Member("a", g1, url, "g1", topic, **common)
+    b = Member("b", g1, url, "g1", topic, **common)
+    c = Member("c", g2, url, "g2", topic, **common)
+    await producer.start()
+    try:
+        await a.start()
+        await c.start()
+        await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
+        await b.start()
+
+        def split() -> bool:
+            ha, hb = a.holding(), b.holding()
+            return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
+
+        await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
+        got_by_b = lambda: {tp.partition for _t, tp, _o in g1.records["b"]}  # noqa: E731
+        await eventually_async(
+            lambda: got_by_b() == {tp.partition for tp in b.holding()}, SETTLE_S, "b consumes"
+        )
+        await a.close()  # commits its positions, revokes, leaves
+        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+        # Let b read some records of the partitions it took over before stopping.
+        mark = len(g1.records["b"])
+        await eventually_async(lambda: len(g1.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+    finally:
+        await producer.stop()
+    acked = producer.acked
+    await eventually_async(lambda: g1.seen("b") | g1.seen("a") >= acked, SETTLE_S, "g1 all")
+    await eventually_async(lambda: g2.seen("c") >= acked, SETTLE_S, "g2 all")
+    await b.close()
+    await c.close()
+
+    # Graceful hand-overs commit before giving up: every record exactly once.
+    dup = [k for k, n in Counter(g1.all_seen()).items() if n > 1]
+    assert not dup, f"records consumed twice in g1: {sorted(dup)[:20]}"
+    assert g1.seen("a") and g1.seen("b")
+    assert sorted(g2.all_seen()) == sorted(acked)
+    g1.check_one_owner_at_a_time()
+    g2.check_one_owner_at_a_time()
+
+
+async def test_a_member_cut_off_stops_and_the_other_resumes_from_its_commits(cluster):
+    topic = make_topic(cluster, "takeover")
+    url = urls(cluster)
+    producer = TrickleProducer(url, topic, PARTITIONS)
+    ledger = Ledger()
+    # Manual commits after each poll; a short API timeout so commits of the
+    # cut-off member fail fast instead of retrying for a minute.
+    common = {
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "default_api_timeout_ms": 1_000,
+    }
+    a = Member("a", ledger, url, "takeover", topic, commit_every_poll=True, **common)
+    b = Member("b", ledger, url, "takeover", topic, commit_every_poll=True, **common)
+    await producer.start()
+    try:
+        await a.start()
+        await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
+        await b.start()
+
+        def split() -> bool:
+            ha, hb = a.holding(), b.holding()
+            return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
+
+        await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
+        a_parts = a.holding()
+        await eventually_async(
+            lambda: {tp for tp in ledger.commits["a"]} == a_parts, SETTLE_S, "a commits"
+        )
+        a.transport.cut()  # a keeps polling, and its fetches still work
+        await eventually_async(lambda: set(a.lost) == a_parts, SETTLE_S, "a drops its partitions")
+        assert not a.holding()
+        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+        mark = len(ledger.records["b"])
+        await eventually_async(lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+    finally:
+        await producer.stop()
+    acked = producer.acked
+    await eventually_async(lambda: ledger.seen("b") | ledger.seen("a") >= acked, SETTLE_S, "all")
+    await a.close(timeout_ms=500)
+    await b.close()
+
+    a_committed = ledger.commits["a"]
+    for tp in a_parts:
+        b_got = [(t, off) for t, tp2, off in ledger.records["b"] if tp2 == tp]
+        a_last = max(t for t, tp2, _o in ledger.records["a"] if tp2 == tp)
+        # a stopped by itself (its session ran out) before b got the partition...
+        assert b_got and a_last < b_got[0][0], (tp, a_last, b_got[:1])
+        # ...and b starts exactly at a's last successful commit of it.
+        assert b_got[0][1] == a_committed[tp], (tp, b_got[:3], a_committed)
+    # Duplicates only from what a consumed after its last commit (at-least-once).
+    for (partition, offset), n in Counter(ledger.all_seen()).items():
+        if n > 1:
+            tp = TopicPartition(topic, partition)
+            assert n == 2 and tp in a_parts and offset >= a_committed[tp], (tp, offset, n)
