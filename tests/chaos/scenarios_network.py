@@ -17,6 +17,7 @@ bytes delivered by the heal cannot fall inside it.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ SPLITS_MAX = 3
 
 def _net(ctx: ChaosContext) -> Network:
     assert isinstance(ctx.network, Network), "a network scenario needs ctx.network"
+    ctx.network.log = ctx.log  # each cut, loss and heal in the run's log
     return ctx.network
 
 
@@ -133,11 +135,6 @@ def _heal_and_wait_whole(ctx: ChaosContext) -> None:
 
     ctx.cluster.eventually(whole, HEAL_WAIT_S, "every broker unfenced and in every ISR")
     ctx.log("healed: every broker unfenced and in every ISR")
-
-
-def _random_pair(ctx: ChaosContext) -> tuple[int, int]:
-    a, b = ctx.rng.sample(_node_ids(ctx), 2)
-    return a, b
 
 
 def _pick_leader(ctx: ChaosContext, via: ClusterNode, *, not_node: int | None) -> tuple[int, int]:
@@ -251,7 +248,8 @@ def slow_replication(ctx: ChaosContext) -> None:
 def flapping_links(ctx: ChaosContext) -> None:
     """One or two node pairs whose links go down and up, over and over."""
     net = _net(ctx)
-    pairs = [_random_pair(ctx) for _ in range(ctx.rng.randint(1, 2))]
+    all_pairs = list(itertools.combinations(_node_ids(ctx), 2))
+    pairs = ctx.rng.sample(all_pairs, ctx.rng.randint(1, 2))
     periods = []
     for a, b in pairs:
         period = round(ctx.rng.uniform(FLAP_PERIOD_S_MIN, FLAP_PERIOD_S_MAX), 2)
@@ -298,6 +296,7 @@ _network(
     "isolate-leader",
     "cut a partition leader off from its followers but not from clients, heal",
     isolate_leader,
+    fast=True,
 )
 _network(
     "majority-minority-split",
