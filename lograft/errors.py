@@ -145,6 +145,16 @@ class InvalidReplicationFactorError(LograftError):
     kafka_code = 38
 
 
+@_register
+class InternalTopicProtectedError(LograftError):
+    """An admin change that would break the internal topic `__consumer_offsets`:
+    deleting it, adding partitions, or making it anything but compacted. Kafka
+    has no such code (it allows all three); `details` name the topic and the
+    refused operation."""
+
+    code = "INTERNAL_TOPIC_PROTECTED"
+
+
 # --- storage faults ------------------------------------------------------------
 
 

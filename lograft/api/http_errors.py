@@ -29,6 +29,8 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidTopicError: 400,
     e.InvalidPartitionsError: 400,
     e.InvalidReplicationFactorError: 400,
+    # 403: understood and valid, but refused whoever asks (not an auth failure).
+    e.InternalTopicProtectedError: 403,
     e.UnsupportedCompressionError: 400,
     e.RecordTooLargeError: 413,
     e.UnknownTopicOrPartitionError: 404,

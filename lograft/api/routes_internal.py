@@ -25,6 +25,7 @@ from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
+from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import ConfigResourceType, endpoints_from
 
 Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -220,6 +221,8 @@ class ControllerRpc:
             topic = self.runtime.store.image.topic(name)
             rf = len(topic.partitions[0].replicas) if topic and topic.partitions else None
             changes = validate_topic_configs(changes, rf)
+            # Each key commits on its own below: refuse the whole request first.
+            check_topic_config_changes(name, changes)
         for key, value in changes.items():
             req = c.AlterConfigRequest(
                 resource_type, name, str(key), None if value is None else str(value)

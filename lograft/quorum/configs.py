@@ -16,6 +16,7 @@ from lograft.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.election import elect_offline_leaders
 from lograft.quorum.image import MetadataImage
+from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import Config, ConfigResourceType, Record
 from lograft.quorum.result import ControllerResult
 
@@ -78,6 +79,8 @@ def alter_config(
     """Set or delete one config; enabling unclean election elects offline leaders."""
     _check_resource(image, request.resource_type, request.resource_name)
     validate_config_entry(request.key, request.value, config)
+    if request.resource_type is ConfigResourceType.TOPIC:
+        check_topic_config_changes(request.resource_name, {request.key: request.value})
     record = Config(request.resource_type, request.resource_name, request.key, request.value)
     records: list[Record] = [record]
     if request.key == UNCLEAN_LEADER_ELECTION:

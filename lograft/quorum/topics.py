@@ -28,6 +28,7 @@ from lograft.errors import (
 from lograft.quorum.configs import validate_config_entries
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.image import MetadataImage, TopicImage
+from lograft.quorum.internal_topics import check_create_partitions, check_delete_topic
 from lograft.quorum.placement import broker_loads, place_replicas
 from lograft.quorum.records import (
     Config,
@@ -156,6 +157,7 @@ def _existing(image: MetadataImage, name: str) -> TopicImage:
 def delete_topic(image: MetadataImage, name: str) -> ControllerResult[str]:
     """Remove a topic (its partitions and configs go with it). Response: its id."""
     topic = _existing(image, name)
+    check_delete_topic(name)
     return ControllerResult((RemoveTopic(topic.topic_id),), topic.topic_id)
 
 
@@ -171,6 +173,7 @@ def create_partitions(
 ) -> ControllerResult[CreatePartitionsResponse]:
     """Grow a topic to `total_partitions`, with its existing replication factor."""
     topic = _existing(image, name)
+    check_create_partitions(name)
     current = len(topic.partitions)
     if total_partitions <= current:
         raise InvalidPartitionsError(
