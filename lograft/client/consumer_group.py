@@ -130,6 +130,8 @@ class ConsumerGroup:
             except BaseException:
                 m.put_back(event)
                 raise
+            if event.generation != m.generation:
+                continue  # lost meanwhile: the LOST event speaks for these partitions
             return event
         return None
 
