@@ -2,8 +2,9 @@
 
 Commands: `node` (run a node), `dump-log` (inspect segment files), and the
 cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
-`produce`, `consume` (modules `cli_cluster`, `cli_topics`, `cli_produce`,
-`cli_consume`; transport in `http_client`). See docs/cli.md.
+`groups ...`, `produce`, `consume` (modules `cli_cluster`, `cli_topics`,
+`cli_groups`, `cli_produce`, `cli_consume`; transport in `http_client`). See
+docs/cli.md.
 
 Exit codes: 0 success, 1 a failure the message explains (missing file, server
 error with its code, unreachable cluster with the URLs tried), 2 bad usage
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lograft import __version__
-from lograft.api import cli_cluster, cli_consume, cli_produce, cli_topics
+from lograft.api import cli_cluster, cli_consume, cli_groups, cli_produce, cli_topics
 from lograft.api.cli_common import EXIT_FAILURE, Streams, error_text
 from lograft.api.http_client import default_bootstrap, parse_bootstrap
 from lograft.errors import LograftError
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_cluster.add_parser(sub)
     cli_topics.add_parser(sub)
+    cli_groups.add_parser(sub)
     cli_produce.add_parser(sub)
     cli_consume.add_parser(sub)
     return parser

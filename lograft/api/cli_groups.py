@@ -1,0 +1,443 @@
+"""`lograft groups list|describe|delete|reset-offsets`, as kafka-consumer-groups does.
+
+`list` asks any node (`GET /v1/groups`, which asks every live broker). The
+others concern one group and go to its coordinator, as the API requires: the
+command looks the coordinator up (`GET /v1/groups/{group}/coordinator`, on any
+node), follows a `NOT_COORDINATOR` answer to the broker it names, and while
+the coordinator moves or loads (`COORDINATOR_LOAD_IN_PROGRESS`,
+`COORDINATOR_NOT_AVAILABLE`) looks it up again after a pause, for at most
+`COORDINATOR_RETRY_TIMEOUT_MS`.
+
+`reset-offsets --dry-run` computes the new offsets the way the coordinator
+does (`resolve_reset_offsets` over each partition leader's offsets) and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from lograft.api.cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Streams,
+    add_connection_args,
+    client_for,
+    count,
+    non_negative_int,
+    print_lines,
+    table,
+)
+from lograft.api.cli_consume import Cursor, LeaderClient
+from lograft.api.http_client import ClusterUnreachableError, HttpClient, decode_error
+from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
+from lograft.brokers.partition import TopicPartition
+from lograft.errors import (
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    LograftError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    UnknownTopicOrPartitionError,
+)
+
+# NOT_COORDINATOR answers followed for one request before looking up again
+# (stale metadata on two brokers can send a request back and forth).
+COORDINATOR_HOPS_MAX = 3
+# How long one command keeps retrying while the coordinator moves or loads, ms.
+COORDINATOR_RETRY_TIMEOUT_MS = 30_000
+RETRY_BACKOFF_MS_MIN = 100
+RETRY_BACKOFF_MS_MAX = 2_000
+# Codes that mean "the coordinator is moving or loading": look it up again, after a pause.
+RETRIABLE_CODES = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "COORDINATOR_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "CLUSTER_UNREACHABLE",
+    }
+)
+DEAD = "dead"
+
+
+def add_parser(sub: Any) -> None:
+    groups = sub.add_parser(
+        "groups", help="list, describe, delete consumer groups, reset their offsets"
+    )
+    gsub = groups.add_subparsers(dest="groups_command", metavar="COMMAND")
+    gsub.required = True
+
+    lst = gsub.add_parser(
+        "list",
+        help="every group: state, members, coordinator",
+        description="List the consumer groups of the cluster.",
+    )
+    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    _finish(lst, cmd_list, "groups list")
+
+    describe = gsub.add_parser(
+        "describe",
+        help="state, members, assignment, committed offsets and lag per partition",
+        description="Describe a consumer group: its state and members, and per partition "
+        "the committed offset, high watermark, lag and owning member.",
+    )
+    describe.add_argument("group", metavar="GROUP")
+    describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    _finish(describe, cmd_describe, "groups describe")
+
+    delete = gsub.add_parser(
+        "delete",
+        help="delete a group without members",
+        description="Delete a consumer group and its committed offsets. The group must "
+        "have no members.",
+    )
+    delete.add_argument("group", metavar="GROUP")
+    _finish(delete, cmd_delete, "groups delete")
+
+    reset = gsub.add_parser(
+        "reset-offsets",
+        help="move a group's committed offsets (group without members)",
+        description="Set the committed offsets of a group without members, for every "
+        "partition of a topic or the ones given. New offsets stay within each "
+        "partition's [log start, high watermark].",
+    )
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("--topic", required=True, metavar="TOPIC")
+    reset.add_argument(
+        "--partitions",
+        type=partition_list,
+        metavar="P[,P...]",
+        help="only these partitions of the topic (default: all)",
+    )
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start")
+    to.add_argument("--to-latest", action="store_true", help="the high watermark")
+    to.add_argument(
+        "--to-timestamp",
+        type=non_negative_int,
+        metavar="MS",
+        help="the first record at or after this time (ms since the epoch), else the high watermark",
+    )
+    to.add_argument(
+        "--to-offset", type=non_negative_int, metavar="N", help="this offset, clamped into range"
+    )
+    reset.add_argument(
+        "--dry-run", action="store_true", help="print the new offsets, change nothing"
+    )
+    _finish(reset, cmd_reset_offsets, "groups reset-offsets")
+
+
+def _finish(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
+    add_connection_args(parser)
+    parser.set_defaults(func=func, cmd_name=name, parser=parser)
+
+
+def partition_list(text: str) -> list[int]:
+    """`0,2,5` -> [0, 2, 5] (sorted, no duplicates)."""
+    try:
+        numbers = {int(p) for p in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write partitions as numbers with commas, e.g. 0,2,5"
+        ) from None
+    if any(p < 0 for p in numbers):
+        raise argparse.ArgumentTypeError(f"{text!r}: partitions are 0 or more")
+    return sorted(numbers)
+
+
+def _dump(doc: Any, streams: Streams) -> None:
+    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+# -- talking to the coordinator ------------------------------------------------------------------
+
+
+class CoordinatorClient:
+    """Requests for one group, sent to its coordinator wherever it moves."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        group: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.group = group
+        self.sleep = sleep
+        self.clock = clock
+        self.path = f"/v1/groups/{urllib.parse.quote(group, safe='')}"
+        self.url: str | None = None  # None: look the coordinator up
+
+    def call(self, method: str, suffix: str = "", json: Any = None) -> Any:
+        deadline = self.clock() + COORDINATOR_RETRY_TIMEOUT_MS / 1000
+        backoff_ms = RETRY_BACKOFF_MS_MIN
+        while True:
+            try:
+                return self._follow(method, self.path + suffix, json)
+            except LograftError as exc:
+                if exc.code not in RETRIABLE_CODES or self.clock() >= deadline:
+                    raise
+                if isinstance(exc, ClusterUnreachableError) and self.url is None:
+                    raise  # every bootstrap node is down: say so now
+            self.url = None
+            self.sleep(backoff_ms / 1000)
+            backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
+
+    def _follow(self, method: str, path: str, json: Any) -> Any:
+        for _hop in range(COORDINATOR_HOPS_MAX + 1):
+            if self.url is None:
+                self.url = self._lookup()
+            reply = self.client.send(method, path, json=json, base=self.url)
+            if reply.status < 400:
+                return reply.body
+            exc = decode_error(reply.status, reply.body, reply.url)
+            url = exc.details.get("coordinator_url")
+            if not isinstance(exc, NotCoordinatorError) or not isinstance(url, str) or not url:
+                raise exc
+            if url.rstrip("/") == self.url:
+                raise exc
+            self.url = url.rstrip("/")
+        raise NotCoordinatorError(
+            f"group {self.group!r}: still not at the coordinator after "
+            f"{COORDINATOR_HOPS_MAX} redirects (metadata is moving)"
+        )
+
+    def _lookup(self) -> str:
+        doc = self.client.get(self.path + "/coordinator")
+        url = doc.get("coordinator_url")
+        if not isinstance(url, str) or not url:
+            raise CoordinatorNotAvailableError(
+                f"group {self.group!r}: coordinator {doc.get('coordinator_id')} has no address yet"
+            )
+        return url.rstrip("/")
+
+
+# -- list ----------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
+    doc = client_for(args).get("/v1/groups")
+    if args.json:
+        _dump(doc, streams)
+    else:
+        groups = doc.get("groups") or []
+        rows = [
+            (g.get("group_id"), g.get("state"), g.get("members"), g.get("coordinator_id"))
+            for g in groups
+        ]
+        if rows:
+            print_lines(table(["GROUP", "STATE", "MEMBERS", "COORDINATOR"], rows), streams.stdout)
+        else:
+            streams.stdout.write("no groups\n")
+    gaps = incomplete_list_text(doc)
+    if gaps is None:
+        return EXIT_OK
+    streams.stderr.write(f"lograft {args.cmd_name}: {gaps}\n")
+    return EXIT_FAILURE
+
+
+def incomplete_list_text(doc: Mapping[str, Any]) -> str | None:
+    """Why the list may lack groups, or None when every broker answered in full."""
+    unreachable = doc.get("unreachable_brokers") or []
+    loading = doc.get("loading_partitions") or []
+    reasons = []
+    if unreachable:
+        reasons.append(f"broker(s) {', '.join(map(str, unreachable))} did not answer")
+    if loading:
+        reasons.append(
+            f"__consumer_offsets partition(s) {', '.join(map(str, loading))} are still loading"
+        )
+    if not reasons:
+        return None
+    return f"the list may be incomplete: {'; '.join(reasons)}. Run it again shortly."
+
+
+# -- describe ------------------------------------------------------------------------------------
+
+
+def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
+    coordinator = CoordinatorClient(client_for(args), args.group)
+    doc = coordinator.call("GET")
+    if doc.get("state") == DEAD:
+        raise GroupIdNotFoundError(f"group {args.group!r} does not exist", group_id=args.group)
+    if args.json:
+        _dump(doc, streams)
+        return EXIT_OK
+    print_lines(render_describe(doc, coordinator.url), streams.stdout)
+    return EXIT_OK
+
+
+def render_describe(doc: Mapping[str, Any], coordinator_url: str | None = None) -> list[str]:
+    members = doc.get("members") or []
+    offsets = doc.get("offsets") or []
+    lags = [o["lag"] for o in offsets if o.get("lag") is not None]
+    lines = [
+        f"group {doc.get('group_id')}  state {doc.get('state')}  "
+        f"group epoch {doc.get('group_epoch')}  assignment epoch {doc.get('assignment_epoch')}  "
+        f"assignor {doc.get('assignor')}",
+        f"coordinator {coordinator_url or '-'}  members {len(members)}  "
+        f"total lag {sum(lags) if lags else '-'}",
+        "",
+    ]
+    clients = {m.get("member_id"): m.get("client_id") or "-" for m in members}
+    if offsets:
+        rows = [
+            (
+                o.get("topic"),
+                o.get("partition"),
+                o.get("committed_offset"),
+                o.get("high_watermark"),
+                o.get("lag"),
+                o.get("owner"),
+                clients.get(o.get("owner")),
+            )
+            for o in offsets
+        ]
+        headers = ["TOPIC", "PARTITION", "COMMITTED", "HIGH-WATERMARK", "LAG", "OWNER", "CLIENT-ID"]
+        lines += table(headers, rows)
+    else:
+        lines.append("no committed offsets and no assigned partitions")
+    if members:
+        lines.append("")
+        rows = [
+            (
+                m.get("member_id"),
+                m.get("client_id") or None,
+                m.get("client_host") or None,
+                m.get("member_epoch"),
+                m.get("member_state"),
+                m.get("subscribed_topics"),
+                partitions_text(m.get("assigned")),
+                partitions_text(m.get("pending_revocation")),
+            )
+            for m in members
+        ]
+        headers = ["MEMBER", "CLIENT-ID", "HOST", "EPOCH", "STATE", "SUBSCRIBED", "ASSIGNED"]
+        lines += table([*headers, "REVOKING"], rows)
+    return lines
+
+
+def partitions_text(parts: Mapping[str, list[int]] | None) -> str | None:
+    """`{"orders": [0, 1], "audit": [2]}` -> `audit:2;orders:0,1` (None when empty)."""
+    if not parts:
+        return None
+    return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(parts.items()))
+
+
+# -- delete --------------------------------------------------------------------------------------
+
+
+def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
+    CoordinatorClient(client_for(args), args.group).call("DELETE")
+    streams.stdout.write(f"deleted group {args.group}\n")
+    return EXIT_OK
+
+
+# -- reset-offsets -------------------------------------------------------------------------------
+
+
+def reset_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The body of `POST /v1/groups/{group}/offsets/reset` for the options given."""
+    body: dict[str, Any]
+    if args.to_earliest:
+        body = {"strategy": OffsetResetStrategy.EARLIEST.value}
+    elif args.to_latest:
+        body = {"strategy": OffsetResetStrategy.LATEST.value}
+    elif args.to_timestamp is not None:
+        body = {"strategy": OffsetResetStrategy.TIMESTAMP.value, "timestamp": args.to_timestamp}
+    else:
+        body = {"strategy": OffsetResetStrategy.OFFSET.value, "offset": args.to_offset}
+    if args.partitions is None:
+        body["topics"] = [args.topic]
+    else:
+        body["partitions"] = [{"topic": args.topic, "partition": p} for p in args.partitions]
+    return body
+
+
+def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
+    client = client_for(args)
+    coordinator = CoordinatorClient(client, args.group)
+    body = reset_request(args)
+    if args.dry_run:
+        rows = _dry_run(client, coordinator, args, body)
+        print_lines(
+            table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"], rows), streams.stdout
+        )
+        streams.stdout.write(
+            f"dry run: group {args.group} unchanged; run without --dry-run to reset\n"
+        )
+        return EXIT_OK
+    doc = coordinator.call("POST", "/offsets/reset", json=body)
+    offsets = doc.get("offsets") or []
+    rows = [(o.get("topic"), o.get("partition"), o.get("offset")) for o in offsets]
+    print_lines(table(["TOPIC", "PARTITION", "NEW-OFFSET"], rows), streams.stdout)
+    streams.stdout.write(
+        f"reset {count(len(offsets), 'partition')} of group {args.group} ({body['strategy']})\n"
+    )
+    return EXIT_OK
+
+
+def _dry_run(
+    client: HttpClient,
+    coordinator: CoordinatorClient,
+    args: argparse.Namespace,
+    body: Mapping[str, Any],
+) -> list[tuple[str, int, int | None, int]]:
+    described = coordinator.call("GET")
+    members = described.get("members") or []
+    if members:
+        # What the reset itself would answer: only a group without members may be reset.
+        raise NonEmptyGroupError(
+            f"group {args.group!r} has {count(len(members), 'member')} "
+            f"(state {described.get('state')}); stop its consumers before resetting",
+            group_id=args.group,
+        )
+    current = {
+        (o["topic"], o["partition"]): o.get("committed_offset")
+        for o in described.get("offsets") or []
+    }
+    partitions = _topic_partitions(client, args.topic, args.partitions)
+    leaders = LeaderClient(client, args.topic)
+    timestamp = body.get("timestamp")
+    bounds = {TopicPartition(args.topic, p): _bounds(leaders, p, timestamp) for p in partitions}
+    new = resolve_reset_offsets(OffsetResetStrategy(body["strategy"]), bounds, body.get("offset"))
+    return [
+        (tp.topic, tp.partition, current.get((tp.topic, tp.partition)), offset)
+        for tp, offset in sorted(new.items(), key=lambda kv: kv[0].partition)
+    ]
+
+
+def _topic_partitions(client: HttpClient, topic: str, only: list[int] | None) -> list[int]:
+    doc = client.get(f"/v1/topics/{urllib.parse.quote(topic, safe='')}")
+    numbers = sorted(int(p["partition"]) for p in doc.get("partitions") or [])
+    if only is None:
+        return numbers
+    missing = sorted(set(only) - set(numbers))
+    if missing:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic!r} has no partition {','.join(map(str, missing))}; it has "
+            f"{len(numbers)} (0..{len(numbers) - 1})",
+            topic=topic,
+            partition=missing[0],
+        )
+    return only
+
+
+def _bounds(leaders: LeaderClient, partition: int, timestamp: int | None) -> PartitionBounds:
+    query = {} if timestamp is None else {"timestamp": timestamp}
+    doc = leaders.get_json(Cursor(partition), "offsets", query)
+    found = doc.get("offset_for_timestamp")
+    return PartitionBounds(
+        log_start_offset=int(doc["earliest"]),
+        high_watermark=int(doc["latest"]),
+        offset_for_timestamp=int(found["offset"]) if found else None,
+    )
