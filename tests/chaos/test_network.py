@@ -283,3 +283,16 @@ def test_a_flapping_link_goes_down_and_up_until_healed(healed):
     eventually(lambda: net.probe(2, 1, timeout_s=0.4) is None, REACT_S, "the link down again")
     net.heal()
     assert all(net.reachability(timeout_s=5.0).values())
+
+
+def test_heal_restarts_a_toxiproxy_that_does_not_answer(healed):
+    cluster, net = healed
+    net.isolate(3)
+    # A server that answers nothing (it wedged once: see network.py): here, gone.
+    old_pid = net.server.pid
+    net.server.stop()
+    net.heal()
+    assert net.server.pid != old_pid
+    assert net.toxics() == {}
+    eventually(lambda: all(net.reachability().values()), REACT_S, "every link through again")
+    converge(cluster)

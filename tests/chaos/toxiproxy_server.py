@@ -72,6 +72,11 @@ class ToxiproxyServer:
 
         eventually(up, SERVER_START_TIMEOUT_S, "the toxiproxy server's API")
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "the toxiproxy server was never started"
+        return self.proc.pid
+
     def stop(self) -> None:
         proc = self.proc
         if proc is None:
