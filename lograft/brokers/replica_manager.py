@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import shutil
 import time
@@ -202,6 +203,7 @@ class ReplicaManager:
         alter_partitions: AlterPartitionsFn | None = None,
         fetch_transport: FetchTransport | None = None,
         ineligible_replicas: Callable[[], frozenset[int]] | None = None,
+        gc_freeze: bool = False,
         clock: Clock = wall_clock_ms,
         lag_clock: Clock = monotonic_ms,
     ) -> None:
@@ -221,6 +223,9 @@ class ReplicaManager:
         # for an ISR (the controller would refuse every such proposal, and the
         # leader would send it again on every ISR check).
         self.ineligible_replicas = ineligible_replicas or frozenset
+        # Move every live object out of the cyclic GC's reach after an apply
+        # that created replicas (a node process sets this; see _freeze_heap).
+        self.gc_freeze = gc_freeze
         # `clock` stamps records and drives retention (wall time, as Kafka);
         # `lag_clock` measures durations (follower lag, fetch deadlines) and
         # must not jump when the wall clock is stepped, or a step forward
@@ -346,6 +351,7 @@ class ReplicaManager:
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._remove(tp)
         roles_changed = False
+        created = 0
         for tp, meta in wanted.items():
             before = self._applied.get(tp)
             if before is meta or (before is not None and before == meta and tp in self.partitions):
@@ -355,7 +361,10 @@ class ReplicaManager:
                     self._remove(tp)
                     roles_changed = True
                 continue
-            part = self.partitions.get(tp) or self._create(tp, meta)
+            part = self.partitions.get(tp)
+            if part is None:
+                part = self._create(tp, meta)
+                created += 1
             role, leader = part.role, part.leader_id
             self._update_configs(part, meta)
             self._reconcile(part, meta, now)
@@ -369,6 +378,8 @@ class ReplicaManager:
         if roles_changed or any(task.done() for task in self._fetchers.values()):
             self._sync_fetchers()
         self._start_epoch_flush()
+        if created and self.gc_freeze:
+            _freeze_heap()
 
     def _start_epoch_flush(self) -> None:
         """Write new leaderships' epoch entries in a worker thread, one at a time."""
@@ -763,6 +774,24 @@ class ReplicaManager:
     def leader_for(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return -1 if part is None else part.leader_id
+
+
+def _freeze_heap() -> None:
+    """Put every object alive now in the GC's permanent generation (gc.freeze).
+
+    Replicas are long-lived object graphs (logs, segments, indexes, producer
+    and follower state): ~100 objects each, ~200,000 in a node with 2,000.
+    CPython's full (generation 2) collection walks all of them whenever enough
+    objects have survived into generation 2 since the last one, which idle
+    long-polls keep doing: measured every 2-5 s on such a node, 450-1,070 ms
+    each on the shared 2-core machine, holding the GIL, so the event loop and
+    the Raft thread stopped together (brokers fenced, controllers re-elected).
+    Frozen objects are never scanned again; anything created later is
+    collected as usual. The cost: cyclic garbage among objects frozen here is
+    never reclaimed (reference counting still frees everything else), so a
+    deleted replica whose objects formed a cycle would keep its memory; removing
+    replicas leaves no cyclic garbage (a unit test checks it)."""
+    gc.freeze()
 
 
 def _one_by_one(single: AlterPartitionFn) -> AlterPartitionsFn:

@@ -7,6 +7,7 @@ reconciles only partitions whose meta is not the one it last applied.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -129,5 +130,36 @@ async def test_new_leaderships_write_their_epoch_entries_off_the_loop(tmp_path: 
         for p in led:
             text = (p.log.directory / "leader-epoch-checkpoint").read_text()
             assert text == "0\n1\n0 0\n"
+    finally:
+        await rm.stop()
+
+
+async def test_created_replicas_are_frozen_out_of_the_cyclic_gc(tmp_path: Path):
+    """A node freezes the heap after creating replicas (full collections over
+    2,000 replicas stalled its loop and Raft thread for up to a second). That
+    is only free of leaks while removing a replica leaves no cyclic garbage."""
+    rm = ReplicaManager(BROKER, tmp_path / "b", BrokerSettings(), gc_freeze=True)
+    await rm.start()
+    try:
+        gc.unfreeze()
+        rm.apply_metadata(hosted_partitions(image_of(states(30), 1), BROKER))
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        gc.collect()
+        rm.apply_metadata({})
+        assert not rm.partitions
+        assert gc.collect() == 0, "removing replicas left cyclic garbage"
+    finally:
+        gc.unfreeze()
+        await rm.stop()
+
+
+async def test_without_the_setting_nothing_is_frozen(tmp_path: Path):
+    rm = ReplicaManager(BROKER, tmp_path / "b", BrokerSettings())
+    await rm.start()
+    try:
+        gc.unfreeze()
+        rm.apply_metadata(hosted_partitions(image_of(states(3), 1), BROKER))
+        assert gc.get_freeze_count() == 0
     finally:
         await rm.stop()
