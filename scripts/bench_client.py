@@ -23,12 +23,23 @@ Cases (every produce is acks=all, values of `--value-bytes` ASCII bytes, no keys
 9. End to end: an AsyncProducer (linger 0) sends `--latency-records` records
    paced `--latency-interval-ms` apart while an AsyncConsumer in the same
    process long-polls; latency = consumer receive time - record timestamp.
+10. `Consumer` (sync) in a fresh consumer group: `subscribe()`, then poll
+    until it has read everything case 1 wrote (the time includes finding
+    the coordinator, joining and reading the committed offsets; auto-commit
+    on, every 5 s).
+11. Two `AsyncConsumer`s in one fresh group, in this process, reading the
+    same together (joining and the rebalance when the second arrives
+    included).
+
+`--consumers-only` runs cases 6, 7, 10 and 11 on records written by an
+AsyncProducer (no producer figures).
 
 The client runs in this process and shares the machine with the nodes (with
 `--start`); its CPU time (user+system of this process) is printed per case.
 Progress goes to stderr, the table to stdout; `--json` prints JSON instead.
 
     .venv/bin/python scripts/bench_client.py --start 1
+    .venv/bin/python scripts/bench_client.py --start 1 --consumers-only
     .venv/bin/python scripts/bench_client.py --bootstrap http://127.0.0.1:9091 --records 500000
 """
 
@@ -311,6 +322,83 @@ class Bench:
         t, count, requests = asyncio.run(run())
         self.add(Result("AsyncConsumer, poll()", count, t["seconds"], t["cpu"], requests))
 
+    def consumer_group_sync(self, topic: str, expected: int) -> None:
+        group = f"bench-client-{self.stamp}-group-sync"
+        with Consumer(
+            self.bootstrap, group_id=group, auto_offset_reset="earliest", fetch_max_wait_ms=100
+        ) as c:
+            count = 0
+            with timed() as t:
+                c.subscribe([topic])
+                while count < expected:
+                    for records in c.poll(timeout_ms=5000).values():
+                        count += len(records)
+            requests = c.fetch_requests
+        self.add(
+            Result(
+                "Consumer (sync), group, subscribe()",
+                count,
+                t["seconds"],
+                t["cpu"],
+                requests,
+                "from subscribe(), joining included",
+            )
+        )
+
+    def consumer_group_pair(self, topic: str, expected: int) -> None:
+        group = f"bench-client-{self.stamp}-group-pair"
+
+        async def run() -> tuple[dict[str, float], list[int], int]:
+            members = [
+                AsyncConsumer(
+                    self.bootstrap,
+                    group_id=group,
+                    auto_offset_reset="earliest",
+                    fetch_max_wait_ms=100,
+                )
+                for _ in range(2)
+            ]
+            counts = [0, 0]
+
+            async def drain(i: int, c: AsyncConsumer) -> None:
+                while sum(counts) < expected:
+                    for records in (await c.poll(timeout_ms=200)).values():
+                        counts[i] += len(records)
+
+            try:
+                with timed() as t:
+                    for c in members:
+                        await c.start()
+                        c.subscribe([topic])
+                    await asyncio.gather(*(drain(i, c) for i, c in enumerate(members)))
+                return t, counts, sum(c.fetch_requests for c in members)
+            finally:
+                for c in members:
+                    await c.close()
+
+        t, counts, requests = asyncio.run(run())
+        self.add(
+            Result(
+                "AsyncConsumer x2, one group",
+                sum(counts),
+                t["seconds"],
+                t["cpu"],
+                requests,
+                f"{counts[0]:,} + {counts[1]:,}, joining and rebalance included",
+            )
+        )
+
+    def consumers_only(self) -> dict[str, Any]:
+        t1 = self.topic("consumers")
+        self.producer_async(t1)
+        self.results.clear()  # only the consumer figures are reported
+        n = self.args.records
+        self.consumer_sync(t1, n)
+        self.consumer_async(t1, n)
+        self.consumer_group_sync(t1, n)
+        self.consumer_group_pair(t1, n)
+        return {"results": [dict(asdict(r), rate=r.rate) for r in self.results], "e2e": None}
+
     # -- end to end -----------------------------------------------------------------------
 
     def end_to_end(self, topic: str) -> dict[str, float]:
@@ -373,6 +461,8 @@ class Bench:
         self.consumer_sync(t1, a.records)
         self.consumer_async(t1, a.records)
         self.json_fetch(t1, a.records)
+        self.consumer_group_sync(t1, a.records)
+        self.consumer_group_pair(t1, a.records)
         e2e = self.end_to_end(self.topic("e2e"))
         return {"results": [dict(asdict(r), rate=r.rate) for r in self.results], "e2e": e2e}
 
@@ -404,6 +494,8 @@ def print_table(out: dict[str, Any]) -> None:
             f"{r['note']} |"
         )
     e = out["e2e"]
+    if e is None:
+        return
     print()
     print(
         f"end to end ({e['records']} records, linger_ms=0, fetch long-poll): "
@@ -444,10 +536,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--latency-records", type=int, default=500)
     ap.add_argument("--latency-interval-ms", type=float, default=5.0)
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument(
+        "--consumers-only", action="store_true", help="only the consumer cases (6, 7, 10, 11)"
+    )
     args = ap.parse_args(argv)
 
     def go(urls: list[str]) -> dict[str, Any]:
-        out = Bench(args, urls).run()
+        bench = Bench(args, urls)
+        out = bench.consumers_only() if args.consumers_only else bench.run()
         out["machine"] = machine()
         out["command"] = " ".join(["scripts/bench_client.py", *(argv or sys.argv[1:])])
         return out

@@ -2,13 +2,20 @@
 two members split six partitions and together get every record once, one
 closes and the other carries on from its commits; a member cut off from its
 coordinator stops by itself and the other takes over from the committed
-offsets (duplicates only above them); a second group gets every record too;
-no partition is ever held by two members at once."""
+offsets (duplicates only above them); a member process SIGKILLed is
+replaced within its session from its commits; a second group gets every
+record too; no partition is ever held by two members at once."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +170,111 @@ async def test_a_member_cut_off_stops_and_the_other_resumes_from_its_commits(clu
         if n > 1:
             tp = TopicPartition(topic, partition)
             assert n == 2 and tp in a_parts and offset >= a_committed[tp], (tp, offset, n)
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def worker_view(path: Path) -> tuple[set[int], list[tuple[int, int]], dict[int, int]]:
+    """What a group_worker process wrote: partitions held, records, last commits."""
+    held: set[int] = set()
+    records: list[tuple[int, int]] = []
+    committed: dict[int, int] = {}
+    text = path.read_text() if path.exists() else ""
+    for line in text.splitlines():
+        kind, *nums = line.split()
+        if len(nums) != (1 if kind in ("assigned", "revoked", "lost") else 2):
+            continue  # the last line may be half written
+        if kind == "assigned":
+            held.add(int(nums[0]))
+        elif kind in ("revoked", "lost"):
+            held.discard(int(nums[0]))
+        elif kind == "record":
+            records.append((int(nums[0]), int(nums[1])))
+        elif kind == "committed":
+            committed[int(nums[0])] = int(nums[1])
+    return held, records, committed
+
+
+async def test_a_member_process_killed_is_replaced_from_its_commits(cluster, tmp_path):
+    topic = make_topic(cluster, "killed")
+    url = urls(cluster)
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    producer = TrickleProducer(url, topic, PARTITIONS)
+    ledger = Ledger()
+    b = Member(
+        "b",
+        ledger,
+        url,
+        "killed",
+        topic,
+        commit_every_poll=True,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await producer.start()
+    with open(err, "wb") as err_file:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.client.group_worker",
+                url,
+                "killed",
+                topic,
+                str(out),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+        )
+    try:
+        await eventually_async(
+            lambda: len(worker_view(out)[0]) == PARTITIONS, SETTLE_S, "the worker holds all"
+        )
+        await b.start()
+        await eventually_async(
+            lambda: len(b.holding()) == 3 and len(worker_view(out)[0]) == 3,
+            SETTLE_S,
+            "a 3/3 split with the worker",
+        )
+        kept = worker_view(out)[0]
+        await eventually_async(
+            lambda: kept <= set(worker_view(out)[2]), SETTLE_S, "worker commits on its partitions"
+        )
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        killed_at = time.monotonic()
+        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+        takeover_s = time.monotonic() - killed_at
+        mark = len(ledger.records["b"])
+        await eventually_async(lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+    finally:
+        await producer.stop()
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    acked = producer.acked
+    _held, w_records, w_committed = worker_view(out)
+    await eventually_async(lambda: ledger.seen("b") | set(w_records) >= acked, SETTLE_S, "all")
+    await b.close()
+
+    # The coordinator moved the partitions once the session ran out (2 s),
+    # not before; the bound is loose for a loaded machine.
+    assert SESSION_TIMEOUT_MS / 1000 * 0.5 <= takeover_s < SETTLE_S, takeover_s
+    for p in kept:
+        b_offsets = [off for _t, tp, off in ledger.records["b"] if tp.partition == p]
+        # b starts at the worker's last commit: the last one it noted, or the
+        # one in flight when it died (it notes a commit after its answer),
+        # which covered the last records it noted.
+        last_read = max(off for p2, off in w_records if p2 == p)
+        assert b_offsets and b_offsets[0] in (w_committed[p], last_read + 1), (
+            p,
+            b_offsets[:3],
+            w_committed,
+            last_read,
+        )
+    seen = Counter(w_records + ledger.all_seen())
+    for (p, offset), n in seen.items():
+        if n > 1:  # read by the worker after its last commit, then again by b
+            assert n == 2 and p in kept and offset >= w_committed[p], (p, offset, n)
