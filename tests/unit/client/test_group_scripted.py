@@ -6,12 +6,14 @@ decisions (reconcile, session deadline, wire shapes)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 import pytest
 
 from lograft.client import AsyncConsumer, NoOffsetForPartitionError, TopicPartition
+from lograft.client.errors import NetworkError
 from lograft.client.group_protocol import (
     commit_body,
     member_path,
@@ -262,3 +264,33 @@ async def test_a_new_partition_starts_at_its_committed_offset(reset):
         await eventually_async(refused, WAIT_S, "t-1 has no offset")
     assert await consumer.position(T0) == 42
     await consumer.close()
+
+
+async def test_no_answered_heartbeat_for_the_session_drops_the_partitions():
+    fake = FakeCoordinator({T0})
+    cut = [False]
+
+    def handler(call: Call) -> HttpResponse:
+        if cut[0] and call.path.startswith("/v1/groups/"):
+            raise NetworkError(f"could not connect to {call.url} (scripted)", sent=False)
+        resp = fake(call)
+        if call.path.endswith("/members") or call.path.endswith("/heartbeat"):
+            doc = orjson.loads(resp.body)
+            doc["session_timeout_ms"] = 300  # the coordinator's session, short for the test
+            return json_response(call, doc)
+        return resp
+
+    lost: list[list[TopicPartition]] = []
+    consumer = AsyncConsumer(A, group_id="g", transport=ScriptedTransport(handler), **FAST)
+    await consumer.start()
+    consumer.subscribe(["t"], on_lost=lost.append)
+    await poll_until(consumer, lambda: consumer.assignment() == {T0}, "assigned")
+    cut[0] = True
+    started = asyncio.get_running_loop().time()
+    await poll_until(consumer, lambda: lost, "on_lost")
+    waited = asyncio.get_running_loop().time() - started
+    assert lost == [[T0]] and not consumer.assignment()
+    # Not at the first failed heartbeat: when the session (from the last
+    # answered one, at most one 10 ms interval before the cut) ran out.
+    assert 0.2 <= waited < 0.3 + 5.0, waited
+    await consumer.close(timeout_ms=100)
