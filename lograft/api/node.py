@@ -48,6 +48,7 @@ from lograft.api.routes_internal import (
 from lograft.api.routes_stream import StreamRoutes
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.group_topic_deletion import deleted_topics
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
@@ -323,6 +324,10 @@ class Node:
             self.replicas.apply_metadata(wanted)
         except Exception:
             log.exception("applying metadata at offset %d failed", image.offset)
+        if self.groups is not None:
+            # Offsets are keyed by name: a re-created topic must not inherit them.
+            gone = deleted_topics(self._broker_image.topic_ids, image.topic_ids)
+            self.groups.on_topics_deleted(gone)
         self._broker_image = image
         self._applied_offset = image.offset
         self._applied_changed.set()

@@ -44,6 +44,7 @@ from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC, coordinator_
 from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_state import CoordinatorState, GroupState
+from lograft.brokers.group_topic_deletion import run_topic_deletion
 from lograft.brokers.group_validation import check_group_id
 from lograft.brokers.metadata_sync import TopicView
 from lograft.brokers.partition import Partition, TopicPartition
@@ -98,6 +99,8 @@ class GroupCoordinatorRuntime:
         self.wall_clock = wall_clock
         self._coordinators: dict[int, PartitionCoordinator] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        # Deleting offsets of deleted topics: may wait for a load, cancelled on stop.
+        self._topic_deletions: set[asyncio.Task[None]] = set()
         self._stopped = False
         replicas.add_role_listener(self._on_role)
 
@@ -124,6 +127,16 @@ class GroupCoordinatorRuntime:
             coordinator.start()
             log.info("coordinating %s from leader epoch %d", part.tp, part.leader_epoch)
 
+    def on_topics_deleted(self, topics: frozenset[str]) -> None:
+        """The metadata dropped these topics: every coordinator here deletes its
+        groups' offsets of them (Kafka's onPartitionsDeleted; see group_topic_deletion)."""
+        if not topics or self._stopped:
+            return
+        for coordinator in self._coordinators.values():
+            task = asyncio.get_running_loop().create_task(run_topic_deletion(coordinator, topics))
+            self._topic_deletions.add(task)
+            task.add_done_callback(self._topic_deletions.discard)
+
     def _close_later(self, coordinator: PartitionCoordinator) -> None:
         # Called from the replica manager's synchronous metadata apply.
         task = asyncio.get_running_loop().create_task(coordinator.close())
@@ -133,6 +146,8 @@ class GroupCoordinatorRuntime:
 
     async def stop(self) -> None:
         self._stopped = True
+        for task in list(self._topic_deletions):
+            task.cancel()
         coordinators = list(self._coordinators.values())
         self._coordinators.clear()
         for coordinator in coordinators:

@@ -260,6 +260,27 @@ def test_usage_errors_exit_2(argv):
     assert exc.value.code == 2
 
 
+def test_a_recreated_topic_does_not_inherit_the_deleted_ones_offsets(node):
+    make_topic(node, "t-gone", 1, 5)
+    make_topic(node, "t-kept", 1, 5)
+    for topic in ("t-gone", "t-kept"):
+        r = cli(node, "groups", "reset-offsets", "g-gone", "--topic", topic, "--to-offset", "3")
+        assert r.code == 0, r.err
+    assert cli(node, "topics", "delete", "t-gone").code == 0
+    # The coordinator deletes them once its metadata has applied the deletion.
+    deadline = time.monotonic() + DEADLINE_S
+    while [o["topic"] for o in describe(node, "g-gone")["offsets"]] != ["t-kept"]:
+        assert time.monotonic() < deadline, describe(node, "g-gone")
+        time.sleep(0.05)  # polling a condition with a deadline
+    make_topic(node, "t-gone", 1, 10)
+    fetched = CoordinatorClient(HttpClient([node.url]), "g-gone").call(
+        "GET", "/offsets?topics=t-gone&auto_offset_reset=earliest"
+    )
+    # Nothing committed: a consumer starts by auto_offset_reset, not at the old 3.
+    assert [(o["offset"], o["start_offset"]) for o in fetched["offsets"]] == [(None, 0)]
+    assert committed(describe(node, "g-gone")) == {0: 3}
+
+
 # -- the internal topic is guarded -------------------------------------------------------------
 
 
