@@ -118,10 +118,13 @@ class AsyncConsumer:
         deadline = self._deadline(timeout_ms)
         try:
             if self._group is not None and self._started:
-                event = await self._prepare_close(deadline)
-                if event is not None:
-                    await _invoke(self._group.callback(event), event)
-                await self._group.close(deadline)
+                try:
+                    event = await self._prepare_close(deadline)
+                    if event is not None:
+                        await _invoke(self._group.callback(event), event)
+                finally:
+                    # Leave (and stop heartbeating) even if on_revoke raised.
+                    await self._group.close(deadline)
         finally:
             self._closed = True
             await self._fetcher.close()

@@ -162,11 +162,12 @@ class Consumer:
         try:
             limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
             deadline = time.monotonic() + limit / 1000
-            event = self._thread.run(self._prepare_close(limit))
             try:
+                event = self._thread.run(self._prepare_close(limit))
                 if event is not None:
                     self._callback(event)
             finally:
+                # Leave and release the connections even if on_revoke raised.
                 left = max(0, int((deadline - time.monotonic()) * 1000))
                 self._thread.run(self._async.close(left))
         finally:

@@ -11,7 +11,13 @@ import time
 
 import pytest
 
-from lograft.client import Consumer, NoOffsetForPartitionError, Producer, TopicPartition
+from lograft.client import (
+    AsyncConsumer,
+    Consumer,
+    NoOffsetForPartitionError,
+    Producer,
+    TopicPartition,
+)
 from lograft.errors import InvalidRequestError
 
 # Conditions that take a few heartbeat rounds get this long, s (the node's
@@ -176,3 +182,39 @@ def test_rebalance_commits_before_on_revoke_and_the_new_owner_starts_there(node,
     finally:
         first.close()
         second.close()
+
+
+def test_close_leaves_the_group_even_if_on_revoke_raises(node, topic):
+    t = topic(partitions=1)
+    group = fresh_group()
+
+    def on_revoke(_parts: list[TopicPartition]) -> None:
+        raise RuntimeError("on_revoke failed")
+
+    c = Consumer(node.url, group_id=group, auto_offset_reset="earliest")
+    c.subscribe([t], on_revoke=on_revoke)
+    poll_until([c], lambda: bool(c.assignment()), "assignment")
+    with pytest.raises(RuntimeError, match="on_revoke failed"):
+        c.close()
+    doc = node.node.ok("GET", f"/v1/groups/{group}")
+    assert doc["members"] == [] and doc["state"] == "empty"
+
+
+async def test_async_close_leaves_the_group_even_if_on_revoke_raises(node, topic):
+    t = topic(partitions=1)
+    group = fresh_group()
+
+    async def on_revoke(_parts: list[TopicPartition]) -> None:
+        raise RuntimeError("on_revoke failed")
+
+    c = AsyncConsumer(node.url, group_id=group, auto_offset_reset="earliest")
+    await c.start()
+    c.subscribe([t], on_revoke=on_revoke)
+    deadline = time.monotonic() + SETTLE_S
+    while not c.assignment():
+        assert time.monotonic() < deadline, "no assignment"
+        await c.poll(timeout_ms=50)
+    with pytest.raises(RuntimeError, match="on_revoke failed"):
+        await c.close()
+    doc = node.node.ok("GET", f"/v1/groups/{group}")
+    assert doc["members"] == [] and doc["state"] == "empty"
