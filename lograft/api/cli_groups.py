@@ -19,7 +19,7 @@ import argparse
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -36,8 +36,6 @@ from lograft.api.cli_common import (
 )
 from lograft.api.cli_consume import Cursor, LeaderClient
 from lograft.api.http_client import ClusterUnreachableError, HttpClient, decode_error
-from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
@@ -46,6 +44,9 @@ from lograft.errors import (
     NotCoordinatorError,
     UnknownTopicOrPartitionError,
 )
+
+if TYPE_CHECKING:
+    from lograft.brokers.group_admin import PartitionBounds
 
 # NOT_COORDINATOR answers followed for one request before looking up again
 # (stale metadata on two brokers can send a request back and forth).
@@ -65,6 +66,9 @@ RETRIABLE_CODES = frozenset(
     }
 )
 DEAD = "dead"
+# group_admin.OffsetResetStrategy's values, repeated so the CLI starts without
+# the broker packages (a test keeps the two equal); the dry run imports them.
+EARLIEST, LATEST, TIMESTAMP, OFFSET = "earliest", "latest", "timestamp", "offset"
 
 
 def add_parser(sub: Any) -> None:
@@ -349,13 +353,13 @@ def reset_request(args: argparse.Namespace) -> dict[str, Any]:
     """The body of `POST /v1/groups/{group}/offsets/reset` for the options given."""
     body: dict[str, Any]
     if args.to_earliest:
-        body = {"strategy": OffsetResetStrategy.EARLIEST.value}
+        body = {"strategy": EARLIEST}
     elif args.to_latest:
-        body = {"strategy": OffsetResetStrategy.LATEST.value}
+        body = {"strategy": LATEST}
     elif args.to_timestamp is not None:
-        body = {"strategy": OffsetResetStrategy.TIMESTAMP.value, "timestamp": args.to_timestamp}
+        body = {"strategy": TIMESTAMP, "timestamp": args.to_timestamp}
     else:
-        body = {"strategy": OffsetResetStrategy.OFFSET.value, "offset": args.to_offset}
+        body = {"strategy": OFFSET, "offset": args.to_offset}
     if args.partitions is None:
         body["topics"] = [args.topic]
     else:
@@ -392,6 +396,10 @@ def _dry_run(
     args: argparse.Namespace,
     body: Mapping[str, Any],
 ) -> list[tuple[str, int, int | None, int]]:
+    # The coordinator's own rules, imported here: they pull in the broker packages.
+    from lograft.brokers.group_admin import OffsetResetStrategy, resolve_reset_offsets
+    from lograft.brokers.partition import TopicPartition
+
     described = coordinator.call("GET")
     members = described.get("members") or []
     if members:
@@ -433,6 +441,8 @@ def _topic_partitions(client: HttpClient, topic: str, only: list[int] | None) ->
 
 
 def _bounds(leaders: LeaderClient, partition: int, timestamp: int | None) -> PartitionBounds:
+    from lograft.brokers.group_admin import PartitionBounds
+
     query = {} if timestamp is None else {"timestamp": timestamp}
     doc = leaders.get_json(Cursor(partition), "offsets", query)
     found = doc.get("offset_for_timestamp")
