@@ -32,6 +32,10 @@ from tests.integration.cluster_harness import ClusterNode
 # broker_session_timeout_ms, 1.5 s). A dwell, not a wait for a condition.
 FAULT_HOLD_S_MIN = 2.0
 FAULT_HOLD_S_MAX = 4.0
+# A degraded link (loss, latency, flapping) needs no reaction to wait for, and
+# does its harm by lasting: it is held this long, s.
+DEGRADED_HOLD_S_MIN = 5.0
+DEGRADED_HOLD_S_MAX = 8.0
 # A new controller, a victim fenced, leaderships moved; the healed cluster whole, s.
 REACT_WAIT_S = 30.0
 HEAL_WAIT_S = 60.0
@@ -60,8 +64,13 @@ def _net(ctx: ChaosContext) -> Network:
     return ctx.network
 
 
-def _hold(ctx: ChaosContext, what: str) -> None:
-    seconds = ctx.rng.uniform(FAULT_HOLD_S_MIN, FAULT_HOLD_S_MAX)
+def _hold(ctx: ChaosContext, what: str, *, degraded: bool = False) -> None:
+    low, high = (
+        (DEGRADED_HOLD_S_MIN, DEGRADED_HOLD_S_MAX)
+        if degraded
+        else (FAULT_HOLD_S_MIN, FAULT_HOLD_S_MAX)
+    )
+    seconds = ctx.rng.uniform(low, high)
     ctx.log(f"holding {what} for {seconds:.1f}s")
     time.sleep(seconds)  # the fault's duration (see FAULT_HOLD_S_MIN), not synchronisation
 
@@ -225,7 +234,7 @@ def asymmetric_loss(ctx: ChaosContext) -> None:
     rate = round(ctx.rng.uniform(LOSS_RATE_MIN, LOSS_RATE_MAX), 2)
     ctx.facts.update(lossy=f"{a}->{b}", rate=rate, partition=partition)
     net.loss(a, b, rate, ctx.rng)
-    _hold(ctx, f"loss {a} -> {b} at {rate}")
+    _hold(ctx, f"loss {a} -> {b} at {rate}", degraded=True)
     _heal_and_wait_whole(ctx)
 
 
@@ -241,7 +250,7 @@ def slow_replication(ctx: ChaosContext) -> None:
             if a != b:
                 net.latency(a, b, latency, SLOW_JITTER_MS, kinds=("http",))
                 net.bandwidth(a, b, rate, kinds=("http",))
-    _hold(ctx, f"replication links at {latency} +- {SLOW_JITTER_MS} ms, {rate} KB/s")
+    _hold(ctx, f"replication links at {latency} +- {SLOW_JITTER_MS} ms, {rate} KB/s", degraded=True)
     _heal_and_wait_whole(ctx)
 
 
@@ -258,7 +267,7 @@ def flapping_links(ctx: ChaosContext) -> None:
     ctx.facts.update(
         flapping=[f"{a}<->{b} every {p}s" for (a, b), p in zip(pairs, periods, strict=True)]
     )
-    _hold(ctx, "flapping links")
+    _hold(ctx, "flapping links", degraded=True)
     _heal_and_wait_whole(ctx)
 
 
