@@ -3,7 +3,8 @@
 Commands: `node` (run a node), `dump-log` (inspect segment files), and the
 cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
 `groups ...`, `produce`, `consume` (modules `cli_cluster`, `cli_topics`,
-`cli_groups`, `cli_produce`, `cli_consume`; transport in `http_client`). See
+`cli_groups`, `cli_produce`, `cli_consume`; transport in `http_client`, the way to
+a group's coordinator in `cli_coordinator`). See
 docs/cli.md.
 
 Exit codes: 0 success, 1 a failure the message explains (missing file, server

@@ -1,12 +1,8 @@
 """`lograft groups list|describe|delete|reset-offsets`, as kafka-consumer-groups does.
 
 `list` asks any node (`GET /v1/groups`, which asks every live broker). The
-others concern one group and go to its coordinator, as the API requires: the
-command looks the coordinator up (`GET /v1/groups/{group}/coordinator`, on any
-node), follows a `NOT_COORDINATOR` answer to the broker it names, and while
-the coordinator moves or loads (`COORDINATOR_LOAD_IN_PROGRESS`,
-`COORDINATOR_NOT_AVAILABLE`) looks it up again after a pause, for at most
-`COORDINATOR_RETRY_TIMEOUT_MS`.
+others concern one group and go to its coordinator, as the API requires
+(`cli_coordinator.CoordinatorClient`).
 
 `reset-offsets --dry-run` computes the new offsets the way the coordinator
 does (`resolve_reset_offsets` over each partition leader's offsets) and
@@ -16,9 +12,8 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
-import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,36 +30,17 @@ from lograft.api.cli_common import (
     table,
 )
 from lograft.api.cli_consume import Cursor, LeaderClient
-from lograft.api.http_client import ClusterUnreachableError, HttpClient, decode_error
+from lograft.api.cli_coordinator import CoordinatorClient
+from lograft.api.http_client import HttpClient
 from lograft.errors import (
-    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
-    LograftError,
     NonEmptyGroupError,
-    NotCoordinatorError,
     UnknownTopicOrPartitionError,
 )
 
 if TYPE_CHECKING:
     from lograft.brokers.group_admin import PartitionBounds
 
-# NOT_COORDINATOR answers followed for one request before looking up again
-# (stale metadata on two brokers can send a request back and forth).
-COORDINATOR_HOPS_MAX = 3
-# How long one command keeps retrying while the coordinator moves or loads, ms.
-COORDINATOR_RETRY_TIMEOUT_MS = 30_000
-RETRY_BACKOFF_MS_MIN = 100
-RETRY_BACKOFF_MS_MAX = 2_000
-# Codes that mean "the coordinator is moving or loading": look it up again, after a pause.
-RETRIABLE_CODES = frozenset(
-    {
-        "NOT_COORDINATOR",
-        "COORDINATOR_LOAD_IN_PROGRESS",
-        "COORDINATOR_NOT_AVAILABLE",
-        "REQUEST_TIMED_OUT",
-        "CLUSTER_UNREACHABLE",
-    }
-)
 DEAD = "dead"
 # group_admin.OffsetResetStrategy's values, repeated so the CLI starts without
 # the broker packages (a test keeps the two equal); the dry run imports them.
@@ -158,71 +134,6 @@ def partition_list(text: str) -> list[int]:
 
 def _dump(doc: Any, streams: Streams) -> None:
     streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
-# -- talking to the coordinator ------------------------------------------------------------------
-
-
-class CoordinatorClient:
-    """Requests for one group, sent to its coordinator wherever it moves."""
-
-    def __init__(
-        self,
-        client: HttpClient,
-        group: str,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.group = group
-        self.sleep = sleep
-        self.clock = clock
-        self.path = f"/v1/groups/{urllib.parse.quote(group, safe='')}"
-        self.url: str | None = None  # None: look the coordinator up
-
-    def call(self, method: str, suffix: str = "", json: Any = None) -> Any:
-        deadline = self.clock() + COORDINATOR_RETRY_TIMEOUT_MS / 1000
-        backoff_ms = RETRY_BACKOFF_MS_MIN
-        while True:
-            try:
-                return self._follow(method, self.path + suffix, json)
-            except LograftError as exc:
-                if exc.code not in RETRIABLE_CODES or self.clock() >= deadline:
-                    raise
-                if isinstance(exc, ClusterUnreachableError) and self.url is None:
-                    raise  # every bootstrap node is down: say so now
-            self.url = None
-            self.sleep(backoff_ms / 1000)
-            backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
-
-    def _follow(self, method: str, path: str, json: Any) -> Any:
-        for _hop in range(COORDINATOR_HOPS_MAX + 1):
-            if self.url is None:
-                self.url = self._lookup()
-            reply = self.client.send(method, path, json=json, base=self.url)
-            if reply.status < 400:
-                return reply.body
-            exc = decode_error(reply.status, reply.body, reply.url)
-            url = exc.details.get("coordinator_url")
-            if not isinstance(exc, NotCoordinatorError) or not isinstance(url, str) or not url:
-                raise exc
-            if url.rstrip("/") == self.url:
-                raise exc
-            self.url = url.rstrip("/")
-        raise NotCoordinatorError(
-            f"group {self.group!r}: still not at the coordinator after "
-            f"{COORDINATOR_HOPS_MAX} redirects (metadata is moving)"
-        )
-
-    def _lookup(self) -> str:
-        doc = self.client.get(self.path + "/coordinator")
-        url = doc.get("coordinator_url")
-        if not isinstance(url, str) or not url:
-            raise CoordinatorNotAvailableError(
-                f"group {self.group!r}: coordinator {doc.get('coordinator_id')} has no address yet"
-            )
-        return url.rstrip("/")
 
 
 # -- list ----------------------------------------------------------------------------------------

@@ -13,10 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from lograft.api import cli_groups
-from lograft.api.cli_groups import CoordinatorClient, incomplete_list_text, partitions_text
+from lograft.api import cli_coordinator, cli_groups
+from lograft.api.cli_coordinator import CoordinatorClient
+from lograft.api.cli_groups import incomplete_list_text, partitions_text
 from lograft.api.http_client import HttpClient, Reply
-from lograft.errors import CoordinatorLoadInProgressError, GroupIdNotFoundError
+from lograft.errors import (
+    CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
+    RequestTimedOutError,
+)
 from tests.unit.api.cli_support import DEADLINE_S, RealNode, Result, run_cli
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -387,17 +392,31 @@ def test_coordinator_client_gives_up_at_its_deadline_and_on_other_errors():
     client = CoordinatorClient(fake, "g", sleep=t.sleep, clock=t.clock)
     with pytest.raises(CoordinatorLoadInProgressError):
         client.call("GET")
-    assert t.now >= cli_groups.COORDINATOR_RETRY_TIMEOUT_MS / 1000
+    assert t.now >= cli_coordinator.COORDINATOR_RETRY_TIMEOUT_MS / 1000
     assert (
         t.now
-        < cli_groups.COORDINATOR_RETRY_TIMEOUT_MS / 1000
-        + 2 * cli_groups.RETRY_BACKOFF_MS_MAX / 1000
+        < cli_coordinator.COORDINATOR_RETRY_TIMEOUT_MS / 1000
+        + 2 * cli_coordinator.RETRY_BACKOFF_MS_MAX / 1000
     )
 
     http: Any = ScriptedHttp("http://a:1", [(404, _error("GROUP_ID_NOT_FOUND"))])
     with pytest.raises(GroupIdNotFoundError):
         CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("DELETE")
     assert len(http.sent) == 1
+
+
+def test_a_timed_out_change_is_not_repeated_but_a_timed_out_read_is():
+    t = FakeTime()
+    timed_out = (504, _error("REQUEST_TIMED_OUT"))
+    http: Any = ScriptedHttp("http://a:1", [timed_out])
+    with pytest.raises(RequestTimedOutError):
+        CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("DELETE")
+    assert len(http.sent) == 1
+    http = ScriptedHttp("http://a:1", [timed_out, (200, {"state": "empty"})])
+    assert CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("GET") == {
+        "state": "empty"
+    }
+    assert len(http.sent) == 2
 
 
 def test_an_incomplete_group_list_says_why_and_exits_1(monkeypatch):
