@@ -46,6 +46,7 @@ from lograft.api.routes_internal import (
     add_replica_fetch_route,
 )
 from lograft.api.routes_stream import StreamRoutes
+from lograft.api.stream_limits_config import stream_limits_from_config
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_topic_deletion import deleted_topics
@@ -114,6 +115,7 @@ def check_config(config: NodeConfig) -> None:
         ("controller", lambda: controller_config_for(config)),
         ("broker", lambda: BrokerSettings.from_dict(dict(config.broker))),
         ("groups", lambda: GroupRuntimeSettings.from_dict(dict(config.groups))),
+        ("stream", lambda: stream_limits_from_config(config.stream)),
     ]
     for section, check in checks:
         try:
@@ -230,7 +232,12 @@ class Node:
             DataRoutes(
                 self.replicas, _BrokerImageView(self), self.session, peers=self.peers
             ).add_to(app)
-            StreamRoutes(self.replicas, _BrokerImageView(self), peers=self.peers).add_to(app)
+            StreamRoutes(
+                self.replicas,
+                _BrokerImageView(self),
+                limits=stream_limits_from_config(self.config.stream),
+                peers=self.peers,
+            ).add_to(app)
             GroupRoutes(
                 self._group_runtime(),
                 _BrokerImageView(self),

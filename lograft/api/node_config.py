@@ -40,6 +40,9 @@ Example (`config/node-1.toml`)::
     [groups]                          # group coordinator (docs/groups.md)
     session_timeout_ms = 10000
 
+    [stream]                          # streaming consume limits (docs/api.md)
+    streams_max = 100
+
 Environment overrides: `LOGRAFT_<KEY>` for a top-level key and
 `LOGRAFT_<SECTION>__<KEY>` inside a section, e.g. `LOGRAFT_HTTP__PORT=9092`.
 Values are parsed as TOML values when they parse (numbers, booleans, arrays)
@@ -113,6 +116,8 @@ class NodeConfig:
     broker: Mapping[str, Any] = field(default_factory=dict)
     # Group coordinator settings (GroupRuntimeSettings), validated by the broker.
     groups: Mapping[str, Any] = field(default_factory=dict)
+    # Streaming consume limits (StreamLimits), validated by the broker.
+    stream: Mapping[str, Any] = field(default_factory=dict)
     log_level: str = "INFO"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...).
     log_defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -152,6 +157,7 @@ _TOP_KEYS = {
     "controller",
     "broker",
     "groups",
+    "stream",
     "log_level",
     "log_defaults",
 }
@@ -230,6 +236,7 @@ def parse_config(raw: Mapping[str, Any]) -> NodeConfig:
         controller=dict(_section(raw.get("controller", {}), "controller")),
         broker=dict(_section(raw.get("broker", {}), "broker")),
         groups=dict(_section(raw.get("groups", {}), "groups")),
+        stream=dict(_section(raw.get("stream", {}), "stream")),
         log_level=_str(raw.get("log_level", "INFO"), "log_level").upper(),
         log_defaults=_log_defaults(raw.get("log_defaults", {})),
     )
