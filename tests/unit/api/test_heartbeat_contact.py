@@ -99,3 +99,29 @@ async def test_the_time_another_node_was_active_is_not_a_stall():
     raft.release.set()
     await rt._activate()
     assert not rt.absorb_stall(clock.now + 50)
+
+
+def test_a_fence_decision_right_after_a_stall_fences_nobody():
+    """The fence check may run the moment the loop comes back from a stall
+    (it waited for its turn meanwhile): the stall's unread heartbeats must not
+    expire sessions."""
+    raft, clock = SlowRaft(), Clock()
+    rt = runtime(raft, clock)
+    rt.absorb_stall(0)  # last time the loop was seen running
+    clock.now = 3 * CONFIG.broker_session_timeout_ms
+    assert rt._sessions is not None
+    result = rt._fence(rt.store.image, rt._sessions, clock.now)
+    assert result.response == ()
+
+
+def test_a_dead_broker_is_fenced_while_the_loop_keeps_running():
+    """Ticks every 50 ms (the watch task): a long wait for the fence check's
+    turn is not a stall, and an expired session is fenced."""
+    raft, clock = SlowRaft(), Clock()
+    rt = runtime(raft, clock)
+    while clock.now <= CONFIG.broker_session_timeout_ms + 100:
+        rt.absorb_stall(clock.now)
+        clock.now += 50
+    assert rt._sessions is not None
+    result = rt._fence(rt.store.image, rt._sessions, clock.now)
+    assert result.response == (2,)
