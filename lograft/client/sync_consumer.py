@@ -83,7 +83,9 @@ class Consumer:
     def _run_rebalance(self) -> None:
         """Pending rebalance events, each callback in this thread."""
         group = self._async.group
-        if group is None:
+        # Read from this thread without a hop to the loop: an event queued just
+        # after is seen by the next poll (the async poll returns early for it).
+        if group is None or not group.has_events():
             return
         while (event := self._thread.run(group.begin())) is not None:
             try:

@@ -73,10 +73,13 @@ class TrickleProducer:
             await asyncio.sleep(PRODUCE_PAUSE_S)
 
     async def stop(self) -> None:
+        """Stop sending and close the producer (also after a failure; again: nothing)."""
         self._stop.set()
-        if self._task is not None:
-            await self._task
-        await self.producer.close()
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            await self.producer.close()
 
 
 @dataclass
@@ -203,5 +206,13 @@ class Member:
     async def close(self, timeout_ms: int | None = None) -> None:
         """Stop polling, then close (commit, on_revoke, leave); on_revoke is
         recorded like a revocation."""
-        await self.stop_polling()
-        await self.consumer.close(timeout_ms)
+        try:
+            await self.stop_polling()
+        finally:
+            await self.consumer.close(timeout_ms)
+
+
+async def close_all(*members: Member) -> None:
+    """A test's cleanup: close every member still open (closing twice does
+    nothing), even after a failure; their errors are the test's, not this."""
+    await asyncio.gather(*(m.close(timeout_ms=1_000) for m in members), return_exceptions=True)

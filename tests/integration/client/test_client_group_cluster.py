@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lograft.client import TopicPartition
-from tests.integration.client.group_support import Ledger, Member, TrickleProducer
+from tests.integration.client.group_support import Ledger, Member, TrickleProducer, close_all
 from tests.integration.cluster_harness import LograftCluster
 from tests.integration.data_plane import start_cluster, wait_in_sync
 from tests.raft_support import eventually_async
@@ -77,42 +77,45 @@ async def test_members_split_close_hands_over_and_a_second_group_sees_everything
     a = Member("a", g1, url, "g1", topic, **common)
     b = Member("b", g1, url, "g1", topic, **common)
     c = Member("c", g2, url, "g2", topic, **common)
-    await producer.start()
     try:
-        await a.start()
-        await c.start()
-        await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
-        await b.start()
+        await producer.start()
+        try:
+            await a.start()
+            await c.start()
+            await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
+            await b.start()
 
-        def split() -> bool:
-            ha, hb = a.holding(), b.holding()
-            return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
+            def split() -> bool:
+                ha, hb = a.holding(), b.holding()
+                return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
 
-        await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
-        got_by_b = lambda: {tp.partition for _t, tp, _o in g1.records["b"]}  # noqa: E731
-        await eventually_async(
-            lambda: got_by_b() == {tp.partition for tp in b.holding()}, SETTLE_S, "b consumes"
-        )
-        await a.close()  # commits its positions, revokes, leaves
-        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
-        # Let b read some records of the partitions it took over before stopping.
-        mark = len(g1.records["b"])
-        await eventually_async(lambda: len(g1.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+            await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
+            got_by_b = lambda: {tp.partition for _t, tp, _o in g1.records["b"]}  # noqa: E731
+            await eventually_async(
+                lambda: got_by_b() == {tp.partition for tp in b.holding()}, SETTLE_S, "b consumes"
+            )
+            await a.close()  # commits its positions, revokes, leaves
+            await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+            # Let b read some records of the partitions it took over before stopping.
+            mark = len(g1.records["b"])
+            await eventually_async(lambda: len(g1.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+        finally:
+            await producer.stop()
+        acked = producer.acked
+        await eventually_async(lambda: g1.seen("b") | g1.seen("a") >= acked, SETTLE_S, "g1 all")
+        await eventually_async(lambda: g2.seen("c") >= acked, SETTLE_S, "g2 all")
+        await b.close()
+        await c.close()
+
+        # Graceful hand-overs commit before giving up: every record exactly once.
+        dup = [k for k, n in Counter(g1.all_seen()).items() if n > 1]
+        assert not dup, f"records consumed twice in g1: {sorted(dup)[:20]}"
+        assert g1.seen("a") and g1.seen("b")
+        assert sorted(g2.all_seen()) == sorted(acked)
+        g1.check_one_owner_at_a_time()
+        g2.check_one_owner_at_a_time()
     finally:
-        await producer.stop()
-    acked = producer.acked
-    await eventually_async(lambda: g1.seen("b") | g1.seen("a") >= acked, SETTLE_S, "g1 all")
-    await eventually_async(lambda: g2.seen("c") >= acked, SETTLE_S, "g2 all")
-    await b.close()
-    await c.close()
-
-    # Graceful hand-overs commit before giving up: every record exactly once.
-    dup = [k for k, n in Counter(g1.all_seen()).items() if n > 1]
-    assert not dup, f"records consumed twice in g1: {sorted(dup)[:20]}"
-    assert g1.seen("a") and g1.seen("b")
-    assert sorted(g2.all_seen()) == sorted(acked)
-    g1.check_one_owner_at_a_time()
-    g2.check_one_owner_at_a_time()
+        await close_all(a, b, c)
 
 
 async def test_a_member_cut_off_stops_and_the_other_resumes_from_its_commits(cluster):
@@ -129,47 +132,56 @@ async def test_a_member_cut_off_stops_and_the_other_resumes_from_its_commits(clu
     }
     a = Member("a", ledger, url, "takeover", topic, commit_every_poll=True, **common)
     b = Member("b", ledger, url, "takeover", topic, commit_every_poll=True, **common)
-    await producer.start()
     try:
-        await a.start()
-        await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
-        await b.start()
+        await producer.start()
+        try:
+            await a.start()
+            await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
+            await b.start()
 
-        def split() -> bool:
-            ha, hb = a.holding(), b.holding()
-            return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
+            def split() -> bool:
+                ha, hb = a.holding(), b.holding()
+                return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
 
-        await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
-        a_parts = a.holding()
+            await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
+            a_parts = a.holding()
+            await eventually_async(
+                lambda: a_parts <= set(ledger.commits["a"]), SETTLE_S, "a commits on its partitions"
+            )
+            a.transport.cut()  # a keeps polling, and its fetches still work
+            await eventually_async(
+                lambda: set(a.lost) == a_parts, SETTLE_S, "a drops its partitions"
+            )
+            assert not a.holding()
+            await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+            mark = len(ledger.records["b"])
+            await eventually_async(
+                lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on"
+            )
+        finally:
+            await producer.stop()
+        acked = producer.acked
         await eventually_async(
-            lambda: {tp for tp in ledger.commits["a"]} == a_parts, SETTLE_S, "a commits"
+            lambda: ledger.seen("b") | ledger.seen("a") >= acked, SETTLE_S, "all"
         )
-        a.transport.cut()  # a keeps polling, and its fetches still work
-        await eventually_async(lambda: set(a.lost) == a_parts, SETTLE_S, "a drops its partitions")
-        assert not a.holding()
-        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
-        mark = len(ledger.records["b"])
-        await eventually_async(lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on")
-    finally:
-        await producer.stop()
-    acked = producer.acked
-    await eventually_async(lambda: ledger.seen("b") | ledger.seen("a") >= acked, SETTLE_S, "all")
-    await a.close(timeout_ms=500)
-    await b.close()
+        await a.close(timeout_ms=500)
+        await b.close()
 
-    a_committed = ledger.commits["a"]
-    for tp in a_parts:
-        b_got = [(t, off) for t, tp2, off in ledger.records["b"] if tp2 == tp]
-        a_last = max(t for t, tp2, _o in ledger.records["a"] if tp2 == tp)
-        # a stopped by itself (its session ran out) before b got the partition...
-        assert b_got and a_last < b_got[0][0], (tp, a_last, b_got[:1])
-        # ...and b starts exactly at a's last successful commit of it.
-        assert b_got[0][1] == a_committed[tp], (tp, b_got[:3], a_committed)
-    # Duplicates only from what a consumed after its last commit (at-least-once).
-    for (partition, offset), n in Counter(ledger.all_seen()).items():
-        if n > 1:
-            tp = TopicPartition(topic, partition)
-            assert n == 2 and tp in a_parts and offset >= a_committed[tp], (tp, offset, n)
+        a_committed = ledger.commits["a"]
+        for tp in a_parts:
+            b_got = [(t, off) for t, tp2, off in ledger.records["b"] if tp2 == tp]
+            a_last = max(t for t, tp2, _o in ledger.records["a"] if tp2 == tp)
+            # a stopped by itself (its session ran out) before b got the partition...
+            assert b_got and a_last < b_got[0][0], (tp, a_last, b_got[:1])
+            # ...and b starts exactly at a's last successful commit of it.
+            assert b_got[0][1] == a_committed[tp], (tp, b_got[:3], a_committed)
+        # Duplicates only from what a consumed after its last commit (at-least-once).
+        for (partition, offset), n in Counter(ledger.all_seen()).items():
+            if n > 1:
+                tp = TopicPartition(topic, partition)
+                assert n == 2 and tp in a_parts and offset >= a_committed[tp], (tp, offset, n)
+    finally:
+        await close_all(a, b)
 
 
 REPO = Path(__file__).resolve().parents[3]
@@ -212,69 +224,76 @@ async def test_a_member_process_killed_is_replaced_from_its_commits(cluster, tmp
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
-    await producer.start()
-    with open(err, "wb") as err_file:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.integration.client.group_worker",
-                url,
-                "killed",
-                topic,
-                str(out),
-            ],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=err_file,
-        )
     try:
-        await eventually_async(
-            lambda: len(worker_view(out)[0]) == PARTITIONS, SETTLE_S, "the worker holds all"
-        )
-        await b.start()
-        await eventually_async(
-            lambda: len(b.holding()) == 3 and len(worker_view(out)[0]) == 3,
-            SETTLE_S,
-            "a 3/3 split with the worker",
-        )
-        kept = worker_view(out)[0]
-        await eventually_async(
-            lambda: kept <= set(worker_view(out)[2]), SETTLE_S, "worker commits on its partitions"
-        )
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait()
-        killed_at = time.monotonic()
-        await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
-        takeover_s = time.monotonic() - killed_at
-        mark = len(ledger.records["b"])
-        await eventually_async(lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on")
-    finally:
-        await producer.stop()
-        if worker.poll() is None:
-            worker.kill()
+        await producer.start()
+        with open(err, "wb") as err_file:
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.integration.client.group_worker",
+                    url,
+                    "killed",
+                    topic,
+                    str(out),
+                ],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=err_file,
+            )
+        try:
+            await eventually_async(
+                lambda: len(worker_view(out)[0]) == PARTITIONS, SETTLE_S, "the worker holds all"
+            )
+            await b.start()
+            await eventually_async(
+                lambda: len(b.holding()) == 3 and len(worker_view(out)[0]) == 3,
+                SETTLE_S,
+                "a 3/3 split with the worker",
+            )
+            kept = worker_view(out)[0]
+            await eventually_async(
+                lambda: kept <= set(worker_view(out)[2]),
+                SETTLE_S,
+                "worker commits on its partitions",
+            )
+            os.kill(worker.pid, signal.SIGKILL)
             worker.wait()
-    acked = producer.acked
-    _held, w_records, w_committed = worker_view(out)
-    await eventually_async(lambda: ledger.seen("b") | set(w_records) >= acked, SETTLE_S, "all")
-    await b.close()
+            killed_at = time.monotonic()
+            await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
+            takeover_s = time.monotonic() - killed_at
+            mark = len(ledger.records["b"])
+            await eventually_async(
+                lambda: len(ledger.records["b"]) > mark + 50, SETTLE_S, "b goes on"
+            )
+        finally:
+            await producer.stop()
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        acked = producer.acked
+        _held, w_records, w_committed = worker_view(out)
+        await eventually_async(lambda: ledger.seen("b") | set(w_records) >= acked, SETTLE_S, "all")
+        await b.close()
 
-    # The coordinator moved the partitions once the session ran out (2 s),
-    # not before; the bound is loose for a loaded machine.
-    assert SESSION_TIMEOUT_MS / 1000 * 0.5 <= takeover_s < SETTLE_S, takeover_s
-    for p in kept:
-        b_offsets = [off for _t, tp, off in ledger.records["b"] if tp.partition == p]
-        # b starts at the worker's last commit: the last one it noted, or the
-        # one in flight when it died (it notes a commit after its answer),
-        # which covered the last records it noted.
-        last_read = max(off for p2, off in w_records if p2 == p)
-        assert b_offsets and b_offsets[0] in (w_committed[p], last_read + 1), (
-            p,
-            b_offsets[:3],
-            w_committed,
-            last_read,
-        )
-    seen = Counter(w_records + ledger.all_seen())
-    for (p, offset), n in seen.items():
-        if n > 1:  # read by the worker after its last commit, then again by b
-            assert n == 2 and p in kept and offset >= w_committed[p], (p, offset, n)
+        # The coordinator moved the partitions once the session ran out (2 s),
+        # not before; the bound is loose for a loaded machine.
+        assert SESSION_TIMEOUT_MS / 1000 * 0.5 <= takeover_s < SETTLE_S, takeover_s
+        for p in kept:
+            b_offsets = [off for _t, tp, off in ledger.records["b"] if tp.partition == p]
+            # b starts at the worker's last commit: the last one it noted, or the
+            # one in flight when it died (it notes a commit after its answer),
+            # which covered the last records it noted.
+            last_read = max(off for p2, off in w_records if p2 == p)
+            assert b_offsets and b_offsets[0] in (w_committed[p], last_read + 1), (
+                p,
+                b_offsets[:3],
+                w_committed,
+                last_read,
+            )
+        seen = Counter(w_records + ledger.all_seen())
+        for (p, offset), n in seen.items():
+            if n > 1:  # read by the worker after its last commit, then again by b
+                assert n == 2 and p in kept and offset >= w_committed[p], (p, offset, n)
+    finally:
+        await close_all(b)
