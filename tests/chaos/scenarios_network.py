@@ -290,6 +290,20 @@ def leader_unheard(ctx: ChaosContext) -> None:
     _heal_and_wait_whole(ctx)
 
 
+def quorum_isolated(ctx: ChaosContext) -> None:
+    """A partition leader loses its Raft links only: its HTTP links (heartbeats, fetches,
+    AlterPartition) still work, so the controller keeps hearing a broker whose metadata
+    stopped. It must not keep serving a leadership the metadata has moved."""
+    net = _net(ctx)
+    controller = ctx.cluster.active_controller()
+    partition, victim = _pick_leader(ctx, controller, not_node=controller.node_id)
+    ctx.facts.update(victim=victim, partition=partition)
+    net.isolate(victim, kinds=("raft",))
+    ctx.log(f"cut node {victim} (leader of partition {partition}) off the metadata quorum")
+    _hold(ctx, f"node {victim} off the quorum", degraded=True)
+    _heal_and_wait_whole(ctx)
+
+
 def _network(
     name: str, description: str, inject: Callable[[ChaosContext], None], *, fast: bool = False
 ) -> None:
@@ -324,6 +338,11 @@ _network(
     slow_replication,
 )
 _network("flapping-links", "one or two node pairs whose links go down and up", flapping_links)
+_network(
+    "quorum-isolated",
+    "a partition leader cut off the Raft quorum only; its HTTP links stay",
+    quorum_isolated,
+)
 _network(
     "leader-unheard",
     "a leader's bytes to the other nodes are cut one way; it still hears them",
