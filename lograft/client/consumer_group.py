@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,9 +124,11 @@ class ConsumerGroup:
                 continue  # made void by a loss
             try:
                 if event.kind is RebalanceKind.ASSIGN:
-                    await self._begin_assign(event)
+                    await self._unless_lost(self._begin_assign(event), event.generation)
                 elif event.kind is RebalanceKind.REVOKE:
-                    await self._commit_positions(event.partitions, "revocation")
+                    await self._unless_lost(
+                        self._commit_positions(event.partitions, "revocation"), event.generation
+                    )
             except BaseException:
                 m.put_back(event)
                 raise
@@ -151,6 +153,26 @@ class ConsumerGroup:
                 self.fetcher.remove(event.partitions)
                 m.revoked_done(event)
         self.notify()
+
+    async def _unless_lost(self, work: Coroutine[Any, Any, None], generation: int) -> None:
+        """Run `work`, abandoning it if the partitions are lost meanwhile: a
+        commit or offset lookup for them is moot then, and must not hold up
+        poll (and on_lost) while it retries against an unreachable coordinator."""
+        m = self.membership
+        assert m is not None
+        task = asyncio.ensure_future(work)
+        lost = asyncio.ensure_future(m.wait_lost(generation))
+        try:
+            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (task, lost):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(lost, return_exceptions=True)
+        if task.done() and not task.cancelled():
+            task.result()  # the work's own error
+        else:
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _begin_assign(self, event: RebalanceEvent) -> None:
         m = self.membership

@@ -96,6 +96,7 @@ class GroupMembership:
         self._subscription_changed = False
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()
+        self._lost = asyncio.Event()  # set (and replaced) at each loss
         self._session_timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -130,7 +131,7 @@ class GroupMembership:
         joined = self.member_epoch != JOIN_EPOCH and self.member_id
         self.owned = self.revoking = NO_PARTITIONS
         self.member_epoch = JOIN_EPOCH
-        self.generation += 1
+        self._new_generation()
         if not joined:
             return
         try:
@@ -161,6 +162,11 @@ class GroupMembership:
         self.owned -= event.partitions
         self.revoking -= event.partitions
         self._wake.set()
+
+    async def wait_lost(self, generation: int) -> None:
+        """Return once the generation `generation` has ended (a loss or leave)."""
+        while self.generation == generation:
+            await self._lost.wait()
 
     def take_error(self) -> LograftError | None:
         err, self.error = self.error, None
@@ -280,6 +286,11 @@ class GroupMembership:
         self._answered.set()
         self._answered = asyncio.Event()
 
+    def _new_generation(self) -> None:
+        self.generation += 1
+        self._lost.set()
+        self._lost = asyncio.Event()
+
     def _renew_session(self, sent_at: float) -> None:
         assert self.session_timeout_ms is not None
         if self._session_timer is not None:
@@ -302,7 +313,7 @@ class GroupMembership:
     def lose(self, reason: str) -> None:
         """Drop every partition now (another member may own them already) and
         join again at epoch 0 with the same member id."""
-        self.generation += 1
+        self._new_generation()
         self.member_epoch = JOIN_EPOCH
         self.owned = self.revoking = NO_PARTITIONS
         self.events.clear()

@@ -297,3 +297,62 @@ async def test_a_member_process_killed_is_replaced_from_its_commits(cluster, tmp
                 assert n == 2 and p in kept and offset >= w_committed[p], (p, offset, n)
     finally:
         await close_all(b)
+
+
+async def test_the_group_carries_on_when_its_coordinators_node_is_killed(cluster):
+    """Last in this module: it kills a node (restarted at the end)."""
+    topic = make_topic(cluster, "coordinator-killed")
+    url = urls(cluster)
+    producer = TrickleProducer(url, topic, PARTITIONS)
+    ledger = Ledger()
+    common = {"auto_offset_reset": "earliest", "auto_commit_interval_ms": 200}
+    a = Member("a", ledger, url, "coordinator-killed", topic, **common)
+    b = Member("b", ledger, url, "coordinator-killed", topic, **common)
+    victim = None
+    try:
+        await producer.start()
+        try:
+            await a.start()
+            await b.start()
+            await eventually_async(
+                lambda: len(a.holding()) == len(b.holding()) == 3, SETTLE_S, "a 3/3 split"
+            )
+            group = a.consumer.group
+            assert group is not None
+            old_coordinator = group.coordinator.url
+
+            async def committed_all() -> dict[TopicPartition, int | None]:
+                return {tp: await a.consumer.committed(tp) for tp in sorted(ALL_TPS(topic))}
+
+            async def all_committed() -> dict[TopicPartition, int | None] | None:
+                got = await committed_all()
+                return got if all(off is not None for off in got.values()) else None
+
+            before = await eventually_async(all_committed, SETTLE_S, "commits on every partition")
+            victim = next(n for n in cluster if n.url == old_coordinator)
+            victim.kill()
+            mark = len(ledger.all_seen())
+            # Both members carry on: records keep coming, through the new coordinator.
+            await eventually_async(
+                lambda: (
+                    len(ledger.all_seen()) > mark + 100
+                    and group.coordinator.url not in (None, old_coordinator)
+                ),
+                SETTLE_S,
+                "consuming again after the coordinator's node died",
+            )
+        finally:
+            await producer.stop()
+        acked = producer.acked
+        await eventually_async(
+            lambda: ledger.seen("a") | ledger.seen("b") >= acked, SETTLE_S, "every record"
+        )
+        after = await committed_all()
+        # No committed offset was lost: each is where it was or further.
+        for tp, offset in before.items():
+            if offset is not None:
+                assert after[tp] is not None and after[tp] >= offset, (tp, offset, after[tp])
+    finally:
+        await close_all(a, b)
+        if victim is not None and not victim.running:
+            victim.restart()

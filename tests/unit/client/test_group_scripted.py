@@ -294,3 +294,34 @@ async def test_no_answered_heartbeat_for_the_session_drops_the_partitions():
     # answered one, at most one 10 ms interval before the cut) ran out.
     assert 0.2 <= waited < 0.3 + 5.0, waited
     await consumer.close(timeout_ms=100)
+
+
+async def test_a_loss_during_a_revocations_commit_abandons_it_and_calls_on_lost():
+    fake = FakeCoordinator({T0, T1})
+
+    def handler(call: Call) -> HttpResponse:
+        if call.method == "POST" and call.path == "/v1/groups/g/offsets":
+            # The coordinator cannot take commits; meanwhile it fences the member.
+            if not fake.script:
+                fake.script.append(("heartbeat", "FENCED_MEMBER_EPOCH", 409))
+            fake.log.append(("commit-refused", None))
+            return error_response(call, 503, "COORDINATOR_LOAD_IN_PROGRESS", True)
+        return fake(call)
+
+    lost: list[list[TopicPartition]] = []
+    revoked: list[list[TopicPartition]] = []
+    # A minute of retries would be allowed for the commit on its own.
+    consumer = AsyncConsumer(
+        A, group_id="g", transport=ScriptedTransport(handler), default_api_timeout_ms=60_000, **FAST
+    )
+    await consumer.start()
+    consumer.subscribe(["t"], on_revoke=revoked.append, on_lost=lost.append)
+    await poll_until(consumer, lambda: consumer.assignment() == {T0, T1}, "both assigned")
+    consumer.seek(T1, 7)  # a position the revocation will try to commit
+    fake.assignment = {T0}
+    started = asyncio.get_running_loop().time()
+    await poll_until(consumer, lambda: lost, "on_lost")
+    assert asyncio.get_running_loop().time() - started < 10.0  # not the commit's minute
+    assert "commit-refused" in fake.kinds()
+    assert lost == [[T0, T1]] and revoked == []  # the revocation was abandoned, not completed
+    await consumer.close(timeout_ms=100)
