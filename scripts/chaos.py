@@ -30,6 +30,7 @@ from tests.chaos.runner import (  # noqa: E402
     run_matrix,
     select,
 )
+from tests.chaos.workload import WorkloadSettings  # noqa: E402
 
 # Largest seed drawn when none is given.
 SEED_MAX = 2**31 - 1
@@ -51,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
     parser.add_argument("--keep", action="store_true", help="keep the work dirs of passing runs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument(
+        "--acks",
+        choices=("all", "1"),
+        default="all",
+        help="the writers' acks (default all; 1 checks the checker: acks=1 writes can be lost)",
+    )
     args = parser.parse_args(argv)
     try:
         scenarios = select(args.scenarios, fast_only=args.fast)
@@ -75,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         root,
         duration_s=args.duration,
         keep_workdirs=args.keep,
+        settings=WorkloadSettings(acks=args.acks),
         log=lambda line: print(line, flush=True),
     )
     table = report_table(outcomes)

@@ -304,6 +304,17 @@ def minority_acks(history: History) -> list[Anomaly]:
     return out
 
 
+def minority_probes(history: History) -> int:
+    """Sends made to an isolated node inside its window, whatever their outcome: how
+    much evidence the minority-ack check had (zero means it proved nothing)."""
+    return sum(
+        1
+        for iso in history.isolations
+        for s in history.sends
+        if s.node == iso.node and iso.from_s <= s.invoked_s < iso.until_s
+    )
+
+
 def failover_ms(history: History) -> list[tuple[int, int, int | None]]:
     """(killed or stopped node, partition, ms from the fault to the first
     acknowledgement of a send invoked after it; None if none came), for each
@@ -375,6 +386,7 @@ class CheckResult:
     divergence: list[Anomaly] = field(default_factory=list)
     phantoms: list[Anomaly] = field(default_factory=list)
     minority_acks: list[Anomaly] = field(default_factory=list)
+    minority_probes: int = 0
     slow_failovers: list[Anomaly] = field(default_factory=list)
     failover_ms: list[tuple[int, int, int | None]] = field(default_factory=list)
     unavailable: Window = field(default_factory=lambda: Window(0.0, 0.0))
@@ -413,6 +425,7 @@ def check(history: History, *, failover_budget_ms: int = FAILOVER_BUDGET_MS) -> 
         divergence=divergence(history),
         phantoms=phantoms(history),
         minority_acks=minority_acks(history),
+        minority_probes=minority_probes(history),
         slow_failovers=slow_failovers(history, failover_budget_ms),
         failover_ms=failover_ms(history),
         unavailable=unavailability(history),

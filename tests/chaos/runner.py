@@ -216,6 +216,7 @@ def summary(o: RunOutcome) -> str:
         f"duplicates={len(r.duplicates)} (idempotent {len(r.idempotent_duplicates)}) "
         f"inconsistent={len(r.inconsistent)} non-monotonic={len(r.non_monotonic)} "
         f"divergent={len(r.divergence)} max-unavailable={r.unavailable.ms}ms"
+        + (f" minority-probes={r.minority_probes}" if o.facts.get("isolations") else "")
     )
 
 
@@ -226,6 +227,7 @@ def run_matrix(
     *,
     duration_s: float = DEFAULT_DURATION_S,
     keep_workdirs: bool = False,
+    settings: WorkloadSettings | None = None,
     log: Callable[[str], None] = print,
 ) -> list[RunOutcome]:
     """Every scenario with every seed; a passing run's work dir is removed unless kept."""
@@ -233,7 +235,9 @@ def run_matrix(
     for seed in seeds:
         for scenario in scenarios:
             workdir = root / f"{scenario.name}-{seed}"
-            o = run_scenario(scenario, seed, workdir, duration_s=duration_s, log=log)
+            o = run_scenario(
+                scenario, seed, workdir, duration_s=duration_s, settings=settings, log=log
+            )
             outcomes.append(o)
             if o.verdict == "PASS" and not keep_workdirs:
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -12,6 +12,7 @@ from tests.chaos.checker import (
     inconsistent,
     lost,
     minority_acks,
+    minority_probes,
     non_monotonic,
     phantoms,
     unavailability,
@@ -190,6 +191,10 @@ def test_an_ack_from_an_isolated_node_inside_its_window_is_a_minority_ack() -> N
         ok("w2-3", 0, 5, 7.0, writer="w2", idempotent=False, node=2, done=8.5),  # after heal
     ]
     assert [a.values for a in minority_acks(h)] == [("w2-0",)]
+    h.sends.append(
+        Send("w2", False, "w2-4", 1, 6.5, 7.5, Outcome.UNKNOWN, node=2, error="REQUEST_TIMED_OUT")
+    )
+    assert minority_probes(h) == 3  # w2-0, w2-3 and the timed-out w2-4
 
 
 def test_failover_time_is_measured_from_the_kill_to_the_first_later_ack() -> None:
