@@ -11,8 +11,8 @@ A node cut off from every other node while clients still reach it is
 recorded as an `Isolation` (`ctx.facts["isolations"]`): the checker holds
 that nothing it was asked to write inside that window was acknowledged (with
 acks=all and min_insync_replicas 2 a lone replica must not acknowledge). The
-window opens once every cut is in place and closes before the heal, so held
-bytes delivered by the heal cannot fall inside it.
+window opens once every cut is in place and closes before the heal, so an
+acknowledgement the healed links let through cannot fall inside it.
 """
 
 from __future__ import annotations
