@@ -186,6 +186,18 @@ class GroupMembership:
     # -- the loop ---------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        try:
+            await self._heartbeat_loop()
+        except Exception as exc:
+            # A bug, not a server answer: say so from poll rather than stop
+            # heartbeating silently (the coordinator would drop the member).
+            log.exception("group %s: the heartbeat loop failed", self.group_id)
+            err = LograftError(f"the heartbeat loop of group {self.group_id} failed: {exc!r}")
+            err.__cause__ = exc
+            self.error = err
+            self.hooks.notify()
+
+    async def _heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
