@@ -5,9 +5,11 @@ partition its own seeded rng picks, one every `send_interval_ms`:
 
 - `ClientWriter`: the lograft.client `Producer`, idempotent or not;
 - `HttpWriter`: raw JSON produce (`POST /v1/topics/{t}/records`), one record
-  per request, to a node its rng picks (any node forwards to the leader).
-  It is the one writer that knows which node answered, so it is what the
-  minority-ack check sees.
+  per request, always to its own node (which forwards to the leader): one
+  writer per node. It is the one writer that knows which node answered, so
+  it is what the minority-ack check sees; pinning it to a node means a
+  writer whose request hangs on a cut-off node stalls only that node's
+  probe, while the isolated node's own writer keeps asking it.
 
 `ClientReader` polls every partition from the start with the lograft.client
 `Consumer` during the run. Every outcome and every record read is recorded
@@ -59,7 +61,8 @@ class WorkloadSettings:
     send_interval_ms: int = 25
     idempotent_client_writers: int = 2
     plain_client_writers: int = 1
-    http_writers: int = 2
+    # Raw HTTP writers per node, each pinned to its node.
+    http_writers_per_node: int = 1
     readers: int = 1
     # One client request, in ms: above the chaos brokers' produce_timeout_ms
     # (runner.CHAOS_BROKER) so the broker answers REQUEST_TIMED_OUT first.
@@ -232,7 +235,8 @@ class HttpWriter(_Worker):
         self,
         name: str,
         *,
-        nodes: dict[int, str],
+        node: int,
+        url: str,
         topic: str,
         partitions: list[int],
         settings: WorkloadSettings,
@@ -242,7 +246,7 @@ class HttpWriter(_Worker):
         errors: list[str],
     ) -> None:
         super().__init__(name, stop, errors)
-        self.nodes, self.topic, self.partitions = nodes, topic, partitions
+        self.node, self.url, self.topic, self.partitions = node, url, topic, partitions
         self.settings, self.recorder, self.rng = settings, recorder, rng
 
     def _produce(
@@ -270,14 +274,12 @@ class HttpWriter(_Worker):
 
     def work(self) -> None:
         seq = 0
-        node_ids = sorted(self.nodes)
         while not self.stop_event.is_set():
             value = f"{self.worker}-{seq}"
             seq += 1
             partition = self.rng.choice(self.partitions)
-            node = self.rng.choice(node_ids)
             invoked = time.monotonic()
-            outcome, offset, error = self._produce(self.nodes[node], value, partition)
+            outcome, offset, error = self._produce(self.url, value, partition)
             self.recorder.send(
                 Send(
                     self.worker,
@@ -288,7 +290,7 @@ class HttpWriter(_Worker):
                     time.monotonic(),
                     outcome,
                     offset,
-                    node,
+                    self.node,
                     error,
                 )
             )
@@ -381,9 +383,12 @@ class Workload:
                     name, bootstrap=bootstrap, idempotent=idempotent, rng=self._rng(name), **common
                 )
             )
-        for i in range(s.http_writers):
-            name = f"h{i}"
-            self._workers.append(HttpWriter(name, nodes=urls, rng=self._rng(name), **common))
+        for node, url in sorted(urls.items()):
+            for i in range(s.http_writers_per_node):
+                name = f"h{node}" + (f"_{i}" if i else "")
+                self._workers.append(
+                    HttpWriter(name, node=node, url=url, rng=self._rng(name), **common)
+                )
         for i in range(s.readers):
             reader = ClientReader(f"r{i}", bootstrap=bootstrap, **common)
             self._readers.append(reader)
