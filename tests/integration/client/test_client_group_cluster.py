@@ -1,6 +1,6 @@
 """Client consumer groups on three real nodes, while a producer keeps writing:
-two members split six partitions and together get every record once, one
-closes and the other carries on from its commits; a member cut off from its
+two members split six partitions, a third joins (2/2/2), one closes, and
+together they get every record exactly once; a member cut off from its
 coordinator stops by itself and the other takes over from the committed
 offsets (duplicates only above them); a member process SIGKILLed is
 replaced within its session from its commits; a second group gets every
@@ -76,46 +76,53 @@ async def test_members_split_close_hands_over_and_a_second_group_sees_everything
     common = {"auto_offset_reset": "earliest", "auto_commit_interval_ms": 300}
     a = Member("a", g1, url, "g1", topic, **common)
     b = Member("b", g1, url, "g1", topic, **common)
+    d = Member("d", g1, url, "g1", topic, **common)
     c = Member("c", g2, url, "g2", topic, **common)
+
+    def split(members: list[Member]) -> bool:
+        sizes = [len(m.holding()) for m in members]
+        union = set().union(*(m.holding() for m in members))
+        return sizes == [PARTITIONS // len(members)] * len(members) and union == ALL_TPS(topic)
+
     try:
         await producer.start()
         try:
             await a.start()
             await c.start()
-            await eventually_async(lambda: a.holding() == ALL_TPS(topic), SETTLE_S, "a holds all")
+            await eventually_async(lambda: split([a]), SETTLE_S, "a holds all")
             await b.start()
-
-            def split() -> bool:
-                ha, hb = a.holding(), b.holding()
-                return len(ha) == len(hb) == PARTITIONS // 2 and ha | hb == ALL_TPS(topic)
-
-            await eventually_async(split, SETTLE_S, "a and b split the partitions 3/3")
+            await eventually_async(lambda: split([a, b]), SETTLE_S, "a and b split 3/3")
             got_by_b = lambda: {tp.partition for _t, tp, _o in g1.records["b"]}  # noqa: E731
             await eventually_async(
                 lambda: got_by_b() == {tp.partition for tp in b.holding()}, SETTLE_S, "b consumes"
             )
+            await d.start()
+            await eventually_async(lambda: split([a, b, d]), SETTLE_S, "a, b and d split 2/2/2")
             await a.close()  # commits its positions, revokes, leaves
-            await eventually_async(lambda: b.holding() == ALL_TPS(topic), SETTLE_S, "b takes all")
-            # Let b read some records of the partitions it took over before stopping.
-            mark = len(g1.records["b"])
-            await eventually_async(lambda: len(g1.records["b"]) > mark + 50, SETTLE_S, "b goes on")
+            await eventually_async(lambda: split([b, d]), SETTLE_S, "b and d split 3/3")
+            # Let them read some records of the partitions they took over.
+            mark = len(g1.all_seen())
+            await eventually_async(lambda: len(g1.all_seen()) > mark + 50, SETTLE_S, "going on")
         finally:
             await producer.stop()
         acked = producer.acked
-        await eventually_async(lambda: g1.seen("b") | g1.seen("a") >= acked, SETTLE_S, "g1 all")
+        await eventually_async(
+            lambda: g1.seen("a") | g1.seen("b") | g1.seen("d") >= acked, SETTLE_S, "g1 all"
+        )
         await eventually_async(lambda: g2.seen("c") >= acked, SETTLE_S, "g2 all")
         await b.close()
+        await d.close()
         await c.close()
 
         # Graceful hand-overs commit before giving up: every record exactly once.
         dup = [k for k, n in Counter(g1.all_seen()).items() if n > 1]
         assert not dup, f"records consumed twice in g1: {sorted(dup)[:20]}"
-        assert g1.seen("a") and g1.seen("b")
+        assert g1.seen("a") and g1.seen("b") and g1.seen("d")
         assert sorted(g2.all_seen()) == sorted(acked)
         g1.check_one_owner_at_a_time()
         g2.check_one_owner_at_a_time()
     finally:
-        await close_all(a, b, c)
+        await close_all(a, b, c, d)
 
 
 async def test_a_member_cut_off_stops_and_the_other_resumes_from_its_commits(cluster):
