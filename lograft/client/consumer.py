@@ -1,4 +1,4 @@
-"""`AsyncConsumer`: the asyncio consumer, without group coordination yet.
+"""`AsyncConsumer`: the asyncio consumer, by assignment or in a consumer group.
 
     consumer = AsyncConsumer("http://127.0.0.1:9091", auto_offset_reset="earliest",
                              value_deserializer=deserializers.json)
@@ -7,6 +7,11 @@
     batch = await consumer.poll(timeout_ms=1000)   # {TopicPartition: [ConsumerRecord]}
     async for record in consumer: ...
     await consumer.close()
+
+    consumer = AsyncConsumer("http://127.0.0.1:9091", group_id="billing")
+    await consumer.start()
+    consumer.subscribe(["orders"], on_assign=..., on_revoke=...)
+    async for record in consumer: ...   # then commit(), or auto-commit
 
 Without a `group_id`, positions are the consumer's own (nothing is
 committed). `seek`, `seek_to_beginning` and `seek_to_end` are lazy as in
