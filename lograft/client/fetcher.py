@@ -145,13 +145,14 @@ class Fetcher:
         """Start a lookup or fetch for every partition that needs one and has none."""
         loop = asyncio.get_running_loop()
         for tp, st in self.partitions.items():
-            if st.task is not None or st.error is not None or st.buffer or st.paused:
+            if st.task is not None or st.error is not None or st.buffer:
                 continue
             if st.position is None:
+                # Even when paused: position() in on_assign resolves a reset.
                 if st.reset_to is None:
                     continue
                 st.task = loop.create_task(self._run(st, self._reset, tp, st.epoch))
-            else:
+            elif not st.paused:
                 st.task = loop.create_task(self._run(st, self._fetch, tp, st.epoch))
 
     async def _run(

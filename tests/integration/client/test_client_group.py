@@ -90,9 +90,12 @@ def test_partitions_without_a_commit_start_per_auto_offset_reset(node, topic):
     t = topic(partitions=1)
     tp = TopicPartition(t, 0)
     produce(node.url, t, 1, 5)
+    at_assign: list[int] = []
     with Consumer(node.url, group_id=fresh_group(), auto_offset_reset="latest") as c:
-        c.subscribe([t])
+        # position() inside on_assign resolves the reset (it is not fetched yet).
+        c.subscribe([t], on_assign=lambda tps: at_assign.extend(c.position(tp) for tp in tps))
         poll_until([c], lambda: c.assignment() == {tp}, "assignment")
+        assert at_assign == [5]
         assert c.position(tp) == 5
         produce(node.url, t, 1, 2, start=5)
         got = []
