@@ -210,6 +210,20 @@ class AsyncConsumer:
         if self._started:
             self._group.start()
 
+    async def unsubscribe(self, timeout_ms: int | None = None) -> None:
+        """Leave the group as close() does (commit with auto-commit, on_revoke
+        for what is held, leave) but keep the consumer, which may subscribe()
+        or assign() again. Nothing to do without a subscription."""
+        if self._group is None or not self._group.subscribed or not self._started:
+            return
+        deadline = self._deadline(timeout_ms)
+        try:
+            event = await self._group.prepare_close(deadline)
+            if event is not None:
+                await _invoke(self._group.callback(event), event)
+        finally:
+            await self._group.unsubscribe(deadline)
+
     async def partitions_for_topic(self, topic: str) -> set[int]:
         await self.start()
         meta = await self.metadata.topic(topic)

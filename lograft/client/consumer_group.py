@@ -259,3 +259,11 @@ class ConsumerGroup:
             await asyncio.gather(task, return_exceptions=True)
         if self.membership is not None:
             await self.membership.leave(deadline)
+
+    async def unsubscribe(self, deadline: float) -> None:
+        """Leave, and forget the subscription and every partition: a later
+        subscribe() joins as a new member."""
+        await self.close(deadline)
+        self.membership = None
+        self.listener = RebalanceListener()
+        self.fetcher.drop_all()

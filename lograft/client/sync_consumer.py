@@ -71,6 +71,29 @@ class Consumer:
         self._call(self._async.subscribe, names)
         self._listener = RebalanceListener(on_assign, on_revoke, on_lost)
 
+    def unsubscribe(self, timeout_ms: int | None = None) -> None:
+        """See `AsyncConsumer.unsubscribe`; on_revoke runs in this thread."""
+        group = self._async.group
+        if group is None or not group.subscribed:
+            return
+        limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + limit / 1000
+
+        async def prepare() -> RebalanceEvent | None:
+            return await group.prepare_close(self._async._deadline(limit))
+
+        async def leave(left_ms: int) -> None:
+            await group.unsubscribe(self._async._deadline(left_ms))
+
+        try:
+            event = self._thread.run(prepare())
+            if event is not None:
+                self._callback(event)
+        finally:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            self._thread.run(leave(left))
+            self._listener = RebalanceListener()
+
     def commit(
         self, offsets: Mapping[TopicPartition, int] | None = None, timeout_ms: int | None = None
     ) -> None:

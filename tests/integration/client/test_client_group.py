@@ -221,3 +221,25 @@ async def test_async_close_leaves_the_group_even_if_on_revoke_raises(node, topic
         await c.close()
     doc = node.node.ok("GET", f"/v1/groups/{group}")
     assert doc["members"] == [] and doc["state"] == "empty"
+
+
+def test_unsubscribe_commits_revokes_and_leaves_and_a_new_subscribe_resumes(node, topic):
+    t = topic(partitions=2)
+    tps = [TopicPartition(t, p) for p in range(2)]
+    produce(node.url, t, 2, 10)
+    group = fresh_group()
+    revoked: list[TopicPartition] = []
+    with Consumer(node.url, group_id=group, auto_offset_reset="earliest") as c:
+        c.subscribe([t], on_revoke=revoked.extend)
+        got: list = []
+        poll_until([c], lambda: len(got) >= 10, "the records", [got])
+        c.unsubscribe()
+        assert sorted(revoked) == tps and c.assignment() == set()
+        assert [c.committed(tp) for tp in tps] == [5, 5]  # auto-commit on the way out
+        doc = node.node.ok("GET", f"/v1/groups/{group}")
+        assert doc["members"] == []
+        produce(node.url, t, 2, 2, start=10)
+        c.subscribe([t])  # a new member: starts at the commits, nothing read twice
+        again: list = []
+        poll_until([c], lambda: len(again) >= 2, "the new records", [again])
+        assert sorted((r.partition, r.offset) for r in again) == [(0, 5), (1, 5)]
