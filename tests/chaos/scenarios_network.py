@@ -291,16 +291,22 @@ def leader_unheard(ctx: ChaosContext) -> None:
 
 
 def quorum_isolated(ctx: ChaosContext) -> None:
-    """A partition leader loses its Raft links only: its HTTP links (heartbeats, fetches,
-    AlterPartition) still work, so the controller keeps hearing a broker whose metadata
-    stopped. It must not keep serving a leadership the metadata has moved."""
+    """A partition leader loses the Raft quorum, and the controller stops hearing it over
+    HTTP (one way: the controller's own calls still arrive). The controller fences it and
+    moves its leaderships, which it cannot learn: it believes it still leads, and clients
+    still reach it. Its followers, which do learn, must stop making its writes count."""
     net = _net(ctx)
     controller = ctx.cluster.active_controller()
     partition, victim = _pick_leader(ctx, controller, not_node=controller.node_id)
     ctx.facts.update(victim=victim, partition=partition)
     net.isolate(victim, kinds=("raft",))
-    ctx.log(f"cut node {victim} (leader of partition {partition}) off the metadata quorum")
-    _hold(ctx, f"node {victim} off the quorum", degraded=True)
+    net.cut(victim, controller.node_id, kinds=("http",))
+    ctx.log(
+        f"cut node {victim} (leader of partition {partition}) off the metadata quorum, "
+        f"and its calls to the controller {controller.node_id}"
+    )
+    _wait_fenced_and_replaced(ctx, victim, controller)
+    _hold(ctx, f"node {victim} on stale metadata")
     _heal_and_wait_whole(ctx)
 
 
@@ -340,7 +346,8 @@ _network(
 _network("flapping-links", "one or two node pairs whose links go down and up", flapping_links)
 _network(
     "quorum-isolated",
-    "a partition leader cut off the Raft quorum only; its HTTP links stay",
+    "a partition leader cut off the Raft quorum and unheard by the controller: fenced and "
+    "replaced, it still believes it leads",
     quorum_isolated,
 )
 _network(
