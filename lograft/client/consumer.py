@@ -166,13 +166,17 @@ class AsyncConsumer:
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing the previous assignment).
-        Partitions kept keep their positions; new ones start per auto_offset_reset."""
+        Partitions kept keep their positions; new ones start at the group's
+        committed offset (with a group_id), else per auto_offset_reset."""
         self._check_open()
         if self._group is not None and self._group.subscribed:
             raise InvalidRequestError("assign() cannot be mixed with subscribe()")
         tps = [TopicPartition(*tp) for tp in partitions]
         self._manual = True
+        new = [tp for tp in tps if tp not in self._fetcher.partitions]
         self._fetcher.assign(tps, self.config.auto_offset_reset)
+        if self._group is not None:
+            self._group.assigned_manually(new)
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions held (with a group: assigned by the coordinator)."""
@@ -264,6 +268,8 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         limit = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + limit / 1000
+        if self._group is not None:
+            await self._group.resolve_committed(deadline)
         while st.position is None:
             self._raise_errors([TopicPartition(*partition)])
             if st.reset_to is None:
@@ -358,6 +364,7 @@ class AsyncConsumer:
                     await self._run_rebalance()
                 elif self._group.has_events():
                     return {}
+                await self._group.resolve_committed(self._deadline(None))
                 self._group.maybe_auto_commit()
             self._raise_errors(list(self._fetcher.partitions))
             out = self._collect(limit)

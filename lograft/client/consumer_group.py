@@ -79,6 +79,9 @@ class ConsumerGroup:
         self.listener = RebalanceListener()
         self._auto_commit_task: asyncio.Task[None] | None = None
         self._next_auto_commit = 0.0
+        # assign()ed partitions waiting for their committed offset: the
+        # partition's seek epoch when assigned (a seek since then wins).
+        self.pending_committed: dict[TopicPartition, int] = {}
 
     @property
     def subscribed(self) -> bool:
@@ -191,6 +194,44 @@ class ConsumerGroup:
                     paused=True,
                 ),
             )
+
+    # -- manual assignment ----------------------------------------------------------------------
+
+    def assigned_manually(self, new: list[TopicPartition]) -> None:
+        """Partitions just assign()ed start at the group's committed offset
+        (else auto_offset_reset), as in Kafka: not fetched until it is read."""
+        for tp in new:
+            st = self.fetcher.partitions[tp]
+            st.paused = True
+            st.reset_to = None
+            self.pending_committed[tp] = st.epoch
+
+    async def resolve_committed(self, deadline: float) -> None:
+        """Read the committed offsets of assign()ed partitions still waiting
+        for them (from poll and position)."""
+        pending = {
+            tp: epoch
+            for tp, epoch in self.pending_committed.items()
+            if tp in self.fetcher.partitions
+        }
+        self.pending_committed = dict(pending)
+        if not pending:
+            return
+        committed = await self.committer.fetch(pending, deadline)
+        reset = self.config.auto_offset_reset
+        for tp, epoch in pending.items():
+            if self.pending_committed.pop(tp, None) is None:
+                continue  # a concurrent resolve applied it, or it was unassigned
+            st = self.fetcher.partitions.get(tp)
+            if st is None:
+                continue
+            if st.epoch == epoch and st.position is None:
+                if tp in committed:
+                    st.position = committed[tp]
+                else:
+                    st.reset_to = None if reset == "none" else reset
+            st.paused = False
+        self.notify()
 
     # -- commits ------------------------------------------------------------------------------
 

@@ -137,9 +137,22 @@ def test_assign_with_a_group_id_commits_as_a_non_member(node, topic):
         assert got[0].offset == 3
         c.commit({tp: 6})
         assert c.committed(tp) == 6
-    # close() auto-committed the consumed position (8) over the explicit 6.
-    with Consumer(node.url, group_id=group) as c:
+    # close() auto-committed the consumed position (8) over the explicit 6,
+    # and an assign()ed partition starts at the group's committed offset.
+    produce(node.url, t, 1, 2, start=8)
+    with Consumer(node.url, group_id=group, auto_offset_reset="earliest") as c:
         assert c.committed(tp) == 8
+        c.assign([tp])
+        assert c.position(tp) == 8
+        rest: list = []
+        poll_until([c], lambda: len(rest) >= 2, "the new records", [rest])
+        assert [r.offset for r in rest] == [8, 9]
+    with Consumer(node.url, group_id=group, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        c.seek(tp, 1)  # a seek before the committed offset is read wins
+        first: list = []
+        poll_until([c], lambda: bool(first), "a record", [first])
+        assert first[0].offset == 1
 
 
 def test_rebalance_commits_before_on_revoke_and_the_new_owner_starts_there(node, topic):
