@@ -13,6 +13,10 @@ callback in the user's thread between them:
 3. `finish`: ASSIGN unpauses (fetching starts; a seek in on_assign wins);
    REVOKE removes the partitions and acknowledges them to the coordinator.
 
+Without a subscription, partitions `assign()`ed with a `group_id` start at
+the group's committed offset too, read by the next `poll` or `position`
+(`resolve_committed`).
+
 Auto-commit runs from `poll`, so what it commits are the positions after
 the records earlier polls returned, which the program has handled by the time
 it polls again (at-least-once, as Kafka's auto-commit).
