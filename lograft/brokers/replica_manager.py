@@ -241,6 +241,9 @@ class ReplicaManager:
         # Replicas whose leader-epoch entry awaits its write by `_flush_epochs`.
         self._epochs_to_flush: set[Partition] = set()
         self._epoch_flush: asyncio.Task[None] | None = None
+        # A role or leader changed since the fetchers were last synced (kept
+        # across applies: one that raised midway must not lose the change).
+        self._fetchers_stale = False
         # Follower partitions whose last fetch failed, left out of their
         # session until this lag_clock time (ms), so one bad partition does
         # not turn the session's long-poll into a busy loop.
@@ -350,7 +353,7 @@ class ReplicaManager:
         now = self.lag_clock()
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._remove(tp)
-        roles_changed = False
+            self._fetchers_stale = True
         created = 0
         for tp, meta in wanted.items():
             before = self._applied.get(tp)
@@ -359,7 +362,7 @@ class ReplicaManager:
             if self.broker_id not in meta.assignment.replicas:
                 if tp in self.partitions:
                     self._remove(tp)
-                    roles_changed = True
+                    self._fetchers_stale = True
                 continue
             part = self.partitions.get(tp)
             if part is None:
@@ -369,14 +372,16 @@ class ReplicaManager:
             self._update_configs(part, meta)
             self._reconcile(part, meta, now)
             self._applied[tp] = meta
-            roles_changed = roles_changed or role is not part.role or leader != part.leader_id
+            if role is not part.role or leader != part.leader_id:
+                self._fetchers_stale = True
             if part.log.epochs.dirty:
                 self._epochs_to_flush.add(part)
         # Opened for an earlier view whose apply failed, and no longer wanted.
         for tp in [tp for tp in self._opened if tp not in self.partitions]:
             self._opened.pop(tp).close()
-        if roles_changed or any(task.done() for task in self._fetchers.values()):
+        if self._fetchers_stale or any(task.done() for task in self._fetchers.values()):
             self._sync_fetchers()
+            self._fetchers_stale = False
         self._start_epoch_flush()
         if created and self.gc_freeze:
             _freeze_heap()

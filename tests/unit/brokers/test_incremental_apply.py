@@ -7,14 +7,17 @@ reconciles only partitions whose meta is not the one it last applied.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+import pytest
+
 from lograft.brokers.metadata_sync import hosted_partitions
-from lograft.brokers.partition import Partition, TopicPartition
-from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.brokers.partition import Assignment, Partition, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.quorum.image import MetadataImage, PartitionState, TopicImage
 from lograft.quorum.records import ConfigResourceType
 
@@ -161,5 +164,42 @@ async def test_without_the_setting_nothing_is_frozen(tmp_path: Path):
         gc.unfreeze()
         rm.apply_metadata(hosted_partitions(image_of(states(3), 1), BROKER))
         assert gc.get_freeze_count() == 0
+    finally:
+        await rm.stop()
+
+
+async def test_an_apply_that_fails_midway_still_starts_the_fetchers_it_owes(tmp_path: Path):
+    """Fetchers are synced only when a role changed; a change made by an apply
+    that then raised must still be acted on by the next apply."""
+
+    async def never(leader: int, body: bytes, timeout_s: float) -> bytes:
+        await asyncio.Event().wait()  # a long-poll that never answers
+        return b""
+
+    rm = ReplicaManager(BROKER, tmp_path / "b", BrokerSettings(), fetch_transport=never)
+    await rm.start()
+    try:
+        followed = TopicPartition("w", 0)
+        broken = TopicPartition("w", 1)
+        wanted = {
+            followed: PartitionMeta("id-w", Assignment((8, BROKER), (8, BROKER), 8, 0, 0)),
+            broken: PartitionMeta("id-w", Assignment((9, BROKER), (9, BROKER), 9, 0, 0)),
+        }
+        real_open = rm._open_log
+
+        def open_or_fail(tp: TopicPartition, meta: PartitionMeta):  # type: ignore[no-untyped-def]
+            if tp == broken:
+                raise OSError(5, "Input/output error")
+            return real_open(tp, meta)
+
+        rm._open_log = open_or_fail  # type: ignore[method-assign]
+        with pytest.raises(OSError):
+            rm.apply_metadata(wanted)
+        assert rm.partitions[followed].role.value == "follower"
+        rm._open_log = real_open  # type: ignore[method-assign]
+        # The broken partition is gone; the followed one's meta is unchanged,
+        # so this apply changes no role of its own.
+        rm.apply_metadata({followed: wanted[followed]})
+        assert set(rm._fetchers) == {8}
     finally:
         await rm.stop()
