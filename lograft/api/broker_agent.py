@@ -21,12 +21,17 @@ the next controller, which starts each broker on a fresh
 defaults, timeout + interval (1 s) stays inside the 1.5 s session. A
 controller that is merely slow still receives the heartbeat (its session is
 refreshed); only the answer is dropped, and the next heartbeat follows.
+
+Registration and heartbeats run on their own thread and event loop
+(`heartbeat_thread.py`), so a saturated main loop cannot make them late; the
+answers come back to this object on the main loop, where every state
+transition happens. The controlled-shutdown heartbeats run on the main loop
+after that thread has stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import uuid
@@ -34,9 +39,21 @@ from collections.abc import Callable
 from typing import Any
 
 from lograft.api.controller_client import CONTROLLER_REQUEST_TIMEOUT_MS, ControllerClient
-from lograft.errors import BrokerIdNotRegisteredError, LograftError, StaleBrokerEpochError
+from lograft.api.heartbeat_thread import (
+    ClientFactory,
+    HeartbeatAnswer,
+    HeartbeatSpec,
+    HeartbeatThread,
+    Outcome,
+    Registered,
+)
+from lograft.errors import LograftError
 
 log = logging.getLogger(__name__)
+
+# Stopping the heartbeat thread cancels its call in flight, so it ends at
+# once; this only bounds a thread stuck in a blocking call.
+THREAD_JOIN_TIMEOUT_S = 2.0
 
 
 class AgentState(enum.Enum):
@@ -76,6 +93,7 @@ class BrokerAgent:
         metadata_offset: Callable[[], int],
         *,
         heartbeat_interval_ms: int,
+        client_factory: ClientFactory,
     ) -> None:
         self.broker_id = broker_id
         self.endpoints = endpoints
@@ -86,7 +104,10 @@ class BrokerAgent:
         self.incarnation_id = str(uuid.uuid4())
         self.broker_epoch = -1
         self.state = AgentState.UNREGISTERED
-        self._task: asyncio.Task[None] | None = None
+        # Builds the heartbeat thread's client around that thread's own session
+        # (`controller`'s session belongs to the main loop).
+        self.client_factory = client_factory
+        self._thread: HeartbeatThread | None = None
 
     def _to(self, new: AgentState) -> None:
         if new is self.state:
@@ -101,53 +122,48 @@ class BrokerAgent:
         return self.state is AgentState.ACTIVE
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="broker-agent")
+        """Start the heartbeat thread (registration and heartbeats run there)."""
+        spec = HeartbeatSpec(
+            self.broker_id,
+            self.incarnation_id,
+            self.endpoints,
+            self.rack,
+            self.heartbeat_interval_ms,
+        )
+        self._thread = HeartbeatThread(spec, self.client_factory, self.metadata_offset, self._apply)
+        self._thread.start()
 
-    async def _run(self) -> None:
-        interval = self.heartbeat_interval_ms / 1000
-        while self.state not in (AgentState.SHUTTING_DOWN, AgentState.STOPPED):
-            try:
-                if self.state is AgentState.UNREGISTERED:
-                    await self._register()
-                else:
-                    await self._heartbeat(want_shutdown=False)
-            except asyncio.CancelledError:
-                raise
-            except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as exc:
-                log.warning("broker %d must register again: %s", self.broker_id, exc.message)
-                self._to(AgentState.UNREGISTERED)
-            except LograftError as exc:
-                log.debug("broker %d: controller call failed: %s", self.broker_id, exc.message)
-            except Exception:
-                log.exception("broker %d: heartbeat failed", self.broker_id)
-            await asyncio.sleep(interval)  # the heartbeat period
+    def _apply(self, outcome: Outcome) -> None:
+        """One answer from the heartbeat thread; runs on the main loop, the only
+        place the state and `broker_epoch` change."""
+        if self.state in (AgentState.SHUTTING_DOWN, AgentState.STOPPED):
+            return  # a late answer after shutdown began changes nothing
+        if isinstance(outcome, Registered):
+            self.broker_epoch = outcome.broker_epoch
+            self._to(AgentState.FENCED)
+        elif isinstance(outcome, HeartbeatAnswer):
+            self.broker_epoch = outcome.broker_epoch
+            if self.state is not AgentState.UNREGISTERED:
+                self._to(AgentState.FENCED if outcome.fenced else AgentState.ACTIVE)
+        else:
+            log.warning("broker %d must register again: %s", self.broker_id, outcome.reason)
+            self._to(AgentState.UNREGISTERED)
 
-    async def _register(self) -> None:
-        body: dict[str, Any] = {
-            "broker_id": self.broker_id,
-            "incarnation_id": self.incarnation_id,
-            "endpoints": self.endpoints,
-            "rack": self.rack,
-        }
-        result = await self.controller.call("register", body, local=self._local("register", body))
-        self.broker_epoch = int(result["broker_epoch"])
-        self._to(AgentState.FENCED)
-
-    async def _heartbeat(self, *, want_shutdown: bool) -> dict[str, Any]:
+    async def _shutdown_heartbeat(self) -> dict[str, Any]:
+        """A want_shutdown heartbeat, from the main loop once the thread stopped."""
         body = {
             "broker_id": self.broker_id,
             "broker_epoch": self.broker_epoch,
             "metadata_offset": self.metadata_offset(),
-            "want_shutdown": want_shutdown,
+            "want_shutdown": True,
         }
-        # A controlled-shutdown heartbeat may wait for leaderships to move:
-        # it keeps the ordinary controller-call timeout.
-        timeout_ms = CONTROLLER_REQUEST_TIMEOUT_MS if want_shutdown else self.heartbeat_interval_ms
+        # It may wait for leaderships to move: the ordinary controller-call timeout.
         result: dict[str, Any] = await self.controller.call(
-            "heartbeat", body, local=self._local("heartbeat", body), timeout_ms=timeout_ms
+            "heartbeat",
+            body,
+            local=self._local("heartbeat", body),
+            timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
         )
-        if not want_shutdown:
-            self._to(AgentState.FENCED if result["fenced"] else AgentState.ACTIVE)
         return result
 
     def _local(self, name: str, body: dict[str, Any]) -> Any:
@@ -163,11 +179,13 @@ class BrokerAgent:
 
     async def shutdown(self, timeout_ms: int) -> bool:
         """Controlled shutdown: hand leaderships off; True if the controller agreed in time."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        registered = self.state in (AgentState.FENCED, AgentState.ACTIVE)
+        if self._thread is not None:
+            # Bounded: a heartbeat in flight is cancelled, not awaited.
+            if not await self._thread.stop(THREAD_JOIN_TIMEOUT_S):
+                log.warning("broker %d: heartbeat thread did not stop", self.broker_id)
+            # The thread's last word, not answers still queued for _apply.
+            self.broker_epoch = self._thread.broker_epoch
+        registered = self.broker_epoch >= 0
         self._to(AgentState.SHUTTING_DOWN)
         done = False
         if registered:
@@ -175,7 +193,7 @@ class BrokerAgent:
             deadline = loop.time() + timeout_ms / 1000
             while loop.time() < deadline:
                 try:
-                    result = await self._heartbeat(want_shutdown=True)
+                    result = await self._shutdown_heartbeat()
                     if result.get("should_shut_down"):
                         done = True
                         break

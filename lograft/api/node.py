@@ -195,6 +195,10 @@ class Node:
                 # image: only then may the controller unfence (and elect) us.
                 lambda: self._applied_offset,
                 heartbeat_interval_ms=self.controller_config.broker_heartbeat_interval_ms,
+                # The heartbeat thread's own client: same resolver ([http.dial]).
+                client_factory=lambda session: ControllerClient(
+                    cfg, session, self.runtime, self._leader_id, peers=self.peers
+                ),
             )
             await self.agent.start()
         log.info(
