@@ -113,6 +113,8 @@ Stream = Literal["upstream", "downstream"]
 
 # One loss slice: a burst of loss long enough to stall a request, short
 # enough that several fit in a fault's hold, ms.
+# Tries to create one proxy when its chosen port turns out to be taken.
+PROXY_PORT_ATTEMPTS = 5
 LOSS_SLICE_MS = 500
 # A probe (Network.probe) that gets no answer within this long counts as cut, s.
 PROBE_TIMEOUT_S = 1.0
@@ -193,11 +195,25 @@ class Network:
         self.server.start()
         self._api_ports.add(self.server.port)
         try:
-            for link, address in self.proxies.items():
-                self.server.create_proxy(link.name, address, self._upstream(link))
+            for link in list(self.proxies):
+                self._create_proxy(link)
         except BaseException:
             self.server.stop()
             raise
+
+    def _create_proxy(self, link: Link) -> None:
+        """Create the link's proxy; a port taken since `free_port` chose it
+        (by any process's outgoing connection) gets a new port. The node
+        configs are written after this, so they name the port that worked."""
+        for _ in range(PROXY_PORT_ATTEMPTS - 1):
+            try:
+                self.server.create_proxy(link.name, self.proxies[link], self._upstream(link))
+                return
+            except ToxiproxyError as exc:
+                if "address already in use" not in str(exc):
+                    raise
+                self.proxies[link] = f"127.0.0.1:{free_port()}"
+        self.server.create_proxy(link.name, self.proxies[link], self._upstream(link))
 
     def _upstream(self, link: Link) -> str:
         spec = self.cluster[link.dst].spec

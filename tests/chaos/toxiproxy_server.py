@@ -86,7 +86,9 @@ class ToxiproxyServer:
         proc.wait(timeout=PROCESS_EXIT_TIMEOUT_S)
 
     def create_proxy(self, name: str, listen: str, upstream: str) -> None:
-        Toxiproxy().create(upstream=upstream, name=name, listen=listen)
+        """Raises ToxiproxyError naming toxiproxy's reason (e.g. the listen
+        address is taken); toxiproxy-python answered that with a KeyError."""
+        self.api("POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream})
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """One call to the HTTP API: the decoded JSON answer (None if empty)."""
