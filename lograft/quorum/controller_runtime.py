@@ -99,17 +99,67 @@ class ControllerRuntime:
     # -- requests ------------------------------------------------------------------------
 
     async def run(self, handler: Handler[T]) -> T:
-        """Decide on the current image, commit the records, then answer."""
+        """Decide on the current image, commit the records, then answer.
+
+        Cancelling the caller (a local caller's timeout, stop()) is safe at
+        every await:
+
+        - waiting for the lock: nothing was decided; asyncio.Lock hands the
+          turn to the next waiter;
+        - waiting for the commit: the batch is already submitted to Raft and
+          may commit whatever the caller does, so the commit is *not*
+          cancelled and the lock stays held until it resolves (committed and
+          applied, or failed, bounded by Raft's append_timeout_ms). Releasing
+          the lock at the cancellation, as `async with` did, let the next
+          handler decide against an image without that batch; records carry
+          no expected epochs, so both batches applied and the later one
+          silently undid the earlier one's ISR or state change (the
+          compare-and-set of AlterPartition runs in the handler, on the
+          image). Only the answer is lost: the caller's retry is decided
+          against the image that includes the commit.
+        """
         self._require_active()
-        async with self._lock:
+        await self._lock.acquire()
+        release = True
+        try:
             self._require_active()
             assert self._sessions is not None
             result = handler(self.store.image, self._sessions, self.clock())
             if result.sessions is not None:
                 self._sessions = result.sessions
             if result.records:
-                await self.raft.append(encode_batch(result.records))
+                commit = asyncio.ensure_future(self.raft.append(encode_batch(result.records)))
+                try:
+                    await asyncio.shield(commit)
+                except asyncio.CancelledError:
+                    if commit.done():
+                        # Resolved as we were cancelled: mark its outcome seen.
+                        self._consume(commit)
+                    else:
+                        # The commit task now owns the lock and releases it.
+                        release = False
+                        commit.add_done_callback(self._release_after_commit)
+                    raise
             return result.response
+        finally:
+            if release:
+                self._lock.release()
+
+    def _release_after_commit(self, commit: asyncio.Future[int]) -> None:
+        """Done-callback of a commit whose caller was cancelled: end its turn."""
+        try:
+            self._consume(commit)
+        finally:
+            self._lock.release()
+
+    @staticmethod
+    def _consume(commit: asyncio.Future[int]) -> None:
+        """Log the outcome of a commit nobody awaits any more. Retrieving the
+        exception also keeps asyncio from logging "exception never retrieved"."""
+        if commit.cancelled():
+            log.warning("abandoned controller commit was cancelled")
+        elif (exc := commit.exception()) is not None:
+            log.warning("abandoned controller commit failed: %r", exc)
 
     def touch(self, broker_id: int, broker_epoch: int) -> None:
         """Count a heartbeat as contact the moment it arrives, before it waits
