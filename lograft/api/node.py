@@ -58,7 +58,6 @@ from lograft.errors import (
     InvalidConfigError,
     LograftError,
     RequestTimedOutError,
-    UnknownTopicOrPartitionError,
     error_class_for,
 )
 from lograft.quorum.controller import ControllerConfig
@@ -172,7 +171,6 @@ class Node:
                 cfg.data_dir,
                 BrokerSettings.from_dict(dict(cfg.broker)),
                 log_defaults=dict(cfg.log_defaults),
-                alter_partition=self._alter_partition,
                 alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
                 ineligible_replicas=self._ineligible_replicas,
@@ -361,39 +359,6 @@ class Node:
             ) from None
 
     # -- broker -> controller and broker -> broker --------------------------------------
-
-    async def _alter_partition(
-        self, tp: TopicPartition, proposal: IsrProposal
-    ) -> Assignment | None:
-        assert self.client is not None and self.agent is not None
-        topic = self.store.image.topic(tp.topic)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {tp.topic} is gone")
-        body = {
-            "broker_id": self.config.node_id,
-            "broker_epoch": self.agent.broker_epoch,
-            "topic_id": topic.topic_id,
-            "partition": tp.partition,
-            "leader_epoch": proposal.leader_epoch,
-            "partition_epoch": proposal.partition_epoch,
-            "new_isr": list(proposal.isr),
-        }
-        local = None
-        if self.runtime is not None:
-            rpc = ControllerRpc(self.runtime)
-
-            async def local() -> dict[str, Any]:
-                return await rpc.methods["alter-partition"](body)
-
-        res = await self.client.call("alter-partition", body, local=local)
-        replicas = topic.partitions[tp.partition].replicas
-        return Assignment(
-            replicas,
-            tuple(res["isr"]),
-            int(res["leader"]),
-            int(res["leader_epoch"]),
-            int(res["partition_epoch"]),
-        )
 
     def _ineligible_replicas(self) -> frozenset[int]:
         """Brokers that may not join an ISR: fenced or shutting down."""

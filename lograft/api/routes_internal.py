@@ -55,7 +55,6 @@ class ControllerRpc:
         plain: dict[str, Rpc] = {
             "register": self.register,
             "heartbeat": self.heartbeat,
-            "alter-partition": self.alter_partition,
             "alter-partitions": self.alter_partitions,
             "producer-ids": self.producer_ids,
             "create-topic": self.create_topic,
@@ -104,24 +103,6 @@ class ControllerRpc:
             "in_controlled_shutdown": res.in_controlled_shutdown,
             "should_shut_down": res.should_shut_down,
             "metadata_offset": self.runtime.store.image.offset,
-        }
-
-    async def alter_partition(self, body: dict[str, Any]) -> dict[str, Any]:
-        req = c.AlterPartitionRequest(
-            broker_id=_get(body, "broker_id", int),
-            broker_epoch=_get(body, "broker_epoch", int),
-            topic_id=_get(body, "topic_id", str),
-            partition=_get(body, "partition", int),
-            leader_epoch=_get(body, "leader_epoch", int),
-            partition_epoch=_get(body, "partition_epoch", int),
-            new_isr=tuple(int(b) for b in _get(body, "new_isr", list)),
-        )
-        res = await self.runtime.run(lambda img, _s, _n: c.alter_partition(img, req))
-        return {
-            "leader": res.leader,
-            "leader_epoch": res.leader_epoch,
-            "partition_epoch": res.partition_epoch,
-            "isr": list(res.isr),
         }
 
     async def alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
