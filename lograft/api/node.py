@@ -140,6 +140,8 @@ class Node:
         self.groups: GroupCoordinatorRuntime | None = None
         self.agent: BrokerAgent | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.replication_session: aiohttp.ClientSession | None = None
+        self.control_session: aiohttp.ClientSession | None = None
         self.client: ControllerClient | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -155,15 +157,19 @@ class Node:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         await self.raft.start()
-        self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=NODE_REQUEST_TIMEOUT_MS / 1000),
-            headers={SECRET_HEADER: cfg.cluster_secret},
-        )
+        # Three connection pools, so that no call waits behind one it depends
+        # on. A produce forwarded to a leader holds its connection until the
+        # followers have fetched the records (acks=all): were replica fetches
+        # queued on the same full pool, the two would wait on each other until
+        # the leader dropped this node from the ISR.
+        self.session = self._client_session(cfg.http.forward_connections_max)
+        self.replication_session = self._client_session(0)  # one fetch per leader
+        self.control_session = self._client_session(0)  # controller calls
         if cfg.is_controller:
             self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)
             await self.runtime.start()
         self.client = ControllerClient(
-            cfg, self.session, self.runtime, self._leader_id, peers=self.peers
+            cfg, self.control_session, self.runtime, self._leader_id, peers=self.peers
         )
         if cfg.is_broker:
             self.replicas = ReplicaManager(
@@ -206,6 +212,14 @@ class Node:
             cfg.http.host,
             cfg.http.port,
             cfg.http_url,
+        )
+
+    def _client_session(self, connections_max: int) -> aiohttp.ClientSession:
+        """A session for node-to-node calls; `connections_max` 0: no limit."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=connections_max),
+            timeout=aiohttp.ClientTimeout(total=NODE_REQUEST_TIMEOUT_MS / 1000),
+            headers={SECRET_HEADER: self.config.cluster_secret},
         )
 
     async def _serve(self) -> None:
@@ -279,8 +293,9 @@ class Node:
         if self.runtime is not None:
             await self.runtime.stop()
         await self.raft.stop()
-        if self.session is not None:
-            await self.session.close()
+        for session in (self.session, self.replication_session, self.control_session):
+            if session is not None:
+                await session.close()
         log.info("node %d stopped", self.config.node_id)
 
     # -- state -------------------------------------------------------------------------------
@@ -450,11 +465,11 @@ class Node:
         return result
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
-        assert self.session is not None
+        assert self.replication_session is not None
         url = self.peers.broker(ImageView(self.store.image), leader_id)
         if url is None:
             raise BrokerNotAvailableError(f"broker {leader_id} has no registered address")
-        async with self.session.post(
+        async with self.replication_session.post(
             f"{url}/internal/v1/replica-fetch",
             data=body,
             headers={"Content-Type": "application/json"},

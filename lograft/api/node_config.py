@@ -88,6 +88,12 @@ class HttpConfig:
     # node-to-node calls, instead of the peer's advertised address (a proxy per
     # link in fault-injection tests). Clients are never told these addresses.
     dial: Mapping[int, str] = field(default_factory=dict)
+    # Most connections open at once, over all peers, for calls made on a
+    # client's behalf (a produce forwarded to the partition's leader, a group
+    # call forwarded to its coordinator, an admin fan-out); more wait for one.
+    # Replica fetches and controller calls have pools of their own, so they
+    # never wait behind these.
+    forward_connections_max: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +168,14 @@ _TOP_KEYS = {
     "log_defaults",
 }
 _VOTER_KEYS = {"id", "raft", "http"}
-_HTTP_KEYS = {"host", "port", "request_bytes_max", "advertised_url", "dial"}
+_HTTP_KEYS = {
+    "host",
+    "port",
+    "request_bytes_max",
+    "advertised_url",
+    "dial",
+    "forward_connections_max",
+}
 # Listening on every interface: no address another node could dial.
 _WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -258,6 +271,11 @@ def _http(raw: Any) -> HttpConfig:
         if section.get("advertised_url") is not None
         else None,
         dial=_dial(section.get("dial", {}), "http.dial"),
+        forward_connections_max=_int(
+            section.get("forward_connections_max", d.forward_connections_max),
+            "http.forward_connections_max",
+            minimum=1,
+        ),
     )
 
 

@@ -636,6 +636,7 @@ class ReplicaManager:
         """One fetch session: every partition this broker follows from `leader_id`."""
         assert self.fetch_transport is not None
         backoff = self.settings.replica_fetch_backoff_ms / 1000
+        failing = False  # logged once per streak of failed fetches, not per retry
         while self._running:
             following = self._following(leader_id)
             if not following:
@@ -663,9 +664,14 @@ class ReplicaManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug("fetch from broker %d failed: %s", leader_id, exc)
+                if not failing:
+                    log.warning("fetch from broker %d failed (retrying): %r", leader_id, exc)
+                failing = True
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
+            if failing:
+                log.info("fetch from broker %d works again", leader_id)
+                failing = False
             try:
                 progressed = self._apply_responses(responses)
             except Exception:

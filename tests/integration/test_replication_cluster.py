@@ -31,6 +31,7 @@ from tests.integration.data_plane import (
     fetch,
     fetch_all,
     fetch_raw,
+    leader_of,
     offsets,
     post_batches,
     produce,
@@ -42,6 +43,7 @@ from tests.integration.data_plane import (
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 REPLICA_LAG_TIME_MAX_MS = 1500
+FORWARD_CONNECTIONS_MAX = 1
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +57,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster
                 "isr_check_interval_ms": 100,
             },
             controller={"broker_session_timeout_ms": 30_000},
+            # One connection for calls forwarded on a client's behalf: any
+            # replica fetch or controller call queued behind a forwarded
+            # acks=all produce would show here as an ISR shrink.
+            http={"forward_connections_max": FORWARD_CONNECTIONS_MAX},
         )
 
     c = start_cluster(make)
@@ -139,6 +145,28 @@ def test_every_acks_mode_produces_and_fetches(cluster: LograftCluster) -> None:
     # Nothing leaked to the other partitions.
     assert fetch_all(cluster[parts[1]["leader"]], "acks", 1) == []
     assert fetch_all(cluster[parts[2]["leader"]], "acks", 2) == []
+
+
+def test_forwarded_acks_all_produces_never_starve_replication(cluster: LograftCluster) -> None:
+    """A node forwards a produce to each partition's leader and holds that
+    connection until the followers have fetched the records; the node is one
+    of those followers. Its replica fetches must not queue behind the
+    forwarded produces (one connection here): the leaders would wait for a
+    fetch that waits for them. With min_insync_replicas=3 no ISR shrink can
+    break that wait, so the produce would time out instead of succeeding."""
+    partitions = 12
+    cluster.create_topic("forwarded", partitions=partitions, configs={"min_insync_replicas": 3})
+    parts = wait_in_sync(cluster, "forwarded")
+    via = cluster[1]
+    remote = [p for p, doc in parts.items() if doc["leader"] != via.node_id]
+    assert len(remote) >= 2, parts
+    for round_ in range(3):
+        records = [{"value": f"r{round_}-p{p}", "partition": p} for p in range(partitions)]
+        got = produce_ok(cluster, via, "forwarded", records, timeout_s=60)
+        assert sorted(o["partition"] for o in got) == list(range(partitions))
+    for p in range(partitions):
+        leader = cluster[leader_of(via, "forwarded", p)]
+        assert values_of(fetch_all(leader, "forwarded", p)) == [f"r{r}-p{p}" for r in range(3)]
 
 
 # -- partitioning --------------------------------------------------------------------------

@@ -68,6 +68,9 @@ def test_environment_overrides_win(tmp_path: Path):
     f.write_text(GOOD)
     cfg = load_config(f, env={"LOGRAFT_HTTP__PORT": "9999", "LOGRAFT_NODE_ID": "3", "OTHER": "x"})
     assert cfg.http.port == 9999
+    assert cfg.http.forward_connections_max == 100
+    env = {"LOGRAFT_HTTP__FORWARD_CONNECTIONS_MAX": "8"}
+    assert load_config(f, env=env).http.forward_connections_max == 8
     assert cfg.node_id == 3
 
 
@@ -83,6 +86,10 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
         ({"node_id": 1, "data_dir": "d", "voters": V, "colour": "red"}, "colour"),
         ({"node_id": 1, "data_dir": "d", "voters": V, "http": {"port": 70000}}, "http.port"),
         ({"node_id": 1, "data_dir": "d", "voters": V, "http": {"prot": 1}}, "http.prot"),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"forward_connections_max": 0}},
+            "http.forward_connections_max",
+        ),
         ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles"),
         ({"node_id": 1, "data_dir": "d"}, "voters"),
         ({"node_id": 1, "data_dir": "d", "voters": [{"id": 1, "raft": "h:1"}]}, "voters[0].http"),
