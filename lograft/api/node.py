@@ -38,7 +38,7 @@ from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.routes_admin import AdminRoutes
-from lograft.api.routes_data import DataRoutes
+from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.routes_internal import (
     ControllerRpc,
@@ -246,7 +246,11 @@ class Node:
         ).add_to(app)
         if self.replicas is not None:
             DataRoutes(
-                self.replicas, _BrokerImageView(self), self.session, peers=self.peers
+                self.replicas,
+                _BrokerImageView(self),
+                self.session,
+                DataLimits(forward_request_bytes_max=cfg.http.request_bytes_max),
+                peers=self.peers,
             ).add_to(app)
             StreamRoutes(
                 self.replicas,

@@ -6,6 +6,9 @@
   (`application/vnd.lograft.batch`), appended as they are, on the leader.
 - `GET /v1/topics/{topic}/partitions/{p}/records`: long-poll fetch, JSON or raw.
 - `GET /v1/topics/{topic}/partitions/{p}/offsets`: earliest, latest, by time.
+- `POST /internal/v1/produce`: the partitions of one JSON produce that this
+  broker leads, forwarded by the node that accepted it, in one request
+  (`lograft/brokers/produce_wire.py`).
 
 Limits (named, with units): `produce_records_max` records per JSON request,
 `fetch_bytes_max` bytes per fetch, `fetch_records_max` records per JSON fetch.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +31,18 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.partition import Acks, AppendResult, TopicPartition
+from lograft.brokers.partition import Acks, TopicPartition
 from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
+from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.brokers.produce_wire import (
+    PartitionBatch,
+    PartitionOutcome,
+    ProduceRequest,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
@@ -49,6 +63,11 @@ QUERY_INT_MAX = 1 << 62
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 # A JSON fetch renders fetched data larger than this in a worker thread, bytes.
 RENDER_INLINE_BYTES_MAX = 64 * 1024
+FORWARD_PATH = "/internal/v1/produce"
+# What a forwarded produce's header costs per partition and in all, bytes; a
+# generous bound, so that a request cut at the limit fits the peer's limit.
+FORWARD_PARTITION_OVERHEAD = 64
+FORWARD_REQUEST_OVERHEAD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +78,9 @@ class DataLimits:
     fetch_records_max: int = 10_000
     fetch_records_default: int = 500
     fetch_wait_default_ms: int = 0
+    # A produce forwarded to one leader is cut into requests of at most this
+    # many bytes: the leader refuses a larger body (its request_bytes_max).
+    forward_request_bytes_max: int = 16 * 1024 * 1024
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -87,6 +109,7 @@ class DataRoutes:
         app.router.add_post("/v1/topics/{topic}/partitions/{partition}/batches", self.produce_raw)
         app.router.add_get("/v1/topics/{topic}/partitions/{partition}/records", self.fetch)
         app.router.add_get("/v1/topics/{topic}/partitions/{partition}/offsets", self.offsets)
+        app.router.add_post(FORWARD_PATH, self.produce_forwarded)
 
     # -- helpers --------------------------------------------------------------------
 
@@ -98,7 +121,10 @@ class DataRoutes:
 
     def _tp(self, request: web.Request) -> tuple[TopicView, TopicPartition]:
         view = self._topic(request.match_info["topic"])
-        raw = request.match_info["partition"]
+        return view, self._partition_of(view, request.match_info["partition"])
+
+    @staticmethod
+    def _partition_of(view: TopicView, raw: str) -> TopicPartition:
         if not raw.isdigit() or int(raw) not in view.partitions:
             raise UnknownTopicOrPartitionError(
                 f"topic {view.name!r} has no partition {raw}; it has "
@@ -106,7 +132,7 @@ class DataRoutes:
                 topic=view.name,
                 partition=raw,
             )
-        return view, TopicPartition(view.name, int(raw))
+        return TopicPartition(view.name, int(raw))
 
     def _require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
         a = view.partitions[tp.partition]
@@ -141,9 +167,11 @@ class DataRoutes:
         acks = Acks.parse(request.query.get("acks", parsed.acks or "all"))
         groups = self._partition_records(view, parsed.records)
         now = int(time.time() * 1000)
-        results = await asyncio.gather(
-            *(self._produce_partition(view, p, recs, acks, now) for p, recs in groups.items())
-        )
+        batches = {
+            p: build_batch([r.record for r in recs], timestamp_ms=now) for p, recs in groups.items()
+        }
+        outcomes = await self._produce_batches(view, batches, acks)
+        results = [outcomes[p] for p in groups]
         if acks is Acks.NONE:
             return web.Response(status=202)
         offsets: list[dict[str, Any] | None] = [None] * len(parsed.records)
@@ -191,56 +219,115 @@ class DataRoutes:
             groups[p].append(rec)
         return dict(groups)
 
-    async def _produce_partition(
-        self, view: TopicView, p: int, recs: list[ProduceRecord], acks: Acks, now: int
-    ) -> AppendResult | LograftError:
-        tp = TopicPartition(view.name, p)
-        batch = build_batch([r.record for r in recs], timestamp_ms=now)
-        try:
-            a = view.partitions[p]
-            if a.leader == self.replicas.broker_id:
-                return await self.replicas.produce(tp, batch, acks)
-            if a.leader < 0:
-                raise self._not_leader(view, tp)
-            return await self._forward_batch(view, tp, a.leader, batch, acks)
-        except LograftError as exc:
-            return exc
+    async def _produce_batches(
+        self, view: TopicView, batches: dict[int, bytes], acks: Acks
+    ) -> dict[int, PartitionOutcome]:
+        """Every partition's outcome: local ones go to the replica manager,
+        the others to their leader, one request per leader (as a Kafka client
+        sends one ProduceRequest per broker), all concurrently."""
+        outcomes: dict[int, PartitionOutcome] = {}
+        by_leader: dict[int, list[PartitionBatch]] = defaultdict(list)
+        calls: list[Awaitable[dict[int, PartitionOutcome]]] = []
+        for p, data in batches.items():
+            leader = view.partitions[p].leader
+            if leader == self.replicas.broker_id:
+                calls.append(self._produce_local(TopicPartition(view.name, p), data, acks))
+            elif leader < 0:
+                outcomes[p] = self._not_leader(view, TopicPartition(view.name, p))
+            else:
+                by_leader[leader].append(PartitionBatch(p, data))
+        for leader, parts in by_leader.items():
+            for chunk in self._forward_chunks(parts):
+                calls.append(self._forward(view, leader, ProduceRequest(view.name, acks, chunk)))
+        for answered in await asyncio.gather(*calls):
+            outcomes.update(answered)
+        return outcomes
 
-    async def _forward_batch(
-        self, view: TopicView, tp: TopicPartition, leader: int, batch: bytes, acks: Acks
-    ) -> AppendResult:
+    async def _produce_local(
+        self, tp: TopicPartition, data: bytes, acks: Acks
+    ) -> dict[int, PartitionOutcome]:
+        try:
+            return {tp.partition: await self.replicas.produce(tp, data, acks)}
+        except LograftError as exc:
+            return {tp.partition: exc}
+
+    def _forward_chunks(self, parts: list[PartitionBatch]) -> list[list[PartitionBatch]]:
+        """`parts` cut into requests the leader's body limit accepts; almost
+        always one. A single batch over the limit still goes (alone), to be
+        refused by the leader as it would be on its own."""
+        budget = self.limits.forward_request_bytes_max - FORWARD_REQUEST_OVERHEAD
+        chunks: list[list[PartitionBatch]] = [[]]
+        used = 0
+        for part in parts:
+            size = len(part.data) + FORWARD_PARTITION_OVERHEAD
+            if chunks[-1] and used + size > budget:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(part)
+            used += size
+        return chunks
+
+    async def _forward(
+        self, view: TopicView, leader: int, req: ProduceRequest
+    ) -> dict[int, PartitionOutcome]:
+        """One request carrying `req`'s partitions to their leader; each
+        partition's outcome is the one the leader's raw produce would give."""
+        partitions = [b.partition for b in req.partitions]
         url = self.peers.broker(self.metadata, leader)
         if url is None:
-            raise self._not_leader(view, tp)
-        target = f"{url}/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"
+            return {p: self._not_leader(view, TopicPartition(view.name, p)) for p in partitions}
         try:
             async with self.session.post(
-                target,
-                data=batch,
-                params={"acks": acks.value},
-                headers={"Content-Type": BATCH_CONTENT_TYPE},
+                f"{url}{FORWARD_PATH}",
+                data=encode_request(req),
+                headers={"Content-Type": FORWARD_CONTENT_TYPE},
             ) as resp:
                 body = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise LeaderNotAvailableError(
-                f"could not reach broker {leader}, the leader of {tp}: {exc}; retry shortly",
-                leader_id=leader,
-            ) from None
-        if acks is Acks.NONE:
-            return AppendResult(-1, -1, -1)
-        doc = orjson.loads(body) if body else {}
+            return {p: _unreachable(leader, TopicPartition(view.name, p), exc) for p in partitions}
         if resp.status >= 400:
-            err = doc.get("error", {})
-            raise error_class_for(err.get("code", ""))(
-                err.get("message", f"broker {leader} answered {resp.status}"),
-                **err.get("details", {}),
+            # The whole request was refused: every partition gets the error.
+            return {p: _refusal(leader, resp.status, body) for p in partitions}
+        try:
+            return dict(zip(partitions, decode_response(body, partitions), strict=True))
+        except InvalidRequestError as exc:
+            return {
+                p: LograftError(f"broker {leader} answered a produce unreadably: {exc.message}")
+                for p in partitions
+            }
+
+    async def produce_forwarded(self, request: web.Request) -> web.StreamResponse:
+        """Partitions of one JSON produce, forwarded by the node that took it:
+        each is appended exactly as `produce_raw` would append it, all
+        concurrently, and answered per partition."""
+        if request.content_type != FORWARD_CONTENT_TYPE:
+            raise InvalidRequestError(
+                f"send a forwarded produce with Content-Type: {FORWARD_CONTENT_TYPE} "
+                f"(got {request.content_type or 'none'})"
             )
-        return AppendResult(
-            doc["base_offset"],
-            doc["last_offset"],
-            doc.get("log_append_time", -1),
-            bool(doc.get("duplicate", False)),
+        req = decode_request(await request.read())
+        view = self._topic(req.topic)
+        _refuse_internal(view.name)
+        outcomes = await asyncio.gather(
+            *(self._append_as_leader(view, b, req.acks) for b in req.partitions)
         )
+        partitions = [b.partition for b in req.partitions]
+        return web.Response(
+            body=encode_response(list(zip(partitions, outcomes, strict=True))),
+            content_type="application/json",
+        )
+
+    async def _append_as_leader(
+        self, view: TopicView, batch: PartitionBatch, acks: Acks
+    ) -> PartitionOutcome:
+        try:
+            # The partition as text, as produce_raw gets it from its URL, so
+            # that an unknown partition's error details are the same.
+            tp = self._partition_of(view, str(batch.partition))
+            self._require_local_leader(view, tp)
+            return await self.replicas.produce(tp, batch.data, acks)
+        except LograftError as exc:
+            return exc
 
     async def produce_raw(self, request: web.Request) -> web.StreamResponse:
         view, tp = self._tp(request)
@@ -365,6 +452,27 @@ def _refuse_internal(topic: str) -> None:
     # loading the partition (Kafka refuses the same way).
     if topic in INTERNAL_TOPICS:
         raise InvalidTopicError(f"cannot produce to the internal topic {topic}", topic=topic)
+
+
+def _unreachable(leader: int, tp: TopicPartition, exc: BaseException) -> LograftError:
+    return LeaderNotAvailableError(
+        f"could not reach broker {leader}, the leader of {tp}: {exc}; retry shortly",
+        leader_id=leader,
+    )
+
+
+def _refusal(leader: int, status: int, body: bytes) -> LograftError:
+    """A leader's HTTP error answer as the error it raised (a fresh instance
+    per partition: the produce answer may still extend one's details)."""
+    try:
+        doc = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError:
+        doc = {}
+    err = doc.get("error", {}) if isinstance(doc, dict) else {}
+    return error_class_for(err.get("code", ""))(
+        err.get("message", f"broker {leader} answered {status}"),
+        **err.get("details", {}),
+    )
 
 
 def _render_records(

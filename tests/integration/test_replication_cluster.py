@@ -169,6 +169,41 @@ def test_forwarded_acks_all_produces_never_starve_replication(cluster: LograftCl
         assert values_of(fetch_all(leader, "forwarded", p)) == [f"r{r}-p{p}" for r in range(3)]
 
 
+def test_one_produce_through_a_node_writes_to_every_leader(cluster: LograftCluster) -> None:
+    """A node sends the partitions each other broker leads in one request to
+    that broker; the per-record answer is what each leader decided: dense
+    offsets in request order, and an error (here a record over the topic's
+    max_message_bytes, which only the leader checks) for its partition alone."""
+    partitions = 9
+    cluster.create_topic("fanout", partitions=partitions, configs={"max_message_bytes": 1024})
+    parts = wait_in_sync(cluster, "fanout")
+    assert {doc["leader"] for doc in parts.values()} == {1, 2, 3}, parts
+    via = cluster[1]
+    # Two records per partition, interleaved, so request order is not partition order.
+    records = [{"value": f"a{i}-p{p}", "partition": p} for i in range(2) for p in range(partitions)]
+    got = produce_ok(cluster, via, "fanout", records)
+    assert got == [{"partition": p, "offset": i} for i in range(2) for p in range(partitions)]
+
+    bad = next(p for p, doc in sorted(parts.items()) if doc["leader"] != via.node_id)
+    records = [
+        {"value": "x" * 2000 if p == bad else f"b{i}-p{p}", "partition": p}
+        for i in range(2)
+        for p in range(partitions)
+    ]
+    resp = produce(via, "fanout", records)
+    assert resp.status == 207, resp
+    for n, outcome in enumerate(resp.body["offsets"]):
+        i, p = divmod(n, partitions)
+        if p == bad:
+            assert outcome["partition"] == bad and outcome["error"]["code"] == "MESSAGE_TOO_LARGE"
+        else:
+            assert outcome == {"partition": p, "offset": 2 + i}, (n, outcome)
+    for p in range(partitions):
+        want = [f"a{i}-p{p}" for i in range(2)]
+        want += [] if p == bad else [f"b{i}-p{p}" for i in range(2)]
+        assert values_of(fetch_all(cluster[parts[p]["leader"]], "fanout", p)) == want
+
+
 # -- partitioning --------------------------------------------------------------------------
 
 

@@ -13,9 +13,17 @@ from kafka.record import MemoryRecords
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Acks, AppendResult, Assignment, TopicPartition
 from lograft.brokers.partitioner import partition_for_key
+from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.brokers.produce_wire import (
+    PartitionBatch,
+    ProduceRequest,
+    decode_response,
+    encode_request,
+)
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import LograftError
 from lograft.storage.batch import RecordInput, build_batch
 
 PARTITIONS = 3
@@ -29,6 +37,8 @@ class FakeMetadata:
     def topic(self, name: str) -> TopicView | None:
         if name == "offline":
             return TopicView("offline", "id-2", {0: Assignment((1,), (1,), -1, 1, 0)})
+        if name == "__consumer_offsets":
+            return TopicView(name, "id-3", {0: Assignment((1,), (1,), 1, 1, 0)})
         return self.view if name == "orders" else None
 
     def topics(self) -> list[TopicView]:
@@ -267,3 +277,53 @@ def test_a_header_key_that_is_not_utf8_renders_as_json():
     rec = next(iter_records(raw))
     body = orjson.dumps(render_record(rec, 0, "auto", "auto"))
     assert b"k\xef\xbf\xbd" in body
+
+
+async def test_forwarded_produce_appends_each_partition_and_answers_per_partition(client):
+    req = ProduceRequest(
+        "orders",
+        Acks.ALL,
+        [
+            PartitionBatch(2, build_batch([RecordInput(b"a"), RecordInput(b"b")], timestamp_ms=1)),
+            PartitionBatch(9, build_batch([RecordInput(b"lost")], timestamp_ms=1)),
+            PartitionBatch(0, build_batch([RecordInput(b"c")], timestamp_ms=1)),
+        ],
+    )
+    headers = {SECRET_HEADER: "s", "Content-Type": FORWARD_CONTENT_TYPE}
+    resp = await client.post("/internal/v1/produce", data=encode_request(req), headers=headers)
+    assert resp.status == 200, await resp.text()
+    got = decode_response(await resp.read(), [2, 9, 0])
+    assert got[0] == AppendResult(0, 1, -1) and got[2] == AppendResult(0, 0, -1)
+    # The same error the raw produce gives for that partition in its URL.
+    raw = await client.post(
+        "/v1/topics/orders/partitions/9/batches",
+        data=req.partitions[1].data,
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    assert isinstance(got[1], LograftError)
+    assert {"error": got[1].to_dict()} == await raw.json()
+
+
+async def test_forwarded_produce_refusals(client):
+    headers = {SECRET_HEADER: "s", "Content-Type": FORWARD_CONTENT_TYPE}
+    body = encode_request(ProduceRequest("orders", Acks.ALL, []))
+    await _error(
+        await client.post("/internal/v1/produce", data=body), 401, "CLUSTER_AUTHORIZATION_FAILED"
+    )
+    plain = {SECRET_HEADER: "s", "Content-Type": "application/json"}
+    await _error(
+        await client.post("/internal/v1/produce", data=body, headers=plain), 400, "INVALID_REQUEST"
+    )
+    await _error(
+        await client.post("/internal/v1/produce", data=body[:-1], headers=headers),
+        400,
+        "INVALID_REQUEST",
+    )
+    # Refused as a whole, as the raw produce refuses them.
+    for topic, code in (
+        ("nope", "UNKNOWN_TOPIC_OR_PARTITION"),
+        ("__consumer_offsets", "INVALID_TOPIC_EXCEPTION"),
+    ):
+        body = encode_request(ProduceRequest(topic, Acks.ALL, [PartitionBatch(0, b"")]))
+        resp = await client.post("/internal/v1/produce", data=body, headers=headers)
+        assert (await resp.json())["error"]["code"] == code
