@@ -209,5 +209,25 @@ def topic_partitions(metadata: MetadataView, topics: Iterable[str]) -> list[Topi
     return tps
 
 
+def check_partitions_exist(metadata: MetadataView, tps: Iterable[TopicPartition]) -> None:
+    """Refuse offsets for a topic or partition this broker's metadata does not
+    have (as Kafka's OffsetCommit does): they would outlive nothing and could
+    never be consumed, and a typo would otherwise pass silently."""
+    for tp in tps:
+        view = metadata.topic(tp.topic)
+        if view is None:
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} does not exist", topic=tp.topic, partition=tp.partition
+            )
+        if tp.partition not in view.partitions:
+            count = len(view.partitions)
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} has no partition {tp.partition}; it has {count} "
+                f"(0..{count - 1})",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+
+
 def _tp_key(tp: TopicPartition) -> tuple[str, int]:
     return (tp.topic, tp.partition)

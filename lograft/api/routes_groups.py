@@ -40,6 +40,7 @@ from lograft.api.routes_data import json_response
 from lograft.api.routes_group_admin import (
     GroupAdminRoutes,
     check_partition_count,
+    check_partitions_exist,
     topic_partitions,
 )
 from lograft.api.services import MetadataView
@@ -213,6 +214,7 @@ class GroupRoutes:
         if "offsets" not in body:
             raise InvalidRequestError("send offsets: [{topic, partition, offset}, ...]")
         offsets = offsets_from_json(body["offsets"])
+        check_partitions_exist(self.metadata, offsets)
         done = await self.runtime.commit_offsets(group_id, member_id, epoch or 0, offsets)
         return json_response(
             {

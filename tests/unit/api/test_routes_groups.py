@@ -409,6 +409,22 @@ async def test_clients_cannot_produce_to_the_offsets_topic(server: Server) -> No
     assert part.log.log_end_offset == 0
 
 
+async def test_commits_for_unknown_topics_or_partitions_are_refused_whole(server: Server) -> None:
+    await server.ready()
+    good = {"topic": ORDERS, "partition": 0, "offset": 3}
+    for bad, what in (
+        ({"topic": "nope", "partition": 0, "offset": 1}, "topic 'nope' does not exist"),
+        ({"topic": ORDERS, "partition": 99, "offset": 1}, "has no partition 99"),
+    ):
+        status, doc = await server.call("POST", "/v1/groups/g/offsets", {"offsets": [good, bad]})
+        assert (status, doc["error"]["code"]) == (404, "UNKNOWN_TOPIC_OR_PARTITION"), doc
+        assert what in doc["error"]["message"]
+        assert doc["error"]["details"]["partition"] == bad["partition"]
+    # All or nothing: the good partition in the same commit was not written.
+    status, fetched = await server.call("GET", "/v1/groups/g/offsets")
+    assert (status, fetched["offsets"]) == (200, [])
+
+
 async def test_requests_over_too_many_partitions_are_refused_early(server: Server) -> None:
     await server.ready()
     server.runtime.config = GroupCoordinatorConfig(offset_commit_partitions_max=1)
