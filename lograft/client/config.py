@@ -235,6 +235,12 @@ class ConsumerConfig(CommonConfig):
     # its callbacks) before the coordinator removes it, ms; None: the broker's
     # default (60 s). Kafka's new protocol sends max.poll.interval.ms here.
     rebalance_timeout_ms: int | None = None
+    # Longest the application may go without calling poll() before the
+    # member leaves the group so its partitions can be consumed by others, ms
+    # (Kafka's max.poll.interval.ms). Time waiting for records inside poll
+    # does not count; nothing is committed on that leave; the next poll joins
+    # again and calls on_lost for what was held.
+    max_poll_interval_ms: int = 300_000
     # Server-side assignor to ask for: "uniform" (sticky) or "range"; None:
     # the group's choice (uniform by default).
     group_assignor: str | None = None
@@ -275,6 +281,7 @@ class ConsumerConfig(CommonConfig):
             "max_poll_records",
             "default_api_timeout_ms",
             "auto_commit_interval_ms",
+            "max_poll_interval_ms",
         ):
             _positive(n, getattr(self, n))
         for n in ("session_timeout_ms", "rebalance_timeout_ms"):

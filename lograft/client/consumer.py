@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from lograft.client.config import ConsumerConfig, make_config
@@ -76,9 +77,11 @@ class AsyncConsumer:
         bootstrap_servers: str | Sequence[str] | None = None,
         *,
         transport: Transport | None = None,
+        clock: Callable[[], float] = time.monotonic,
         **settings: Any,
     ) -> None:
-        """Settings: see `ConsumerConfig` (and docs/client.md)."""
+        """Settings: see `ConsumerConfig` (and docs/client.md). `clock`
+        (monotonic seconds) times max_poll_interval_ms; tests inject one."""
         self.config: ConsumerConfig = make_config(ConsumerConfig, bootstrap_servers, settings)
         self._transport, self.metadata = connect(self.config, transport)
         self._fetcher = Fetcher(self.config, self.metadata, self._transport, self._on_change)
@@ -91,6 +94,7 @@ class AsyncConsumer:
                 self._transport,
                 self._fetcher,
                 self._on_change,
+                clock,
             )
         self._manual = False  # assign() was used: subscribe() is refused
         self._close_prepared = False
@@ -355,6 +359,8 @@ class AsyncConsumer:
             raise InvalidRequestError(f"max_records must be >= 1, got {limit}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        if self._group is not None:
+            self._group.polled()
         while True:
             if self._group is not None:
                 err = self._group.take_error()
@@ -371,8 +377,16 @@ class AsyncConsumer:
             self._fetcher.start_work()
             if out:
                 return out
-            if not await self._wait_change(deadline):
+            if not await self._wait_for_records(deadline):
                 return {}
+
+    async def _wait_for_records(self, deadline: float) -> bool:
+        """`_wait_change` inside poll: with a group, waiting for records is
+        not time without a poll (max_poll_interval_ms)."""
+        if self._group is None:
+            return await self._wait_change(deadline)
+        with self._group.poll_waiting():
+            return await self._wait_change(deadline)
 
     async def _run_rebalance(self) -> None:
         """Work through pending rebalance events, callbacks included."""

@@ -27,8 +27,10 @@ Loop-bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,7 @@ from lograft.client.group_protocol import Partitions, RebalanceEvent, RebalanceK
 from lograft.client.membership import GroupMembership, MembershipHooks
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.offset_commits import OffsetCommitter
+from lograft.client.poll_timer import PollTimer
 from lograft.client.transport import Transport
 from lograft.client.types import TopicPartition
 from lograft.errors import LograftError
@@ -73,10 +76,12 @@ class ConsumerGroup:
         transport: Transport,
         fetcher: Fetcher,
         notify: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.fetcher = fetcher
         self.notify = notify
+        self.poll_timer = PollTimer(config.max_poll_interval_ms, clock)
         self.coordinator = CoordinatorClient(group_id, config, metadata, transport)
         self.membership: GroupMembership | None = None
         self.committer = OffsetCommitter(self.coordinator, lambda: self.membership)
@@ -97,7 +102,12 @@ class ConsumerGroup:
             hooks = MembershipHooks(
                 pause=self.fetcher.pause, drop_all=self.fetcher.drop_all, notify=self.notify
             )
-            self.membership = GroupMembership(self.config, self.coordinator, topics, hooks)
+            # The application's time to its first poll counts from here, as
+            # the membership joins now.
+            self.poll_timer.polled()
+            self.membership = GroupMembership(
+                self.config, self.coordinator, topics, hooks, self.poll_timer
+            )
         else:
             self.membership.subscribe(topics)
 
@@ -113,6 +123,19 @@ class ConsumerGroup:
 
     def _deadline(self) -> float:
         return self._now() + self.config.default_api_timeout_ms / 1000
+
+    def polled(self) -> None:
+        """poll was called: restart the max_poll_interval_ms timer, and
+        rejoin if the member left for want of polls."""
+        self.poll_timer.polled()
+        if self.membership is not None:
+            self.membership.poll_seen()
+
+    @contextlib.contextmanager
+    def poll_waiting(self) -> Iterator[None]:
+        """poll waits for records: that time is not time without a poll."""
+        with self.poll_timer.waiting():
+            yield
 
     def take_error(self) -> LograftError | None:
         return self.membership.take_error() if self.membership is not None else None

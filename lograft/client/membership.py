@@ -15,7 +15,11 @@ turns each answer into rebalance events that `poll` works through:
 - FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, or no answered heartbeat for the
   session timeout, mean the coordinator may already have handed the
   partitions on: they are dropped at once (`lose`), a LOST event is queued
-  for on_lost, and the member joins again with its id at epoch 0.
+  for on_lost, and the member joins again with its id at epoch 0;
+- poll not called for `max_poll_interval_ms` (the application is stuck):
+  the member drops its partitions the same way, leaves the group (nothing is
+  committed: the application may be mid-processing) so the others can take
+  them, and stays out until the next poll, which joins again (same id).
 
 Invariants: `revoking <= owned`; an event carries the generation it was made
 in, and a loss starts a new generation, so work begun for an old generation
@@ -52,6 +56,7 @@ from lograft.client.group_protocol import (
     reconcile,
     session_deadline,
 )
+from lograft.client.poll_timer import PollTimer
 from lograft.errors import LograftError, OutOfOrderHeartbeatError
 
 log = logging.getLogger(__name__)
@@ -76,8 +81,10 @@ class GroupMembership:
         coordinator: CoordinatorClient,
         topics: frozenset[str],
         hooks: MembershipHooks,
+        poll_timer: PollTimer,
     ) -> None:
         self.config = config
+        self.poll_timer = poll_timer
         self.coordinator = coordinator
         self.group_id = coordinator.group_id
         self.topics = topics
@@ -93,6 +100,8 @@ class GroupMembership:
         self.heartbeat_interval_ms = INITIAL_HEARTBEAT_INTERVAL_MS
         self.session_timeout_ms: int | None = None  # the coordinator's, once known
         self.heartbeats = 0  # answered joins and heartbeats
+        self.poll_timeouts = 0  # leaves because poll was not called in time
+        self.left_for_poll = False  # out of the group until the next poll
         self._subscription_changed = False
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()
@@ -132,8 +141,11 @@ class GroupMembership:
         self.owned = self.revoking = NO_PARTITIONS
         self.member_epoch = JOIN_EPOCH
         self._new_generation()
-        if not joined:
-            return
+        if joined:
+            await self._send_leave(deadline)
+
+    async def _send_leave(self, deadline: float) -> None:
+        """The leave request (epoch -1 in Kafka's terms), best effort."""
         try:
             await self.coordinator.call(
                 "DELETE",
@@ -145,6 +157,12 @@ class GroupMembership:
             log.warning("group %s: leave failed (%s); its session will expire", self.group_id, exc)
 
     # -- what poll and commit use ------------------------------------------------------------
+
+    def poll_seen(self) -> None:
+        """poll was called (after `poll_timer.polled()`): a member that left
+        for want of polls joins again now."""
+        if self.left_for_poll:
+            self._wake.set()
 
     def take_event(self) -> RebalanceEvent | None:
         return self.events.popleft() if self.events else None
@@ -201,6 +219,10 @@ class GroupMembership:
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
+            if self.poll_timer.overdue():
+                await self._leave_for_poll_timeout()
+                await self._wait_for_poll()
+                continue
             self._wake.clear()
             generation = self.generation
             sent_at = loop.time()
@@ -236,9 +258,58 @@ class GroupMembership:
         return backoff_ms(failures, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms) / 1000
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep, unless woken (a revocation finished, the subscription changed)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        """Sleep, unless woken (a revocation finished, the subscription changed)
+        or poll became overdue: the sleep is cut into steps that end when it
+        may have, so the leave is not late by a heartbeat interval or a backoff.
+        (Waking at every poll instead would send a heartbeat at every poll.)"""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while not self.poll_timer.overdue():
+            left = end - loop.time()
+            if left <= 0:
+                return
+            step = min(left, self.poll_timer.check_in_s())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), step)
+                return
+
+    async def _leave_for_poll_timeout(self) -> None:
+        """The application stopped polling: give every partition up now
+        (nothing committed, on_lost at the next poll) and leave, so the
+        coordinator hands them to the other members at once instead of never."""
+        self.poll_timeouts += 1
+        self.left_for_poll = True
+        log.warning(
+            "group %s: poll() not called for %d ms, more than max_poll_interval_ms=%d: leaving "
+            "group %s so its partitions can be consumed by others; process fewer records per "
+            "poll (max_poll_records) or raise max_poll_interval_ms",
+            self.group_id,
+            self.poll_timer.since_poll_ms(),
+            self.poll_timer.max_interval_ms,
+            self.group_id,
+        )
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+            self._session_timer = None
+        # Dropped before the leave is sent, so no record of these partitions is
+        # handed out once another member may own them.
+        self.lose("POLL_TIMEOUT")
+        if self.member_id:  # idempotent on the server: also for a join whose answer was lost
+            await self._send_leave(self._leave_deadline())
+
+    def _leave_deadline(self) -> float:
+        """Past the session the coordinator has removed the member anyway."""
+        limit_ms = self.session_timeout_ms or self.config.request_timeout_ms
+        return asyncio.get_running_loop().time() + limit_ms / 1000
+
+    async def _wait_for_poll(self) -> None:
+        """Stay out of the group until the application polls again."""
+        while self.poll_timer.overdue():
+            self._wake.clear()
+            if not self.poll_timer.overdue():
+                break
+            await self._wake.wait()
+        self.left_for_poll = False
 
     def _next_sequence(self) -> int:
         self.sequence += 1
