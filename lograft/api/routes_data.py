@@ -468,10 +468,12 @@ def _refusal(leader: int, status: int, body: bytes) -> LograftError:
         doc = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError:
         doc = {}
-    err = doc.get("error", {}) if isinstance(doc, dict) else {}
-    return error_class_for(err.get("code", ""))(
-        err.get("message", f"broker {leader} answered {status}"),
-        **err.get("details", {}),
+    err = doc.get("error") if isinstance(doc, dict) else None
+    err = err if isinstance(err, dict) else {}
+    details = err.get("details")
+    return error_class_for(str(err.get("code", "")))(
+        str(err.get("message", f"broker {leader} answered {status}")),
+        **(details if isinstance(details, dict) else {}),
     )
 
 

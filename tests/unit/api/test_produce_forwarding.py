@@ -31,10 +31,14 @@ class FakeLeader:
     """Broker 2: records each forwarded request; refuses partition 5."""
 
     requests: list[list[int]] = field(default_factory=list)
+    # When set, the answer to every request (a whole-request refusal).
+    refusal: tuple[int, bytes] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         req = decode_request(await request.read())
         self.requests.append([b.partition for b in req.partitions])
+        if self.refusal is not None:
+            return web.Response(status=self.refusal[0], body=self.refusal[1])
         outcomes = [
             (
                 b.partition,
@@ -141,3 +145,34 @@ async def test_a_large_produce_is_cut_at_the_leaders_body_limit(small_node) -> N
     resp = await client.post("/v1/topics/t/records?acks=1", data=big)
     assert resp.status == 207
     assert leader.requests == [[1, 2], [5]]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (
+            413,
+            b'{"error": {"code": "MESSAGE_TOO_LARGE", "message": "body too large"}}',
+            {"code": "MESSAGE_TOO_LARGE", "message": "body too large", "retriable": False},
+        ),
+        (
+            502,
+            b"<html>bad gateway</html>",
+            {
+                "code": "UNKNOWN_SERVER_ERROR",
+                "message": "broker 2 answered 502",
+                "retriable": False,
+            },
+        ),
+    ],
+)
+async def test_a_refused_request_fails_each_of_its_partitions(node, status, body, error) -> None:
+    client, leader = node
+    leader.refusal = (status, body)
+    resp = await client.post("/v1/topics/t/records?acks=1", data=_records([1, 0, 2]))
+    assert resp.status == 207
+    offsets = (await resp.json())["offsets"]
+    assert leader.requests == [[1, 2]]
+    assert offsets[0] == {"partition": 1, "error": error}
+    assert offsets[2] == {"partition": 2, "error": error}
+    assert offsets[1] == {"partition": 0, "offset": 0}
