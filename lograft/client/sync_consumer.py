@@ -17,7 +17,7 @@ may call the consumer (`commit`, `seek`, `position`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from lograft.client.consumer import AsyncConsumer
@@ -34,11 +34,13 @@ class Consumer:
         bootstrap_servers: str | Sequence[str] | None = None,
         *,
         transport: Transport | None = None,
+        clock: Callable[[], float] = time.monotonic,
         **settings: Any,
     ) -> None:
         """Settings: see `ConsumerConfig`. Connects at once: an unreachable
-        cluster raises ClusterUnreachableError naming every bootstrap URL."""
-        self._async = AsyncConsumer(bootstrap_servers, transport=transport, **settings)
+        cluster raises ClusterUnreachableError naming every bootstrap URL.
+        `clock`: see `AsyncConsumer`."""
+        self._async = AsyncConsumer(bootstrap_servers, transport=transport, clock=clock, **settings)
         self.config = self._async.config
         self._thread = LoopThread("lograft-consumer")
         self._closed = False

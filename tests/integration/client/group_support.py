@@ -203,6 +203,12 @@ class Member:
             await self._task
             self._task = None
 
+    def resume_polling(self) -> None:
+        """Poll again after `stop_polling` (an application that was stuck)."""
+        assert self._task is None, "still polling"
+        self._stop.clear()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
     async def close(self, timeout_ms: int | None = None) -> None:
         """Stop polling, then close (commit, on_revoke, leave); on_revoke is
         recorded like a revocation."""

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import orjson
 import pytest
 
-from lograft.client import AsyncConsumer, TopicPartition
+from lograft.client import AsyncConsumer, Consumer, TopicPartition
 from lograft.client.config import ConsumerConfig
 from lograft.client.poll_timer import PollTimer
 from lograft.client.transport import HttpResponse
 from lograft.errors import InvalidConfigError
-from tests.raft_support import eventually_async
+from tests.raft_support import eventually, eventually_async
 from tests.unit.client.fakes import Call, ScriptedTransport, json_response
 from tests.unit.client.test_group_scripted import (
     FAST,
@@ -163,3 +164,38 @@ async def test_the_leave_is_not_late_by_a_heartbeat_interval():
     await poll_until(consumer, lambda: consumer.assignment() == {T0}, "assigned")
     await eventually_async(lambda: "leave" in fake.kinds(), WAIT_S, "the leave")
     await consumer.close()
+
+
+def test_the_sync_consumer_leaves_too_and_calls_on_lost_in_the_polling_thread():
+    fake = FakeCoordinator({T0})
+    clock = FakeClock()
+    lost: list[tuple[list[TopicPartition], str]] = []
+    consumer = Consumer(
+        A,
+        group_id="g",
+        transport=ScriptedTransport(fake),
+        clock=clock,
+        max_poll_interval_ms=1_000,
+        **FAST,
+    )
+    try:
+        consumer.subscribe(
+            ["t"], on_lost=lambda tps: lost.append((tps, threading.current_thread().name))
+        )
+        eventually(
+            lambda: consumer.poll(timeout_ms=10) is not None and consumer.assignment(),
+            WAIT_S,
+            "assigned",
+        )
+        clock.now += 1.0
+        eventually(lambda: "leave" in fake.kinds(), WAIT_S, "the leave")
+        assert consumer.assignment() == set() and not lost
+        eventually(
+            lambda: consumer.poll(timeout_ms=10) is not None and consumer.assignment() == {T0},
+            WAIT_S,
+            "assigned again",
+        )
+        assert lost == [([T0], threading.current_thread().name)]
+        assert "commit" not in fake.kinds()
+    finally:
+        consumer.close()
