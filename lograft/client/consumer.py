@@ -200,7 +200,8 @@ class AsyncConsumer:
         coroutine functions. on_revoke runs after the positions of the
         partitions given up are committed (auto-commit) and before the
         coordinator may hand them to another member; on_lost (default:
-        on_revoke) when they were taken away (fenced, or the session ran out).
+        on_revoke) when they were taken away (fenced, the session ran out, or
+        the member left because poll was not called for max_poll_interval_ms).
         Calling it again changes the subscription."""
         self._check_open()
         if self._group is None:
