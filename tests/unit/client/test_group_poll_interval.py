@@ -30,6 +30,10 @@ from tests.unit.client.test_group_scripted import (
     poll_until,
 )
 
+# A member that never stops heartbeating against the synchronous scripted
+# transport never yields to the loop: a broken build hangs rather than fails.
+pytestmark = pytest.mark.timeout(60)
+
 
 class FakeClock:
     def __init__(self) -> None:
