@@ -81,10 +81,26 @@ def pid_of(directory: Path, n: int) -> int | None:
         return None
     # Make sure the pid is still our node, not a reused number.
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except FileNotFoundError:
+        cmdline, state = proc_cmdline(pid), proc_state(pid)
+    except (FileNotFoundError, IndexError):
         return None
+    if state == "Z":
+        return None  # exited, not yet reaped
+    if not cmdline:
+        # For a moment after the exec the kernel shows no command line (the
+        # interpreter named by the `lograft` script's shebang is loading): a
+        # node just started, which reading it as "exited" made `start` fail.
+        return pid
     return pid if f"node-{n}.toml".encode() in cmdline else None
+
+
+def proc_cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+
+
+def proc_state(pid: int) -> str:
+    """R, S, Z, ... from /proc/PID/stat (the field after the command name)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def start_node(directory: Path, n: int) -> None:
