@@ -39,7 +39,6 @@ from bench import Client, TempCluster, cpu_seconds, percentile, progress  # a si
 TOPIC = "bench-forward"
 # How often the progress line is printed, rounds.
 PROGRESS_EVERY = 25
-START_ATTEMPTS = 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -109,21 +108,14 @@ async def run(args: argparse.Namespace, bootstrap: str, pids: list[int]) -> dict
     }
 
 
-def start_cluster(attempts: int = START_ATTEMPTS) -> TempCluster:
-    """A started temporary cluster. On a loaded machine local_cluster.wait_ready
-    now and then reports a node that is starting (its log says so) as exited
-    (cause not investigated); a fresh cluster is the cheap way past it."""
-    for attempt in range(1, attempts + 1):
-        cluster = TempCluster()
-        try:
-            cluster.start()
-            return cluster
-        except RuntimeError as exc:
-            cluster.stop(keep=False)
-            if attempt == attempts:
-                raise
-            progress(f"{exc}; starting another (attempt {attempt + 1} of {attempts})")
-    raise AssertionError("unreachable")
+def start_cluster() -> TempCluster:
+    cluster = TempCluster()
+    try:
+        cluster.start()
+    except RuntimeError:
+        cluster.stop(keep=True)
+        raise
+    return cluster
 
 
 def main(argv: list[str] | None = None) -> int:
