@@ -507,3 +507,23 @@ class StreamsLimitReachedError(LograftError):
 
     code = "STREAMS_LIMIT_REACHED"
     retriable = True
+
+
+@_register
+class UnauthorizedError(LograftError):
+    """An internal endpoint was called without the cluster secret."""
+
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    kafka_code = 31
+
+
+@_register
+class NotFoundError(LograftError):
+    """No such route (HTTP 404 for a path the API does not have)."""
+
+    code = "NOT_FOUND"
+
+
+@_register
+class MethodNotAllowedError(LograftError):
+    code = "METHOD_NOT_ALLOWED"

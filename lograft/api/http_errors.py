@@ -77,19 +77,11 @@ _STATUS: dict[type[e.LograftError], int] = {
 }
 
 
-class UnauthorizedError(e.LograftError):
-    """An internal endpoint was called without the cluster secret."""
-
-    code = "CLUSTER_AUTHORIZATION_FAILED"
-    kafka_code = 31
-
-
-class NotFoundError(e.LograftError):
-    code = "NOT_FOUND"
-
-
-class MethodNotAllowedError(e.LograftError):
-    code = "METHOD_NOT_ALLOWED"
+# Defined with the other errors so that one node (or a client) re-raises them
+# as themselves from another's answer, not as UNKNOWN_SERVER_ERROR.
+UnauthorizedError = e.UnauthorizedError
+NotFoundError = e.NotFoundError
+MethodNotAllowedError = e.MethodNotAllowedError
 
 
 _STATUS[UnauthorizedError] = 401
