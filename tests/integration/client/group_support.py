@@ -9,14 +9,17 @@ import asyncio
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
 from lograft.client.errors import NetworkError
 from lograft.client.transport import HttpResponse, HttpTransport
 from lograft.errors import LograftError
+from tests.integration.cluster_harness import LograftCluster
+from tests.integration.data_plane import start_cluster
 
 # Pause between two sends of the background producer, s: a steady trickle
 # (about 100 records/s) so records keep arriving while members come and go.
@@ -222,3 +225,21 @@ async def close_all(*members: Member) -> None:
     """A test's cleanup: close every member still open (closing twice does
     nothing), even after a failure; their errors are the test's, not this."""
     await asyncio.gather(*(m.close(timeout_ms=1_000) for m in members), return_exceptions=True)
+
+
+def group_cluster(make_dir: Any, name: str, groups: Mapping[str, Any]) -> Iterator[LograftCluster]:
+    """A three-node cluster whose `[groups]` settings are `groups` (a module
+    fixture's body); its logs are printed when the module is done.
+    `make_dir(basename)` gives a fresh directory (tmp_path_factory.mktemp)."""
+    c = start_cluster(
+        lambda attempt: LograftCluster(
+            Path(make_dir(f"{name}-{attempt}")),
+            3,
+            overrides={n: {"groups": dict(groups)} for n in (1, 2, 3)},
+        )
+    )
+    try:
+        yield c
+    finally:
+        print(c.logs(lines=120))
+        c.close()

@@ -12,9 +12,15 @@ from collections.abc import Iterator
 import pytest
 
 from lograft.client import TopicPartition
-from tests.integration.client.group_support import Ledger, Member, TrickleProducer, close_all
+from tests.integration.client.group_support import (
+    Ledger,
+    Member,
+    TrickleProducer,
+    close_all,
+    group_cluster,
+)
 from tests.integration.cluster_harness import LograftCluster
-from tests.integration.data_plane import start_cluster, wait_in_sync
+from tests.integration.data_plane import wait_in_sync
 from tests.raft_support import eventually_async
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -36,18 +42,7 @@ SETTLE_S = 30.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
-    c = start_cluster(
-        lambda attempt: LograftCluster(
-            tmp_path_factory.mktemp(f"cg-poll-{attempt}"),
-            3,
-            overrides={n: {"groups": GROUPS} for n in (1, 2, 3)},
-        )
-    )
-    try:
-        yield c
-    finally:
-        print(c.logs(lines=120))
-        c.close()
+    yield from group_cluster(tmp_path_factory.mktemp, "cg-poll", GROUPS)
 
 
 def split(members: list[Member], topic: str) -> bool:

@@ -68,12 +68,9 @@ def test_poll_timer_counts_from_the_last_poll_but_not_while_poll_waits():
     assert timer.overdue() and timer.since_poll_ms() == 1_000
 
 
-async def test_a_member_that_stops_polling_leaves_without_committing_and_rejoins_at_poll(caplog):
-    fake = FakeCoordinator({T0, T1})
-    clock = FakeClock()
-    lost: list[list[TopicPartition]] = []
-    revoked: list[list[TopicPartition]] = []
-    consumer = AsyncConsumer(
+def new_consumer(fake: FakeCoordinator, clock: FakeClock) -> AsyncConsumer:
+    """A group consumer on `fake` (not started) whose 1 s poll interval runs on `clock`."""
+    return AsyncConsumer(
         A,
         group_id="g",
         transport=ScriptedTransport(fake),
@@ -81,6 +78,14 @@ async def test_a_member_that_stops_polling_leaves_without_committing_and_rejoins
         max_poll_interval_ms=1_000,
         **FAST,
     )
+
+
+async def test_a_member_that_stops_polling_leaves_without_committing_and_rejoins_at_poll(caplog):
+    fake = FakeCoordinator({T0, T1})
+    clock = FakeClock()
+    lost: list[list[TopicPartition]] = []
+    revoked: list[list[TopicPartition]] = []
+    consumer = new_consumer(fake, clock)
     await consumer.start()
     consumer.subscribe(["t"], on_lost=lost.append, on_revoke=revoked.append)
     await poll_until(consumer, lambda: consumer.assignment() == {T0, T1}, "both assigned")
@@ -118,14 +123,7 @@ async def test_a_member_that_stops_polling_leaves_without_committing_and_rejoins
 async def test_waiting_for_records_inside_poll_is_not_time_without_a_poll():
     fake = FakeCoordinator({T0})
     clock = FakeClock()
-    consumer = AsyncConsumer(
-        A,
-        group_id="g",
-        transport=ScriptedTransport(fake),
-        clock=clock,
-        max_poll_interval_ms=1_000,
-        **FAST,
-    )
+    consumer = new_consumer(fake, clock)
     await consumer.start()
     consumer.subscribe(["t"])
     await poll_until(consumer, lambda: consumer.assignment() == {T0}, "assigned")
