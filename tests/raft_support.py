@@ -2,7 +2,8 @@
 
 - `ListStateMachine`: the simplest faithful state machine, a list of
   (offset, batch) in apply order, with a JSON snapshot. Thread-safe reads.
-- `free_port()`: a port that was free a moment ago on 127.0.0.1.
+- `free_port()`: a port that was free a moment ago on 127.0.0.1, never handed
+  out twice in one test run.
 - `eventually` / `eventually_async`: poll a condition until a deadline, so no
   test sleeps a fixed time to "let things settle".
 - `fast_timings`: Raft timings that elect in well under a second on loopback.
@@ -67,10 +68,22 @@ class ListStateMachine:
         return [b for _o, b in self.items]
 
 
+# Ports handed out once per test run: a port picked for one listener and not
+# yet bound must never be picked again for another (two Raft members, or a
+# member and a test's forwarder, once raced for one and failed to bind).
+_allocated: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 that was free a moment ago and that this run never handed out."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _allocated:
+            _allocated.add(port)
+            return port
+    raise RuntimeError("no free port found")
 
 
 def eventually(

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.raft_support import free_port
+
 T = TypeVar("T")
 
 CLUSTER_SECRET = "integration-secret"
@@ -48,23 +50,6 @@ HTTP_TIMEOUT_S = 10.0
 PROCESS_EXIT_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 60
-
-# Raft ports that were free a moment ago are handed out once per test run, so
-# two clusters of one run never race for a port one of them just released.
-_allocated: set[int] = set()
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago and that this run never handed out."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _allocated:
-            _allocated.add(port)
-            return port
-    raise RuntimeError("no free port found")
-
 
 def port_is_free(port: int) -> bool:
     """True if a new listener can bind `port` (TIME_WAIT leftovers do not count)."""

@@ -15,7 +15,7 @@ from pysyncobj.poller import createPoller
 from lograft.errors import NotControllerError
 from lograft.quorum.raft_status import RaftStatus
 from lograft.quorum.raft_transport import ObserverNode, PeerNode, PeerTCPTransport
-from tests.raft_support import eventually_async
+from tests.raft_support import eventually_async, free_port
 from tests.unit.quorum.raft_inproc import InProcessCluster
 from tests.unit.quorum.tcp_forwarder import TcpForwarder
 
@@ -140,7 +140,10 @@ async def test_every_link_goes_through_its_own_forwarder(tmp_path: Path) -> None
     ids = ["1", "2", "3"]
     cluster = InProcessCluster(tmp_path, ids)
     forwarders = {
-        (a, b): TcpForwarder(target_port=cluster.ports[b]) for a, b in permutations(ids, 2)
+        # Listen ports from the run's allocator, as the members' are: a port
+        # the kernel picked here could be one a member has not bound yet.
+        (a, b): TcpForwarder(target_port=cluster.ports[b], listen_port=free_port())
+        for a, b in permutations(ids, 2)
     }
     try:
         for fwd in forwarders.values():
