@@ -16,20 +16,16 @@ import pytest
 from toxiproxy.api import APIConsumer
 from toxiproxy.server import Toxiproxy
 
+from tests.raft_support import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / ".tools" / "bin" / "toxiproxy-server"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
 def toxiproxy():
     assert SERVER.exists(), "scripts/setup.sh builds the toxiproxy server into .tools/bin"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(SERVER), "-host", "127.0.0.1", "-port", str(port)],
         stdout=subprocess.DEVNULL,
@@ -82,7 +78,7 @@ def _roundtrip(port: int) -> bytes:
 
 
 def test_a_proxy_carries_traffic_and_disabling_it_cuts_the_link(toxiproxy, echo_server):
-    listen = _free_port()
+    listen = free_port()
     proxy = toxiproxy.create(
         upstream=f"127.0.0.1:{echo_server}", name="echo", listen=f"127.0.0.1:{listen}"
     )
