@@ -8,7 +8,6 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -20,53 +19,20 @@ from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
-from lograft.api.services import TopicView
 from lograft.brokers.group_config import GroupCoordinatorConfig
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.brokers.partition import Acks, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import NotControllerError
 from lograft.storage.batch import RecordInput, build_batch
+from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 
-BROKER = 1
 ORDERS = "orders"
 ORDERS_PARTITIONS = 2
 # Seconds a test waits for the coordinator to load its (empty) partition.
 LOAD_WAIT_S = 10.0
-
-
-class Metadata:
-    """This broker's view: topics whose partitions all have one leader."""
-
-    def __init__(self) -> None:
-        self.views: dict[str, TopicView] = {}
-
-    def set_topic(self, name: str, partitions: int, leader: int, leader_epoch: int = 1) -> None:
-        a = Assignment((BROKER,), (BROKER,), leader, leader_epoch, 0)
-        self.views[name] = TopicView(
-            name, f"id-{name}", MappingProxyType(dict.fromkeys(range(partitions), a))
-        )
-
-    def topic(self, name: str) -> TopicView | None:
-        return self.views.get(name)
-
-    def topics(self) -> list[TopicView]:
-        return list(self.views.values())
-
-    def broker_url(self, broker_id: int) -> str | None:
-        return f"http://broker-{broker_id}:9092"
-
-    def live_brokers(self) -> list[int]:
-        return [BROKER]
-
-    def wanted(self) -> dict[TopicPartition, PartitionMeta]:
-        return {
-            TopicPartition(name, p): PartitionMeta(view.topic_id, a)
-            for name, view in self.views.items()
-            for p, a in view.partitions.items()
-        }
 
 
 @dataclass
@@ -74,7 +40,7 @@ class Server:
     client: TestClient[Any, Any]
     replicas: ReplicaManager
     runtime: GroupCoordinatorRuntime
-    metadata: Metadata
+    metadata: OneBrokerMetadata
     routes: GroupRoutes
 
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -95,7 +61,7 @@ class Server:
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    metadata = Metadata()
+    metadata = OneBrokerMetadata()
     metadata.set_topic(ORDERS, ORDERS_PARTITIONS, BROKER)
     replicas = ReplicaManager(BROKER, tmp_path, BrokerSettings(min_insync_replicas=1))
     await replicas.start()

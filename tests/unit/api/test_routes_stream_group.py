@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -21,54 +20,22 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.routes_stream import StreamLimits, StreamRoutes
-from lograft.api.services import TopicView
 from lograft.brokers.group_config import GroupCoordinatorConfig
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.brokers.partition import Acks, TopicPartition
+from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.storage.batch import RecordInput, build_batch
 from tests.sse_support import SseEvent, SseParser
+from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 
-BROKER = 1
 TOPIC = "orders"
 PARTITIONS = 4
 WAIT_S = 15.0  # generous: other engineers load this machine
 HEARTBEAT_MS = 100
 COMMIT_MS = 100
 LIMITS = StreamLimits(heartbeat_interval_ms=500, liveness_check_ms=50)
-
-
-class Metadata:
-    def __init__(self) -> None:
-        self.views: dict[str, TopicView] = {}
-        self.url: str | None = None
-
-    def set_topic(self, name: str, partitions: int) -> None:
-        a = Assignment((BROKER,), (BROKER,), BROKER, 1, 0)
-        self.views[name] = TopicView(
-            name, f"id-{name}", MappingProxyType(dict.fromkeys(range(partitions), a))
-        )
-
-    def topic(self, name: str) -> TopicView | None:
-        return self.views.get(name)
-
-    def topics(self) -> list[TopicView]:
-        return list(self.views.values())
-
-    def broker_url(self, broker_id: int) -> str | None:
-        return self.url if broker_id == BROKER else None
-
-    def live_brokers(self) -> list[int]:
-        return [BROKER]
-
-    def wanted(self) -> dict[TopicPartition, PartitionMeta]:
-        return {
-            TopicPartition(name, p): PartitionMeta(view.topic_id, a)
-            for name, view in self.views.items()
-            for p, a in view.partitions.items()
-        }
 
 
 @dataclass
@@ -96,7 +63,7 @@ class Server:
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    metadata = Metadata()
+    metadata = OneBrokerMetadata()
     metadata.set_topic(TOPIC, PARTITIONS)
     replicas = ReplicaManager(BROKER, tmp_path, BrokerSettings(min_insync_replicas=1))
     await replicas.start()
