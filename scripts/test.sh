@@ -4,8 +4,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-LOGRAFT_EXTRAS=dev bash "$ROOT/scripts/setup.sh"
+LOGRAFT_REQUIRE_JAVA=1 bash "$ROOT/scripts/setup.sh"
 PY="$ROOT/.venv/bin/python"
+# The Java setup.sh chose for Spark, for every JVM the tests start.
+JAVA_HOME="$(cat "$ROOT/.venv/.lograft-java-home")"
+export JAVA_HOME
 
 echo "[test] ruff check"
 "$PY" -m ruff check lograft tests scripts
