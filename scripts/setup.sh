@@ -61,7 +61,8 @@ if [[ "$EXTRAS" == *spark* ]]; then
         log "no Java that Spark supports: installing Debian's headless JRE with apt-get (once)"
         apt-get update -qq >"$VENV/apt-java.log" 2>&1 || true
         for pkg in openjdk-21-jre-headless openjdk-17-jre-headless; do
-            if apt-cache show "$pkg" >/dev/null 2>&1; then
+            candidate="$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')"
+            if [[ -n "$candidate" && "$candidate" != "(none)" ]]; then
                 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
                     "$pkg" >>"$VENV/apt-java.log" 2>&1 || log "apt-get install $pkg failed; see $VENV/apt-java.log"
                 break
@@ -70,6 +71,8 @@ if [[ "$EXTRAS" == *spark* ]]; then
         JAVA_HOME_FOUND="$(find_java)" || true
     fi
     if [[ -n "${JAVA_HOME_FOUND:-}" ]]; then
+        [[ -f "$JAVA_STAMP" && "$(cat "$JAVA_STAMP")" == "$JAVA_HOME_FOUND" ]] \
+            || log "Java for Spark: $JAVA_HOME_FOUND"
         echo "$JAVA_HOME_FOUND" > "$JAVA_STAMP"
     else
         rm -f "$JAVA_STAMP"
