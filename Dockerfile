@@ -1,14 +1,16 @@
 # lograft node image: runs `lograft node --config /etc/lograft/node.toml`.
 #
 #   docker build -t lograft .
-#   docker run -p 9091:9091 -v lograft-data:/var/lib/lograft lograft     # one node
+#   docker run -p 9091:9091 -v lograft-data:/var/lib/lograft \
+#       -e LOGRAFT_CLUSTER_SECRET=$(openssl rand -hex 16) lograft        # one node
 #   docker compose up -d                                                 # three (compose.yaml)
 #
 # The config format is the same TOML as outside a container (see
 # lograft/api/node_config.py); LOGRAFT_* environment variables override it.
 # Inside a container set [http] host = "0.0.0.0" and advertised_url to the URL
 # the other nodes dial (e.g. "http://node-1:9091"): a broker registers that
-# URL, not its listen address.
+# URL, not its listen address. A node refuses to start without a cluster secret
+# of 16+ characters (LOGRAFT_CLUSTER_SECRET): it keys the Raft links.
 #
 # BASE_IMAGE must be a Debian-based image with Python 3.11+ (python3 -m venv
 # and apt-get). Without a registry, build from a local one:
@@ -49,7 +51,8 @@ ENV PATH=/opt/lograft/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER lograft
 VOLUME ["/var/lib/lograft"]
-# HTTP API; Raft listens on the port the config's [[voters]] entry names (19091 here).
+# HTTP API; Raft listens on the address the config's [[voters]] entry names
+# (127.0.0.1:19091 in the single-node config, so not reachable from outside).
 EXPOSE 9091 19091
 # Exec form: lograft is PID 1 and gets SIGTERM itself (controlled shutdown).
 ENTRYPOINT ["lograft", "node", "--config", "/etc/lograft/node.toml"]

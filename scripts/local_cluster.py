@@ -61,6 +61,7 @@ def write_configs(directory: Path, base: int) -> None:
             'roles = ["controller", "broker"]\n'
             f'data_dir = "{directory / f"node-{n}"}"\n'
             'cluster_id = "lograft-local"\n'
+            "# Authenticates the internal endpoints; the Raft password is derived from it.\n"
             f'cluster_secret = "{secret}"\n'
             f'\n[http]\nhost = "127.0.0.1"\nport = {http_port(base, n)}\n'
             f"{voters}"

@@ -6,7 +6,8 @@
   out twice in one test run.
 - `eventually` / `eventually_async`: poll a condition until a deadline, so no
   test sleeps a fixed time to "let things settle".
-- `fast_timings`: Raft timings that elect in well under a second on loopback.
+- `FAST_TIMINGS`: Raft timings that elect in well under a second on loopback.
+- `RAFT_TEST_PASSWORD`: the password test clusters share (Raft needs one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ FAST_TIMINGS: dict[str, Any] = {
     "connection_retry_ms": 200,
     "tick_interval_ms": 20,
 }
+
+# Every RaftConfig needs a password (see raft_config); test clusters share this one.
+RAFT_TEST_PASSWORD = "raft-test-password"
 
 
 class ListStateMachine:

@@ -37,6 +37,7 @@ from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_reques
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
+from lograft.api.raft_password import raft_password_for
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
@@ -89,7 +90,7 @@ def raft_config_for(config: NodeConfig) -> RaftConfig:
             "peers": peers,
             "listen_address": me.raft if (config.is_controller and me) else None,
             "voter": config.is_controller,
-            "password": config.raft.password or None,
+            "password": raft_password_for(config),
             **dict(config.raft.tuning),
         }
     )
@@ -109,6 +110,8 @@ def controller_config_for(config: NodeConfig) -> ControllerConfig:
 def check_config(config: NodeConfig) -> None:
     """Validate the sections other modules own ([raft], [controller], [broker]) before
     anything starts, so a bad key stops the node with a message naming it."""
+    # First: its errors name top-level settings (cluster_secret), not [raft] ones.
+    raft_password_for(config)
     checks: list[tuple[str, Callable[[], object]]] = [
         ("raft", lambda: raft_config_for(config)),
         ("controller", lambda: controller_config_for(config)),

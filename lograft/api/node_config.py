@@ -6,7 +6,9 @@ Example (`config/node-1.toml`)::
     roles = ["controller", "broker"]
     data_dir = "data/node-1"
     cluster_id = "lograft-local"
-    cluster_secret = "change-me"      # required by the internal endpoints
+    cluster_secret = "..."            # required: `openssl rand -hex 16`, the same
+                                      # on every node; authenticates the internal
+                                      # endpoints and keys the Raft links
 
     [http]
     host = "127.0.0.1"                # "0.0.0.0" in a container: then set
@@ -29,7 +31,7 @@ Example (`config/node-1.toml`)::
     http = "127.0.0.1:9093"
 
     [raft]
-    password = ""                     # non-empty: encrypt Raft links with this key
+    password = ""                     # default: derived from cluster_secret
     election_timeout_min_ms = 400     # any RaftConfig timing or limit
     [raft.dial]                       # optional: dial a peer somewhere else (a proxy)
     2 = "127.0.0.1:29012"

@@ -17,6 +17,9 @@ Invariants kept by `RaftConfig.__post_init__` (a bad value raises
   heartbeat * 3 < election min < election max <= connection timeout,
   heartbeat < leader fallback.
 - Every limit carries its unit last (`append_timeout_ms`, `max_batch_bytes`).
+- A password is required (voters and observers alike): pysyncobj unpickles
+  every frame it receives, and only with a password must a frame pass Fernet
+  authentication first.
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ class RaftConfig:
     node_id: str
     data_dir: Path
     peers: Mapping[str, str]
+    # Required: pysyncobj unpickles what arrives on a Raft link, and only a
+    # password (Fernet authentication before unpickling) keeps strangers out.
+    password: str
     listen_address: str | None = None
     voter: bool = True
-    password: str | None = None
 
     # Raft timings. Defaults replace a dead leader in about 0.5-2 s on a LAN.
     election_timeout_min_ms: int = 400
@@ -99,9 +104,11 @@ class RaftConfig:
         self._check_listen_address()
         self._check_positive_ints()
         self._check_timings()
-        if self.password is not None and (not isinstance(self.password, str) or not self.password):
+        if not isinstance(self.password, str) or not self.password:
             raise InvalidConfigError(
-                "password: must be a non-empty string or unset", key="password"
+                "password: required, a non-empty string: without one, anyone who reaches "
+                "the Raft port runs code on this node",
+                key="password",
             )
 
     def _check_peers(self) -> None:
@@ -191,7 +198,7 @@ class RaftConfig:
         for key in raw:
             if key not in known:
                 raise InvalidConfigError(f"{key}: unknown Raft setting", key=key)
-        for key in ("node_id", "data_dir", "peers"):
+        for key in ("node_id", "data_dir", "peers", "password"):
             if key not in raw:
                 raise InvalidConfigError(f"{key}: required", key=key)
         return cls(**dict(raw))

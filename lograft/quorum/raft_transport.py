@@ -11,8 +11,8 @@ Here:
 - `PeerNode` is a voter: `id` is its stable node id; `dial_address` is where
   *this process* dials it. Each process builds its own PeerNodes from its own
   `peers` map, so every directed pair (self -> peer) has its own address.
-- The dialer sends its node id (not an address) after the optional password
-  key exchange; the acceptor maps that id to its PeerNode. Unknown ids are
+- The dialer sends its node id (not an address) after the password key
+  exchange; the acceptor maps that id to its PeerNode. Unknown ids are
   disconnected.
 - Of each voter pair exactly one side dials: the one with the greater node id
   (deterministic, independent of addresses). The other side's address for

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.raft_support import FAST_TIMINGS, eventually, free_port
+from tests.raft_support import FAST_TIMINGS, RAFT_TEST_PASSWORD, eventually, free_port
 
 NODE_MAIN = Path(__file__).with_name("raft_node_main.py")
 HTTP_TIMEOUT_S = 10.0
@@ -115,7 +115,7 @@ class ProcessCluster:
         self.workdir = workdir
         self.ids = list(ids)
         self.raft_ports = {i: free_port() for i in ids}
-        self.overrides = {**FAST_TIMINGS, **raft_overrides}
+        self.overrides = {**FAST_TIMINGS, "password": RAFT_TEST_PASSWORD, **raft_overrides}
         self.nodes: dict[str, NodeProcess] = {}
         for node_id in ids:
             self.nodes[node_id] = NodeProcess(node_id, workdir, self._voter_raft(node_id))

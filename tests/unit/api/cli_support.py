@@ -250,7 +250,7 @@ class RealNode:
 roles = ["controller", "broker"]
 data_dir = "{root / "data"}"
 cluster_id = "cli-test"
-cluster_secret = "secret"
+cluster_secret = "cli-test-cluster-secret"
 [http]
 host = "127.0.0.1"
 port = {http_port}

@@ -15,6 +15,7 @@ def config(tmp_path: Path, groups: dict[str, object]) -> dict[str, object]:
     return {
         "node_id": 1,
         "data_dir": str(tmp_path),
+        "cluster_secret": "unit-test-cluster-secret",
         "voters": [{"id": 1, "raft": "127.0.0.1:1", "http": "127.0.0.1:2"}],
         "groups": groups,
     }

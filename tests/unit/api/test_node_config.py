@@ -13,7 +13,7 @@ GOOD = """
 node_id = 2
 roles = ["controller", "broker"]
 data_dir = "data/node-2"
-cluster_secret = "s3cret"
+cluster_secret = "unit-test-cluster-secret"
 
 [http]
 port = 9092
@@ -32,7 +32,7 @@ raft = "127.0.0.1:19093"
 http = "127.0.0.1:9093"
 
 [raft]
-password = "pw"
+password = "a-raft-password-long-enough"
 election_timeout_min_ms = 300
 
 [raft.dial]
@@ -55,7 +55,7 @@ def test_a_full_config_parses(tmp_path: Path):
     assert [v.raft for v in cfg.voters][1] == "127.0.0.1:19092"
     assert cfg.voter(3).http_url == "http://127.0.0.1:9093"
     assert cfg.raft.dial == {1: "127.0.0.1:29021"}
-    assert cfg.raft.password == "pw"
+    assert cfg.raft.password == "a-raft-password-long-enough"
     assert cfg.raft.tuning == {"election_timeout_min_ms": 300}
     assert cfg.controller == {"broker_session_timeout_ms": 1500}
     assert cfg.http.port == 9092
@@ -212,6 +212,7 @@ async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch
             "node_id": 5,
             "roles": ["broker"],
             "data_dir": str(tmp_path),
+            "cluster_secret": "unit-test-cluster-secret",
             "voters": V,
             "http": {"host": "127.0.0.1", "port": 0, "advertised_url": "http://node-1:9091"},
         }
@@ -249,7 +250,7 @@ def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
 
     data_dir = tmp_path / "data"
     text = (
-        f'node_id = 1\ndata_dir = "{data_dir}"\ncluster_secret = "s"\n'
+        f'node_id = 1\ndata_dir = "{data_dir}"\ncluster_secret = "unit-test-cluster-secret"\n'
         '[[voters]]\nid = 1\nraft = "127.0.0.1:19091"\nhttp = "127.0.0.1:9091"\n'
         f"[{section}]\n{body}\n"
     )

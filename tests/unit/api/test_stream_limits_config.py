@@ -50,6 +50,7 @@ def test_node_config_check_refuses_a_bad_stream_key(tmp_path: Path) -> None:
         {
             "node_id": 1,
             "data_dir": str(tmp_path),
+            "cluster_secret": "unit-test-cluster-secret",
             "voters": [{"id": 1, "raft": "127.0.0.1:19091", "http": "127.0.0.1:9091"}],
             "stream": {"streams_max": -1},
         }

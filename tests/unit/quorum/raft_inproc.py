@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from lograft.quorum.raft import RaftAdapter, RaftConfig
-from tests.raft_support import FAST_TIMINGS, ListStateMachine, eventually_async, free_port
+from tests.raft_support import (
+    FAST_TIMINGS,
+    RAFT_TEST_PASSWORD,
+    ListStateMachine,
+    eventually_async,
+    free_port,
+)
 
 
 @dataclass
@@ -44,7 +50,7 @@ class InProcessCluster:
         self.ids = list(ids)
         self.ports = {i: free_port() for i in ids}
         self.dial = dict(dial or {})
-        self.overrides = {**FAST_TIMINGS, **overrides}
+        self.overrides = {**FAST_TIMINGS, "password": RAFT_TEST_PASSWORD, **overrides}
         self.members: dict[str, Member] = {}
         self.observers: dict[str, Member] = {}
 

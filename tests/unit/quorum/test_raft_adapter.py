@@ -23,7 +23,13 @@ from lograft.errors import (
 from lograft.quorum.raft import AdapterState, RaftAdapter, RaftConfig
 from lograft.quorum.raft_snapshot import MAGIC
 from lograft.quorum.raft_status import RaftRole
-from tests.raft_support import FAST_TIMINGS, ListStateMachine, eventually_async, free_port
+from tests.raft_support import (
+    FAST_TIMINGS,
+    RAFT_TEST_PASSWORD,
+    ListStateMachine,
+    eventually_async,
+    free_port,
+)
 from tests.unit.quorum.raft_inproc import InProcessCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,7 +41,7 @@ def single_config(tmp_path: Path, port: int | None = None, **extra: object) -> R
         data_dir=tmp_path / "solo",
         peers={},
         listen_address=f"127.0.0.1:{port or free_port()}",
-        **{**FAST_TIMINGS, **extra},  # type: ignore[arg-type]
+        **{**FAST_TIMINGS, "password": RAFT_TEST_PASSWORD, **extra},  # type: ignore[arg-type]
     )
 
 

@@ -17,6 +17,7 @@ def voter(**overrides: Any) -> RaftConfig:
         "data_dir": Path("/tmp/x"),
         "peers": {"2": "127.0.0.1:7002", "3": "127.0.0.1:7003"},
         "listen_address": "127.0.0.1:7001",
+        "password": "pw",
     }
     return RaftConfig(**{**base, **overrides})
 
@@ -57,6 +58,7 @@ def test_valid_voter_and_observer() -> None:
         ({"max_pending_appends": True}, "max_pending_appends"),
         ({"log_compaction_min_entries": 1}, "log_compaction_min_entries"),
         ({"password": ""}, "password"),
+        ({"password": None}, "password"),
     ],
 )
 def test_bad_values_name_their_key(overrides: dict[str, Any], key: str) -> None:
@@ -64,7 +66,13 @@ def test_bad_values_name_their_key(overrides: dict[str, Any], key: str) -> None:
 
 
 def test_from_dict_rejects_unknown_and_missing_keys() -> None:
-    raw = {"node_id": "1", "data_dir": "/tmp/x", "peers": {}, "listen_address": "127.0.0.1:1"}
+    raw = {
+        "node_id": "1",
+        "data_dir": "/tmp/x",
+        "peers": {},
+        "listen_address": "127.0.0.1:1",
+        "password": "pw",
+    }
     assert RaftConfig.from_dict(raw).data_dir == Path("/tmp/x")
     with pytest.raises(InvalidConfigError) as info:
         RaftConfig.from_dict({**raw, "electon_timeout_ms": 5})
@@ -72,6 +80,11 @@ def test_from_dict_rejects_unknown_and_missing_keys() -> None:
     with pytest.raises(InvalidConfigError) as info:
         RaftConfig.from_dict({"node_id": "1", "peers": {}})
     assert info.value.details["key"] == "data_dir"
+    # No password is no default: a Raft node never runs without one.
+    without_password = {k: v for k, v in raw.items() if k != "password"}
+    with pytest.raises(InvalidConfigError) as info:
+        RaftConfig.from_dict(without_password)
+    assert info.value.details["key"] == "password"
 
 
 def test_parse_address() -> None:
