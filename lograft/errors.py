@@ -510,6 +510,16 @@ class StreamsLimitReachedError(LograftError):
 
 
 @_register
+class ConnectionsLimitReachedError(LograftError):
+    """A new connection would exceed the node's connection cap (`[http]
+    connections_max`, or `connections_per_ip_max` for the caller's address);
+    the node answers this and closes before reading a request."""
+
+    code = "CONNECTIONS_LIMIT_REACHED"
+    retriable = True
+
+
+@_register
 class UnauthorizedError(LograftError):
     """An internal endpoint was called without the cluster secret."""
 

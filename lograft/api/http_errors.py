@@ -11,14 +11,25 @@ machine-readable context (a leader's address, a valid offset range, a limit).
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from lograft import errors as e
+from lograft.api.client_faults import (
+    CLIENT_DISCONNECTED,
+    ClientFaultLog,
+    client_fault_kind,
+    describe,
+)
 
 REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
+# Where the app's handlers log client faults (`ClientFaultLog`); the node sets
+# it with its `[http] client_fault_log_interval_ms`.
+CLIENT_FAULTS_KEY = web.AppKey("client_faults", ClientFaultLog)
+_DEFAULT_FAULTS = ClientFaultLog()
 
 _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidRequestError: 400,
@@ -56,6 +67,7 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.StorageError: 503,
     e.LogClosedError: 503,
     e.StreamsLimitReachedError: 503,
+    e.ConnectionsLimitReachedError: 503,
     e.RequestTimedOutError: 504,
     # Consumer groups. 421 as for data: the right coordinator exists and
     # details name it; 409 for a member whose epoch or id no longer fits.
@@ -109,9 +121,27 @@ def error_response(error: e.LograftError) -> web.Response:
     )
 
 
+def raw_error_response(error: e.LograftError) -> bytes:
+    """The whole HTTP/1.1 response for `error`, with `Connection: close`: for
+    answering below aiohttp, on a connection refused before its request is read."""
+    status = status_for(error)
+    body = orjson.dumps(error_body(error))
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every error leaves as the JSON body above; nothing leaks a traceback."""
+    """Every error leaves as the JSON body above; nothing leaks a traceback.
+
+    What a client causes (a body that does not parse, a connection dropped
+    before the answer) is a client fault: 400, or nothing to answer, and a
+    rate-limited log line. Anything else is logged with its traceback: 500."""
     try:
         return await handler(request)
     except e.LograftError as exc:
@@ -121,10 +151,37 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
             raise
         return error_response(_from_http(exc, request))
     except Exception as exc:  # the last line of defence: log and answer 500
+        fault = _client_fault(exc, request)
+        if fault is not None:
+            faults = request.app.get(CLIENT_FAULTS_KEY, _DEFAULT_FAULTS)
+            faults.event(
+                fault,
+                "%s %s from %s: %s",
+                request.method,
+                request.path,
+                request.remote,
+                describe(exc),
+            )
+            # A client that is gone reads no answer; aiohttp drops it quietly.
+            return error_response(
+                e.InvalidRequestError(f"the request could not be read: {describe(exc)}")
+            )
         request.app.logger.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(
             e.LograftError(f"internal error: {type(exc).__name__}; see the node's log")
         )
+
+
+def _client_fault(exc: Exception, request: web.Request) -> str | None:
+    """A client fault's kind, or None. A ConnectionError counts only when the
+    client's own connection is gone: a handler's call to another node can
+    fail the same way, and that is no fault of the client."""
+    kind = client_fault_kind(exc)
+    if kind == CLIENT_DISCONNECTED:
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            return None
+    return kind
 
 
 def _from_http(exc: web.HTTPException, request: web.Request) -> e.LograftError:

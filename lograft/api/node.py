@@ -27,11 +27,12 @@ from dataclasses import fields, replace
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.broker_agent import BrokerAgent
 from lograft.api.controller_client import ControllerClient
+from lograft.api.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
+from lograft.api.http_server import HttpServer
 from lograft.api.node_config import NodeConfig
 from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_request
 from lograft.api.partition_offsets import PartitionOffsets
@@ -146,7 +147,7 @@ class Node:
         self.replication_session: aiohttp.ClientSession | None = None
         self.control_session: aiohttp.ClientSession | None = None
         self.client: ControllerClient | None = None
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         # The image the replica manager has applied (broker role); the data
         # path routes by it, so its answers agree with the local replicas.
@@ -159,6 +160,12 @@ class Node:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        broker_settings = BrokerSettings.from_dict(dict(cfg.broker))
+        ensure_fd_limit(
+            cfg.http.connections_max
+            + (broker_settings.max_open_files if cfg.is_broker else 0)
+            + OTHER_DESCRIPTORS
+        )
         await self.raft.start()
         # Three connection pools, so that no call waits behind one it depends
         # on. A produce forwarded to a leader holds its connection until the
@@ -178,7 +185,7 @@ class Node:
             self.replicas = ReplicaManager(
                 cfg.node_id,
                 cfg.data_dir,
-                BrokerSettings.from_dict(dict(cfg.broker)),
+                broker_settings,
                 log_defaults=dict(cfg.log_defaults),
                 alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
@@ -278,10 +285,8 @@ class Node:
         from lograft.api.openapi import add_openapi_route
 
         add_openapi_route(app)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.http.host, cfg.http.port, reuse_address=True)
-        await site.start()
+        self._http = HttpServer(app, cfg.http)
+        await self._http.start()
 
     async def stop(self) -> None:
         if self.agent is not None:
@@ -291,8 +296,8 @@ class Node:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._http is not None:
+            await self._http.stop()
         if self.groups is not None:
             await self.groups.stop()
         if self.replicas is not None:

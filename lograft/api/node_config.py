@@ -14,6 +14,7 @@ Example (`config/node-1.toml`)::
     host = "127.0.0.1"                # "0.0.0.0" in a container: then set
     port = 9091                       # advertised_url, the URL other brokers
     # advertised_url = "http://node-1:9091"   and clients dial
+    header_read_timeout_ms = 10000    # connection caps and timeouts: docs/api.md
     [http.dial]                       # optional: for node-to-node calls, dial a
     2 = "127.0.0.1:29022"             # peer's HTTP API somewhere else (a proxy)
 
@@ -96,6 +97,23 @@ class HttpConfig:
     # Replica fetches and controller calls have pools of their own, so they
     # never wait behind these.
     forward_connections_max: int = 100
+    # Client connections this node holds at once, over all addresses; more are
+    # answered 503 CONNECTIONS_LIMIT_REACHED and closed (connection_guard.py).
+    connections_max: int = 4096
+    # Client connections from one remote address at once (at most
+    # connections_max); the rest of connections_max stays for other hosts,
+    # the other nodes among them.
+    connections_per_ip_max: int = 1024
+    # A connection that has not sent a whole request's headers this long after
+    # it opened (or after that request's first byte) is closed, ms.
+    header_read_timeout_ms: int = 10_000
+    # An idle keep-alive connection is closed after this long, ms. Above the
+    # 15 s aiohttp clients (the nodes among them) keep an idle connection, so
+    # that the client, not the node, closes it first.
+    keepalive_timeout_ms: int = 75_000
+    # At most one INFO line per kind of client fault (malformed HTTP, a client
+    # gone mid-request, a header timeout, a refused connection) this long, ms.
+    client_fault_log_interval_ms: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +195,20 @@ _HTTP_KEYS = {
     "advertised_url",
     "dial",
     "forward_connections_max",
+    "connections_max",
+    "connections_per_ip_max",
+    "header_read_timeout_ms",
+    "keepalive_timeout_ms",
+    "client_fault_log_interval_ms",
 }
+# [http] settings that are positive integers and need nothing else checked.
+_HTTP_POSITIVE_INTS = (
+    "connections_max",
+    "connections_per_ip_max",
+    "header_read_timeout_ms",
+    "keepalive_timeout_ms",
+    "client_fault_log_interval_ms",
+)
 # Listening on every interface: no address another node could dial.
 _WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -278,6 +309,10 @@ def _http(raw: Any) -> HttpConfig:
             "http.forward_connections_max",
             minimum=1,
         ),
+        **{
+            key: _int(section.get(key, getattr(d, key)), f"http.{key}", minimum=1)
+            for key in _HTTP_POSITIVE_INTS
+        },
     )
 
 

@@ -29,6 +29,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from lograft.api import node as node_module
 from lograft.api.controller_client import ControllerClient
 from lograft.api.node import Node
 from lograft.api.node_config import parse_config
@@ -494,26 +495,15 @@ async def served_routes(tmp_path: Path) -> set[tuple[str, str]]:
     node = Node(config)
     captured: list[web.Application] = []
 
-    class Runner:
-        def __init__(self, app: web.Application, **_kw: Any) -> None:
+    class Server:
+        def __init__(self, app: web.Application, *_a: Any) -> None:
             captured.append(app)
-
-        async def setup(self) -> None:
-            return None
-
-        async def cleanup(self) -> None:
-            return None
-
-    class Site:
-        def __init__(self, *_a: Any, **_kw: Any) -> None:
-            pass
 
         async def start(self) -> None:
             return None
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(web, "AppRunner", Runner)
-    mp.setattr(web, "TCPSite", Site)
+    mp.setattr(node_module, "HttpServer", Server)
     async with aiohttp.ClientSession() as session:
         node.session = session
         node.client = ControllerClient(config, session, None, node._leader_id)

@@ -71,6 +71,13 @@ def test_environment_overrides_win(tmp_path: Path):
     assert cfg.http.forward_connections_max == 100
     env = {"LOGRAFT_HTTP__FORWARD_CONNECTIONS_MAX": "8"}
     assert load_config(f, env=env).http.forward_connections_max == 8
+    # Connection limits: defaults, and overridable like any [http] key.
+    assert (cfg.http.connections_max, cfg.http.connections_per_ip_max) == (4096, 1024)
+    assert (cfg.http.header_read_timeout_ms, cfg.http.keepalive_timeout_ms) == (10_000, 75_000)
+    assert cfg.http.client_fault_log_interval_ms == 10_000
+    env = {"LOGRAFT_HTTP__CONNECTIONS_PER_IP_MAX": "7", "LOGRAFT_HTTP__KEEPALIVE_TIMEOUT_MS": "9"}
+    http = load_config(f, env=env).http
+    assert (http.connections_per_ip_max, http.keepalive_timeout_ms) == (7, 9)
     assert cfg.node_id == 3
 
 
@@ -89,6 +96,18 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "http": {"forward_connections_max": 0}},
             "http.forward_connections_max",
+        ),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"connections_max": 0}},
+            "http.connections_max",
+        ),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"header_read_timeout_ms": -1}},
+            "http.header_read_timeout_ms",
+        ),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"keepalive_timeout_ms": "x"}},
+            "http.keepalive_timeout_ms",
         ),
         ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles"),
         ({"node_id": 1, "data_dir": "d"}, "voters"),

@@ -1,0 +1,248 @@
+"""A cap on connections and a deadline for request headers, in front of aiohttp.
+
+aiohttp bounds what one request may send (header sizes, `request_bytes_max`)
+and closes idle keep-alive connections (`[http] keepalive_timeout_ms`), but it
+neither caps connections nor bounds the time a request's headers may take: a
+client that opens thousands of connections, or sends its headers a byte a
+second (slowloris), holds descriptors and memory as long as it likes. The
+guard wraps the protocol of every accepted connection and adds both:
+
+- **Caps**, counted when a connection is accepted, before anything is read:
+  at most `connections_per_ip_max` from one remote address and
+  `connections_max` in all. A connection over either is answered
+  `503 CONNECTIONS_LIMIT_REACHED` (JSON, `Connection: close`) and closed at
+  once, without reading; a client that had already sent its request may see
+  a reset instead of the answer.
+- **Header deadline**: a connection must complete the headers of its first
+  request within `header_read_timeout_ms` of being accepted, and those of
+  each later request within `header_read_timeout_ms` of that request's first
+  byte (the keep-alive timeout governs the quiet time in between). Otherwise
+  it is closed without an answer.
+
+Node-to-node traffic (replica fetches, controller calls, forwarded produces
+and group calls) comes to this same port, and a connection is counted before
+any request says who sends it, so peers cannot be told apart when the caps
+apply. The per-address cap is what keeps them from being starved: one host --
+or the proxy or NAT gateway all outside clients come through -- holds at most
+`connections_per_ip_max`, and the rest of `connections_max` stays for the
+peers, which dial from addresses of their own. A peer holds at most about
+`forward_connections_max` + a few connections (replication, controller calls,
+heartbeats, streams). A flood from many addresses at once has to be stopped in
+front of the node (firewall, load balancer), as it would be for Kafka.
+
+Headers are complete when aiohttp hands the request to the application: the
+guard's middleware, the outermost, marks that. Bytes that arrive while a
+request is handled, or while the last request's body is still arriving, are
+body or pipelined requests and start no deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, cast
+
+from aiohttp import web
+from aiohttp.streams import StreamReader
+
+from lograft.api.client_faults import CONNECTIONS_LIMIT, HEADER_TIMEOUT, ClientFaultLog
+from lograft.api.http_errors import raw_error_response
+from lograft.errors import ConnectionsLimitReachedError
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+
+class ConnectionGuard:
+    """Counts the node's client connections and owns their header deadlines."""
+
+    def __init__(
+        self,
+        *,
+        connections_max: int,
+        connections_per_ip_max: int,
+        header_read_timeout_ms: int,
+        faults: ClientFaultLog,
+    ) -> None:
+        self.connections_max = connections_max
+        self.connections_per_ip_max = min(connections_per_ip_max, connections_max)
+        self.header_read_timeout_ms = header_read_timeout_ms
+        self.faults = faults
+        self._per_ip: dict[str, int] = {}
+        self._by_transport: dict[asyncio.BaseTransport, _GuardedConnection] = {}
+        # The answers to a refused connection, built once: a flood costs no JSON.
+        self._refuse_ip = raw_error_response(
+            ConnectionsLimitReachedError(
+                f"this address already holds {self.connections_per_ip_max} connections to "
+                "this node (connections_per_ip_max); reuse one (keep-alive) or close some",
+                connections_per_ip_max=self.connections_per_ip_max,
+            )
+        )
+        self._refuse_node = raw_error_response(
+            ConnectionsLimitReachedError(
+                f"this node already holds {connections_max} connections (connections_max); "
+                "retry later or use another node",
+                connections_max=connections_max,
+            )
+        )
+        # Observable (tests, and anyone debugging a flood).
+        self.refused_total = 0
+        self.header_timeouts_total = 0
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._by_transport)
+
+    def connections_from(self, ip: str) -> int:
+        return self._per_ip.get(ip, 0)
+
+    def protocol_factory(self, inner: ProtocolFactory) -> ProtocolFactory:
+        """A factory for `loop.create_server`: `inner`'s protocols, guarded."""
+        return lambda: _GuardedConnection(self, inner)
+
+    def middleware(self) -> Any:
+        """The outermost middleware: it tells a connection its request's headers are in."""
+
+        @web.middleware
+        async def request_started(request: web.Request, handler: Any) -> web.StreamResponse:
+            transport = request.transport
+            conn = self._by_transport.get(transport) if transport is not None else None
+            if conn is None:
+                return await handler(request)
+            conn.request_started(request.content)
+            try:
+                return await handler(request)
+            finally:
+                conn.request_finished()
+
+        return request_started
+
+    # -- accounting (the connections call these) -------------------------------------
+
+    def _admit(self, conn: _GuardedConnection, transport: asyncio.BaseTransport) -> bytes | None:
+        """Count `conn` in, or return the answer that refuses it."""
+        ip = conn.ip
+        refusal = None
+        if self._per_ip.get(ip, 0) >= self.connections_per_ip_max:
+            refusal, limit = self._refuse_ip, "connections_per_ip_max"
+        elif len(self._by_transport) >= self.connections_max:
+            refusal, limit = self._refuse_node, "connections_max"
+        if refusal is not None:
+            self.refused_total += 1
+            self.faults.event(CONNECTIONS_LIMIT, "refused a connection from %s (%s)", ip, limit)
+            return refusal
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self._by_transport[transport] = conn
+        return None
+
+    def _release(self, conn: _GuardedConnection, transport: asyncio.BaseTransport) -> None:
+        if self._by_transport.pop(transport, None) is None:
+            return
+        left = self._per_ip[conn.ip] - 1
+        if left:
+            self._per_ip[conn.ip] = left
+        else:
+            del self._per_ip[conn.ip]
+
+    def _headers_late(self, conn: _GuardedConnection) -> None:
+        self.header_timeouts_total += 1
+        self.faults.event(
+            HEADER_TIMEOUT,
+            "closed a connection from %s: no complete request headers within %d ms "
+            "(header_read_timeout_ms)",
+            conn.ip,
+            self.header_read_timeout_ms,
+        )
+
+
+class _GuardedConnection(asyncio.Protocol):
+    """One accepted connection: admits it, times its headers, and hands every
+    event on to the wrapped protocol (aiohttp's RequestHandler), which writes
+    to the transport directly."""
+
+    def __init__(self, guard: ConnectionGuard, inner_factory: ProtocolFactory) -> None:
+        self._guard = guard
+        self._inner_factory = inner_factory
+        self._inner: asyncio.Protocol | None = None
+        self._transport: asyncio.Transport | None = None
+        self.ip = ""
+        self._deadline: asyncio.TimerHandle | None = None
+        self._requests_in_progress = 0
+        self._last_body: StreamReader | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)
+        self.ip = _remote_ip(tcp)
+        refusal = self._guard._admit(self, tcp)
+        if refusal is not None:
+            tcp.write(refusal)
+            tcp.close()
+            return
+        self._transport = tcp
+        self._start_deadline()
+        self._inner = self._inner_factory()
+        self._inner.connection_made(tcp)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is None:
+            return  # refused: closing
+        if (
+            self._deadline is None
+            and self._requests_in_progress == 0
+            and (self._last_body is None or self._last_body.is_eof())
+        ):
+            self._start_deadline()  # the first byte of the next request
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        transport, self._transport = self._transport, None
+        if transport is None or self._inner is None:
+            return  # refused: never counted
+        self._guard._release(self, transport)
+        self._inner.connection_lost(exc)
+
+    # -- the header deadline ------------------------------------------------------------
+
+    def request_started(self, body: StreamReader) -> None:
+        self._cancel_deadline()
+        self._requests_in_progress += 1
+        self._last_body = body
+
+    def request_finished(self) -> None:
+        self._requests_in_progress -= 1
+
+    def _start_deadline(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(
+            self._guard.header_read_timeout_ms / 1000, self._on_deadline
+        )
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self._requests_in_progress or self._transport is None:
+            return
+        self._guard._headers_late(self)
+        self._transport.close()
+
+
+def _remote_ip(transport: asyncio.Transport) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple | list) and peer:
+        return str(peer[0])
+    return str(peer or "")

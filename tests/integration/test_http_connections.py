@@ -1,0 +1,279 @@
+"""What a client can do to a node's connections: one real node process.
+
+Issue 9, part 5. The node runs with small limits (below) so that every
+timeout shows in a second or two:
+
+- 2,000 idle connections from one address: `connections_per_ip_max` are
+  admitted, the rest answered 503 CONNECTIONS_LIMIT_REACHED at once, and the
+  admitted ones cut at `header_read_timeout_ms`; requests from another
+  address stay fast throughout. Over `connections_max` in all, the node
+  refuses whoever asks.
+- 20 slowloris connections (headers one byte a second) are closed at the
+  header deadline, though bytes keep coming.
+- an idle keep-alive connection is closed at `keepalive_timeout_ms`, not at
+  the header deadline.
+- malformed HTTP, bodies cut off mid-way and streams dropped before their
+  headers give rate-limited INFO lines: the node log has no ERROR line and no
+  traceback (checked when the node has stopped).
+
+Clients take source addresses 127.0.0.2... (Linux routes all of 127/8 to the
+loopback) so that each flood counts against its own address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.integration.cluster_harness import ClusterNode, LograftCluster
+
+CONNECTIONS_MAX = 150
+CONNECTIONS_PER_IP_MAX = 100
+HEADER_READ_TIMEOUT_S = 2.0
+KEEPALIVE_TIMEOUT_S = 4.0
+IDLE_CONNECTIONS = 2000
+SLOWLORIS_CONNECTIONS = 20
+# A normal request while the node is flooded must answer within this, s. The
+# node answers in milliseconds; the bound leaves room for a loaded CI machine.
+NORMAL_REQUEST_S_MAX = 1.0
+# Slack for the node's timers and this machine's scheduling, s.
+SLACK_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNode]:
+    _raise_own_fd_limit(3 * IDLE_CONNECTIONS)
+    cluster = LograftCluster(
+        Path(tmp_path_factory.mktemp("connections")),
+        1,
+        broker={"min_insync_replicas": 1},
+        http={
+            "connections_max": CONNECTIONS_MAX,
+            "connections_per_ip_max": CONNECTIONS_PER_IP_MAX,
+            "header_read_timeout_ms": int(HEADER_READ_TIMEOUT_S * 1000),
+            "keepalive_timeout_ms": int(KEEPALIVE_TIMEOUT_S * 1000),
+            # One line per kind of fault for the whole module.
+            "client_fault_log_interval_ms": 600_000,
+        },
+    )
+    try:
+        cluster.start()
+        node = cluster[1]
+        node.ok("POST", "/v1/topics", {"name": "t", "partitions": 1, "replication_factor": 1}, 201)
+        yield node
+        # Every fault the tests caused has been handled once the node has stopped.
+        assert node.terminate() == 0, node.log_tail()
+        log = node.log_text()
+        bad = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
+        assert not bad, "client faults reached ERROR:\n" + "\n".join(bad[:20])
+    finally:
+        print(cluster.logs(lines=100))
+        cluster.close()
+
+
+def _raise_own_fd_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+# -- raw connections ------------------------------------------------------------------------
+
+
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def open_connections(node: ClusterNode, count: int, source_ip: str) -> list[Conn]:
+    async def one() -> Conn:
+        return await asyncio.open_connection(
+            "127.0.0.1", node.spec.http_port, local_addr=(source_ip, 0)
+        )
+
+    conns: list[Conn] = []
+    for start in range(0, count, 250):
+        conns += await asyncio.gather(*(one() for _ in range(min(250, count - start))))
+    return conns
+
+
+async def read_to_eof(reader: asyncio.StreamReader, timeout_s: float) -> tuple[bytes, float]:
+    """Everything the node sends until it closes, and when it closed (monotonic)."""
+    data = b""
+    async with asyncio.timeout(timeout_s):
+        try:
+            while chunk := await reader.read(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+    return data, time.monotonic()
+
+
+def close_all(conns: list[Conn]) -> None:
+    for _, writer in conns:
+        writer.close()
+
+
+def refusal_code(data: bytes) -> tuple[str, str] | None:
+    """(code, limit named in details) of a 503 refusal, None when `data` is none."""
+    if not data.startswith(b"HTTP/1.1 503 "):
+        return None
+    body = orjson.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+    (limit,) = body["details"]
+    return body["code"], limit
+
+
+async def timed_request(node: ClusterNode) -> float:
+    """A produce from 127.0.0.1; its latency, s."""
+    started = time.monotonic()
+    resp = await asyncio.to_thread(node.post, "/v1/topics/t/records", {"records": [{"value": "x"}]})
+    elapsed = time.monotonic() - started
+    assert resp.status == 200, resp
+    return elapsed
+
+
+# -- caps ----------------------------------------------------------------------------------
+
+
+async def test_idle_flood_from_one_address_is_capped_and_cut(node: ClusterNode) -> None:
+    opened_at = time.monotonic()
+    conns = await open_connections(node, IDLE_CONNECTIONS, "127.0.0.2")
+    opening_s = time.monotonic() - opened_at
+    try:
+        latency = await timed_request(node)
+        outcomes = await asyncio.gather(
+            *(read_to_eof(r, HEADER_READ_TIMEOUT_S + 2 * SLACK_S + opening_s) for r, _ in conns)
+        )
+    finally:
+        close_all(conns)
+    refused = [refusal_code(data) for data, _ in outcomes if data]
+    cut = [closed - opened_at for data, closed in outcomes if not data]
+    assert set(refused) == {("CONNECTIONS_LIMIT_REACHED", "connections_per_ip_max")}
+    assert len(cut) == CONNECTIONS_PER_IP_MAX, f"opening took {opening_s:.2f} s"
+    # The admitted ones were closed at the header deadline, not before.
+    assert min(cut) >= HEADER_READ_TIMEOUT_S * 0.9
+    assert max(cut) <= HEADER_READ_TIMEOUT_S + opening_s + SLACK_S
+    assert latency < NORMAL_REQUEST_S_MAX, f"a produce took {latency:.2f} s during the flood"
+    # Counted out again: the address may connect.
+    assert await timed_request(node) < NORMAL_REQUEST_S_MAX
+
+
+async def test_connections_over_the_node_cap_are_refused(node: ClusterNode) -> None:
+    first = await open_connections(node, CONNECTIONS_PER_IP_MAX, "127.0.0.3")
+    second = await open_connections(node, CONNECTIONS_PER_IP_MAX, "127.0.0.4")
+    try:
+        outcomes = await asyncio.gather(
+            *(read_to_eof(r, HEADER_READ_TIMEOUT_S + 2 * SLACK_S) for r, _ in first + second)
+        )
+    finally:
+        close_all(first + second)
+    refused = [refusal_code(data) for data, _ in outcomes if data]
+    assert set(refused) == {("CONNECTIONS_LIMIT_REACHED", "connections_max")}
+    assert len(refused) == 2 * CONNECTIONS_PER_IP_MAX - CONNECTIONS_MAX
+    assert await timed_request(node) < NORMAL_REQUEST_S_MAX
+
+
+# -- timeouts ------------------------------------------------------------------------------
+
+
+async def slowloris(conn: Conn) -> float:
+    """Headers one byte a second until the node closes; returns when it did."""
+    reader, writer = conn
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60
+    closed = asyncio.ensure_future(read_to_eof(reader, HEADER_READ_TIMEOUT_S + 3 * SLACK_S))
+    for byte in head:
+        writer.write(bytes([byte]))
+        try:
+            await asyncio.wait_for(asyncio.shield(closed), 1.0)
+            break
+        except TimeoutError:
+            continue
+    data, closed_at = await closed
+    assert data == b""
+    return closed_at
+
+
+async def test_slowloris_connections_are_closed_at_the_header_deadline(
+    node: ClusterNode,
+) -> None:
+    opened_at = time.monotonic()
+    conns = await open_connections(node, SLOWLORIS_CONNECTIONS, "127.0.0.5")
+    try:
+        closing = asyncio.gather(*(slowloris(c) for c in conns))
+        latency = await timed_request(node)
+        closed = [t - opened_at for t in await closing]
+    finally:
+        close_all(conns)
+    assert latency < NORMAL_REQUEST_S_MAX
+    assert min(closed) >= HEADER_READ_TIMEOUT_S * 0.9
+    # Well before the keep-alive timeout, which would also end a stuck request.
+    assert max(closed) < HEADER_READ_TIMEOUT_S + SLACK_S < KEEPALIVE_TIMEOUT_S
+
+
+async def test_idle_keepalive_connection_is_closed_at_its_timeout(node: ClusterNode) -> None:
+    (conn,) = await open_connections(node, 1, "127.0.0.6")
+    reader, writer = conn
+    try:
+        for _ in range(2):  # kept alive between requests
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+        idle_from = time.monotonic()
+        data, closed_at = await read_to_eof(reader, KEEPALIVE_TIMEOUT_S + 2 * SLACK_S)
+    finally:
+        writer.close()
+    assert data == b""
+    idle_s = closed_at - idle_from
+    # Closed by the keep-alive timeout: the header deadline does not apply to
+    # a connection waiting quietly for its next request.
+    assert KEEPALIVE_TIMEOUT_S * 0.9 <= idle_s <= KEEPALIVE_TIMEOUT_S + SLACK_S
+
+
+# -- logs ----------------------------------------------------------------------------------
+
+MALFORMED = [
+    b"GET / HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",
+    b"GARBAGE\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS ClientHello
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n",
+    b"POST /v1/topics/t/records HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+]
+CUT_SHORT = [
+    # A produce whose body stops halfway.
+    b"POST /v1/topics/t/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 1000\r\n\r\n{"records": [',
+    # A stream the client drops before its headers are sent.
+    b"GET /v1/topics/t/stream HTTP/1.1\r\nHost: x\r\n\r\n",
+]
+
+
+def test_client_faults_are_logged_once_per_kind_without_tracebacks(node: ClusterNode) -> None:
+    for _ in range(10):
+        for raw in MALFORMED:
+            with socket.create_connection(("127.0.0.1", node.spec.http_port)) as s:
+                s.sendall(raw)
+                s.settimeout(5)
+                answer = s.recv(65536)
+                assert answer.startswith(b"HTTP/1.") and b" 400 " in answer[:20], answer[:100]
+        for raw in CUT_SHORT:
+            with socket.create_connection(("127.0.0.1", node.spec.http_port)) as s:
+                s.sendall(raw)
+    caused = ("malformed-request", "client-disconnected")
+    others = ("header-timeout", "connections-limit")  # the tests above cause these
+
+    def logged_once() -> bool:
+        log = node.log_text()
+        return all(log.count(f"client fault [{kind}]") == 1 for kind in caused) and all(
+            log.count(f"client fault [{kind}]") <= 1 for kind in others
+        )
+
+    node.cluster.eventually(logged_once, 10, "one INFO line per kind of client fault")
+    assert node.get("/healthz").status == 200
