@@ -107,9 +107,18 @@ def client_fault_kind(exc: BaseException) -> str | None:
 
 def describe(exc: BaseException) -> str:
     """One bounded line for a log: aiohttp's parse errors span several lines."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    return _bounded(" ".join(str(exc).split()) or type(exc).__name__)
+
+
+def quote(text: str) -> str:
+    """Client text (a decoded path) for a log line: escaped, so that an encoded
+    newline cannot forge a line of its own, and bounded."""
+    return _bounded(repr(text)[1:-1])
+
+
+def _bounded(text: str) -> str:
     if len(text) > DESCRIPTION_CHARS_MAX:
-        text = text[:DESCRIPTION_CHARS_MAX] + "..."
+        return text[:DESCRIPTION_CHARS_MAX] + "..."
     return text
 
 

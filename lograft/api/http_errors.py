@@ -23,6 +23,7 @@ from lograft.api.client_faults import (
     ClientFaultLog,
     client_fault_kind,
     describe,
+    quote,
 )
 
 REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
@@ -158,7 +159,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
                 fault,
                 "%s %s from %s: %s",
                 request.method,
-                request.path,
+                quote(request.path),
                 request.remote,
                 describe(exc),
             )

@@ -13,6 +13,7 @@ from lograft.api.client_faults import (
     ClientFaultLog,
     ServerLogger,
     describe,
+    quote,
 )
 
 
@@ -111,3 +112,10 @@ def test_descriptions_are_one_bounded_line() -> None:
     text = describe(BadHttpMessage("x\n" * 500))
     assert "\n" not in text and len(text) <= 203
     assert describe(ConnectionResetError()) == "ConnectionResetError"
+
+
+def test_client_text_cannot_forge_a_log_line() -> None:
+    assert (
+        quote("/v1/topics/a\n2026-01-01 ERROR forged") == "/v1/topics/a\\n2026-01-01 ERROR forged"
+    )
+    assert len(quote("/" + "a" * 10_000)) <= 203

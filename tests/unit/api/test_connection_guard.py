@@ -169,3 +169,23 @@ async def test_a_connection_error_inside_a_handler_stays_an_error(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].exc_info
     assert not server.faults.counts
+
+
+async def test_a_body_that_does_not_decode_is_a_400_not_a_500(
+    server: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: 10\r\n\r\n0123456789"
+    )
+    status, body = await response(reader)
+    writer.close()
+    assert (status, orjson.loads(body)["error"]["code"]) == (400, "INVALID_REQUEST")
+    # The handler's read fails, then aiohttp's own read of what is left (it
+    # would log "Unhandled exception" at ERROR): both are the client's doing.
+    async with asyncio.timeout(5):
+        while server.faults.counts.get("malformed-request", 0) < 2:
+            await asyncio.sleep(0.01)
+    assert set(server.faults.counts) == {"malformed-request"}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
