@@ -1,0 +1,104 @@
+"""One SparkSession (local[2]) and one three-node lograft cluster shared by the
+Spark source/sink tests of a run: a JVM and a cluster take seconds to start,
+so every test builds fresh topics instead of a fresh cluster.
+
+The Spark tests are skipped, with the reason, only when pyspark cannot be
+imported (`pip install -e '.[spark]'`); a missing Java fails them, as it
+would fail a user. Each test takes `spark` as its first fixture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster_harness import LograftCluster
+from tests.integration.data_plane import start_cluster, wait_in_sync
+
+_topics = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Every Spark test takes this fixture first, so that without pyspark it
+    is skipped before a cluster is started for it."""
+    pytest.importorskip(
+        "pyspark",
+        reason="pyspark is not installed: the Spark tests need the spark extra (.[spark])",
+    )
+    from pyspark.sql import SparkSession
+
+    from lograft.pipelines import LograftDataSource
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # Executors' Python workers run this interpreter (and so this checkout of lograft).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("lograft-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(LograftDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
+    def make(attempt: int) -> LograftCluster:
+        return LograftCluster(
+            tmp_path_factory.mktemp(f"spark-cluster-{attempt}"),
+            3,
+            # A restarted node takes back its preferred partitions soon.
+            controller={"leader_imbalance_check_interval_ms": 500},
+        )
+
+    c = start_cluster(make)
+    try:
+        yield c
+    finally:
+        print(c.logs(lines=80))
+        c.close()
+
+
+@pytest.fixture
+def bootstrap(cluster: LograftCluster) -> str:
+    return ",".join(n.url for n in cluster)
+
+
+@pytest.fixture
+def new_topic(cluster: LograftCluster) -> Callable[..., str]:
+    """`new_topic(partitions=3, **configs)`: a fresh topic (replication factor
+    3) whose partitions all have a live leader and a full ISR."""
+
+    def make(partitions: int = 3, **configs: Any) -> str:
+        name = f"spark-{next(_topics)}"
+        cluster.create_topic(name, partitions=partitions, replication_factor=3, configs=configs)
+        wait_in_sync(cluster, name)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoint")
