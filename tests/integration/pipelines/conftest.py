@@ -10,8 +10,6 @@ would fail a user. Each test takes `spark` as its first fixture.
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,29 +30,20 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "pyspark",
         reason="pyspark is not installed: the Spark tests need the spark extra (.[spark])",
     )
-    from pyspark.sql import SparkSession
-
     from lograft.pipelines import LograftDataSource
+    from lograft.pipelines.local_spark import local_session
 
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    # Executors' Python workers run this interpreter (and so this checkout of lograft).
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("lograft-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = local_session(
+        "lograft-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.warehouse.dir": str(warehouse),
+            "spark.driver.memory": "1g",
+        },
+        log_level="ERROR",
     )
-    session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(LograftDataSource)
     try:
         yield session
