@@ -267,6 +267,7 @@ class Node:
                 _BrokerImageView(self),
                 limits=stream_limits_from_config(self.config.stream),
                 peers=self.peers,
+                cluster_secret=cfg.cluster_secret,
             ).add_to(app)
             GroupRoutes(
                 self._group_runtime(),

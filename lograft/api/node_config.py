@@ -45,6 +45,7 @@ Example (`config/node-1.toml`)::
 
     [stream]                          # streaming consume limits (docs/api.md)
     streams_max = 100
+    remote_polls_per_leader_max = 2   # reads of other leaders' partitions
 
 Environment overrides: `LOGRAFT_<KEY>` for a top-level key and
 `LOGRAFT_<SECTION>__<KEY>` inside a section, e.g. `LOGRAFT_HTTP__PORT=9092`.

@@ -25,24 +25,48 @@ JSON error body, and the stream ends.
 
 Limits: `streams_max` streams per node at once (`STREAMS_LIMIT_REACHED`, 503,
 beyond it); what one stream may buffer is bounded as `stream_session` explains.
+Partitions led elsewhere are read through long-polls all streams share
+(`stream_polls`: at most `remote_polls_per_leader_max` per leader); start
+offsets and group calls go over a pool of `remote_connections_max`
+connections that no long-poll holds, so a new stream's start never waits
+behind the reads of running ones.
+
+What a stream takes it gives back on every way out: its slot, the reads and
+tasks it started, its group membership. Before the headers are sent, finding
+the start positions is bounded by `start_retry_timeout_ms` (a group join by
+`group.request_timeout_ms`), and the start is abandoned within
+`liveness_check_ms` of the client going away (aiohttp
+does not cancel a handler whose client left); the same check ends a running
+stream (`stream_session`). Shutdown cancels every stream and waits for them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import aiohttp
 from aiohttp import web
 
 from lograft.api import sse
+from lograft.api.app import SECRET_HEADER
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS
 from lograft.api.routes_data import QUERY_INT_MAX
 from lograft.api.services import MetadataView, TopicView
+from lograft.api.stream_fetch import ServeLimits, add_stream_fetch_route
 from lograft.api.stream_group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
-from lograft.api.stream_session import GroupBinding, SessionSettings, StreamSession
+from lograft.api.stream_polls import PollLimits, RemoteReads
+from lograft.api.stream_session import (
+    GroupBinding,
+    SessionSettings,
+    StreamSession,
+    cancel_and_wait,
+    client_gone,
+)
 from lograft.api.stream_source import PartitionSource, SourceLimits
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
@@ -53,6 +77,11 @@ from lograft.errors import (
 )
 
 OFFSET_NAMES = ("earliest", "latest")
+# Logged as the status of a stream whose client left before its headers
+# (nginx's "client closed request"); nobody receives it.
+CLIENT_CLOSED_REQUEST = 499
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +98,21 @@ class StreamLimits:
     heartbeat_interval_ms: int = 15_000
     # How often an idle stream checks that its client is still connected, ms.
     liveness_check_ms: int = 1_000
-    # Before the stream starts, retriable errors (no leader yet) are retried this long, ms.
+    # Finding a stream's start positions takes at most this long; retriable errors
+    # (no leader yet) are retried within it, ms.
     start_retry_timeout_ms: int = 10_000
-    # HTTP connections this node's streams keep to other leaders, all streams together.
+    # Connections for this node's streams' short calls to other nodes (start offsets,
+    # group coordinator calls), all streams together.
     remote_connections_max: int = 64
+    # Long-polls (one connection each) this node's streams keep in flight to one
+    # other leader, all streams together; each carries many partitions' reads.
+    remote_polls_per_leader_max: int = 2
+    # Partition reads one such long-poll carries (more wait for the next one); also
+    # the most this node serves in one request from another node.
+    remote_poll_partitions_max: int = 1_000
+    # Batch bytes one long-poll's answer brings, all its reads together (the first
+    # read with data may exceed it by one batch); also the most this node serves, bytes.
+    remote_poll_bytes_max: int = 4 * 1024 * 1024
     source: SourceLimits = field(default_factory=SourceLimits)
     group: GroupLimits = field(default_factory=GroupLimits)
 
@@ -101,42 +141,87 @@ class StreamRoutes:
         metadata: MetadataView,
         limits: StreamLimits | None = None,
         peers: PeerUrls | None = None,
+        cluster_secret: str = "",
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self.limits = limits or StreamLimits()
         # Where to read partitions led by other nodes (node-to-node: [http.dial]).
         self.peers = peers or PeerUrls()
+        # Sent with the long-polls: other leaders serve them on an internal endpoint.
+        self.cluster_secret = cluster_secret
+        # Every stream's handler task -> its session once it runs (None while it starts).
         self.sessions: dict[asyncio.Task[object], StreamSession | None] = {}
         self._http: aiohttp.ClientSession | None = None
+        self._poll_http: aiohttp.ClientSession | None = None
+        lim = self.limits
+        self.remote = RemoteReads(
+            self._polls_session,
+            PollLimits(
+                polls_per_leader_max=lim.remote_polls_per_leader_max,
+                reads_max=lim.remote_poll_partitions_max,
+                bytes_max=lim.remote_poll_bytes_max,
+                wait_ms=lim.source.fetch_wait_ms,
+                timeout_margin_ms=lim.source.remote_timeout_margin_ms,
+            ),
+            self._leads,
+        )
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get("/v1/topics/{topic}/stream", self.stream)
+        lim = self.limits
+        serve = ServeLimits(
+            lim.remote_poll_partitions_max, lim.remote_poll_bytes_max, lim.chunk_bytes_max
+        )
+        add_stream_fetch_route(app, self.replicas, serve)
         app.on_shutdown.append(self._end_streams)
         app.on_cleanup.append(self._close)
 
     # -- lifecycle --------------------------------------------------------------------
 
     def _session(self) -> aiohttp.ClientSession:
-        # Its own pool: long-polls of streams must not hold the connections the
-        # node's shared session keeps for replication and produce forwarding.
+        # Short calls only (start offsets, group calls): no long-poll holds one of
+        # these connections, so a new stream's start never queues behind reads.
         if self._http is None:
             self._http = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.limits.remote_connections_max)
             )
         return self._http
 
+    def _polls_session(self) -> aiohttp.ClientSession:
+        # `RemoteReads` keeps at most remote_polls_per_leader_max polls per leader;
+        # the connector holds to the same bound per address.
+        if self._poll_http is None:
+            self._poll_http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=0, limit_per_host=self.limits.remote_polls_per_leader_max
+                ),
+                headers={SECRET_HEADER: self.cluster_secret},
+            )
+        return self._poll_http
+
+    def _leads(self, broker_id: int, tp: TopicPartition) -> bool:
+        view = self.metadata.topic(tp.topic)
+        part = view.partitions.get(tp.partition) if view is not None else None
+        return part is not None and part.leader == broker_id
+
     async def _end_streams(self, _app: web.Application) -> None:
         # A stream never ends by itself, and one blocked on a reader that does
         # not read would hold the server's shutdown for its whole timeout.
+        tasks = list(self.sessions)
         for task, session in list(self.sessions.items()):
             if session is not None and session.group is not None:
                 session.group.member.closing = True
             task.cancel()
+        if tasks:
+            # Group streams commit and leave on the way out (leave_timeout_ms).
+            await asyncio.wait(tasks, timeout=self.limits.group.leave_timeout_ms / 1000 + 1)
 
     async def _close(self, _app: web.Application) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self.remote.close()
+        for http in (self._http, self._poll_http):
+            if http is not None:
+                await http.close()
 
     # -- the route --------------------------------------------------------------------
 
@@ -150,15 +235,12 @@ class StreamRoutes:
             )
         task = asyncio.current_task()
         assert task is not None
-        self.sessions[task] = None
+        self.sessions[task] = None  # the slot is taken from here to the finally
         try:
-            if req.group is None:
-                sources = {p: self._source(req.view, p) for p in req.partitions}
-                positions = await self._start_positions(req, sources)
-                group = None
-            else:
-                sources, positions = {}, {}
-                group = await self._join(req)
+            started = await self._while_connected(request, self._start(req))
+            if started is None:
+                return web.Response(status=CLIENT_CLOSED_REQUEST)
+            sources, positions, group = started
             response = web.StreamResponse(
                 headers={
                     "Content-Type": sse.CONTENT_TYPE,
@@ -169,9 +251,11 @@ class StreamRoutes:
             )
             try:
                 await response.prepare(request)
-            except BaseException:
+            except BaseException as exc:
                 if group is not None:
                     await group.member.leave({})
+                if isinstance(exc, ConnectionError):
+                    return response  # the client left as the headers went out
                 raise
             session = StreamSession(request, response, sources, positions, req.settings, group)
             self.sessions[task] = session
@@ -180,11 +264,36 @@ class StreamRoutes:
         finally:
             del self.sessions[task]
 
+    async def _while_connected(self, request: web.Request, start: Awaitable[T]) -> T | None:
+        """`start`'s result, or None as soon as the client has gone (`start` is
+        then cancelled, and awaited: it gives back what it took)."""
+        task = asyncio.ensure_future(start)
+        check_s = self.limits.liveness_check_ms / 1000
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=check_s)
+                if done:
+                    return task.result()
+                if client_gone(request):
+                    return None
+        finally:
+            await cancel_and_wait(task)
+
+    async def _start(
+        self, req: StreamRequest
+    ) -> tuple[dict[int, PartitionSource], dict[int, int], GroupBinding | None]:
+        """What a stream needs before its headers: start positions, or a group membership."""
+        if req.group is not None:
+            return {}, {}, await self._join(req)
+        sources = {p: self._source(req.view, p) for p in req.partitions}
+        return sources, await self._start_positions(req, sources), None
+
     def _source(self, view: TopicView, partition: int) -> PartitionSource:
         return PartitionSource(
             self.replicas,
             self.metadata,
             self._session(),
+            self.remote,
             TopicPartition(view.name, partition),
             view.topic_id,
             self.limits.source,
@@ -203,7 +312,13 @@ class StreamRoutes:
             auto_offset_reset=req.group.auto_offset_reset,
             limits=self.limits.group,
         )
-        await member.join()
+        try:
+            await member.join()
+        except asyncio.CancelledError:
+            # The join may have reached the coordinator: do not leave a member
+            # behind that would hold partitions until its session times out.
+            await member.leave({})
+            raise
         return GroupBinding(
             member,
             lambda p: self._source(req.view, p),
@@ -214,18 +329,24 @@ class StreamRoutes:
     async def _start_positions(
         self, req: StreamRequest, sources: Mapping[int, PartitionSource]
     ) -> dict[int, int]:
-        timeout_ms = self.limits.start_retry_timeout_ms
+        deadline = time.monotonic() + self.limits.start_retry_timeout_ms / 1000
 
         async def one(p: int) -> int:
             wanted = req.resume.get(p, req.offset)
             if isinstance(wanted, int):
-                await sources[p].check_position(wanted, retry_timeout_ms=timeout_ms)
+                await sources[p].check_position(wanted, deadline=deadline)
                 return wanted
-            got = await sources[p].offsets(retry_timeout_ms=timeout_ms)
+            got = await sources[p].offsets(deadline=deadline)
             return got.earliest if wanted == "earliest" else got.latest
 
-        found = await asyncio.gather(*(one(p) for p in req.partitions))
-        return dict(zip(req.partitions, found, strict=True))
+        # A TaskGroup: when one partition fails, the others stop too (and are
+        # awaited), instead of going on reading for a stream that will not run.
+        try:
+            async with asyncio.TaskGroup() as tg:
+                found = {p: tg.create_task(one(p)) for p in req.partitions}
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        return {p: t.result() for p, t in found.items()}
 
     # -- request parsing --------------------------------------------------------------
 

@@ -158,13 +158,13 @@ class StreamSession:
             log.exception("stream of %s ended by an unexpected error", self.request.path)
             await self._send_error(LograftError("internal error; see the node's log"))
         finally:
-            for task in list(self._fetches):
-                await _cancel(task)
+            fetches = list(self._fetches)
             self._fetches.clear()
-            if group is not None:
-                await _cancel(change_task)
-                await _cancel(member_task)
-                await group.member.leave(dict(self.positions))
+            try:
+                await cancel_and_wait(*fetches, change_task, member_task)
+            finally:
+                if group is not None:
+                    await group.member.leave(dict(self.positions))
 
     # -- group membership -------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class StreamSession:
             for task, tp in list(self._fetches.items()):
                 if tp == p:
                     del self._fetches[task]
-                    await _cancel(task)
+                    await cancel_and_wait(task)
                     self._release_held(task)
             position = self.positions.pop(p)
             del self.sources[p]
@@ -280,20 +280,47 @@ class StreamSession:
     def _client_gone(self) -> bool:
         # aiohttp does not cancel a handler whose client left; an idle stream
         # notices here, a busy one when its next write fails.
-        transport = self.request.transport
-        return transport is None or transport.is_closing()
+        return client_gone(self.request)
 
     async def _send_error(self, exc: LograftError) -> None:
         with contextlib.suppress(ConnectionError):
             await self._write(sse.event(orjson.dumps(error_body(exc)), name="error"))
 
 
-async def _cancel(task: asyncio.Task[Any] | None) -> None:
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+def client_gone(request: web.Request) -> bool:
+    """The client's connection is closed or closing."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
-__all__ = ["GroupBinding", "SessionSettings", "StreamSession", "memory_bound_bytes"]
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel `tasks` and wait until every one has ended (its own cleanup included).
+
+    Their outcomes are dropped. A cancellation of the caller is not swallowed:
+    it is raised once the tasks have ended, so the cleanup still finishes first.
+    """
+    todo = [t for t in tasks if t is not None]
+    for task in todo:
+        task.cancel()
+    cancelled = False
+    while pending := [t for t in todo if not t.done()]:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            cancelled = True  # ours: finish waiting for the tasks, then raise it
+    for task in todo:
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody else will
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+
+__all__ = [
+    "GroupBinding",
+    "SessionSettings",
+    "StreamSession",
+    "cancel_and_wait",
+    "client_gone",
+    "memory_bound_bytes",
+]

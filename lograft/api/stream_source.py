@@ -2,19 +2,21 @@
 
 Only a partition's leader serves consumer reads. When the metadata this node
 follows names this node, the chunk comes from the local replica
-(`ReplicaManager.fetch`, a long-poll); otherwise from the leader's public fetch
-endpoint as raw batches (`Accept: application/vnd.lograft.batch`, the same
-path the Python client uses) at the leader's node-to-node address
-(`PeerUrls`, `[http.dial]`), over the stream's own HTTP connection pool so
-long-polls of many streams cannot take the connections replication and
-produce forwarding need.
+(`ReplicaManager.fetch`, a long-poll); otherwise from the leader, through the
+long-polls every stream of this node shares per leader (`stream_polls`), at
+the leader's node-to-node address (`PeerUrls`, `[http.dial]`). The start
+offsets of a partition led elsewhere come from the leader's offsets endpoint,
+over the streams' pool for short calls (`remote_connections_max`), which no
+long-poll ever holds.
 
 Every attempt asks the current metadata for the leader, so when leadership
 moves (a failover, a preferred-leader election) the next attempt goes to the
 new leader. Retriable errors (not leader, no leader yet, broker unreachable,
 a replica still opening) are retried with `retry_backoff_ms` between attempts
-for up to `retry_timeout_ms`; anything else, or the topic being deleted (or
-deleted and created again: a new topic id), is raised to the stream.
+for up to `retry_timeout_ms`, or, before the stream starts, until the start's
+deadline (`start_retry_timeout_ms` after the request came); anything else, or
+the topic being deleted (or deleted and created again: a new topic id), is
+raised to the stream.
 
 Reads are by position, and only below the leader's high watermark; a record
 below one leader's high watermark is on every in-sync replica, so the next
@@ -34,8 +36,8 @@ import aiohttp
 import orjson
 
 from lograft.api.peer_urls import PeerUrls
-from lograft.api.routes_data import BATCH_CONTENT_TYPE
 from lograft.api.services import MetadataView
+from lograft.api.stream_polls import RemoteReads, decode_error
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -44,7 +46,6 @@ from lograft.errors import (
     LograftError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
-    error_class_for,
 )
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class SourceLimits:
     retry_backoff_ms: int = 200
     # A partition failing retriably for this long ends the stream with the error, ms.
     retry_timeout_ms: int = 60_000
-    # A request to a remote leader may take its long-poll plus this long, ms.
+    # A request to a remote leader may take its long-poll (if any) plus this long, ms.
     remote_timeout_margin_ms: int = 10_000
 
 
@@ -84,7 +85,8 @@ class PartitionSource:
         self,
         replicas: ReplicaManager,
         metadata: MetadataView,
-        session: aiohttp.ClientSession,
+        http: aiohttp.ClientSession,
+        remote: RemoteReads,
         tp: TopicPartition,
         topic_id: str,
         limits: SourceLimits,
@@ -92,7 +94,8 @@ class PartitionSource:
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
-        self.session = session
+        self.http = http  # short calls to other nodes (offsets)
+        self.remote = remote  # reads of partitions led elsewhere
         self.tp = tp
         self.topic_id = topic_id
         self.limits = limits
@@ -100,16 +103,17 @@ class PartitionSource:
 
     # -- what the stream calls ---------------------------------------------------------
 
-    async def offsets(self, *, retry_timeout_ms: int | None = None) -> PartitionOffsets:
-        return await self._retrying(self._offsets_once, retry_timeout_ms)
+    async def offsets(self, *, deadline: float | None = None) -> PartitionOffsets:
+        return await self._retrying(self._offsets_once, deadline)
 
     async def fetch(self, position: int, max_bytes: int) -> Chunk:
-        """The next chunk at `position` (empty when the long-poll ran out)."""
+        """The next chunk at `position` (empty when a long-poll ran out, or the
+        leader may have moved)."""
         return await self._retrying(lambda: self._fetch_once(position, max_bytes), None)
 
-    async def check_position(self, position: int, *, retry_timeout_ms: int | None = None) -> None:
+    async def check_position(self, position: int, *, deadline: float | None = None) -> None:
         """OffsetOutOfRangeError unless `position` is in [log start, log end]."""
-        got = await self.offsets(retry_timeout_ms=retry_timeout_ms)
+        got = await self.offsets(deadline=deadline)
         if not got.earliest <= position <= got.log_end:
             raise OffsetOutOfRangeError(
                 f"offset {position} of {self.tp} is outside [{got.earliest}, {got.log_end}]",
@@ -122,26 +126,41 @@ class PartitionSource:
 
     # -- retries --------------------------------------------------------------------
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]], timeout_ms: int | None) -> T:
-        """`attempt()` until it succeeds, a non-retriable error, or `timeout_ms`
-        (default `retry_timeout_ms`) of retriable errors in a row."""
-        timeout_s = (self.limits.retry_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-        deadline: float | None = None
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], deadline: float | None) -> T:
+        """`attempt()` until it succeeds or raises a non-retriable error.
+
+        Retriable errors are retried for `retry_timeout_ms` in a row; with a
+        `deadline` (`time.monotonic()`), until then instead, and no attempt
+        runs past it.
+        """
+        give_up = deadline
         while True:
             try:
-                return await attempt()
+                return await (attempt() if deadline is None else self._until(deadline, attempt))
             except LograftError as exc:
                 if not exc.retriable:
                     raise
                 self._check_topic()
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + timeout_s
-                if now >= deadline:
+                if give_up is None:
+                    give_up = now + self.limits.retry_timeout_ms / 1000
+                if now >= give_up:
                     raise
+                pause_s = min(self.limits.retry_backoff_ms / 1000, give_up - now)
             # A back-off between attempts, not a synchronisation: the leader
             # may take a few seconds to move, and nothing signals when it has.
-            await asyncio.sleep(self.limits.retry_backoff_ms / 1000)
+            await asyncio.sleep(pause_s)
+
+    async def _until(self, deadline: float, attempt: Callable[[], Awaitable[T]]) -> T:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())) as scope:
+                return await attempt()
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise BrokerNotAvailableError(
+                f"no answer about {self.tp} from its leader in time", topic=self.tp.topic
+            ) from None
 
     def _check_topic(self) -> None:
         view = self.metadata.topic(self.tp.topic)
@@ -185,7 +204,19 @@ class PartitionSource:
             )
         url = self._leader_url(leader)
         path = f"/v1/topics/{self.tp.topic}/partitions/{self.tp.partition}/offsets"
-        body, _headers = await self._remote(leader, url + path, {}, self.limits.fetch_wait_ms)
+        timeout = aiohttp.ClientTimeout(total=self.limits.remote_timeout_margin_ms / 1000)
+        try:
+            async with self.http.get(url + path, timeout=timeout) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BrokerNotAvailableError(
+                f"could not read the offsets of {self.tp} from broker {leader}, its leader: "
+                f"{type(exc).__name__}: {exc}",
+                leader_id=leader,
+            ) from None
+        if status >= 400:
+            raise decode_error(leader, status, body)
         doc = orjson.loads(body)
         return PartitionOffsets(
             int(doc["earliest"]), int(doc["latest"]), int(doc["log_end_offset"])
@@ -193,58 +224,18 @@ class PartitionSource:
 
     async def _fetch_once(self, position: int, max_bytes: int) -> Chunk:
         leader = self._leader()
-        wait_ms = self.limits.fetch_wait_ms
         if leader == self.replicas.broker_id:
             got = await self.replicas.fetch(
-                self.tp, position, max_bytes=max_bytes, max_wait_ms=wait_ms, min_bytes=1
+                self.tp,
+                position,
+                max_bytes=max_bytes,
+                max_wait_ms=self.limits.fetch_wait_ms,
+                min_bytes=1,
             )
             return Chunk(self.tp.partition, got.data, got.high_watermark)
         url = self._leader_url(leader)
-        path = f"/v1/topics/{self.tp.topic}/partitions/{self.tp.partition}/records"
-        params = {"offset": position, "max_bytes": max_bytes, "max_wait_ms": wait_ms}
-        body, headers = await self._remote(
-            leader, url + path, params, wait_ms, accept=BATCH_CONTENT_TYPE
-        )
-        return Chunk(self.tp.partition, body, int(headers["X-Lograft-High-Watermark"]))
-
-    async def _remote(
-        self,
-        leader: int,
-        url: str,
-        params: dict[str, int],
-        wait_ms: int,
-        *,
-        accept: str = "application/json",
-    ) -> tuple[bytes, dict[str, str]]:
-        timeout = aiohttp.ClientTimeout(
-            total=(wait_ms + self.limits.remote_timeout_margin_ms) / 1000
-        )
-        try:
-            async with self.session.get(
-                url, params=params, headers={"Accept": accept}, timeout=timeout
-            ) as resp:
-                body = await resp.read()
-                headers = dict(resp.headers)
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BrokerNotAvailableError(
-                f"could not read {self.tp} from broker {leader}, its leader: "
-                f"{type(exc).__name__}: {exc}",
-                leader_id=leader,
-            ) from None
-        if status >= 400:
-            raise _decode_error(leader, status, body)
-        return body, headers
-
-
-def _decode_error(leader: int, status: int, body: bytes) -> LograftError:
-    try:
-        err = orjson.loads(body)["error"]
-        return error_class_for(err["code"])(err["message"], **err.get("details", {}))
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return BrokerNotAvailableError(
-            f"broker {leader} answered HTTP {status}: {body[:200]!r}", leader_id=leader
-        )
+        answer = await self.remote.read(leader, url, self.tp, position, max_bytes)
+        return Chunk(self.tp.partition, answer.data, answer.high_watermark)
 
 
 __all__ = ["Chunk", "PartitionOffsets", "PartitionSource", "SourceLimits"]

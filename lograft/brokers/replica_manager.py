@@ -147,6 +147,15 @@ class PartitionMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerRead:
+    """One partition of a multi-partition consumer fetch (`consumer_fetch`)."""
+
+    tp: TopicPartition
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResult:
     data: bytes
     high_watermark: int
@@ -539,6 +548,56 @@ class ReplicaManager:
                     data, part.high_watermark, part.log.log_start_offset, part.log.log_end_offset
                 )
             await self._changes.wait_any([tp], remaining / 1000)
+
+    async def consumer_fetch(
+        self, reads: Sequence[ConsumerRead], *, max_wait_ms: int, max_bytes: int
+    ) -> list[FetchPartitionResponse]:
+        """`fetch` for many partitions in one long-poll: answer once one of them has
+        data below its high watermark or an error, or at the deadline.
+
+        At most `max_bytes` in all, in the order of `reads` (the first partition
+        with data may exceed it by one batch, as in KIP-74); the ones after the
+        budget ran out answer without data. An error is per partition.
+        """
+        wait_ms = min(max(max_wait_ms, 0), self.settings.fetch_wait_max_ms)
+        deadline = self.lag_clock() + wait_ms
+        tps = {r.tp for r in reads}
+        while True:
+            out = self._serve_consumer_reads(reads, max_bytes)
+            remaining = deadline - self.lag_clock()
+            if remaining <= 0 or any(p.data or p.error is not None for p in out):
+                return out
+            if not await self._changes.wait_any(tps, remaining / 1000):
+                return out
+
+    def _serve_consumer_reads(
+        self, reads: Sequence[ConsumerRead], max_bytes: int
+    ) -> list[FetchPartitionResponse]:
+        budget = max_bytes
+        out: list[FetchPartitionResponse] = []
+        for r in reads:
+            tp = r.tp
+            try:
+                part = self.partition(tp)
+                data = b""
+                if budget > 0:
+                    data = part.read_for_consumer(r.offset, min(r.max_bytes, budget))
+            except LograftError as exc:
+                out.append(FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=exc))
+                continue
+            budget -= len(data)
+            log = part.log
+            out.append(
+                FetchPartitionResponse(
+                    tp.topic,
+                    tp.partition,
+                    part.high_watermark,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    data,
+                )
+            )
+        return out
 
     # -- replica fetch (leader side) ------------------------------------------------------
 

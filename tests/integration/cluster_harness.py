@@ -126,6 +126,9 @@ class NodeSpec:
     broker: dict[str, Any] = field(default_factory=dict)
     # [groups]: the group coordinator's settings.
     groups: dict[str, Any] = field(default_factory=dict)
+    # [stream]: the stream endpoint's limits; a dict value is a sub-table
+    # ({"source": {...}} -> [stream.source]).
+    stream: dict[str, Any] = field(default_factory=dict)
     log_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -151,7 +154,10 @@ def _toml_value(value: Any) -> str:
 
 def _toml_table(name: str, values: Mapping[str, Any]) -> list[str]:
     lines = [f"[{name}]"]
-    lines += [f"{key} = {_toml_value(v)}" for key, v in values.items()]
+    lines += [f"{key} = {_toml_value(v)}" for key, v in values.items() if not isinstance(v, dict)]
+    for key, v in values.items():
+        if isinstance(v, dict):
+            lines += ["", *_toml_table(f"{name}.{key}", v)]
     return lines
 
 
@@ -182,7 +188,7 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     lines += ["", *_toml_table("raft", spec.raft)]
     if spec.dial:
         lines += ["", *_toml_table("raft.dial", {str(k): v for k, v in spec.dial.items()})]
-    for section in ("controller", "broker", "groups", "log_defaults"):
+    for section in ("controller", "broker", "groups", "stream", "log_defaults"):
         values = getattr(spec, section)
         if values:
             lines += ["", *_toml_table(section, values)]

@@ -103,7 +103,7 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
         app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
         session = aiohttp.ClientSession()
         DataRoutes(rm, md, session).add_to(app)
-        routes = StreamRoutes(rm, md, limits)
+        routes = StreamRoutes(rm, md, limits, cluster_secret="s")
         routes.add_to(app)
         client = TestClient(TestServer(app))
         await client.start_server()
@@ -315,6 +315,7 @@ async def test_reads_from_a_remote_leader_and_follows_the_leader_here(make_env, 
     app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
     session2 = aiohttp.ClientSession()
     DataRoutes(rm2, md2, session2).add_to(app2)
+    StreamRoutes(rm2, md2, LIMITS, cluster_secret="s").add_to(app2)  # serves stream-fetch
     remote = TestServer(app2)
     await remote.start_server()
     try:

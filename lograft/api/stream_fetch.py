@@ -1,0 +1,145 @@
+"""Node-to-node reads for streams: many partitions of one leader in one long-poll.
+
+`POST /internal/v1/stream-fetch` (cluster secret required) is what a node
+serving a stream sends to the leader of partitions it does not lead
+(`stream_polls` multiplexes every stream's reads of one leader into a few such
+requests). The leader answers as it answers a consumer's fetch: whole batches
+below the high watermark, `OFFSET_OUT_OF_RANGE` outside the log, and not
+being the leader is an error of that partition.
+
+Request (JSON)::
+
+    {"max_wait_ms": 5000, "max_bytes": 4194304,
+     "reads": [{"topic": "t", "partition": 0, "offset": 42, "max_bytes": 65536}, ...]}
+
+Response: the replica fetch's format (`lograft.brokers.fetch_wire`): a JSON
+header with one entry per read, in request order, then the raw batches.
+The leader answers as soon as one read has data or an error, else after
+`max_wait_ms` (capped by the broker's `fetch_wait_max_ms`); `max_bytes` bounds
+the whole answer, taken by the reads in request order (the first read with
+data may exceed it by one batch).
+
+The leader bounds what one request may ask with its own stream limits:
+`remote_poll_partitions_max` reads, `remote_poll_bytes_max` in all and
+`chunk_bytes_max` per read; a request beyond them is refused (400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from lograft.brokers.fetch_wire import CONTENT_TYPE, encode_response
+from lograft.brokers.partition import TopicPartition
+from lograft.brokers.replica_manager import ConsumerRead, ReplicaManager
+from lograft.errors import InvalidRequestError
+
+PATH = "/internal/v1/stream-fetch"
+# Largest integer a request field may hold (offsets, byte counts, waits).
+_INT_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ServeLimits:
+    """What the leader accepts in one request (the serving node's stream limits)."""
+
+    reads_max: int
+    bytes_max: int
+    read_bytes_max: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFetchRequest:
+    max_wait_ms: int
+    max_bytes: int
+    reads: tuple[ConsumerRead, ...]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "max_wait_ms": self.max_wait_ms,
+                "max_bytes": self.max_bytes,
+                "reads": [
+                    {
+                        "topic": r.tp.topic,
+                        "partition": r.tp.partition,
+                        "offset": r.offset,
+                        "max_bytes": r.max_bytes,
+                    }
+                    for r in self.reads
+                ],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, body: bytes, limits: ServeLimits) -> StreamFetchRequest:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(f"stream fetch: body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise InvalidRequestError("stream fetch: body must be a JSON object")
+        raw_reads = doc.get("reads")
+        if not isinstance(raw_reads, list) or not raw_reads:
+            raise InvalidRequestError("stream fetch: reads must be a non-empty list")
+        if len(raw_reads) > limits.reads_max:
+            raise InvalidRequestError(
+                f"stream fetch: {len(raw_reads)} reads exceed remote_poll_partitions_max="
+                f"{limits.reads_max}",
+                remote_poll_partitions_max=limits.reads_max,
+            )
+        max_bytes = _int(doc, "max_bytes", 1)
+        if max_bytes > limits.bytes_max:
+            raise InvalidRequestError(
+                f"stream fetch: max_bytes={max_bytes} exceeds remote_poll_bytes_max="
+                f"{limits.bytes_max}",
+                remote_poll_bytes_max=limits.bytes_max,
+            )
+        return cls(
+            _int(doc, "max_wait_ms", 0), max_bytes, tuple(_read(r, limits) for r in raw_reads)
+        )
+
+
+def _read(raw: Any, limits: ServeLimits) -> ConsumerRead:
+    if not isinstance(raw, dict):
+        raise InvalidRequestError("stream fetch: every read must be an object")
+    topic = raw.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise InvalidRequestError("stream fetch: a read's topic must be a non-empty string")
+    read_bytes = _int(raw, "max_bytes", 1)
+    if read_bytes > limits.read_bytes_max:
+        raise InvalidRequestError(
+            f"stream fetch: a read's max_bytes={read_bytes} exceeds chunk_bytes_max="
+            f"{limits.read_bytes_max}",
+            chunk_bytes_max=limits.read_bytes_max,
+        )
+    return ConsumerRead(
+        TopicPartition(topic, _int(raw, "partition", 0)), _int(raw, "offset", 0), read_bytes
+    )
+
+
+def _int(doc: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _INT_MAX:
+        raise InvalidRequestError(f"stream fetch: {key} must be an integer >= {minimum}")
+    return value
+
+
+def add_stream_fetch_route(
+    app: web.Application, replicas: ReplicaManager, limits: ServeLimits
+) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        req = StreamFetchRequest.from_json(await request.read(), limits)
+        parts = await replicas.consumer_fetch(
+            req.reads, max_wait_ms=req.max_wait_ms, max_bytes=req.max_bytes
+        )
+        return web.Response(body=encode_response(parts), content_type=CONTENT_TYPE)
+
+    app.router.add_post(PATH, handle)
+
+
+__all__ = ["PATH", "ServeLimits", "StreamFetchRequest", "add_stream_fetch_route"]

@@ -1,0 +1,207 @@
+"""Every way a stream ends gives back what it took: its slot, its reads, the
+tasks and requests it started (issue 9, part 3).
+
+Broker 1 serves the streams as a node does (`web.AppRunner`, whose handlers
+aiohttp does not cancel when their client leaves; `TestServer` would, and
+would hide what these tests look for). A second app plays the leader of
+partitions led elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from lograft.api.app import create_app
+from lograft.api.routes_data import DataRoutes
+from lograft.api.routes_stream import StreamLimits, StreamRoutes
+from tests.raft_support import free_port
+from tests.unit.api.test_routes_stream import (
+    LIMITS,
+    FakeMetadata,
+    Stream,
+    eventually,
+    start_replicas,
+)
+
+# Long enough that a start still running when the test looks was not ended by it.
+SLOW_START = replace(LIMITS, start_retry_timeout_ms=60_000)
+
+
+@dataclass
+class Served:
+    host: str
+    port: int
+    http: aiohttp.ClientSession  # the test's client
+    routes: StreamRoutes
+    runner: web.AppRunner
+
+    async def open_stream(self, query: str) -> Stream:
+        resp = await self.http.get(
+            f"http://{self.host}:{self.port}/v1/topics/orders/stream?{query}"
+        )
+        assert resp.status == 200, await resp.text()
+        return Stream(resp)
+
+
+@pytest.fixture
+async def serve(tmp_path) -> AsyncIterator[Callable[..., Any]]:
+    """`await serve(limits=..., leader=..., urls=...)`: broker 1's streaming app."""
+    opened: list[Callable[[], Any]] = []
+
+    async def make(
+        limits: StreamLimits = LIMITS, leader: int = 1, urls: dict[int, str] | None = None
+    ) -> Served:
+        rm = await start_replicas(1, tmp_path / f"b1-{len(opened)}")
+        app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+        routes = StreamRoutes(rm, FakeMetadata(leader, urls), limits, cluster_secret="s")
+        routes.add_to(app)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        http = aiohttp.ClientSession()
+
+        async def close() -> None:
+            await http.close()
+            await runner.cleanup()
+            await rm.stop()
+
+        opened.append(close)
+        return Served("127.0.0.1", port, http, routes, runner)
+
+    yield make
+    for close in reversed(opened):
+        await close()
+
+
+async def send_request_and_hang_up(host: str, port: int, path: str, ready: asyncio.Event) -> None:
+    """A client that sends its request and leaves before any answer."""
+    _reader, writer = await asyncio.open_connection(host, port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    await ready.wait()
+    sock = writer.get_extra_info("socket")
+    # Linger 0: the close is a reset, as when a client process dies.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.close()
+
+
+async def test_a_client_gone_before_the_headers_frees_its_slot_and_its_start(serve):
+    # No leader: the start retries for start_retry_timeout_ms (60 s) unless the
+    # client's leaving ends it.
+    env = await serve(limits=SLOW_START, leader=-1)
+    ready = asyncio.Event()
+    client = asyncio.create_task(
+        send_request_and_hang_up(env.host, env.port, "/v1/topics/orders/stream", ready)
+    )
+    await eventually(lambda: env.routes.sessions, "the stream to be starting")
+    ready.set()
+    await client
+    # liveness_check_ms is 50 ms: well within the wait, far from the 60 s start.
+    await eventually(lambda: not env.routes.sessions, "the slot to be free")
+    starts = [t for t in asyncio.all_tasks() if "StreamRoutes._start" in repr(t.get_coro())]
+    assert not starts, "the start was cancelled and awaited"
+
+
+async def test_a_failed_start_stops_the_start_of_the_other_partitions(serve):
+    """Partition 1's start fails at once; partition 0's, waiting on its leader,
+    is cancelled with it instead of reading on for a stream that will not run."""
+    hanging: list[web.Request] = []
+    release = asyncio.Event()
+
+    async def offsets(request: web.Request) -> web.Response:
+        if request.match_info["p"] == "1":
+            return web.json_response(
+                {"error": {"code": "INVALID_REQUEST", "message": "no", "retriable": False}},
+                status=400,
+            )
+        hanging.append(request)
+        await release.wait()
+        return web.json_response({"earliest": 0, "latest": 0, "log_end_offset": 0})
+
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    app.router.add_get("/v1/topics/orders/partitions/{p}/offsets", offsets)
+    remote = TestServer(app)
+    await remote.start_server()
+    try:
+        env = await serve(
+            limits=SLOW_START, leader=2, urls={2: str(remote.make_url("")).rstrip("/")}
+        )
+        resp = await env.http.get(
+            f"http://{env.host}:{env.port}/v1/topics/orders/stream?partitions=0,1"
+        )
+        assert resp.status == 400, await resp.text()
+        assert hanging, "partition 0 asked its leader"
+
+        def closed() -> bool:
+            transport = hanging[0].transport
+            return transport is None or transport.is_closing()
+
+        await eventually(closed, "partition 0's request to be given up")
+        assert not env.routes.sessions
+    finally:
+        release.set()
+        await remote.close()
+
+
+@asynccontextmanager
+async def remote_leader(path: Path) -> AsyncIterator[str]:
+    """Broker 2 leading every partition of `orders`; yields its URL."""
+    rm2 = await start_replicas(2, path)
+    app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    http = aiohttp.ClientSession()
+    DataRoutes(rm2, FakeMetadata(2), http).add_to(app2)  # offsets
+    StreamRoutes(rm2, FakeMetadata(2), LIMITS, cluster_secret="s").add_to(app2)  # reads
+    remote = TestServer(app2)
+    await remote.start_server()
+    try:
+        yield str(remote.make_url("")).rstrip("/")
+    finally:
+        await remote.close()
+        await http.close()
+        await rm2.stop()
+
+
+async def test_streams_of_remote_partitions_give_their_reads_back_when_clients_go(serve, tmp_path):
+    async with remote_leader(tmp_path / "b2") as url:
+        env = await serve(leader=2, urls={2: url})
+        streams = [await env.open_stream("") for _ in range(5)]
+        for s in streams:
+            await s.next()
+        # 5 streams x 3 partitions, all at offset 0: one shared read per partition.
+        await eventually(lambda: env.routes.remote.reads_waiting() == 3, "the shared reads")
+        assert env.routes.remote.polls_in_flight() <= LIMITS.remote_polls_per_leader_max
+        for s in streams:
+            s.resp.close()
+        await eventually(lambda: not env.routes.sessions, "every stream to end")
+        await eventually(
+            lambda: (
+                env.routes.remote.reads_waiting() == 0 and env.routes.remote.polls_in_flight() == 0
+            ),
+            "no read and no poll left",
+        )
+
+
+async def test_shutdown_ends_every_stream_and_poll(serve, tmp_path):
+    async with remote_leader(tmp_path / "b2") as url:
+        env = await serve(leader=2, urls={2: url})
+        stream = await env.open_stream("")
+        await stream.next()
+        await eventually(lambda: env.routes.remote.polls_in_flight(), "a poll")
+        async with asyncio.timeout(10):
+            await env.runner.cleanup()  # what a node's shutdown does
+        assert not env.routes.sessions
+        assert env.routes.remote.polls_in_flight() == 0
+        assert env.routes.remote.reads_waiting() == 0
