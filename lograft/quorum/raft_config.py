@@ -95,6 +95,12 @@ class RaftConfig:
     append_timeout_ms: int = 5000
     bind_timeout_ms: int = 5000
     start_timeout_ms: int = 30_000
+    # A connection accepted on the Raft port whose peer has not yet proven the
+    # password (one round trip, a few hundred bytes) is dropped past any of
+    # these; see raft_handshake.
+    handshake_timeout_ms: int = 5000
+    max_handshake_bytes: int = 64 * 1024
+    max_handshake_connections: int = 64
 
     def __post_init__(self) -> None:
         validate_node_id(self.node_id, "node_id")

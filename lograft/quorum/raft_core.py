@@ -44,6 +44,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from lograft.errors import RaftStartupError, RaftStoppedError
 from lograft.quorum.raft_config import RaftConfig, parse_address
+from lograft.quorum.raft_handshake import HandshakeLimits
 from lograft.quorum.raft_snapshot import (
     Snapshot,
     as_entry,
@@ -348,7 +349,13 @@ class RaftCore:
             assert cfg.listen_address is not None
             self_node = PeerNode(cfg.node_id, cfg.listen_address)
         observer_id = None if cfg.voter else cfg.node_id
-        return _ReplicatedLog(self, self_node, peers, conf, transport_factory(observer_id))
+        handshake = HandshakeLimits(
+            timeout_s=cfg.handshake_timeout_ms / 1000,
+            max_bytes=cfg.max_handshake_bytes,
+            max_connections=cfg.max_handshake_connections,
+        )
+        transport = transport_factory(observer_id, handshake)
+        return _ReplicatedLog(self, self_node, peers, conf, transport)
 
     def _run(self) -> None:
         try:

@@ -27,11 +27,16 @@ Here:
 
 Invariant: every Node this transport keys a connection by has a unique id;
 voter ids never contain ':' (see raft_config), observer ids always do.
+
+Strangers: an accepted connection is bounded until its peer has proven the
+password (size, age, how many at once); see raft_handshake.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +46,14 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from lograft.quorum.raft_config import parse_address
+from lograft.quorum.raft_handshake import (
+    HandshakeLimits,
+    authenticated,
+    guard_accepted,
+    handshake_started,
+)
+
+log = logging.getLogger(__name__)
 
 OBSERVER_PREFIX = "observer:"
 _STOCK_READONLY_HELLO = "readonly"
@@ -83,12 +96,35 @@ class PeerTCPTransport(TCPTransport):
         selfNode: PeerNode | None,
         otherNodes: Iterable[PeerNode],
         *,
+        handshake: HandshakeLimits,
         observer_id: str | None = None,
     ) -> None:
         if selfNode is None and observer_id is None:
             raise ValueError("an observer transport needs observer_id")
         self._observer_id = observer_id
+        self._handshake = handshake
         super().__init__(syncObj, selfNode, otherNodes)
+        syncObj.addOnTickCallback(self._expire_handshakes)
+
+    # -- strangers: connections that have not proven the password -------------
+
+    def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
+        guarded = guard_accepted(conn, self._handshake)
+        pending = [c for c in self._unknownConnections if not authenticated(c)]
+        if len(pending) >= self._handshake.max_connections:
+            oldest = min(pending, key=handshake_started)
+            log.debug("dropping the oldest of %d unauthenticated Raft connections", len(pending))
+            oldest.disconnect()
+        super()._onNewIncomingConnection(guarded)
+
+    def _expire_handshakes(self) -> None:
+        deadline = time.monotonic() - self._handshake.timeout_s
+        for conn in list(self._unknownConnections):
+            # An authenticated peer that has not named itself yet gets the same
+            # deadline: it needs one more message.
+            if handshake_started(conn) < deadline:
+                log.debug("dropping a Raft connection that did not finish its handshake")
+                conn.disconnect()
 
     # -- who dials whom --------------------------------------------------------
 
@@ -148,6 +184,6 @@ class PeerTCPTransport(TCPTransport):
         self._onReadonlyNodeConnected(node)
 
 
-def transport_factory(observer_id: str | None) -> Any:
-    """The `transportClass` callable SyncObj expects, bound to our observer id."""
-    return functools.partial(PeerTCPTransport, observer_id=observer_id)
+def transport_factory(observer_id: str | None, handshake: HandshakeLimits) -> Any:
+    """The `transportClass` callable SyncObj expects, bound to our observer id and limits."""
+    return functools.partial(PeerTCPTransport, observer_id=observer_id, handshake=handshake)

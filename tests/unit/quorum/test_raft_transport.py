@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from pysyncobj.poller import createPoller
+from pysyncobj.transport import TCPTransport
 
 from lograft.errors import NotControllerError
+from lograft.quorum.raft_handshake import HandshakeLimits
 from lograft.quorum.raft_status import RaftStatus
 from lograft.quorum.raft_transport import ObserverNode, PeerNode, PeerTCPTransport
 from tests.raft_support import eventually_async, free_port
@@ -20,6 +22,8 @@ from tests.unit.quorum.raft_inproc import InProcessCluster
 from tests.unit.quorum.tcp_forwarder import TcpForwarder
 
 pytestmark = pytest.mark.timeout(120)
+
+HANDSHAKE = HandshakeLimits(timeout_s=1.0, max_bytes=1024, max_connections=4)
 
 
 class FakeSyncObj:
@@ -67,7 +71,9 @@ def make_transport(self_id: str | None, others: list[str]) -> PeerTCPTransport:
     self_node = None if self_id is None else PeerNode(self_id, "127.0.0.1:1")
     nodes = [PeerNode(o, f"127.0.0.1:{1000 + i}") for i, o in enumerate(others)]
     observer_id = "obs" if self_id is None else None
-    return PeerTCPTransport(FakeSyncObj(), self_node, nodes, observer_id=observer_id)
+    return PeerTCPTransport(
+        FakeSyncObj(), self_node, nodes, observer_id=observer_id, handshake=HANDSHAKE
+    )
 
 
 def test_peer_identity_is_the_id_not_the_address() -> None:
@@ -115,7 +121,9 @@ def test_acceptor_maps_ids_and_names_observers_without_collisions() -> None:
     try:
         from_voter, from_observer, from_stock, from_stranger = (FakeConn() for _ in range(4))
         for conn in (from_voter, from_observer, from_stock, from_stranger):
-            transport._onNewIncomingConnection(conn)
+            # Stock registration: the handshake bounds need a real socket
+            # (tests/unit/quorum/test_raft_handshake.py).
+            TCPTransport._onNewIncomingConnection(transport, conn)
         transport._onIncomingMessageReceived(from_voter, "2")
         transport._onIncomingMessageReceived(from_observer, "observer:broker-7")
         transport._onIncomingMessageReceived(from_stock, "readonly")
