@@ -13,14 +13,15 @@ requests in flight to each leader, each one carrying many reads
 - A read joins its leader's queue; streams that want the same partition,
   offset and size (tails of one topic, all at its high watermark) share one
   entry and one answer.
-- While fewer than `polls_per_leader_max` polls are in flight, the oldest
+- While fewer than `polls_per_leader_max` polls are in flight, the first
   waiting reads (at most `reads_max`) go out in a new poll; otherwise they
   wait for one to return (at most the poll's wait plus its timeout margin).
-- A read answered with data or an error is done. One answered empty keeps its
-  place in the queue (the oldest go first: fair when `bytes_max` or
-  `reads_max` cut a poll short) and goes out with the next poll, unless the
-  metadata no longer names that leader: then it is answered empty, and the
-  stream asks the metadata where to read next.
+- A read answered with data or an error is done. One answered empty goes to
+  the back of the queue and out again in its turn (round robin: when
+  `reads_max` or `bytes_max` cut polls short, reads of idle partitions cannot
+  keep newer ones waiting), unless the metadata no longer names that leader:
+  then it is answered empty, and the stream asks the metadata where to read
+  next.
 - A read whose stream went away leaves the queue; if it was in flight, its
   answer is dropped. A poll whose transport fails answers every read in it
   with BROKER_NOT_AVAILABLE, which the stream retries like any other.
@@ -130,7 +131,8 @@ class _LeaderPolls:
         self.owner = owner
         self.leader = leader
         self.url = url
-        # Insertion order is age order: an entry answered empty stays where it is.
+        # The queue, in the order reads go out: new ones and ones answered empty
+        # join at the back.
         self.entries: dict[ReadKey, _Entry] = {}
         self.polls: set[asyncio.Task[None]] = set()
 
@@ -154,7 +156,7 @@ class _LeaderPolls:
                 del self.entries[key]
 
     def _kick(self) -> None:
-        """Send the oldest waiting reads while polls are below their limit."""
+        """Send the first waiting reads while polls are below their limit."""
         limits = self.owner.limits
         while len(self.polls) < limits.polls_per_leader_max and not self.owner._closed:
             waiting = (e for e in self.entries.values() if not e.in_flight)
@@ -190,7 +192,11 @@ class _LeaderPolls:
             if answer.error is not None:
                 answer = answer.error
             elif not answer.data and self.owner._still_leads(self.leader, entry.key[0]):
-                return  # nothing yet: the entry goes out again with the next poll
+                # Nothing yet: to the back of the queue, out again in its turn.
+                if self.entries.get(entry.key) is entry:
+                    del self.entries[entry.key]
+                    self.entries[entry.key] = entry
+                return
         for fut in entry.waiters:
             if fut.done():
                 continue

@@ -162,9 +162,8 @@ async def test_reads_whose_stream_went_away_leave_and_their_polls_end(make_env):
     ],
     ids=["reads_max", "bytes_max"],
 )
-async def test_the_oldest_reads_go_first_when_polls_are_cut_short(make_env, limits):
-    # Reads are served in arrival order, each once, and none waits behind
-    # reads that came after it.
+async def test_reads_go_out_in_turn_when_polls_are_cut_short(make_env, limits):
+    # Reads with data go out in arrival order and are served once each.
     env = await make_env(limits=limits)
     for p in range(3):
         await produce(env.leader.rm, p, [f"v{p}"])
@@ -178,6 +177,18 @@ async def test_the_oldest_reads_go_first_when_polls_are_cut_short(make_env, limi
         await asyncio.gather(*(one(p) for p in (2, 0, 1)))
     assert served == [2, 0, 1]
     assert env.leader.sent == 3
+
+
+async def test_reads_of_idle_partitions_do_not_keep_newer_reads_waiting(make_env):
+    # Each poll carries 2 reads, one poll at a time. Partitions 0 and 1 stay
+    # empty; partition 2's read comes last, and must still go out in its turn.
+    env = await make_env(limits=replace(POLLS, polls_per_leader_max=1, reads_max=2))
+    idle = [read(env, 0), read(env, 1)]
+    await eventually(lambda: env.leader.sent >= 1, "the idle reads in a poll")
+    await produce(env.leader.rm, 2, ["v"])
+    async with asyncio.timeout(WAIT_S):
+        assert (await read(env, 2)).data
+    assert not any(t.done() for t in idle)
 
 
 async def test_a_leader_that_cannot_be_reached_fails_every_read_of_the_poll(make_env):
