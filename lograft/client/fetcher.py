@@ -182,6 +182,10 @@ class Fetcher:
             return url
         try:
             meta = await self.metadata.topic(tp.topic)
+            if tp.partition >= meta.count:
+                # A layout cached before partitions were added does not know
+                # them: ask the nodes before calling the partition missing.
+                meta = await self.metadata.refresh(tp.topic)
         except UnknownTopicOrPartitionError as exc:
             raise Missing(exc) from exc
         if tp.partition >= meta.count:

@@ -17,6 +17,7 @@ from lograft.client import (
 )
 from lograft.client.errors import NetworkError
 from lograft.client.metadata import ClusterMetadata
+from lograft.client.transport import HttpResponse
 from lograft.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -441,3 +442,31 @@ async def test_a_send_waiting_for_room_makes_lingering_batches_go_out():
         assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 5 + [False]
         await p.flush()
         assert [f.result().offset for f in futs] == [0, 1, 2, 3, 4, 0]
+
+
+async def test_consumer_reads_a_partition_added_after_the_layout_was_cached():
+    partitions = [1]  # the topic's leaders; grows to two partitions below
+
+    def handler(call: Call):
+        if call.path == "/v1/brokers":
+            return json_response(call, brokers_doc({1: A}))
+        if call.path == "/v1/topics/t":
+            return json_response(call, topic_doc("t", partitions))
+        if call.path.endswith("/offsets"):
+            return json_response(call, {"earliest": 0, "latest": 1, "log_end_offset": 1})
+        if call.path.endswith("/records"):
+            data = batch(0, [call.path.encode()]) if call.params["offset"] == "0" else b""
+            return HttpResponse(200, data, {"X-Lograft-Next-Offset": "1"}, call.url)
+        raise AssertionError(call)
+
+    t = ScriptedTransport(handler)
+    async with AsyncConsumer(A, transport=t, auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition("t", 0)])
+        assert await c.poll(timeout_ms=2000)  # caches a one-partition layout
+        partitions.append(1)  # partition 1 is added
+        c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+        got = await c.poll(timeout_ms=2000)
+        # Before: UnknownTopicOrPartitionError from the cached count, no node asked.
+        assert [r.value for r in got[TopicPartition("t", 1)]] == [
+            b"/v1/topics/t/partitions/1/records"
+        ]
