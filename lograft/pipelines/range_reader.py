@@ -43,7 +43,7 @@ from lograft.client.config import ConsumerConfig
 from lograft.client.errors import ClientTimeoutError
 from lograft.client.fetcher import Fetcher, Missing, PartitionState, decode
 from lograft.client.metadata import connect
-from lograft.client.transport import BATCH_CONTENT_TYPE, NEXT_OFFSET_HEADER
+from lograft.client.transport import BATCH_CONTENT_TYPE, NEXT_OFFSET_HEADER, Transport
 from lograft.client.types import TimestampType
 from lograft.errors import LograftError, OffsetOutOfRangeError
 from lograft.pipelines.arrow_rows import record_batch
@@ -109,11 +109,14 @@ class ReadSettings:
         )
 
 
-def read_range(settings: ReadSettings, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of `rng`, one Arrow batch per fetch response."""
+def read_range(
+    settings: ReadSettings, rng: OffsetRange, *, transport: Transport | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The records of `rng`, one Arrow batch per fetch response. `transport`:
+    the client's seam (HTTP unless given; unit tests script one)."""
     if rng.size == 0:
         return
-    reader = _RangeReader(settings, rng)
+    reader = _RangeReader(settings, rng, transport)
     try:
         yield from reader.batches()
     finally:
@@ -121,7 +124,9 @@ def read_range(settings: ReadSettings, rng: OffsetRange) -> Iterator[pa.RecordBa
 
 
 class _RangeReader:
-    def __init__(self, settings: ReadSettings, rng: OffsetRange) -> None:
+    def __init__(
+        self, settings: ReadSettings, rng: OffsetRange, transport: Transport | None
+    ) -> None:
         self.settings = settings
         self.rng = rng
         self.config = ConsumerConfig(
@@ -132,7 +137,7 @@ class _RangeReader:
             client_id="lograft-spark-executor",
         )
         self.loop = asyncio.new_event_loop()
-        self.transport, self.metadata = connect(self.config, None)
+        self.transport, self.metadata = connect(self.config, transport)
         self.fetcher = Fetcher(self.config, self.metadata, self.transport, lambda: None)
         self.leader_hint = rng.leader_url
         self.failures = PartitionState()  # the backoff counter
