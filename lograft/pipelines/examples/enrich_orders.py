@@ -173,6 +173,7 @@ def run_demo(
                 raise RuntimeError(f"the streaming query failed: {query.exception()}")
             got = written(bootstrap, enriched_start)
             if wanted <= got.keys():
+                query.processAllAvailable()  # so stop() interrupts no batch midway
                 return got, enrich_in_python(orders, customers)
             if time.monotonic() > deadline:
                 raise RuntimeError(

@@ -223,8 +223,9 @@ def run_demo(
                     raise RuntimeError(f"a streaming query failed: {query.exception()}")
             written = written_counts(bootstrap, counts_start)
             if expected.keys() <= written.keys():
-                # Let the console query print its last batch too.
-                for query in queries[1:]:
+                # Let every query finish its batch (the console prints its last one), so
+                # stop() interrupts none midway.
+                for query in queries:
                     query.processAllAvailable()
                 return written, expected
             if time.monotonic() > deadline:
