@@ -43,6 +43,7 @@ def test_page_view_reference_counts_only_closed_windows():
     assert page_views.closed_window_counts([]) == {}
 
 
+@pytest.mark.slow
 def test_topic_to_parquet_exports_exactly_the_range_by_date(spark, bootstrap, new_topic, tmp_path):
     topic = new_topic(2)
     base = 1_763_942_400_000  # 2025-11-24T00:00:00Z
