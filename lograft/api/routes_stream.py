@@ -37,12 +37,17 @@ the start positions is bounded by `start_retry_timeout_ms` (a group join by
 `group.request_timeout_ms`), and the start is abandoned within
 `liveness_check_ms` of the client going away (aiohttp
 does not cancel a handler whose client left); the same check ends a running
-stream (`stream_session`). Shutdown cancels every stream and waits for them.
+stream (`stream_session`), and a client that takes none of a running stream's
+bytes for `client_stalled_timeout_ms` (gone without closing, or not reading)
+has its connection closed by the kernel. Shutdown cancels every stream and
+waits for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -96,6 +101,10 @@ class StreamLimits:
     write_block_bytes: int = 64 * 1024
     # A stream that wrote nothing for this long sends `: keep-alive`, ms.
     heartbeat_interval_ms: int = 15_000
+    # A running stream whose client took none of the bytes sent to it for this long
+    # is closed (Linux TCP_USER_TIMEOUT): a client gone without closing (a dropped
+    # network) would otherwise hold its slot until TCP gives up, ~15 minutes, ms.
+    client_stalled_timeout_ms: int = 300_000
     # How often an idle stream checks that its client is still connected, ms.
     liveness_check_ms: int = 1_000
     # Finding a stream's start positions takes at most this long; retriable errors
@@ -257,6 +266,7 @@ class StreamRoutes:
                 if isinstance(exc, ConnectionError):
                     return response  # the client left as the headers went out
                 raise
+            _bound_client_stall(request, self.limits.client_stalled_timeout_ms)
             session = StreamSession(request, response, sources, positions, req.settings, group)
             self.sessions[task] = session
             await session.run()  # a group member leaves when it returns
@@ -411,6 +421,18 @@ class StreamRoutes:
                 commit_interval_ms_min=limits.commit_interval_ms_min,
             )
         return GroupRequest(group_id, reset, interval)
+
+
+def _bound_client_stall(request: web.Request, timeout_ms: int) -> None:
+    """Have the kernel close the connection once what was sent stays unacknowledged,
+    or the client's window stays shut, for `timeout_ms` (where the OS can)."""
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if sock is None or option is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, option, timeout_ms)
 
 
 def _partitions(view: TopicView, raw: str | None) -> tuple[int, ...]:

@@ -26,12 +26,18 @@ from aiohttp.test_utils import TestServer
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_stream import StreamLimits, StreamRoutes
+from lograft.api.stream_session import memory_bound_bytes
+from lograft.brokers.replica_manager import ReplicaManager
 from tests.raft_support import free_port
 from tests.unit.api.test_routes_stream import (
     LIMITS,
+    READER_RCVBUF_BYTES,
+    RECORD_BYTES,
     FakeMetadata,
     Stream,
     eventually,
+    kernel_send_buffer_max,
+    produce,
     start_replicas,
 )
 
@@ -46,6 +52,7 @@ class Served:
     http: aiohttp.ClientSession  # the test's client
     routes: StreamRoutes
     runner: web.AppRunner
+    rm: ReplicaManager
 
     async def open_stream(self, query: str) -> Stream:
         resp = await self.http.get(
@@ -79,7 +86,7 @@ async def serve(tmp_path) -> AsyncIterator[Callable[..., Any]]:
             await rm.stop()
 
         opened.append(close)
-        return Served("127.0.0.1", port, http, routes, runner)
+        return Served("127.0.0.1", port, http, routes, runner, rm)
 
     yield make
     for close in reversed(opened):
@@ -205,3 +212,32 @@ async def test_shutdown_ends_every_stream_and_poll(serve, tmp_path):
         assert not env.routes.sessions
         assert env.routes.remote.polls_in_flight() == 0
         assert env.routes.remote.reads_waiting() == 0
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="a Linux socket option")
+async def test_a_client_that_takes_nothing_for_client_stalled_timeout_ms_loses_its_stream(serve):
+    """A client that vanished without closing looks, to the server, like one that
+    takes nothing: both lose the stream, and its slot, after the timeout."""
+    env = await serve(limits=replace(LIMITS, client_stalled_timeout_ms=500))
+    # More than the stream, the kernel's buffers and the reader's can hold.
+    fill = memory_bound_bytes(LIMITS.chunk_bytes_default, LIMITS.write_block_bytes)
+    fill += kernel_send_buffer_max() + 2 * READER_RCVBUF_BYTES
+    value = "x" * RECORD_BYTES
+    for _ in range(2 * fill // (100 * RECORD_BYTES) + 1):
+        await produce(env.rm, 0, [value] * 100)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, READER_RCVBUF_BYTES)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (env.host, env.port))
+        await loop.sock_sendall(
+            sock, b"GET /v1/topics/orders/stream?partitions=0&offset=earliest HTTP/1.0\r\n\r\n"
+        )
+        await eventually(
+            lambda: any(s is not None for s in env.routes.sessions.values()), "the stream to run"
+        )
+        # Never read: the kernel closes the connection 0.5 s after the window shut.
+        await eventually(lambda: not env.routes.sessions, "the stalled stream to be closed")
+    finally:
+        sock.close()
