@@ -278,6 +278,16 @@ class UnknownProducerIdError(LograftError):
     kafka_code = 59
 
 
+@_register
+class ProducerIdNotAllocatedError(LograftError):
+    """A batch names a producer id the cluster has not handed out. Retriable:
+    a leader whose metadata is behind may not yet know of a block of ids
+    allocated a moment ago; an id that was never allocated keeps failing."""
+
+    code = "PRODUCER_ID_NOT_ALLOCATED"
+    retriable = True
+
+
 # --- Raft quorum adapter (lograft.quorum.raft) ----------------------------------
 
 

@@ -1,7 +1,8 @@
 """The aiohttp application: middleware, limits and route groups.
 
 Public API under `/v1`, health at `/healthz` (the process is up) and
-`/readyz` (it can serve: metadata caught up, broker registered and unfenced),
+`/readyz` (it can serve: metadata caught up, broker registered and unfenced,
+every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
 (`X-Lograft-Cluster-Secret`), and the OpenAPI document at `/openapi.json`.
 """

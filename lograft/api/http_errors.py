@@ -61,6 +61,7 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.OutOfOrderSequenceError: 409,
     e.InvalidProducerEpochError: 409,
     e.UnknownProducerIdError: 409,
+    e.ProducerIdNotAllocatedError: 409,
     e.NotEnoughReplicasError: 503,
     e.NotEnoughReplicasAfterAppendError: 503,
     e.LeaderNotAvailableError: 503,

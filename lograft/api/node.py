@@ -75,6 +75,22 @@ APPLY_REFRESH_ROUNDS_MAX = 10
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
 # Default bound on one node-to-node HTTP request (calls set shorter ones), ms.
 NODE_REQUEST_TIMEOUT_MS = 60_000
+# /readyz names at most this many failed replicas (and counts them all).
+READY_FAILED_REPLICAS_SHOWN = 20
+
+
+def broker_unready(failed: dict[str, str], apply_error: str | None) -> dict[str, Any]:
+    """What /readyz reports about a broker's replicas when they are not all
+    well (empty when they are): replicas it should host that are out of
+    service, and a metadata apply that failed as a whole."""
+    out: dict[str, Any] = {}
+    if failed:
+        shown = sorted(failed)[:READY_FAILED_REPLICAS_SHOWN]
+        out["failed_replicas"] = {tp: failed[tp] for tp in shown}
+        out["failed_replicas_count"] = len(failed)
+    if apply_error is not None:
+        out["metadata_apply_error"] = apply_error
+    return out
 
 
 def raft_config_for(config: NodeConfig) -> RaftConfig:
@@ -154,6 +170,9 @@ class Node:
         self._broker_image = self.store.image
         self._applied_offset = -2
         self._applied_changed = asyncio.Event()
+        # The metadata offset whose apply failed as a whole, and why (None:
+        # the last apply did not fail).
+        self._apply_error: tuple[int, str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,6 +209,10 @@ class Node:
                 alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
                 ineligible_replicas=self._ineligible_replicas,
+                # The newest image: an id handed out a moment ago is known
+                # here as soon as the metadata reaches this node.
+                producer_id_end=lambda: self.store.image.next_producer_id,
+                metadata_changed=lambda: self._applied_changed.wait(),
                 # A node process: keep its thousands of replica objects out of
                 # full GC passes, which stalled the loop and Raft for ~1 s.
                 gc_freeze=True,
@@ -329,6 +352,16 @@ class Node:
         if self.agent is not None:
             detail["broker_state"] = self.agent.state.value
             ok = ok and self.agent.unfenced
+        if self.replicas is not None:
+            # A node that cannot serve some of its replicas is not ready,
+            # even though it heartbeats: an orchestrator should see it.
+            apply_error = None
+            if self._apply_error is not None:
+                offset, why = self._apply_error
+                apply_error = f"applying metadata at offset {offset} failed: {why}"
+            unready = broker_unready(self.replicas.failed_replicas(), apply_error)
+            detail.update(unready)
+            ok = ok and not unready
         return ok, detail
 
     async def _follow_metadata(self) -> None:
@@ -359,8 +392,16 @@ class Node:
                 wanted = hosted_partitions(image, self.config.node_id)
                 await self.replicas.open_logs(wanted)
             self.replicas.apply_metadata(wanted)
-        except Exception:
-            log.exception("applying metadata at offset %d failed", image.offset)
+        except Exception as exc:
+            # Logged with its traceback once, not again for every commit that
+            # fails the same way; /readyz shows it meanwhile.
+            if self._apply_error is None or self._apply_error[1] != repr(exc):
+                log.exception("applying metadata at offset %d failed", image.offset)
+            self._apply_error = (image.offset, repr(exc))
+        else:
+            if self._apply_error is not None:
+                log.info("applying metadata works again (offset %d)", image.offset)
+            self._apply_error = None
         if self.groups is not None:
             # Offsets are keyed by name: a re-created topic must not inherit them.
             gone = deleted_topics(self._broker_image.topic_ids, image.topic_ids)

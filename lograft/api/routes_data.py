@@ -136,8 +136,11 @@ class DataRoutes:
 
     def _require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
         a = view.partitions[tp.partition]
-        if a.leader == self.replicas.broker_id and tp in self.replicas.partitions:
-            return
+        if a.leader == self.replicas.broker_id:
+            if tp in self.replicas.partitions:
+                return
+            # Not "ask broker N" when N is this broker: its replica failed.
+            self.replicas.raise_if_failed(tp)
         raise self._not_leader(view, tp)
 
     def _not_leader(self, view: TopicView, tp: TopicPartition) -> LograftError:

@@ -57,7 +57,9 @@ from lograft.errors import (
     RequestTimedOutError,
 )
 from lograft.storage.batch import HEADER, LOG_OVERHEAD, BatchHeader, validate_batch
+from lograft.storage.config import TimestampType
 from lograft.storage.log import Log
+from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
 
 
 class Role(enum.Enum):
@@ -182,7 +184,7 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.high_watermark = max(0, min(high_watermark, log.log_end_offset))
         self.tracker = FollowerStateTracker(broker_id)
-        self.producers = ProducerStateManager()
+        self.producers = ProducerStateManager(owner=str(tp))
         self.producers.rebuild_from_batches(_headers(log))
         self.isr_in_flight: IsrProposal | None = None
         self._waiters: list[_Waiter] = []
@@ -257,13 +259,21 @@ class Partition:
     # -- leader: produce -------------------------------------------------------------
 
     def append_records(
-        self, data: bytes, acks: Acks, *, validate_records: bool = True
+        self,
+        data: bytes,
+        acks: Acks,
+        *,
+        validate_records: bool = True,
+        producer_id_end: int | None = None,
     ) -> AppendResult:
         """Append producer batches as leader, all or nothing: every batch of the
-        request is checked (structure, CRC, size, records, producer sequence)
-        before any is written, so a refused request leaves the log as it was.
+        request is checked (structure, CRC, size, the client rules of
+        produce_rules.py on its header and records, producer sequence) before
+        any is written, so a refused request leaves the log as it was.
         Idempotent batches that repeat one of the producer's last five are not
-        written again and get their original offsets back."""
+        written again and get their original offsets back. `producer_id_end`
+        is the first producer id the cluster has not allocated (None: not
+        checked)."""
         self._require_leader()
         if acks is Acks.ALL and not enough_replicas_for_acks_all(
             len(self.isr), self.settings.min_insync_replicas
@@ -275,6 +285,8 @@ class Partition:
                 min_insync_replicas=self.settings.min_insync_replicas,
             )
         batches = list(_split_batches(data, self.log.config.max_message_bytes))
+        for index, (_chunk, h) in enumerate(batches):
+            check_producer_header(h, index, producer_id_end=producer_id_end)
         verdicts = self._producer_verdicts(batches)
         fresh = [b for b, v in zip(batches, verdicts, strict=True) if v is None]
         ranges: list[tuple[int, int]] = []
@@ -284,7 +296,10 @@ class Partition:
             # included) before it writes any.
             payload = data if len(fresh) == len(batches) else b"".join(c for c, _h in fresh)
             info = self.log.append(
-                payload, leader_epoch=self.leader_epoch, validate_records=validate_records
+                payload,
+                leader_epoch=self.leader_epoch,
+                validate_records=validate_records,
+                rules=self._record_rules(),
             )
             append_time = info.log_append_time_ms
             offset = info.first_offset
@@ -308,6 +323,18 @@ class Partition:
         ]
         self.maybe_advance_high_watermark()
         return AppendResult(spans[0][0], spans[-1][1], append_time, not fresh)
+
+    def _record_rules(self) -> RecordRules:
+        """The client rules on records for this topic's configs, now."""
+        cfg = self.log.config
+        bounds = None
+        if cfg.message_timestamp_type is TimestampType.CREATE_TIME:
+            bounds = TimestampBounds.around(
+                self.log.clock(),
+                cfg.message_timestamp_before_max_ms,
+                cfg.message_timestamp_after_max_ms,
+            )
+        return RecordRules(bounds, keys_required=cfg.compact)
 
     def _producer_verdicts(
         self, batches: list[tuple[bytes, BatchHeader]]

@@ -41,6 +41,14 @@ have built from the same log; `truncate_to` makes the state match a log cut at
 an offset; `evict_below_log_start` forgets producers whose data retention
 removed, as Kafka does, so that live state and a rebuild agree.
 
+Replayed and replicated batches (`record_batch`) are never refused: a replica
+must take whatever its leader's log holds, and one batch must not stop a log
+from opening or a follower from replicating. A batch whose producer fields no
+state can hold (a producer id below -1, an epoch outside 0..32767, a sequence
+outside 0..2^31-1: a leader before the client rules of
+lograft.storage.produce_rules let such batches in) is skipped for producer
+state, counted in `unusable_batches`, and logged once per partition.
+
 Bounded memory, two limits:
 - `producer_ids_max` producer ids per partition (default 256). Past it the
   least recently recorded producer is forgotten. Consequence: it becomes
@@ -58,6 +66,7 @@ Bounded memory, two limits:
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -69,6 +78,8 @@ from lograft.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
+
+log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 # About 1.8 KB per producer with five cached batches (tracemalloc, CPython
@@ -184,6 +195,7 @@ class ProducerStateManager:
         producer_ids_max: int = PRODUCER_IDS_MAX,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         unknown_producer_requires_sequence_zero: bool = False,
+        owner: str = "",
     ) -> None:
         if producer_ids_max < 1:
             raise ValueError(f"producer_ids_max must be >= 1, got {producer_ids_max}")
@@ -197,6 +209,12 @@ class ProducerStateManager:
         # Insertion order is recency of `record`: the first key is the LRU victim.
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self.evicted_count = 0  # producers dropped by producer_ids_max, for metrics
+        # Whose state this is (a partition's name), for log lines.
+        self.owner = owner
+        # Replayed or replicated batches skipped because their producer fields
+        # are unusable (see the module docstring); warned about once.
+        self.unusable_batches = 0
+        self._warned_unusable = False
 
     # -- reading -----------------------------------------------------------------
 
@@ -319,10 +337,15 @@ class ProducerStateManager:
         return evicted
 
     def record_batch(self, batch: ProducerBatchInfo) -> int | None:
-        """`record` from a batch header that already carries its offsets."""
+        """`record` from a batch header that already carries its offsets (a
+        replayed or replicated batch: never refused, see the module docstring)."""
         if batch.producer_id == NO_PRODUCER_ID or batch.attributes & _CONTROL_BIT:
             # Control batches (transaction markers) carry no data sequences;
             # lograft has no transactions, so they do not touch this state.
+            return None
+        problem = _unusable(batch)
+        if problem is not None:
+            self._skip_unusable(batch, problem)
             return None
         return self.record(
             batch.producer_id,
@@ -334,6 +357,20 @@ class ProducerStateManager:
             batch.max_timestamp,
         )
 
+    def _skip_unusable(self, batch: ProducerBatchInfo, problem: str) -> None:
+        self.unusable_batches += 1
+        if self._warned_unusable:
+            return
+        self._warned_unusable = True
+        log.warning(
+            "%s: the batch at offset %d has %s; no producer state can hold it, so it is "
+            "skipped for idempotence (its records stay in the log). Later such batches "
+            "are counted, not logged",
+            self.owner or "producer state",
+            batch.base_offset,
+            problem,
+        )
+
     # -- rebuilding and forgetting ---------------------------------------------------
 
     def rebuild_from_batches(
@@ -342,6 +379,7 @@ class ProducerStateManager:
         """Replace the state with the one the log's batch headers (in log
         order) imply; with `now_ms`, drop producers already expired then."""
         self._entries.clear()
+        self.unusable_batches = 0  # counted again by the replay
         for batch in batches:
             self.record_batch(batch)
         if now_ms is not None:
@@ -398,6 +436,19 @@ def _below(batches: Iterable[ProducerBatchInfo], offset: int) -> Iterator[Produc
 
 def _snapshot(producer_id: int, entry: _Entry) -> ProducerSnapshot:
     return ProducerSnapshot(producer_id, entry.epoch, tuple(entry.batches), entry.last_timestamp_ms)
+
+
+def _unusable(batch: ProducerBatchInfo) -> str | None:
+    """Why a batch's producer fields cannot enter the state, or None if they can."""
+    if batch.producer_id < 0:
+        return f"producer id {batch.producer_id}"
+    if not 0 <= batch.producer_epoch <= INT16_MAX:
+        return f"producer {batch.producer_id} with producer epoch {batch.producer_epoch}"
+    if not 0 <= batch.base_sequence <= INT32_MAX:
+        return f"producer {batch.producer_id} with base sequence {batch.base_sequence}"
+    if batch.base_offset < 0 or batch.last_offset_delta < 0:
+        return f"offsets {batch.base_offset}+{batch.last_offset_delta}"
+    return None
 
 
 def _check_fields(producer_id: int, epoch: int, base_sequence: int, last_sequence: int) -> None:

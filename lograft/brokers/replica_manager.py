@@ -29,6 +29,13 @@ few requests, one metadata commit each.
 - Role listeners (`add_role_listener`) hear of every replica that became
   leader, became follower or was removed, right after the change: the group
   coordinator loads and drops `__consumer_offsets` partitions this way.
+- One replica's failure is that replica's alone: an exception while opening,
+  creating or reconciling a replica (a log that does not open, a bug meeting
+  one batch's content) marks that partition failed (`failed_replicas`, which
+  the node's /readyz reports), is logged once, and the apply goes on with
+  every other partition. A failed replica is tried again when its metadata
+  changes (or the node restarts); one no longer wanted here is forgotten and
+  its directory deleted, as any removed replica's.
 
 Everything here runs on one asyncio event loop.
 """
@@ -67,9 +74,11 @@ from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    StorageError,
     UnknownTopicOrPartitionError,
 )
 from lograft.storage import checkpoint
+from lograft.storage.batch import iter_batches
 from lograft.storage.config import LogConfig, coerce_overrides, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms
@@ -81,6 +90,10 @@ HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 TOPIC_ID_FILE = "partition.metadata"
 
 AlterPartitionFn = Callable[[TopicPartition, IsrProposal], Awaitable[Assignment | None]]
+# The first producer id the cluster has not allocated (None: unknown).
+ProducerIdEndFn = Callable[[], int | None]
+# Returns once the metadata has moved on (a later image was applied).
+MetadataChangedFn = Callable[[], Awaitable[object]]
 # Many partitions' ISR changes in one request: per partition, the partition as
 # the controller left it, or why it refused (missing: no answer, as refused).
 AlterPartitionsFn = Callable[
@@ -121,6 +134,10 @@ class BrokerSettings:
     ack_waiters_max: int = 10_000
     # Sealed-segment descriptors held open at once across all logs.
     max_open_files: int = 1024
+    # A produce naming a producer id this broker's metadata does not show
+    # allocated waits this long for the metadata to catch up before it is
+    # refused (an id handed out by another broker a moment ago), ms.
+    producer_id_wait_max_ms: int = 5_000
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> BrokerSettings:
@@ -153,6 +170,15 @@ class ConsumerRead:
     tp: TopicPartition
     offset: int
     max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFailure:
+    """Why a replica this broker should host is not working, and the metadata
+    it failed with (it is tried again once that changes)."""
+
+    meta: PartitionMeta
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +238,8 @@ class ReplicaManager:
         alter_partitions: AlterPartitionsFn | None = None,
         fetch_transport: FetchTransport | None = None,
         ineligible_replicas: Callable[[], frozenset[int]] | None = None,
+        producer_id_end: ProducerIdEndFn | None = None,
+        metadata_changed: MetadataChangedFn | None = None,
         gc_freeze: bool = False,
         clock: Clock = wall_clock_ms,
         lag_clock: Clock = monotonic_ms,
@@ -232,6 +260,11 @@ class ReplicaManager:
         # for an ISR (the controller would refuse every such proposal, and the
         # leader would send it again on every ISR check).
         self.ineligible_replicas = ineligible_replicas or frozenset
+        # Producers' batches naming an id at or past this are refused (the
+        # metadata's next unallocated producer id; None: not checked).
+        self.producer_id_end: ProducerIdEndFn = producer_id_end or (lambda: None)
+        # Without it, an id past the end is refused at once.
+        self.metadata_changed = metadata_changed
         # Move every live object out of the cyclic GC's reach after an apply
         # that created replicas (a node process sets this; see _freeze_heap).
         self.gc_freeze = gc_freeze
@@ -261,6 +294,8 @@ class ReplicaManager:
         self._topic_configs: dict[TopicPartition, dict[str, Any]] = {}
         # Logs opened off the loop by `open_logs`, waiting for `apply_metadata`.
         self._opened: dict[TopicPartition, Log] = {}
+        # Replicas wanted here that failed to open, create or reconcile.
+        self._failed: dict[TopicPartition, ReplicaFailure] = {}
         self._changes = _Changes()
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -324,13 +359,14 @@ class ReplicaManager:
 
         Call before `apply_metadata(wanted)`, which then takes them instead of
         opening them on the event loop. A log that fails to open here is left to
-        `apply_metadata`, which tries again and raises as it always did."""
+        `apply_metadata`, which tries again and marks the replica failed."""
         new = {
             tp: meta
             for tp, meta in wanted.items()
             if tp not in self.partitions
             and tp not in self._opened
             and self.broker_id in meta.assignment.replicas
+            and not self._failed_with(tp, meta)
         }
         if new:
             self._opened.update(await asyncio.to_thread(self._open_logs, new))
@@ -341,7 +377,9 @@ class ReplicaManager:
             try:
                 opened[tp] = self._open_log(tp, meta)
             except Exception as exc:
-                log.warning("opening the log of %s failed: %s", tp, exc)
+                # apply_metadata tries again and reports the replica failed
+                # (logged once there, with the traceback).
+                log.debug("opening the log of %s failed: %s", tp, exc)
         return opened
 
     def _open_log(self, tp: TopicPartition, meta: PartitionMeta) -> Log:
@@ -358,33 +396,31 @@ class ReplicaManager:
         reconciled (a replica's state changes only through reconciling or its
         own data path, so an unchanged assignment has nothing to redo): a
         metadata commit that moved one partition costs O(changed), not
-        O(hosted), beyond one identity check per partition."""
+        O(hosted), beyond one identity check per partition.
+
+        A partition that raises is marked failed and the others go on (see
+        the module docstring); this never raises for one partition's sake."""
         now = self.lag_clock()
         for tp in [tp for tp in self.partitions if tp not in wanted]:
-            self._remove(tp)
+            self._remove_contained(tp)
             self._fetchers_stale = True
+        for tp in [tp for tp in self._failed if tp not in wanted]:
+            self._forget_failed(tp)
         created = 0
         for tp, meta in wanted.items():
             before = self._applied.get(tp)
             if before is meta or (before is not None and before == meta and tp in self.partitions):
                 continue
-            if self.broker_id not in meta.assignment.replicas:
-                if tp in self.partitions:
-                    self._remove(tp)
-                    self._fetchers_stale = True
-                continue
-            part = self.partitions.get(tp)
-            if part is None:
-                part = self._create(tp, meta)
-                created += 1
-            role, leader = part.role, part.leader_id
-            self._update_configs(part, meta)
-            self._reconcile(part, meta, now)
-            self._applied[tp] = meta
-            if role is not part.role or leader != part.leader_id:
-                self._fetchers_stale = True
-            if part.log.epochs.dirty:
-                self._epochs_to_flush.add(part)
+            if self._failed_with(tp, meta):
+                continue  # tried with this metadata already; again when it changes
+            try:
+                created += self._apply_one(tp, meta, now)
+            except Exception as exc:
+                self._mark_failed(tp, meta, exc)
+            else:
+                if tp in self._failed:
+                    del self._failed[tp]
+                    log.info("replica %s works again", tp)
         # Opened for an earlier view whose apply failed, and no longer wanted.
         for tp in [tp for tp in self._opened if tp not in self.partitions]:
             self._opened.pop(tp).close()
@@ -394,6 +430,74 @@ class ReplicaManager:
         self._start_epoch_flush()
         if created and self.gc_freeze:
             _freeze_heap()
+
+    def _apply_one(self, tp: TopicPartition, meta: PartitionMeta, now: int) -> int:
+        """Reconcile one partition with its metadata; returns 1 if its replica
+        was created here."""
+        if self.broker_id not in meta.assignment.replicas:
+            if tp in self.partitions:
+                self._remove(tp)
+                self._fetchers_stale = True
+            if tp in self._failed:
+                self._forget_failed(tp)
+            return 0
+        created = 0
+        part = self.partitions.get(tp)
+        if part is None:
+            part = self._create(tp, meta)
+            created = 1
+        role, leader = part.role, part.leader_id
+        self._update_configs(part, meta)
+        self._reconcile(part, meta, now)
+        self._applied[tp] = meta
+        if role is not part.role or leader != part.leader_id:
+            self._fetchers_stale = True
+        if part.log.epochs.dirty:
+            self._epochs_to_flush.add(part)
+        return created
+
+    def _failed_with(self, tp: TopicPartition, meta: PartitionMeta) -> bool:
+        failure = self._failed.get(tp)
+        return failure is not None and (failure.meta is meta or failure.meta == meta)
+
+    def _mark_failed(self, tp: TopicPartition, meta: PartitionMeta, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        before = self._failed.get(tp)
+        self._failed[tp] = ReplicaFailure(meta, reason)
+        self._applied.pop(tp, None)
+        if before is None or before.reason != reason:
+            # Once per failure, with the traceback: retries with the same
+            # outcome (a later metadata change) do not repeat it.
+            log.error(
+                "replica %s failed and is out of service until its metadata changes or the "
+                "node restarts (every other replica goes on): %s",
+                tp,
+                reason,
+                exc_info=exc,
+            )
+
+    def _forget_failed(self, tp: TopicPartition) -> None:
+        """A failed replica no longer wanted here: drop it and its directory."""
+        self._failed.pop(tp, None)
+        if tp in self.partitions:
+            return  # a reconcile failed; removing the replica deletes its log
+        opened = self._opened.pop(tp, None)
+        if opened is not None:
+            opened.close()
+        directory = self.logs_dir / f"{tp.topic}-{tp.partition}"
+        try:
+            if directory.is_dir():
+                shutil.rmtree(directory)
+            else:
+                directory.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not delete %s of the failed replica %s: %s", directory, tp, exc)
+        else:
+            log.info("forgot the failed replica %s", tp)
+
+    def failed_replicas(self) -> dict[str, str]:
+        """Replicas wanted here that are out of service, with the reason."""
+        return {str(tp): f.reason for tp, f in self._failed.items()}
 
     def _start_epoch_flush(self) -> None:
         """Write new leaderships' epoch entries in a worker thread, one at a time."""
@@ -411,13 +515,18 @@ class ReplicaManager:
     def _create(self, tp: TopicPartition, meta: PartitionMeta) -> Partition:
         opened = self._opened.pop(tp, None)
         _, part_settings = self._configs(meta.topic_config, len(meta.assignment.replicas))
-        part = Partition(
-            tp,
-            opened if opened is not None else self._open_log(tp, meta),
-            self.broker_id,
-            part_settings,
-            high_watermark=self._hw_checkpoint.get(tp, 0),
-        )
+        target = opened if opened is not None else self._open_log(tp, meta)
+        try:
+            part = Partition(
+                tp,
+                target,
+                self.broker_id,
+                part_settings,
+                high_watermark=self._hw_checkpoint.get(tp, 0),
+            )
+        except BaseException:
+            target.close()  # its descriptors are this replica's, which failed
+            raise
         self.partitions[tp] = part
         self.maintainer.add(part.log, lambda p=part: p.high_watermark)
         log.info("created replica %s: %s", tp, part.log.recovery.summary())
@@ -476,6 +585,12 @@ class ReplicaManager:
             self._role_changed(part)
         self._changes.notify(part.tp)
 
+    def _remove_contained(self, tp: TopicPartition) -> None:
+        try:
+            self._remove(tp)
+        except Exception:
+            log.exception("removing the replica %s failed; its files may remain", tp)
+
     def _remove(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp)
         self._applied.pop(tp, None)
@@ -491,9 +606,21 @@ class ReplicaManager:
         self._changes.notify(tp)
         log.info("deleted replica %s", tp)
 
+    def raise_if_failed(self, tp: TopicPartition) -> None:
+        """KAFKA_STORAGE_ERROR for a replica wanted here that is out of service
+        (as Kafka answers for a partition of an offline log directory)."""
+        failure = self._failed.get(tp)
+        if failure is not None:
+            raise StorageError(
+                f"broker {self.broker_id} cannot serve its replica of {tp}: {failure.reason}",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+
     def partition(self, tp: TopicPartition) -> Partition:
         part = self.partitions.get(tp)
         if part is None or part.role is Role.STOPPED:
+            self.raise_if_failed(tp)
             raise UnknownTopicOrPartitionError(
                 f"broker {self.broker_id} hosts no replica of {tp}",
                 topic=tp.topic,
@@ -506,8 +633,10 @@ class ReplicaManager:
     async def produce(
         self, tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
     ) -> AppendResult:
+        self.partition(tp)  # refuse at once what no wait below could help
+        id_end = await self._producer_id_end_for(data)
         part = self.partition(tp)
-        result = part.append_records(data, acks)
+        result = part.append_records(data, acks, producer_id_end=id_end)
         self._changes.notify(tp)
         if acks is not Acks.ALL:
             return result
@@ -524,6 +653,25 @@ class ReplicaManager:
                 last_offset=result.last_offset,
             ) from None
         return result
+
+    async def _producer_id_end_for(self, data: bytes) -> int | None:
+        """The producer id end to check `data` against. When a batch names an
+        id at or past it, first wait (up to `producer_id_wait_max_ms`) for
+        metadata that allocates it: another broker may have handed it out a
+        moment ago, and its block reaches this broker's metadata a little
+        later."""
+        end = self.producer_id_end()
+        if end is None or self.metadata_changed is None:
+            return end
+        # An unvalidated walk (bounds-checked); the append validates properly.
+        top = max((h.producer_id for _pos, h in iter_batches(data)), default=-1)
+        if top < end:
+            return end
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.producer_id_wait_max_ms / 1000):
+                while (end := self.producer_id_end()) is not None and top >= end:
+                    await self.metadata_changed()
+        return self.producer_id_end()
 
     # -- consumer fetch ----------------------------------------------------------------
 
@@ -769,6 +917,12 @@ class ReplicaManager:
                 )
             except LograftError as exc:
                 log.warning("could not apply fetched data of %s: %s", tp, exc.message)
+                self._fetch_retry_at[tp] = retry_at
+                continue
+            except Exception as exc:
+                # A bug meeting this partition's data: the session's other
+                # partitions in this response must still be applied.
+                log.warning("could not apply fetched data of %s: %r", tp, exc, exc_info=exc)
                 self._fetch_retry_at[tp] = retry_at
                 continue
             progressed = True

@@ -1,6 +1,9 @@
 /*
  * _recordscan: walk the records section of a Kafka RecordBatch v2 without
- * building any object, and report the first thing wrong with it.
+ * building any object, and report the first thing wrong with it; when
+ * nothing is, report the range of its timestampDeltas and how many records
+ * have a null key (the leader judges those against the batch header and the
+ * topic's rules).
  *
  * This is the C twin of lograft/storage/record_scan.py's pure-Python
  * fallback; both must accept exactly the same inputs and report the same
@@ -190,13 +193,24 @@ read_varint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t limit, int64_t *value, 
         }                                                           \
     } while (0)
 
+/* What a scan that succeeded learned on the way (record_scan.RecordsSummary). */
+typedef struct {
+    int64_t ts_delta_min;  /* smallest and largest timestampDelta */
+    int64_t ts_delta_max;
+    int64_t null_keys;     /* records whose key is null */
+} scan_summary;
+
 static reason_t
 scan_core(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t last, int contiguous,
-          scan_error *e)
+          scan_error *e, scan_summary *s)
 {
     Py_ssize_t p = 0;
     int64_t prev = -1;
     int64_t i;
+
+    s->ts_delta_min = INT64_MAX;
+    s->ts_delta_max = INT64_MIN;
+    s->null_keys = 0;
 
     e->record = -1;
     if (contiguous && last != count - 1) {
@@ -242,9 +256,9 @@ scan_core(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t last, int conti
 
         p += 1; /* attributes: unused in v2, any value is accepted (as Kafka) */
 
-        /* The timestamp is not judged here, only walked over. */
+        /* The timestamp is not judged here: its range is reported, and the
+         * caller, who knows baseTimestamp and the bounds, judges it. */
         READ_IN_RECORD(ts_delta, "timestampDelta");
-        (void)ts_delta;
         READ_IN_RECORD(off_delta, "offsetDelta");
         off_pos = field_pos;
 
@@ -305,6 +319,15 @@ scan_core(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t last, int conti
             return e->reason;
         }
         prev = off_delta;
+        if (ts_delta < s->ts_delta_min) {
+            s->ts_delta_min = ts_delta;
+        }
+        if (ts_delta > s->ts_delta_max) {
+            s->ts_delta_max = ts_delta;
+        }
+        if (key_len == -1) {
+            s->null_keys++;
+        }
     }
     if (p != n) {
         e->record = -1;
@@ -400,7 +423,8 @@ format_error(const scan_error *e)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(data, records_count, last_offset_delta, contiguous) -> None\n\n"
+"scan(data, records_count, last_offset_delta, contiguous)\n"
+"    -> (ts_delta_min, ts_delta_max, null_keys)\n\n"
 "Check the records section of a RecordBatch v2. Raises ValueError whose\n"
 "args are (message, reason, record_index, byte) on the first problem.");
 
@@ -411,6 +435,7 @@ recordscan_scan(PyObject *self, PyObject *args)
     long long count, last;
     int contiguous;
     scan_error e;
+    scan_summary summary;
     reason_t r;
     PyObject *msg, *exc_args;
 
@@ -422,16 +447,17 @@ recordscan_scan(PyObject *self, PyObject *args)
     if (buf.len >= RELEASE_GIL_BYTES_MIN) {
         Py_BEGIN_ALLOW_THREADS
         r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last,
-                      contiguous, &e);
+                      contiguous, &e, &summary);
         Py_END_ALLOW_THREADS
     }
     else {
         r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last,
-                      contiguous, &e);
+                      contiguous, &e, &summary);
     }
     PyBuffer_Release(&buf);
     if (r == SCAN_OK) {
-        Py_RETURN_NONE;
+        return Py_BuildValue("(LLL)", (long long)summary.ts_delta_min,
+                             (long long)summary.ts_delta_max, (long long)summary.null_keys);
     }
     msg = format_error(&e);
     if (msg == NULL) {
@@ -451,12 +477,29 @@ static PyMethodDef recordscan_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Bumped whenever scan's arguments or answer change: record_scan.py ignores
+ * a module built from an older source (an editable install keeps the last
+ * build until it is rebuilt) instead of misreading its answers. */
+#define RECORDSCAN_ABI 2
+
+static int
+recordscan_exec(PyObject *module)
+{
+    return PyModule_AddIntConstant(module, "ABI", RECORDSCAN_ABI);
+}
+
+static PyModuleDef_Slot recordscan_slots[] = {
+    {Py_mod_exec, recordscan_exec},
+    {0, NULL},
+};
+
 static struct PyModuleDef recordscan_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "lograft.storage._recordscan",
     .m_doc = "Allocation-free validation of RecordBatch v2 records sections.",
     .m_size = 0,
     .m_methods = recordscan_methods,
+    .m_slots = recordscan_slots,
 };
 
 PyMODINIT_FUNC

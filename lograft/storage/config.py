@@ -18,6 +18,7 @@ MIB = 1024 * KIB
 GIB = 1024 * MIB
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
+INT64_MAX = (1 << 63) - 1
 
 
 class FlushPolicy(enum.StrEnum):
@@ -64,6 +65,12 @@ class LogConfig:
     # A record younger than this is never compacted away, ms.
     min_compaction_lag_ms: int = 0
     message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    # CreateTime: the leader refuses a record timestamp more than this far
+    # before its clock, ms (Kafka's default: no limit; timestamps below 0 are
+    # always refused) ...
+    message_timestamp_before_max_ms: int = INT64_MAX
+    # ... or more than this far after it, ms (Kafka 4.0's default, 1 hour).
+    message_timestamp_after_max_ms: int = HOUR_MS
 
     def __post_init__(self) -> None:
         _check(self.segment_bytes >= 1024, "segment_bytes", "must be >= 1024 bytes")
@@ -82,6 +89,8 @@ class LogConfig:
             "must be between 0 and 1",
         )
         _check(self.min_compaction_lag_ms >= 0, "min_compaction_lag_ms", "must be >= 0 ms")
+        for key in ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms"):
+            _check(0 <= getattr(self, key) <= INT64_MAX, key, f"must be 0..{INT64_MAX} ms")
 
     @property
     def compact(self) -> bool:

@@ -64,6 +64,7 @@ from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache
 from lograft.storage.handles import FilePool, default_pool
+from lograft.storage.produce_rules import RecordRules, check_records_summary
 from lograft.storage.retention import SegmentInfo, deletable_prefix
 from lograft.storage.segment import (
     LOG_SUFFIX,
@@ -337,16 +338,25 @@ class Log:
     # -- appending -----------------------------------------------------------------
 
     def append(
-        self, data: bytes | bytearray, *, leader_epoch: int, validate_records: bool = True
+        self,
+        data: bytes | bytearray,
+        *,
+        leader_epoch: int,
+        validate_records: bool = True,
+        rules: RecordRules | None = None,
     ) -> AppendInfo:
         """Append producer batches as leader: assign offsets from the LEO and
         stamp `leader_epoch`. All batches are validated before anything is
-        written; one bad batch rejects the whole call."""
+        written; one bad batch rejects the whole call. `rules` adds the
+        client rules on records (timestamps, keys: produce_rules.py) to the
+        walk of every record, which they imply."""
         # The bytes validated must be the bytes written. A bytearray could
         # change in between, so it is copied once; bytes are immutable and
         # are written as they are, behind each batch's patched first 16 bytes.
         data = data if isinstance(data, bytes) else bytes(data)
-        headers = self._validate_all(data, contiguous=True, deep=validate_records)
+        headers = self._validate_all(
+            data, contiguous=True, deep=validate_records or rules is not None, rules=rules
+        )
         with self._lock:
             self._check_open()
             now = self.clock()
@@ -410,7 +420,12 @@ class Log:
             )
 
     def _validate_all(
-        self, buf: bytes | bytearray, *, contiguous: bool, deep: bool
+        self,
+        buf: bytes | bytearray,
+        *,
+        contiguous: bool,
+        deep: bool,
+        rules: RecordRules | None = None,
     ) -> list[tuple[int, BatchHeader]]:
         if not buf:
             raise InvalidRecordError("no record batch in the request")
@@ -428,7 +443,9 @@ class Log:
                         f"{h.records_count} in a produced batch"
                     )
             if deep:
-                check_records(buf, pos, h, contiguous=contiguous)
+                summary = check_records(buf, pos, h, contiguous=contiguous)
+                if rules is not None:
+                    check_records_summary(h, summary, rules, len(out))
             out.append((pos, h))
             pos += h.size
         return out

@@ -11,7 +11,7 @@ Each record is (varint = zigzag varint, at most 10 bytes)::
 
     length varint           bytes after this field, >= 1
     attributes int8         unused in v2; any value is accepted, as in Kafka
-    timestampDelta varlong  only walked over
+    timestampDelta varlong  reported (its range), not judged
     offsetDelta varint
     keyLength varint        -1 = null key; below -1 is corrupt
     key
@@ -41,6 +41,11 @@ the batch as a whole) and `section_byte` (where in the records section the
 problem was seen). Both implementations report the same reason, index, byte
 and message; the unit tests hold them to it.
 
+A section that passes is summarised (`RecordsSummary`): the smallest and
+largest timestampDelta and how many records have a null key. The scanner
+cannot judge those (it knows neither baseTimestamp nor the topic); the
+leader's client rules (`lograft.storage.produce_rules`) do.
+
 This is more strict than `batch._decode_records`, the reader, in one respect:
 the reader takes any negative key or value length for null (as Kafka's Java
 reader does), while appends refuse lengths below -1.
@@ -48,13 +53,29 @@ reader does), while appends refuse lengths below -1.
 
 from __future__ import annotations
 
-from typing import Final, Literal, NoReturn
+import logging
+from typing import Final, Literal, NamedTuple, NoReturn
 
 from lograft.errors import CorruptRecordError, InvalidRecordError, LograftError
+
+log = logging.getLogger(__name__)
 
 _VARINT_BYTES_MAX: Final = 10
 _INT32_MIN: Final = -(1 << 31)
 _INT32_MAX: Final = (1 << 31) - 1
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+# The C module's ABI this module speaks (RECORDSCAN_ABI in _recordscan.c).
+C_ABI: Final = 2
+
+
+class RecordsSummary(NamedTuple):
+    """What a scan that passed saw of fields it does not judge itself."""
+
+    ts_delta_min: int
+    ts_delta_max: int
+    null_keys: int
+
 
 # reason -> error class. The C extension reports the same names.
 REASONS: Final[dict[str, type[LograftError]]] = {
@@ -221,8 +242,9 @@ def _skip_headers(data: bytes | bytearray, p: int, rec_end: int, rec: int, count
 
 def _careful_record(
     data: bytes | bytearray, p: int, n: int, rec: int, records_count: int
-) -> tuple[int, int, int]:
-    """Walk record `rec` at p checking every read: (end, offsetDelta, its byte).
+) -> tuple[int, int, int, int, int]:
+    """Walk record `rec` at p checking every read: (end, offsetDelta, its byte,
+    timestampDelta, keyLength).
 
     Raises on any structural problem; the offsetDelta is judged by the caller.
     """
@@ -233,9 +255,10 @@ def _careful_record(
         _fail("record_length", rec, p, a=length, b=n - q)
     rec_end = q + length
     q += 1  # attributes: unused in v2, any value is accepted (as Kafka)
-    _ts, q = _varint(data, q, rec_end, rec, "timestampDelta")
+    ts_delta, q = _varint(data, q, rec_end, rec, "timestampDelta")
     off_pos = q
     off_delta, q = _varint(data, q, rec_end, rec, "offsetDelta")
+    key_len, _after_len = _varint(data, q, rec_end, rec, "keyLength")
     q = _skip(data, q, rec_end, rec, "keyLength", "key")
     q = _skip(data, q, rec_end, rec, "valueLength", "value")
     n_headers, after = _varint(data, q, rec_end, rec, "headerCount")
@@ -244,7 +267,7 @@ def _careful_record(
     q = _skip_headers(data, after, rec_end, rec, n_headers)
     if q != rec_end:
         _fail("record_slack", rec, q, a=rec_end - q)
-    return q, off_delta, off_pos
+    return q, off_delta, off_pos, ts_delta, key_len
 
 
 def scan_records_python(
@@ -253,7 +276,7 @@ def scan_records_python(
     last_offset_delta: int,
     *,
     contiguous: bool,
-) -> None:
+) -> RecordsSummary:
     """The pure-Python walker; see the module docstring for the rules."""
     if isinstance(data, memoryview):
         # Indexing a memoryview is slower than bytes and its len() counts
@@ -266,6 +289,7 @@ def scan_records_python(
     n = len(data)
     p = 0
     prev = -1
+    ts_min, ts_max, null_keys = _INT64_MAX, _INT64_MIN, 0
     for i in range(records_count):
         start = p
         try:
@@ -284,10 +308,13 @@ def scan_records_python(
             if length < 1 or rec_end > n:
                 raise _Unusual
             p += 1  # attributes
-            # timestampDelta: only its extent matters
-            if data[p] < 0x80:
+            b = data[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
-            elif data[p + 1] < 0x80:
+            elif (c := data[p + 1]) < 0x80:
+                raw = (b & 0x7F) | (c << 7)
+                ts_delta = (raw >> 1) ^ -(raw & 1)
                 p += 2
             else:
                 raise _Unusual
@@ -340,7 +367,9 @@ def scan_records_python(
             if p != rec_end:
                 raise _Unusual
         except (IndexError, _Unusual):
-            p, off_delta, off_pos = _careful_record(data, start, n, i, records_count)
+            p, off_delta, off_pos, ts_delta, key_len = _careful_record(
+                data, start, n, i, records_count
+            )
         if contiguous and off_delta != i:
             _fail("offset_delta_not_contiguous", i, off_pos, a=off_delta)
         if off_delta <= prev:
@@ -348,8 +377,12 @@ def scan_records_python(
         if off_delta > last_offset_delta:
             _fail("offset_delta_past_last", i, off_pos, a=off_delta, b=last_offset_delta)
         prev = off_delta
+        ts_min = ts_delta if ts_delta < ts_min else ts_min
+        ts_max = ts_delta if ts_delta > ts_max else ts_max
+        null_keys += key_len == -1
     if p != n:
         _fail("trailing_bytes", -1, p, a=n - p)
+    return RecordsSummary(ts_min, ts_max, null_keys)
 
 
 # --- the C walker ------------------------------------------------------------
@@ -357,6 +390,17 @@ def scan_records_python(
 try:
     from lograft.storage import _recordscan
 except ImportError:  # not built (no compiler at install time): use the fallback
+    _recordscan = None
+if _recordscan is not None and getattr(_recordscan, "ABI", 1) != C_ABI:
+    # Built from an older _recordscan.c (an editable install keeps its last
+    # build until `pip install -e .` runs again): its answers are not the
+    # ones this module reads, so it is not used at all.
+    log.warning(
+        "lograft.storage._recordscan is a stale build (ABI %s, need %s); using the "
+        "pure-Python record scanner until it is rebuilt (pip install -e .)",
+        getattr(_recordscan, "ABI", 1),
+        C_ABI,
+    )
     _recordscan = None
 
 
@@ -366,14 +410,14 @@ def scan_records_c(
     last_offset_delta: int,
     *,
     contiguous: bool,
-) -> None:
+) -> RecordsSummary:
     """The C walker; raises RuntimeError when the extension was not built."""
     if _recordscan is None:
         raise RuntimeError("lograft.storage._recordscan was not built")
     if isinstance(data, memoryview) and not data.c_contiguous:
         data = data.tobytes()
     try:
-        _recordscan.scan(data, records_count, last_offset_delta, contiguous)
+        return RecordsSummary(*_recordscan.scan(data, records_count, last_offset_delta, contiguous))
     except ValueError as exc:
         if len(exc.args) != 4:
             raise
@@ -393,12 +437,13 @@ def scan_records(
     last_offset_delta: int,
     *,
     contiguous: bool,
-) -> None:
+) -> RecordsSummary:
     """Check a records section against recordsCount and lastOffsetDelta.
 
     `data` is the decompressed records section of one batch. Raises
     CorruptRecordError or InvalidRecordError (see the module docstring) on the
-    first problem; returns None when every record is well formed.
+    first problem; returns the section's summary when every record is well
+    formed.
     """
     # Both come from int32 header fields; anything else is a caller's bug,
     # and the C side could not take it.
@@ -406,4 +451,4 @@ def scan_records(
         raise ValueError(f"records_count {records_count} is not an int32")
     if not (_INT32_MIN <= last_offset_delta <= _INT32_MAX):
         raise ValueError(f"last_offset_delta {last_offset_delta} is not an int32")
-    _scan(data, records_count, last_offset_delta, contiguous=contiguous)
+    return _scan(data, records_count, last_offset_delta, contiguous=contiguous)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.storage.batch import CRC_POS, HEADER, RecordInput, build_batch
 from lograft.storage.batch import compute_crc as batch_crc
+from tests.batch_forge import forge
 from tests.integration.cluster_harness import (
     ClusterNode,
     LograftCluster,
@@ -292,6 +294,42 @@ CASES = [
     batch_case("batch-garbage", b"\x00" * 10 + b"not a batch" * 10, 400, "CORRUPT_MESSAGE"),
     batch_case("batch-magic-1", magic_1, 400, "CORRUPT_MESSAGE"),
     batch_case("batch-snappy", snappy_attribute, 400, "UNSUPPORTED_COMPRESSION_TYPE"),
+    # Headers no producer may send (issue 9: a producer id of -5 poisoned followers).
+    batch_case(
+        "batch-producer-id--5",
+        lambda: forge(good_batch(), producer_id=-5, producer_epoch=0, base_sequence=0),
+        400,
+        "INVALID_RECORD",
+    ),
+    batch_case(
+        "batch-good-then-producer-id--5",
+        lambda: good_batch() + forge(good_batch(), producer_id=-5),
+        400,
+        "INVALID_RECORD",
+    ),
+    batch_case(
+        "batch-control", lambda: forge(good_batch(), attributes=0x20), 400, "INVALID_RECORD"
+    ),
+    batch_case(
+        "batch-transactional",
+        lambda: forge(
+            good_batch(), attributes=0x10, producer_id=0, producer_epoch=0, base_sequence=0
+        ),
+        400,
+        "INVALID_RECORD",
+    ),
+    batch_case(
+        "batch-log-append-time",
+        lambda: forge(good_batch(), attributes=0x08),
+        400,
+        "INVALID_TIMESTAMP",
+    ),
+    batch_case(
+        "batch-far-future",
+        lambda: batch_of([b"x"], timestamp_ms=int(time.time() * 1000) + 7_200_000),
+        400,
+        "INVALID_TIMESTAMP",
+    ),
     batch_case(
         "batch-oversized", lambda: good_batch(1, MAX_MESSAGE_BYTES), 413, "MESSAGE_TOO_LARGE"
     ),

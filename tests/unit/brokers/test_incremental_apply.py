@@ -13,8 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-import pytest
-
 from lograft.brokers.metadata_sync import hosted_partitions
 from lograft.brokers.partition import Assignment, Partition, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
@@ -168,9 +166,10 @@ async def test_without_the_setting_nothing_is_frozen(tmp_path: Path):
         await rm.stop()
 
 
-async def test_an_apply_that_fails_midway_still_starts_the_fetchers_it_owes(tmp_path: Path):
-    """Fetchers are synced only when a role changed; a change made by an apply
-    that then raised must still be acted on by the next apply."""
+async def test_a_partition_that_fails_to_open_does_not_stop_the_others(tmp_path: Path):
+    """One replica's failure is its own: the apply goes on with the others
+    (roles, fetchers), reports the failed one, and forgets it (and its
+    directory) once it is no longer wanted here."""
 
     async def never(leader: int, body: bytes, timeout_s: float) -> bytes:
         await asyncio.Event().wait()  # a long-poll that never answers
@@ -182,24 +181,42 @@ async def test_an_apply_that_fails_midway_still_starts_the_fetchers_it_owes(tmp_
         followed = TopicPartition("w", 0)
         broken = TopicPartition("w", 1)
         wanted = {
-            followed: PartitionMeta("id-w", Assignment((8, BROKER), (8, BROKER), 8, 0, 0)),
             broken: PartitionMeta("id-w", Assignment((9, BROKER), (9, BROKER), 9, 0, 0)),
+            followed: PartitionMeta("id-w", Assignment((8, BROKER), (8, BROKER), 8, 0, 0)),
         }
         real_open = rm._open_log
+        opens: list[TopicPartition] = []
 
         def open_or_fail(tp: TopicPartition, meta: PartitionMeta):  # type: ignore[no-untyped-def]
+            opens.append(tp)
             if tp == broken:
+                (rm.logs_dir / "w-1").mkdir(parents=True, exist_ok=True)
                 raise OSError(5, "Input/output error")
             return real_open(tp, meta)
 
         rm._open_log = open_or_fail  # type: ignore[method-assign]
-        with pytest.raises(OSError):
-            rm.apply_metadata(wanted)
+        rm.apply_metadata(wanted)
         assert rm.partitions[followed].role.value == "follower"
-        rm._open_log = real_open  # type: ignore[method-assign]
-        # The broken partition is gone; the followed one's meta is unchanged,
-        # so this apply changes no role of its own.
-        rm.apply_metadata({followed: wanted[followed]})
         assert set(rm._fetchers) == {8}
+        assert broken not in rm.partitions
+        assert rm.failed_replicas() == {"w-1": "OSError: [Errno 5] Input/output error"}
+        # Unchanged metadata is not tried again (no log line, no file work
+        # per metadata commit) ...
+        rm.apply_metadata(dict(wanted))
+        assert opens.count(broken) == 1
+        # ... changed metadata is, and a replica that opens is well again.
+        rm._open_log = real_open  # type: ignore[method-assign]
+        moved = PartitionMeta("id-w", Assignment((9, BROKER), (9, BROKER), 9, 1, 1))
+        rm.apply_metadata({**wanted, broken: moved})
+        assert rm.partitions[broken].role.value == "follower"
+        assert rm.failed_replicas() == {}
+        # A failed replica no longer wanted here is forgotten with its files.
+        rm._open_log = open_or_fail  # type: ignore[method-assign]
+        rm.apply_metadata({followed: wanted[followed]})
+        rm.apply_metadata(wanted)
+        assert rm.failed_replicas() == {"w-1": "OSError: [Errno 5] Input/output error"}
+        rm.apply_metadata({followed: wanted[followed]})
+        assert rm.failed_replicas() == {}
+        assert not (rm.logs_dir / "w-1").exists()
     finally:
         await rm.stop()

@@ -7,18 +7,21 @@ Three judges of a records section:
   delta rules, which is what check_records did before the scanner.
 
 The two scanners must agree exactly (class, reason, record index, byte and
-message) on any input. The scanners and the reference must accept the same
-inputs and raise the same error class, with one deliberate exception: the
-reader takes any negative key or value length for null, as Kafka's Java
-reader does, while appends refuse lengths below -1 (reason
-`negative_length`).
+message, or the summary of a section that passes) on any input. The
+scanners and the reference must accept the same inputs, raise the same error
+class and summarise the same way, with one deliberate exception: the reader
+takes any negative key or value length for null, as Kafka's Java reader
+does, while appends refuse lengths below -1 (reason `negative_length`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import struct
+import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import lograft.storage
 from lograft.errors import CorruptRecordError, InvalidRecordError, LograftError
 from lograft.storage import record_scan
 from lograft.storage.batch import (
@@ -42,13 +46,18 @@ from lograft.storage.batch import (
     validate_batch,
 )
 from lograft.storage.compression import Compression, compress
-from lograft.storage.record_scan import scan_records, scan_records_c, scan_records_python
+from lograft.storage.record_scan import (
+    RecordsSummary,
+    scan_records,
+    scan_records_c,
+    scan_records_python,
+)
 from lograft.storage.varint import decode_varint, encode_varint
 
 HAVE_C = record_scan.IMPLEMENTATION == "c"
 needs_c = pytest.mark.skipif(not HAVE_C, reason="C extension _recordscan not built")
 
-Scanner = Callable[..., None]
+Scanner = Callable[..., RecordsSummary]
 SCANNERS: list[Scanner] = [scan_records_python] + ([scan_records_c] if HAVE_C else [])
 SCANNER_IDS = ["python"] + (["c"] if HAVE_C else [])
 
@@ -76,41 +85,50 @@ class Outcome:
     record_index: int | None = None
     section_byte: int | None = None
     message: str | None = None
+    summary: RecordsSummary | None = None
 
 
 def run(scanner: Scanner, data: object, count: int, last: int, contiguous: bool) -> Outcome:
     try:
-        scanner(data, count, last, contiguous=contiguous)
+        summary = scanner(data, count, last, contiguous=contiguous)
     except (CorruptRecordError, InvalidRecordError) as exc:
         d = exc.details
         return Outcome(type(exc), d["reason"], d["record_index"], d["section_byte"], exc.message)
-    return Outcome(None)
+    return Outcome(None, summary=summary)
 
 
-def reference(section: bytes, count: int, last: int, contiguous: bool) -> type | None:
-    """check_records as it was: decode Record objects, then judge the deltas."""
+def reference(
+    section: bytes, count: int, last: int, contiguous: bool
+) -> tuple[type | None, RecordsSummary | None]:
+    """check_records as it was: decode Record objects, then judge the deltas;
+    for a section that passes, its summary from the decoded records."""
     if contiguous and last != count - 1:
-        return InvalidRecordError
+        return InvalidRecordError, None
     if count == 0:
-        return InvalidRecordError
+        return InvalidRecordError, None
     buf = bytes(HEADER_SIZE) + section
+    # baseTimestamp 0: each record's timestamp is its timestampDelta.
     header = BatchHeader(0, len(buf) - LOG_OVERHEAD, -1, 2, 0, 0, last, 0, 0, -1, -1, -1, count)
     expected, previous, seen = 0, -1, 0
+    stamps: list[int] = []
+    null_keys = 0
     try:
         for rec in iter_batch_records(buf, 0, header):
             delta = rec.offset
             if contiguous and delta != expected:
-                return InvalidRecordError
+                return InvalidRecordError, None
             if delta <= previous or delta > last:
-                return InvalidRecordError
+                return InvalidRecordError, None
             previous = delta
             expected += 1
             seen += 1
+            stamps.append(rec.timestamp)
+            null_keys += rec.key is None
     except CorruptRecordError:
-        return CorruptRecordError
+        return CorruptRecordError, None
     if seen != count:
-        return InvalidRecordError
-    return None
+        return InvalidRecordError, None
+    return None, RecordsSummary(min(stamps), max(stamps), null_keys)
 
 
 def judge_all(section: bytes, count: int, last: int, contiguous: bool) -> Outcome:
@@ -120,7 +138,9 @@ def judge_all(section: bytes, count: int, last: int, contiguous: bool) -> Outcom
         assert other == results[0], (results[0], other)
     verdict = results[0]
     if verdict.reason not in READER_LENIENT:
-        assert reference(section, count, last, contiguous) is verdict.cls, verdict
+        cls, summary = reference(section, count, last, contiguous)
+        assert cls is verdict.cls, verdict
+        assert summary == verdict.summary, verdict
     return verdict
 
 
@@ -332,7 +352,35 @@ def test_buffer_kinds(scanner, kind):
     else:  # a non-contiguous view: every other byte of a doubled buffer
         doubled = bytes(b for byte in section for b in (byte, 0xEE))
         data = memoryview(doubled)[::2]
-    assert run(scanner, data, 2, 1, True) == Outcome(None)
+    assert run(scanner, data, 2, 1, True) == Outcome(None, summary=RecordsSummary(0, 0, 0))
+
+
+@pytest.mark.parametrize("scanner", SCANNERS, ids=SCANNER_IDS)
+def test_summary_reports_timestamp_delta_range_and_null_keys(scanner):
+    section = section_of(
+        raw_record(off=0, ts=v(5), key=None),
+        raw_record(off=1, ts=v(-70)),
+        # a ten-byte varlong: the careful walk, int64 extremes
+        raw_record(off=2, ts=long_varint(0xFFFFFFFFFFFFFFFE, 10), key=None),
+        raw_record(off=3, ts=long_varint(0xFFFFFFFFFFFFFFFF, 10)),
+    )
+    out = run(scanner, section, 4, 3, True)
+    assert out.summary == RecordsSummary(-(1 << 63), (1 << 63) - 1, 2)
+
+
+def test_a_stale_c_build_is_not_used(monkeypatch):
+    """An editable install keeps its last build of _recordscan.c: a module of
+    another ABI must leave the Python walker in charge, not be misread."""
+    stale = types.ModuleType("lograft.storage._recordscan")
+    stale.scan = lambda *args: None  # type: ignore[attr-defined]  # ABI 1 answered None
+    monkeypatch.setitem(sys.modules, "lograft.storage._recordscan", stale)
+    monkeypatch.setattr(lograft.storage, "_recordscan", stale, raising=False)
+    fresh = importlib.util.module_from_spec(importlib.util.find_spec(record_scan.__name__))
+    fresh.__spec__.loader.exec_module(fresh)  # a second copy; the real module is untouched
+    assert fresh.IMPLEMENTATION == "python"
+    assert fresh.scan_records(TWO, 2, 1, contiguous=True) == RecordsSummary(0, 0, 0)
+    if HAVE_C:
+        assert record_scan._recordscan.ABI == record_scan.C_ABI
 
 
 def test_scan_records_rejects_counts_outside_int32():
@@ -461,12 +509,13 @@ def judge_batch(batch: bytes, contiguous: bool) -> Outcome:
     verdict = judge_all(section, header.records_count, header.last_offset_delta, contiguous)
     # check_records itself gives the same verdict
     try:
-        check_records(batch, 0, header, contiguous=contiguous)
+        summary = check_records(batch, 0, header, contiguous=contiguous)
     except (CorruptRecordError, InvalidRecordError) as exc:
         assert type(exc) is verdict.cls
         assert exc.details["reason"] == verdict.reason
     else:
         assert verdict.cls is None
+        assert summary == verdict.summary
     return verdict
 
 
@@ -474,7 +523,13 @@ def judge_batch(batch: bytes, contiguous: bool) -> Outcome:
 @given(batches())
 def test_valid_batches_are_accepted_by_all(case):
     batch, contiguous = case
-    assert judge_batch(batch, contiguous) == Outcome(None)
+    verdict = judge_batch(batch, contiguous)
+    assert verdict.cls is None, verdict
+    # The summary is what the records say of themselves.
+    header = parse_header(batch)
+    stamps = [r.timestamp - header.base_timestamp for r in iter_batch_records(batch)]
+    keys = [r.key for r in iter_batch_records(batch)]
+    assert verdict.summary == RecordsSummary(min(stamps), max(stamps), keys.count(None))
     # and the producer rule refuses a compacted batch with gaps
     header = parse_header(batch)
     if not contiguous and header.last_offset_delta != header.records_count - 1:
