@@ -234,7 +234,7 @@ class Bench:
     def write(self, fmt: str, options: dict[str, str], records: int, value_bytes: int) -> float:
         df = value_df(self.spark, records, value_bytes, self.args.partitions)
         with wall() as t:
-            df.write.format(fmt).options(**options).save()
+            df.write.format(fmt).mode("append").options(**options).save()
         return t["seconds"]
 
     def read(
