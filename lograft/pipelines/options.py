@@ -91,8 +91,9 @@ SINK_PRODUCER_OPTIONS: dict[str, str] = {
 SINK_OPTIONS: dict[str, str] = {
     name.lower(): name for name in ("bootstrap", "topic", *SINK_PRODUCER_OPTIONS)
 }
-# Spark itself passes these to a streaming sink; they mean nothing to lograft.
-_SPARK_SINK_OPTIONS = frozenset({"checkpointlocation"})
+# Spark itself passes these to a streaming sink (`queryName` when the query has
+# one: writeStream.queryName(...)); they mean nothing to lograft.
+_SPARK_SINK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 
 # Kafka source options lograft has no use for, and what to do instead.
 _KAFKA_ONLY_HINTS: dict[str, str] = {

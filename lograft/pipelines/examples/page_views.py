@@ -169,6 +169,7 @@ def start_queries(
         .option("bootstrap", bootstrap)
         .option("topic", COUNTS_TOPIC)
         .option("checkpointLocation", str(checkpoints / "sink"))
+        .queryName("page_view_counts_to_lograft")
         .start()
     ]
     if console:
@@ -181,6 +182,7 @@ def start_queries(
             .option("truncate", "false")
             .option("numRows", "1000")
             .option("checkpointLocation", str(checkpoints / "console"))
+            .queryName("page_view_counts_to_console")
             .start()
         )
     return queries
@@ -220,7 +222,7 @@ def run_demo(
         while True:
             for query in queries:
                 if query.exception() is not None:
-                    raise RuntimeError(f"a streaming query failed: {query.exception()}")
+                    raise RuntimeError(f"query {query.name} failed: {query.exception()}")
             written = written_counts(bootstrap, counts_start)
             if expected.keys() <= written.keys():
                 # Let every query finish its batch (the console prints its last one), so

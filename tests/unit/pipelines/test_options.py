@@ -207,6 +207,7 @@ def test_sink_options():
             "lingerMs": "20",
             "batchBytes": "1024",
             "checkpointLocation": "/tmp/x",  # Spark passes it to streaming sinks
+            "queryName": "counts",  # and this, to a query given a name
         }
     )
     assert opts.topic == "out"
