@@ -133,6 +133,32 @@ class ClusterLookup:
                 out.extend(TopicPartition(name, p) for p in range(info.partitions))
         return sorted(out)
 
+    def really_gone(self, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Of partitions missing from a `topics()` answer, those that are gone.
+
+        One node's view can lag the others' (a node catching up on the
+        metadata log), and a partition count never shrinks while a topic
+        lives: ask for each topic's layout again (`ClusterMetadata.refresh`
+        calls a topic unknown only when every reachable node says so) before
+        calling its partitions gone."""
+
+        async def layouts(topics: list[str]) -> list[Any]:
+            return await asyncio.gather(
+                *(self.metadata.refresh(t) for t in topics), return_exceptions=True
+            )
+
+        tps = list(tps)
+        topics = sorted({tp.topic for tp in tps})
+        counts: dict[str, int] = {}
+        for topic, answer in zip(topics, self._run(layouts(topics)), strict=True):
+            if isinstance(answer, UnknownTopicOrPartitionError):
+                counts[topic] = 0
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                counts[topic] = answer.count
+        return {tp for tp in tps if tp.partition >= counts[tp.topic]}
+
     # -- offsets ---------------------------------------------------------------------------
 
     def bounds(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, Bounds]:

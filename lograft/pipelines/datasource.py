@@ -302,7 +302,11 @@ class LograftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._remember_ids(topics, {tp.topic for tp in begin})
         self._latest = {tp: b.latest for tp, b in bounds.items()}
         fail = self.opts.fail_on_data_loss
-        gone = sorted(tp for tp in begin if tp not in bounds)
+        missing = [tp for tp in begin if tp not in bounds]
+        gone = sorted(self._cluster().really_gone(missing)) if missing else []
+        lagging = [tp for tp in missing if tp not in gone]
+        if lagging:  # the node asked had not caught up: they are still there
+            bounds = {**bounds, **self._cluster().bounds(lagging)}
         if gone:
             report_data_loss(
                 f"{', '.join(map(str, gone))} are gone (topic deleted, or no longer "

@@ -31,6 +31,8 @@ class FakeCluster:
     def __init__(self) -> None:
         self.parts: dict[TopicPartition, Bounds] = {}
         self.ids: dict[str, str] = {}
+        # Partitions the node answering topics() does not list yet (it lags).
+        self.lagging_view: set[TopicPartition] = set()
 
     def set(self, topic: str, *bounds: tuple[int, int], topic_id: str | None = None) -> None:
         for tp in [tp for tp in self.parts if tp.topic == topic]:
@@ -48,10 +50,15 @@ class FakeCluster:
         return {t: TopicInfo(i, count[t]) for t, i in self.ids.items()}
 
     def partitions(self, subscription, topics):
-        return sorted(tp for tp in self.parts if subscription.matches(tp.topic))
+        listed = [tp for tp in self.parts if tp not in self.lagging_view]
+        return sorted(tp for tp in listed if subscription.matches(tp.topic))
 
     def bounds(self, tps):
         return {tp: self.parts[tp] for tp in tps}
+
+    def really_gone(self, tps):
+        # What every node says: the ones `lagging_view` hides are still there.
+        return {tp for tp in tps if tp not in self.parts}
 
     def offsets_for_times(self, timestamps):
         return dict.fromkeys(timestamps)
@@ -224,3 +231,12 @@ def test_read_ranges_carry_the_leader_and_split_for_min_partitions(cluster):
     assert sorted(
         o for p in parts for o in range(p.range.start, p.range.end) if p.range.partition == 0
     ) == list(range(100))
+
+
+def test_a_lagging_node_view_is_not_data_loss(cluster):
+    cluster.set("t", (0, 5), (0, 5))
+    r = reader(cluster, startingOffsets="earliest")
+    end = latest(r, r.initialOffset())
+    cluster.set("t", (0, 7), (0, 6))
+    cluster.lagging_view = {TopicPartition("t", 1)}  # one node's topic list lags
+    assert latest(r, end) == {"t": {"0": 7, "1": 6}}
