@@ -105,6 +105,8 @@ def test_stream_copies_a_topic_and_the_copy_reads_back_the_same(
         ("value int", [(1,)], {"topic": "t"}, "append", ["value attribute type"]),
         ("value string", [("a",)], {}, "append", ["topic option required"]),
         ("value string", [("a",)], {"topic": "t"}, "overwrite", ["append-only"]),
+        # Spark's default save mode: refused by Spark for any Python data source.
+        ("value string", [("a",)], {"topic": "t"}, "errorifexists", ["ErrorIfExists"]),
         ("value string", [("a",)], {"topic": "t", "acks": "2"}, "append", ["'acks'"]),
         ("value string", [("a",)], {"topic": "t", "subscribe": "t"}, "append", ["'subscribe'"]),
     ],
