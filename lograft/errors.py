@@ -530,6 +530,36 @@ class ConnectionsLimitReachedError(LograftError):
 
 
 @_register
+class RequestBytesInflightLimitReachedError(LograftError):
+    """The request bodies this node holds at once already fill
+    `[http] request_bytes_inflight_max`, and no room came free within
+    `request_bytes_inflight_wait_ms`; the body was not read. Retry later or
+    use another node."""
+
+    code = "REQUEST_BYTES_INFLIGHT_LIMIT_REACHED"
+    retriable = True
+
+
+@_register
+class RequestBodyTimeoutError(LograftError):
+    """A request's body did not arrive whole within `[http]
+    body_read_timeout_ms` of the node starting to read it; nothing of it was
+    processed."""
+
+    code = "REQUEST_BODY_TIMEOUT"
+    retriable = True
+
+
+@_register
+class UnsupportedContentEncodingError(LograftError):
+    """A request body with a `Content-Encoding` (gzip, br, ...): the node
+    takes bodies only as they are. Compress records inside their batches
+    (`compression_type`), as Kafka does."""
+
+    code = "UNSUPPORTED_CONTENT_ENCODING"
+
+
+@_register
 class UnauthorizedError(LograftError):
     """An internal endpoint was called without the cluster secret."""
 

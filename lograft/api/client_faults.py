@@ -18,7 +18,9 @@ node's own -- keeps its ERROR line and traceback.
 Kinds: `malformed-request` (the request line, headers or chunked body do not
 parse), `client-disconnected` (the connection closed before the answer was
 written), `header-timeout` (`[http] header_read_timeout_ms`),
-`connections-limit` (`[http] connections_max` / `connections_per_ip_max`).
+`connections-limit` (`[http] connections_max` / `connections_per_ip_max`),
+`body-timeout` (`[http] body_read_timeout_ms`), `request-bytes-limit` (a body
+refused for want of room in `[http] request_bytes_inflight_max`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ MALFORMED_REQUEST = "malformed-request"
 CLIENT_DISCONNECTED = "client-disconnected"
 HEADER_TIMEOUT = "header-timeout"
 CONNECTIONS_LIMIT = "connections-limit"
+BODY_TIMEOUT = "body-timeout"
+REQUEST_BYTES_LIMIT = "request-bytes-limit"
 
 # Default of `[http] client_fault_log_interval_ms`: at most one INFO line per
 # kind of client fault in this long, ms.

@@ -70,6 +70,11 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.LogClosedError: 503,
     e.StreamsLimitReachedError: 503,
     e.ConnectionsLimitReachedError: 503,
+    e.RequestBytesInflightLimitReachedError: 503,
+    # 408: the client did not send its body in time (the node closes after).
+    e.RequestBodyTimeoutError: 408,
+    # 415: content the node does not take (a Content-Encoding on a body).
+    e.UnsupportedContentEncodingError: 415,
     e.RequestTimedOutError: 504,
     # Consumer groups. 421 as for data: the right coordinator exists and
     # details name it; 409 for a member whose epoch or id no longer fits.

@@ -88,6 +88,16 @@ class HttpConfig:
     advertised_url: str | None = None
     # Largest request body accepted, bytes.
     request_bytes_max: int = 16 * 1024 * 1024
+    # Request bodies held at once (being received or handled), bytes: one
+    # budget for clients' requests and one of the same size for other nodes'
+    # (/internal/); at least request_bytes_max (request_bodies.py).
+    request_bytes_inflight_max: int = 256 * 1024 * 1024
+    # How long a body waits, unread, for room in that budget before it is
+    # answered 503 REQUEST_BYTES_INFLIGHT_LIMIT_REACHED, ms.
+    request_bytes_inflight_wait_ms: int = 5_000
+    # A body must arrive whole within this long of the node starting to read
+    # it; otherwise 408 REQUEST_BODY_TIMEOUT and the connection is closed, ms.
+    body_read_timeout_ms: int = 30_000
     # Peer id -> host:port this node dials for that peer's HTTP API in
     # node-to-node calls, instead of the peer's advertised address (a proxy per
     # link in fault-injection tests). Clients are never told these addresses.
@@ -193,6 +203,9 @@ _HTTP_KEYS = {
     "host",
     "port",
     "request_bytes_max",
+    "request_bytes_inflight_max",
+    "request_bytes_inflight_wait_ms",
+    "body_read_timeout_ms",
     "advertised_url",
     "dial",
     "forward_connections_max",
@@ -204,6 +217,8 @@ _HTTP_KEYS = {
 }
 # [http] settings that are positive integers and need nothing else checked.
 _HTTP_POSITIVE_INTS = (
+    "request_bytes_inflight_wait_ms",
+    "body_read_timeout_ms",
     "connections_max",
     "connections_per_ip_max",
     "header_read_timeout_ms",
@@ -293,14 +308,29 @@ def _http(raw: Any) -> HttpConfig:
     section = _section(raw, "http")
     _no_unknown(section, _HTTP_KEYS, "http.")
     d = HttpConfig()
+    request_bytes_max = _int(
+        section.get("request_bytes_max", d.request_bytes_max),
+        "http.request_bytes_max",
+        minimum=1024,
+    )
+    inflight_max = _int(
+        section.get("request_bytes_inflight_max", d.request_bytes_inflight_max),
+        "http.request_bytes_inflight_max",
+        minimum=1,
+    )
+    if inflight_max < request_bytes_max:
+        # Such a budget would refuse the largest bodies forever.
+        raise InvalidConfigError(
+            f"http.request_bytes_inflight_max={inflight_max} is below "
+            f"http.request_bytes_max={request_bytes_max}: the budget must hold at least "
+            "one body of the largest size",
+            key="http.request_bytes_inflight_max",
+        )
     return HttpConfig(
         host=_str(section.get("host", d.host), "http.host"),
         port=_port(section.get("port", d.port), "http.port"),
-        request_bytes_max=_int(
-            section.get("request_bytes_max", d.request_bytes_max),
-            "http.request_bytes_max",
-            minimum=1024,
-        ),
+        request_bytes_max=request_bytes_max,
+        request_bytes_inflight_max=inflight_max,
         advertised_url=_url(section["advertised_url"], "http.advertised_url")
         if section.get("advertised_url") is not None
         else None,

@@ -78,6 +78,14 @@ def test_environment_overrides_win(tmp_path: Path):
     env = {"LOGRAFT_HTTP__CONNECTIONS_PER_IP_MAX": "7", "LOGRAFT_HTTP__KEEPALIVE_TIMEOUT_MS": "9"}
     http = load_config(f, env=env).http
     assert (http.connections_per_ip_max, http.keepalive_timeout_ms) == (7, 9)
+    # Request bodies: defaults (request_bodies.py), and overridable.
+    assert cfg.http.request_bytes_inflight_max == 256 * 1024 * 1024
+    assert cfg.http.request_bytes_inflight_wait_ms == 5_000
+    assert cfg.http.body_read_timeout_ms == 30_000
+    env = {"LOGRAFT_HTTP__BODY_READ_TIMEOUT_MS": "7", "LOGRAFT_HTTP__REQUEST_BYTES_MAX": "2048"}
+    env["LOGRAFT_HTTP__REQUEST_BYTES_INFLIGHT_MAX"] = "4096"
+    http = load_config(f, env=env).http
+    assert (http.body_read_timeout_ms, http.request_bytes_inflight_max) == (7, 4096)
     assert cfg.node_id == 3
 
 
@@ -104,6 +112,29 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "http": {"header_read_timeout_ms": -1}},
             "http.header_read_timeout_ms",
+        ),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"body_read_timeout_ms": 0}},
+            "http.body_read_timeout_ms",
+        ),
+        (
+            {
+                "node_id": 1,
+                "data_dir": "d",
+                "voters": V,
+                "http": {"request_bytes_inflight_wait_ms": 0},
+            },
+            "http.request_bytes_inflight_wait_ms",
+        ),
+        (
+            # A budget smaller than one largest body would refuse those forever.
+            {
+                "node_id": 1,
+                "data_dir": "d",
+                "voters": V,
+                "http": {"request_bytes_max": 2048, "request_bytes_inflight_max": 2047},
+            },
+            "http.request_bytes_inflight_max",
         ),
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "http": {"keepalive_timeout_ms": "x"}},
