@@ -12,7 +12,8 @@ Kafka broker for a benchmark.
 - `KafkaBroker`: a single KRaft node that is both broker and controller
   (`process.roles=broker,controller`), formatted with `kafka.tools.StorageTool`
   and run as `java -Xmx1g -cp libs/* kafka.Kafka`, on two 127.0.0.1 ports
-  below the ephemeral range, in its own session, stopped by pid.
+  below the ephemeral range (loopback_ports.py), in its own session, stopped
+  by pid.
   Topics are created on first write with `num.partitions` partitions.
 """
 
@@ -28,6 +29,8 @@ import sys
 import time
 import uuid
 from pathlib import Path
+
+from loopback_ports import free_ports  # a sibling script
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
@@ -54,35 +57,9 @@ SPARK_KAFKA_JARS = (
     "commons-pool2",
 )
 
-# Ports for servers started here: below Linux's ephemeral range (32768-60999),
-# so an outgoing connection cannot take one between our check and the bind.
-PORT_RANGE = (21000, 32000)
-
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` consecutive free 127.0.0.1 ports in PORT_RANGE, chosen at random."""
-    import random
-
-    for _ in range(500):
-        base = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
-        ports = list(range(base, base + count))
-        if all(_bindable(p) for p in ports):
-            return ports
-    raise RuntimeError(f"no {count} free ports in {PORT_RANGE}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def ensure_mvn() -> str:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from kafka_local import free_ports  # noqa: E402  (a sibling script)
+from loopback_ports import free_ports  # noqa: E402  (a sibling script)
 
 from lograft.pipelines.examples.common import LOCAL_BOOTSTRAP  # noqa: E402
 from lograft.pipelines.local_spark import LOOPBACK, prepare_environment  # noqa: E402
