@@ -309,8 +309,7 @@ class LograftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bounds = {**bounds, **self._cluster().bounds(lagging)}
         if gone:
             report_data_loss(
-                f"{', '.join(map(str, gone))} are gone (topic deleted, or no longer "
-                "subscribed). Some data may have been missed.",
+                f"{', '.join(map(str, gone))} are gone (topic deleted, or no longer subscribed).",
                 fail,
             )
         end: PartitionOffsets = {}

@@ -191,3 +191,23 @@ def test_leader_killed_mid_query_loses_nothing(spark, cluster, bootstrap, new_to
     values = [k[3] for k in got]
     assert len(values) == len(set(values)), "a value is in the log twice"
     assert set(acked) <= set(values)
+
+
+def test_a_deleted_topic_fails_the_query_with_fail_on_data_loss(
+    spark, cluster, bootstrap, new_topic, checkpoint
+):
+    topic = new_topic(2)
+    produce(bootstrap, topic, [{"value": b"a%d" % i} for i in range(10)])
+    batches = Batches()
+    opts = {"subscribe": topic, "startingOffsets": "earliest"}
+    query = start_query(spark, bootstrap, checkpoint, batches, FAST, **opts)
+    try:
+        wait_for(query, lambda: batches.count() >= 10, "the records before the delete")
+        cluster[1].ok("DELETE", f"/v1/topics/{topic}")
+        with pytest.raises(Exception) as failed:  # StreamingQueryException
+            query.awaitTermination(60)
+        error = str(failed.value)
+    finally:
+        query.stop()
+    assert f"{topic}-0, {topic}-1 are gone" in error, error[:3000]
+    assert 'set the source option "failOnDataLoss" to "false"' in error
