@@ -138,6 +138,16 @@ async def timed_request(node: ClusterNode) -> float:
     return elapsed
 
 
+def max_within(times: list[float], window_s: float) -> int:
+    """The most of the sorted `times` that fall within any `window_s`."""
+    most, first = 0, 0
+    for last, t in enumerate(times):
+        while t - times[first] >= window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
 # -- caps ----------------------------------------------------------------------------------
 
 
@@ -153,9 +163,17 @@ async def test_idle_flood_from_one_address_is_capped_and_cut(node: ClusterNode) 
     finally:
         close_all(conns)
     refused = [refusal_code(data) for data, _ in outcomes if data]
-    cut = [closed - opened_at for data, closed in outcomes if not data]
+    cut = sorted(closed - opened_at for data, closed in outcomes if not data)
     assert set(refused) == {("CONNECTIONS_LIMIT_REACHED", "connections_per_ip_max")}
-    assert len(cut) == CONNECTIONS_PER_IP_MAX, f"opening took {opening_s:.2f} s"
+    # The node may accept part of the flood only after the first admitted
+    # connections were cut (a loaded machine accepts slowly); those are then
+    # admitted in their place. What must hold is the cap at every moment: an
+    # admitted connection lives one header deadline, so no more than the cap
+    # can close within one deadline of each other.
+    assert len(cut) >= CONNECTIONS_PER_IP_MAX, f"opening took {opening_s:.2f} s"
+    assert max_within(cut, HEADER_READ_TIMEOUT_S * 0.9) <= CONNECTIONS_PER_IP_MAX, cut
+    if opening_s < HEADER_READ_TIMEOUT_S * 0.5:
+        assert len(cut) == CONNECTIONS_PER_IP_MAX, f"opening took {opening_s:.2f} s"
     # The admitted ones were closed at the header deadline, not before.
     assert min(cut) >= HEADER_READ_TIMEOUT_S * 0.9
     assert max(cut) <= HEADER_READ_TIMEOUT_S + opening_s + SLACK_S
