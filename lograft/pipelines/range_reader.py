@@ -141,6 +141,7 @@ class _RangeReader:
         self.fetcher = Fetcher(self.config, self.metadata, self.transport, lambda: None)
         self.leader_hint = rng.leader_url
         self.failures = PartitionState()  # the backoff counter
+        self.offset = rng.start  # the next offset to read
 
     def close(self) -> None:
         try:
@@ -150,23 +151,30 @@ class _RangeReader:
             self.loop.close()
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        self.offset = self.rng.start
+        try:
+            yield from self._batches()
+        except Missing as exc:
+            # The metadata (every node asked) has no such partition any more,
+            # found by a fetch or by an offsets lookup.
+            report_data_loss(
+                f"{self.rng.tp} does not exist any more ({exc.error.message}); offsets "
+                f"[{self.offset}, {self.rng.end}) were not read.",
+                self.settings.fail_on_data_loss,
+            )
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         rng, tp = self.rng, self.rng.tp
-        offset = rng.start
+        offset = self.offset
         progress_at = time.monotonic()
         while offset < rng.end:
+            self.offset = offset
             try:
                 records, next_offset = self.loop.run_until_complete(self._fetch(offset))
             except OffsetOutOfRangeError:
                 offset = self._out_of_range(offset)
                 progress_at = time.monotonic()
                 continue
-            except Missing as exc:
-                report_data_loss(
-                    f"{tp} does not exist any more ({exc.error.message}); offsets "
-                    f"[{offset}, {rng.end}) were not read.",
-                    self.settings.fail_on_data_loss,
-                )
-                return
             except LograftError as exc:
                 if not exc.retriable:
                     raise
@@ -216,17 +224,15 @@ class _RangeReader:
         return decode(resp.body, offset, check_crcs=True), next_offset
 
     def _offsets(self) -> dict[str, Any]:
-        """The partition's offsets doc, retrying retriable errors up to pollTimeoutMs."""
+        """The partition's offsets doc, retrying retriable errors up to
+        pollTimeoutMs; `Missing` if the partition does not exist."""
         tp = self.rng.tp
         started = time.monotonic()
         scratch = PartitionState()
         while True:
             try:
-                doc = self.loop.run_until_complete(self.fetcher.list_offsets(tp))
-                return doc
-            except Missing as exc:
-                raise exc.error from None
-            except LograftError as exc:
+                return self.loop.run_until_complete(self.fetcher.list_offsets(tp))
+            except LograftError as exc:  # Missing (not a LograftError) goes up to batches()
                 if not exc.retriable or self._stalled(started):
                     raise
                 self.loop.run_until_complete(self.fetcher.on_retriable(tp, scratch, exc))
