@@ -11,11 +11,15 @@ docs/architecture.md.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from lograft.errors import InvalidConfigError
 from lograft.storage.config import LogConfig, coerce_overrides, config_keys
+
+# A replica count as text: at most 9 digits (int() of any of them is cheap).
+_SMALL_INT = re.compile(r"[0-9]{1,9}")
 
 # Topic configs that are not log settings.
 BROKER_KEYS = {"min_insync_replicas"}
@@ -48,7 +52,8 @@ def validate_topic_configs(
             continue
         text = str(value).lower() if isinstance(value, bool) else str(value)
         if key == "min_insync_replicas":
-            if not text.isdigit() or int(text) < 1:
+            # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+            if not _SMALL_INT.fullmatch(text) or int(text) < 1:
                 raise InvalidConfigError(
                     f"min_insync_replicas={value!r} must be an integer >= 1", key=key
                 )

@@ -49,6 +49,7 @@ from lograft.brokers.producer_state import OK, Duplicate, ProducerStateManager, 
 from lograft.brokers.replica_state import FollowerStateTracker
 from lograft.errors import (
     InvalidProducerEpochError,
+    InvalidRecordError,
     InvalidRequestError,
     LograftError,
     NotEnoughReplicasError,
@@ -56,7 +57,13 @@ from lograft.errors import (
     OutOfOrderSequenceError,
     RequestTimedOutError,
 )
-from lograft.storage.batch import HEADER, LOG_OVERHEAD, BatchHeader, validate_batch
+from lograft.storage.batch import (
+    HEADER,
+    LOG_OVERHEAD,
+    BatchHeader,
+    count_batches,
+    validate_batch,
+)
 from lograft.storage.config import TimestampType
 from lograft.storage.log import Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
@@ -120,6 +127,9 @@ class PartitionSettings:
     replica_lag_time_max_ms: int = 30_000
     # acks=all produce requests waiting on this partition at once.
     ack_waiters_max: int = 10_000
+    # Record batches one produce request may carry for this partition: each
+    # costs the event loop its validation and write, whatever its size.
+    produce_batches_max: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +294,11 @@ class Partition:
                 isr=list(self.isr),
                 min_insync_replicas=self.settings.min_insync_replicas,
             )
-        batches = list(_split_batches(data, self.log.config.max_message_bytes))
+        batches = list(
+            _split_batches(
+                data, self.log.config.max_message_bytes, self.settings.produce_batches_max
+            )
+        )
         for index, (_chunk, h) in enumerate(batches):
             check_producer_header(h, index, producer_id_end=producer_id_end)
         verdicts = self._producer_verdicts(batches)
@@ -592,12 +606,27 @@ def _check_follows(prior: BatchHeader, h: BatchHeader) -> None:
         )
 
 
-def _split_batches(data: bytes, max_bytes: int) -> Iterator[tuple[bytes, BatchHeader]]:
-    """Each batch of a request, validated (structure and CRC) and sliced."""
+def check_batch_count(data: bytes, batches_max: int) -> None:
+    """Refuse a produce of more than `batches_max` batches before any is
+    validated: the work a request causes on the event loop grows with its
+    batch count (a 16 MiB body holds over 200,000 one-record batches), not
+    only with its bytes. Kafka takes exactly one batch per partition."""
     if not data:
-        from lograft.errors import InvalidRecordError
-
         raise InvalidRecordError("no record batch in the request")
+    if count_batches(data, batches_max + 1) > batches_max:
+        raise InvalidRecordError(
+            f"a produce request may carry at most {batches_max} record batches per "
+            "partition (produce_batches_max); this one has more. Put more records in "
+            "each batch, or send several requests",
+            produce_batches_max=batches_max,
+        )
+
+
+def _split_batches(
+    data: bytes, max_bytes: int, batches_max: int
+) -> Iterator[tuple[bytes, BatchHeader]]:
+    """Each batch of a request, validated (structure and CRC) and sliced."""
+    check_batch_count(data, batches_max)
     view = memoryview(data)
     pos = 0
     while pos < len(data):

@@ -68,6 +68,7 @@ from lograft.brokers.partition import (
     PartitionSettings,
     Role,
     TopicPartition,
+    check_batch_count,
 )
 from lograft.errors import (
     InvalidRequestError,
@@ -132,6 +133,8 @@ class BrokerSettings:
     hw_checkpoint_interval_ms: int = 2_000
     # acks=all produce requests waiting on one partition at once.
     ack_waiters_max: int = 10_000
+    # Record batches one produce request may carry for one partition.
+    produce_batches_max: int = 1_000
     # Sealed-segment descriptors held open at once across all logs.
     max_open_files: int = 1024
     # A produce naming a producer id this broker's metadata does not show
@@ -552,6 +555,7 @@ class ReplicaManager:
             min_insync_replicas=min_isr,
             replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
             ack_waiters_max=self.settings.ack_waiters_max,
+            produce_batches_max=self.settings.produce_batches_max,
         )
 
     def _update_configs(self, part: Partition, meta: PartitionMeta) -> None:
@@ -633,7 +637,10 @@ class ReplicaManager:
     async def produce(
         self, tp: TopicPartition, data: bytes, acks: Acks, *, timeout_ms: int | None = None
     ) -> AppendResult:
-        self.partition(tp)  # refuse at once what no wait below could help
+        # Refuse at once what no wait below could help (and walk no more than
+        # produce_batches_max headers looking for producer ids).
+        self.partition(tp)
+        check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
         part = self.partition(tp)
         result = part.append_records(data, acks, producer_id_end=id_end)

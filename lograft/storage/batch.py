@@ -491,6 +491,22 @@ def iter_batches(
         pos += header.size
 
 
+def count_batches(buf: bytes | bytearray | memoryview, stop_at: int) -> int:
+    """How many batches buf holds by their length fields, counting no further
+    than `stop_at` (a cap check reads at most that many prefixes). Validates
+    nothing: a length that does not fit ends the count, and the batch there
+    is left for validate_batch to refuse."""
+    unpack = PREFIX.unpack_from
+    pos, count, size = 0, 0, len(buf)
+    while count < stop_at and size - pos >= LOG_OVERHEAD:
+        _base, length = unpack(buf, pos)
+        count += 1
+        if length < BATCH_LENGTH_MIN:
+            break
+        pos += length + LOG_OVERHEAD
+    return count
+
+
 def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
     """Every record of every whole batch in buf (e.g. a fetch response)."""
     for pos, header in iter_batches(buf):

@@ -19,6 +19,11 @@ GIB = 1024 * MIB
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
+# Kafka types these configs as int (32-bit); every other integer one is a long.
+_INT32_KEYS = frozenset(
+    {"segment_bytes", "segment_index_bytes", "index_interval_bytes", "max_message_bytes"}
+)
 
 
 class FlushPolicy(enum.StrEnum):
@@ -45,7 +50,8 @@ class LogConfig:
     segment_bytes: int = 1 * GIB
     # ... or when its first batch is older than this many milliseconds.
     segment_ms: int = 7 * DAY_MS
-    # Space preallocated for a segment's offset and time index files, bytes.
+    # Space preallocated for a segment's offset and time index files, bytes
+    # (< 2 GiB: each file is created at this size and mapped into memory).
     segment_index_bytes: int = 10 * MIB
     # One offset-index entry per this many bytes of log.
     index_interval_bytes: int = 4 * KIB
@@ -77,6 +83,14 @@ class LogConfig:
         _check(self.segment_bytes <= 2 * GIB - 1, "segment_bytes", "must be < 2 GiB")
         _check(self.segment_ms >= 1, "segment_ms", "must be >= 1 ms")
         _check(self.segment_index_bytes >= 4096, "segment_index_bytes", "must be >= 4096 bytes")
+        # Every integer within Kafka's type for it: a topic config is applied by
+        # every replica, and a value no file or mapping can have (an index of
+        # 2**62 bytes) would put each of them out of service.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if type(value) is int:
+                top = INT32_MAX if f.name in _INT32_KEYS else INT64_MAX
+                _check(value <= top, f.name, f"must be <= {top}")
         _check(self.index_interval_bytes >= 0, "index_interval_bytes", "must be >= 0 bytes")
         _check(self.max_message_bytes >= 61, "max_message_bytes", "must be >= 61 bytes")
         _check(self.flush_interval_ms >= 1, "flush_interval_ms", "must be >= 1 ms")

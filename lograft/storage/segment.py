@@ -608,25 +608,28 @@ def _whole_batches_end(buf: bytes, start: int, stop: int, max_offset: int | None
 
 def _pwrite_all(fd: int, parts: Sequence[Buffer], position: int, size: int) -> None:
     """Write the parts, `size` bytes in all, back to back from `position`,
-    going on after short writes."""
+    going on after short writes (and past `_IOV_MAX` parts per call).
+
+    Linear in the parts: a request of many small batches is two parts per
+    batch, and re-slicing the whole rest of the list after each call (as this
+    once did) made 50,000 batches take 17 s of the event loop."""
     end = position + size
+    first = 0  # parts[first] is the first part not wholly written
+    skip = 0  # bytes of parts[first] already written
     while position < end:
-        written = os.pwritev(fd, parts[:_IOV_MAX], position)
+        iov: list[Buffer] = list(parts[first : first + _IOV_MAX])
+        if skip:
+            iov[0] = memoryview(iov[0])[skip:]
+        written = os.pwritev(fd, iov, position)
         if written <= 0:
             raise OSError(errno.EIO, "pwritev wrote nothing")
         position += written
-        if position < end:
-            parts = _drop_written(parts, written)
-
-
-def _drop_written(parts: Sequence[Buffer], written: int) -> list[memoryview]:
-    """What is left of `parts` after their first `written` bytes."""
-    for i, part in enumerate(parts):
-        view = memoryview(part)
-        if written < view.nbytes:
-            return [view[written:], *(memoryview(p) for p in parts[i + 1 :])]
-        written -= view.nbytes
-    return []
+        # Step past what was written: whole parts, then into the next one.
+        written += skip
+        while first < len(parts) and written >= (length := memoryview(parts[first]).nbytes):
+            written -= length
+            first += 1
+        skip = written
 
 
 def _storage_error(exc: OSError, path: Path) -> StorageError:

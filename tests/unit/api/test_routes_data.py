@@ -327,3 +327,26 @@ async def test_forwarded_produce_refusals(client):
         body = encode_request(ProduceRequest(topic, Acks.ALL, [PartitionBatch(0, b"")]))
         resp = await client.post("/internal/v1/produce", data=body, headers=headers)
         assert (await resp.json())["error"]["code"] == code
+
+
+async def test_a_raw_produce_of_more_batches_than_produce_batches_max_is_refused(client):
+    """Each batch costs the event loop its validation and write whatever its
+    size: 50,000 one-record batches (3.6 MB) held a leader's loop for 17 s.
+    Over the cap, the request is refused before any batch is validated."""
+    one = build_batch([RecordInput(b"v")], timestamp_ms=5)
+    cap = BrokerSettings().produce_batches_max
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches",
+        data=one * (cap + 1),
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    error = await _error(resp, 400, "INVALID_RECORD")
+    assert error["details"] == {"produce_batches_max": cap}
+    assert "produce_batches_max" in error["message"]
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches",
+        data=one * cap,
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["base_offset"] == 0  # nothing of the refused one was written
