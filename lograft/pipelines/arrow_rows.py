@@ -15,12 +15,18 @@ it); a unit test holds it equal to what pyspark derives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from bisect import bisect_left
+from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lograft.client.types import TimestampType
-from lograft.storage.batch import Record
+from lograft.errors import CorruptRecordError
+from lograft.storage.batch import HEADER_SIZE, BatchHeader, iter_batches, validate_batch
+from lograft.storage.compression import Compression, decompress
+from lograft.storage.record_columns import RecordColumns, decode_columns
+
+_I32 = struct.Struct("=i")  # native, as Arrow's buffers
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
@@ -70,40 +76,152 @@ def spark_ddl(include_headers: bool) -> str:
     return SPARK_DDL_WITH_HEADERS if include_headers else SPARK_DDL
 
 
-def _header_key(key: str) -> str:
-    # Record header keys are str decoded with surrogateescape (bytes that are
-    # not UTF-8 survive); Arrow strings must be valid UTF-8, so such bytes
-    # become U+FFFD here, as Kafka's Java client decodes them.
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return key
+@dataclass(frozen=True, slots=True)
+class FetchRows:
+    """The rows one fetch response gives a range: `batch` (None when no
+    record falls in the range), `last_offset` (the offset of its last row),
+    `beyond` (whether the response held records at or after the fetch
+    offset at all, in the range or past its end) and `cut_short` (the rows
+    stop before the response's end: read on from last_offset + 1)."""
+
+    batch: pa.RecordBatch | None
+    last_offset: int | None
+    beyond: bool
+    cut_short: bool = False
 
 
-def record_batch(
-    topic: str,
-    partition: int,
-    records: Sequence[tuple[Record, TimestampType]],
-    include_headers: bool,
-) -> pa.RecordBatch:
-    """One Arrow batch of the records of one partition (one fetch's worth)."""
-    n = len(records)
-    recs = [r for r, _ in records]
-    columns: list[pa.Array] = [
-        pa.array([r.key for r in recs], pa.binary()),
-        pa.array([r.value for r in recs], pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array([partition] * n, pa.int32()),
-        pa.array([r.offset for r in recs], pa.int64()),
-        pa.array([r.timestamp * 1000 for r in recs], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        pa.array([int(t) for _, t in records], pa.int32()),
-    ]
-    if include_headers:
-        columns.append(
-            pa.array(
-                [[{"key": _header_key(k), "value": v} for k, v in r.headers] for r in recs],
-                HEADERS_TYPE,
-            )
+class _Sections:
+    """Columns of successive sections, joined into one Arrow batch."""
+
+    def __init__(self, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self.parts: list[RecordColumns] = []
+        self.types: list[bytes] = []
+        self.count = 0
+        self.key_len = 0
+        self.value_len = 0
+
+    def room_for(self, section_bytes: int) -> bool:
+        # Keys and values of a section take at most its bytes; Arrow's
+        # binary type counts them with int32 offsets.
+        return max(self.key_len, self.value_len) + section_bytes <= _INT32_MAX
+
+    def add(self, data: bytes | memoryview, header: BatchHeader) -> None:
+        cols = decode_columns(
+            data,
+            header.records_count,
+            header.last_offset_delta,
+            base_offset=header.base_offset,
+            base_timestamp=header.base_timestamp,
+            log_append_time=header.max_timestamp if header.is_log_append_time else None,
+            key_base=self.key_len,
+            value_base=self.value_len,
+            want_headers=self.include_headers,
         )
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+        n = len(cols.offsets) // 8
+        self.parts.append(cols)
+        self.types.append(_TS_TYPE[header.is_log_append_time] * n)
+        self.count += n
+        self.key_len += len(cols.key_data)
+        self.value_len += len(cols.value_data)
+
+    def batch(self, topic: str, partition: int) -> pa.RecordBatch:
+        n, parts = self.count, self.parts
+        columns: list[pa.Array] = [
+            _binary(n, parts, 2, self.key_len),
+            _binary(n, parts, 6, self.value_len),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, _joined(parts, 0)]),
+            pa.Array.from_buffers(_TIMESTAMP, n, [None, _joined(parts, 1)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(b"".join(self.types))]),
+        ]
+        if self.include_headers:
+            columns.append(
+                pa.array(
+                    [
+                        [{"key": _header_key(k), "value": v} for k, v in hs]
+                        for part in parts
+                        for hs in part.headers or ()
+                    ],
+                    HEADERS_TYPE,
+                )
+            )
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self.include_headers))
+
+
+_INT32_MAX = (1 << 31) - 1
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_TS_TYPE = {False: _I32.pack(0), True: _I32.pack(1)}  # CreateTime, LogAppendTime
+
+
+def _joined(parts: list[RecordColumns], field: int) -> pa.Buffer:
+    if len(parts) == 1:
+        return pa.py_buffer(parts[0][field])
+    return pa.py_buffer(b"".join(p[field] for p in parts))
+
+
+def _binary(n: int, parts: list[RecordColumns], first: int, data_len: int) -> pa.Array:
+    """The key (first=2) or value (first=6) column: data, int32 offsets (the
+    sections' start offsets are already counted from the bytes before them)
+    and validity, from the RecordColumns fields at first..first+3."""
+    nulls = sum(p[first + 3] for p in parts)
+    validity = None
+    if nulls:
+        flags = pa.Array.from_buffers(pa.uint8(), n, [None, _joined(parts, first + 2)])
+        validity = flags.cast(pa.bool_()).buffers()[1]
+    offsets = pa.py_buffer(b"".join([*(p[first + 1] for p in parts), _I32.pack(data_len)]))
+    return pa.Array.from_buffers(
+        pa.binary(), n, [validity, offsets, _joined(parts, first)], null_count=nulls
+    )
+
+
+def fetch_rows(
+    topic: str, partition: int, body: bytes, start: int, end: int, include_headers: bool
+) -> FetchRows:
+    """The rows of a raw fetch response (RecordBatch v2 bytes) with offsets in
+    [start, end), as one Arrow batch: CRCs checked, control batches skipped,
+    each record decoded once and straight into columns (no Python object per
+    record but its headers, when asked for). A response whose keys or values
+    would pass Arrow's 2 GiB binary offsets is cut short at a batch boundary:
+    `last_offset` says where the rows end."""
+    sections = _Sections(include_headers)
+    past_end = False  # a batch of records at or after `end` was reached
+    cut_short = False
+    for pos, header in iter_batches(body):
+        if header.next_offset <= start or header.is_control or header.records_count == 0:
+            continue
+        if header.base_offset >= end:
+            past_end = True
+            break
+        validate_batch(body, pos, available=header.size)
+        with memoryview(body) as whole, whole[pos + HEADER_SIZE : pos + header.size] as raw:
+            data: bytes | memoryview = raw
+            if header.compression != Compression.NONE:
+                data = decompress(header.compression, raw)
+            if not sections.room_for(len(data)):
+                if sections.count == 0:
+                    raise CorruptRecordError(
+                        f"a batch of {len(data)} decompressed bytes is past what one Arrow "
+                        "batch holds (2 GiB of keys or values)",
+                        position=pos,
+                    )
+                cut_short = True
+                break
+            sections.add(data, header)
+    if sections.count == 0:
+        return FetchRows(None, None, past_end)
+    # Offsets increase through the response: the range is one slice of it.
+    # (A compacted batch may hold no record at or after `start` at all.)
+    offsets = memoryview(b"".join(p.offsets for p in sections.parts)).cast("q")
+    lo, hi = bisect_left(offsets, start), bisect_left(offsets, end)
+    if lo == hi:
+        return FetchRows(None, None, past_end or lo < len(offsets))
+    batch = sections.batch(topic, partition)
+    return FetchRows(batch.slice(lo, hi - lo), offsets[hi - 1], True, cut_short)
+
+
+def _header_key(key: bytes) -> str:
+    # Arrow strings must be valid UTF-8: bytes that are not become U+FFFD,
+    # as Kafka's Java client decodes them.
+    return key.decode("utf-8", "replace")

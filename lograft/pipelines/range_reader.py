@@ -3,9 +3,9 @@ straight from its leader, as Arrow record batches.
 
 A Spark task gets an `OffsetRange` [start, end) and reads it here with the
 client's pieces: `GET .../records` with `Accept: application/vnd.lograft.batch`
-(raw RecordBatch v2 bytes, CRC-checked and decoded once by the client's
-`decode`), on the leader the driver named, then wherever the metadata says
-the leader is (the client's `Fetcher.leader_url` / `on_retriable`: a
+(raw RecordBatch v2 bytes, CRC-checked and decoded once, straight into
+Arrow columns by `arrow_rows.fetch_rows`), on the leader the driver named,
+then wherever the metadata says the leader is (the client's `Fetcher.leader_url` / `on_retriable`: a
 NOT_LEADER answer naming the new leader is followed at once, other retriable
 errors refresh the metadata and back off). Nothing but the range passed
 through the driver.
@@ -41,15 +41,13 @@ import pyarrow as pa
 
 from lograft.client.config import ConsumerConfig
 from lograft.client.errors import ClientTimeoutError
-from lograft.client.fetcher import Fetcher, Missing, PartitionState, decode
+from lograft.client.fetcher import Fetcher, Missing, PartitionState
 from lograft.client.metadata import connect
 from lograft.client.transport import BATCH_CONTENT_TYPE, NEXT_OFFSET_HEADER, Transport
-from lograft.client.types import TimestampType
 from lograft.errors import LograftError, OffsetOutOfRangeError
-from lograft.pipelines.arrow_rows import record_batch
+from lograft.pipelines.arrow_rows import FetchRows, fetch_rows
 from lograft.pipelines.offsets import OffsetRange
 from lograft.pipelines.options import SourceOptions
-from lograft.storage.batch import Record
 
 log = logging.getLogger("lograft.pipelines")
 
@@ -170,7 +168,7 @@ class _RangeReader:
         while offset < rng.end:
             self.offset = offset
             try:
-                records, next_offset = self.loop.run_until_complete(self._fetch(offset))
+                rows, next_offset = self.loop.run_until_complete(self._fetch(offset))
             except OffsetOutOfRangeError:
                 offset = self._out_of_range(offset)
                 progress_at = time.monotonic()
@@ -186,14 +184,18 @@ class _RangeReader:
                 continue
             self.failures.failures = 0
             before = offset
-            wanted = [(r, t) for r, t in records if r.offset < rng.end]
-            if wanted:
-                yield record_batch(tp.topic, tp.partition, wanted, self.settings.include_headers)
+            if rows.batch is not None:
+                yield rows.batch
             # Past the last record returned, and over offsets without records
             # (compaction, control batches) up to where the response ended;
             # records at or past the end belong to the next range.
-            last = wanted[-1][0].offset + 1 if wanted else (rng.end if records else offset)
-            offset = max(last, min(next_offset, rng.end))
+            if rows.last_offset is not None:
+                last = rows.last_offset + 1
+            else:
+                last = rng.end if rows.beyond else offset
+            # A response cut short (Arrow's 2 GiB per column) goes on right
+            # after its last row, not from where the response ended.
+            offset = last if rows.cut_short else max(last, min(next_offset, rng.end))
             if offset > before:
                 progress_at = time.monotonic()
             elif self._stalled(progress_at):
@@ -203,7 +205,7 @@ class _RangeReader:
     def _stalled(self, since: float) -> bool:
         return (time.monotonic() - since) * 1000 >= self.settings.poll_timeout_ms
 
-    async def _fetch(self, offset: int) -> tuple[list[tuple[Record, TimestampType]], int]:
+    async def _fetch(self, offset: int) -> tuple[FetchRows, int]:
         tp = self.rng.tp
         url = self.leader_hint or await self.fetcher.leader_url(tp)
         resp = await self.transport.request(
@@ -221,7 +223,10 @@ class _RangeReader:
         if not resp.ok:
             raise resp.error()
         next_offset = int(resp.headers.get(NEXT_OFFSET_HEADER, offset))
-        return decode(resp.body, offset, check_crcs=True), next_offset
+        rows = fetch_rows(
+            tp.topic, tp.partition, resp.body, offset, self.rng.end, self.settings.include_headers
+        )
+        return rows, next_offset
 
     def _offsets(self) -> dict[str, Any]:
         """The partition's offsets doc, retrying retriable errors up to

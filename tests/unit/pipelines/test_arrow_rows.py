@@ -1,14 +1,34 @@
-"""The source's rows as Arrow batches: the schema pyspark expects, and the values."""
+"""The source's rows as Arrow batches: the schema pyspark expects, and the values
+(held equal to what the client's record-by-record decoder reads)."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (the spark extra)")
 
-from lograft.client.types import TimestampType  # noqa: E402
-from lograft.pipelines.arrow_rows import arrow_schema, record_batch, spark_fields  # noqa: E402
-from lograft.storage.batch import Record  # noqa: E402
+from lograft.client.fetcher import decode  # noqa: E402
+from lograft.errors import CorruptRecordError  # noqa: E402
+from lograft.pipelines.arrow_rows import (  # noqa: E402
+    FetchRows,
+    arrow_schema,
+    fetch_rows,
+    spark_fields,
+)
+from lograft.storage.batch import (  # noqa: E402
+    CRC_POS,
+    HEADER_SIZE,
+    RecordInput,
+    build_batch,
+    compute_crc,
+    header_key_bytes,
+    set_log_append_time,
+)
+from lograft.storage.compression import Compression  # noqa: E402
 
 
 @pytest.mark.parametrize("headers", [False, True])
@@ -41,23 +61,106 @@ def test_schema_is_what_pyspark_derives_from_the_spark_schema(headers):
     )
 
 
-def test_record_batch_values():
-    recs = [
-        (Record(5, 1_700_000_000_123, b"k", b"v", (("a", b"1"), ("b", None))), TimestampType(0)),
-        (Record(6, 1_700_000_000_456, None, None, (("\udcff-raw", b"x"),)), TimestampType(1)),
-    ]
-    batch = record_batch("orders", 2, recs, include_headers=True)
-    assert batch.schema.equals(arrow_schema(True))
-    rows = batch.to_pylist()
+def _batch(base: int, recs: list[RecordInput], **kw) -> bytes:
+    return build_batch(recs, timestamp_ms=1_700_000_000_000, base_offset=base, **kw)
+
+
+def expected_rows(body: bytes, start: int, end: int, headers: bool) -> list[dict]:
+    """What the rows must be: the client's own decoder, record by record."""
+    out = []
+    for rec, ts_type in decode(body, start, check_crcs=True):
+        if rec.offset >= end:
+            continue
+        row = {
+            "key": rec.key,
+            "value": rec.value,
+            "topic": "orders",
+            "partition": 2,
+            "offset": rec.offset,
+            "timestamp": rec.timestamp * 1000,
+            "timestampType": int(ts_type),
+        }
+        if headers:
+            hs = [(header_key_bytes(k), v) for k, v in rec.headers]
+            row["headers"] = [{"key": k.decode("utf-8", "replace"), "value": v} for k, v in hs]
+        out.append(row)
+    return out
+
+
+def rows_of(rows: FetchRows) -> list[dict]:
+    if rows.batch is None:
+        return []
+    batch = rows.batch.set_column(5, "timestamp", rows.batch.column("timestamp").cast(pa.int64()))
+    return batch.to_pylist()
+
+
+record_st = st.builds(
+    RecordInput,
+    value=st.one_of(st.none(), st.binary(max_size=30)),
+    key=st.one_of(st.none(), st.binary(max_size=10)),
+    headers=st.lists(
+        st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2
+    ),
+    timestamp=st.one_of(st.none(), st.integers(0, 1 << 45)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(record_st, min_size=1, max_size=8), min_size=1, max_size=4),
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.booleans(),
+    st.booleans(),
+)
+def test_fetch_rows_are_the_records_of_the_range(batches, start, span, headers, gzip):
+    body, base = b"", 10
+    for i, recs in enumerate(batches):
+        body += _batch(
+            base, recs, compression=Compression.GZIP if gzip and i % 2 else Compression.NONE
+        )
+        base += len(recs)
+    end = start + span
+    rows = fetch_rows("orders", 2, body, start, end, headers)
+    want = expected_rows(body, start, end, headers)
+    assert rows_of(rows) == want
+    if rows.batch is not None:
+        assert rows.batch.schema.equals(arrow_schema(headers))
+    assert rows.last_offset == (want[-1]["offset"] if want else None)
+    assert rows.beyond == bool(decode(body, start, check_crcs=True))
+
+
+def test_fetch_rows_values_and_header_keys():
+    body = _batch(5, [RecordInput(b"v", key=b"k", headers=[("a", b"1"), ("b", None)])])
+    body += _batch(6, [RecordInput(None, key=None, headers=[("\udcff-raw", b"x")])])
+    rows = rows_of(fetch_rows("orders", 2, body, 0, 100, True))
     assert [r["offset"] for r in rows] == [5, 6]
     assert rows[0]["key"] == b"k" and rows[1]["key"] is None and rows[1]["value"] is None
-    assert {r["topic"] for r in rows} == {"orders"} and {r["partition"] for r in rows} == {2}
-    assert [r["timestampType"] for r in rows] == [0, 1]
-    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [
-        1_700_000_000_123_000,
-        1_700_000_000_456_000,
-    ]
     assert rows[0]["headers"] == [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]
     # A header key that is not UTF-8 arrives with U+FFFD, as Kafka's Java client decodes it.
     assert rows[1]["headers"] == [{"key": "\ufffd-raw", "value": b"x"}]
-    assert record_batch("t", 0, recs, include_headers=False).schema.equals(arrow_schema(False))
+
+
+def test_fetch_rows_log_append_time():
+    batch = bytearray(_batch(0, [RecordInput(b"a"), RecordInput(b"b", timestamp=5)]))
+    set_log_append_time(batch, 0, len(batch), 1_800_000_000_000)
+    rows = rows_of(fetch_rows("orders", 2, bytes(batch), 0, 10, False))
+    assert [(r["timestamp"], r["timestampType"]) for r in rows] == [
+        (1_800_000_000_000_000, 1),
+        (1_800_000_000_000_000, 1),
+    ]
+
+
+def test_fetch_rows_refuses_a_bad_crc_and_malformed_records():
+    good = _batch(0, [RecordInput(b"abc")])
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        fetch_rows("t", 0, bytes(bad_crc), 0, 10, False)
+    # A section whose record length lies, CRC recomputed: the scanner's verdict.
+    bad = bytearray(good)
+    bad[HEADER_SIZE] = 0x7E  # length 63, past the section
+    struct.pack_into(">I", bad, CRC_POS, compute_crc(bad))
+    with pytest.raises(CorruptRecordError) as err:
+        fetch_rows("t", 0, bytes(bad), 0, 10, False)
+    assert err.value.details["reason"] == "record_length"

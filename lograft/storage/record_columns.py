@@ -1,0 +1,235 @@
+"""Decode a records section into columns, not Record objects.
+
+A reader that hands records on column by column (the Spark source builds
+Arrow batches) needs no Python object per record. `decode_columns` decodes
+the decompressed records section of one batch in a single call into flat,
+native-endian buffers Arrow wraps as they are:
+
+- `offsets`, `timestamps_us`: int64 per record (absolute offset; the
+  timestamp in microseconds: baseTimestamp + timestampDelta, or the batch's
+  maxTimestamp for LogAppendTime);
+- keys and values each as `*_data` (every present key/value back to back),
+  `*_offsets` (int32 start of each record's bytes, counted from the
+  caller's `*_base`, so sections can be joined by concatenation) and
+  `*_valid` (one byte per record, 1 present, 0 null) with `*_nulls`;
+- `headers` (only when asked): per record a tuple of (key bytes, value
+  bytes or None).
+
+The section is first walked by the record scanner with the read rules
+(`contiguous=False`: a compacted batch has gaps), so malformed bytes are
+refused with exactly the scanner's CorruptRecordError/InvalidRecordError,
+reason, record index and byte (see lograft.storage.record_scan). Two more
+reasons (CorruptRecordError): `timestamp_overflow`, a timestamp that does
+not fit int64 microseconds, and `offset_overflow`, an offset past int64.
+Every buffer is bounded by the section's size: the header's recordsCount is
+believed only once the scan found that many records in the bytes.
+
+The C extension does it when built (`_recordscan.decode_columns`), else a
+pure-Python twin with the same answers (the unit tests compare them).
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from typing import Final, Literal, NamedTuple
+
+from lograft.errors import CorruptRecordError, LograftError
+from lograft.storage import record_scan
+from lograft.storage.record_scan import REASONS, scan_records_python
+from lograft.storage.varint import decode_varint
+
+log = logging.getLogger(__name__)
+
+# The decode_columns ABI this module speaks (RECORDSCAN_COLUMNS_ABI in _recordscan.c).
+C_COLUMNS_ABI: Final = 1
+_INT32_MAX: Final = (1 << 31) - 1
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+
+HeaderBytes = tuple[tuple[bytes, bytes | None], ...]
+
+
+class RecordColumns(NamedTuple):
+    """One section's records as columns (buffers in native byte order)."""
+
+    offsets: bytes  # int64 per record
+    timestamps_us: bytes  # int64 per record
+    key_data: bytes
+    key_offsets: bytes  # int32 per record: start of its key in the joined key data
+    key_valid: bytes  # one byte per record: 1 = key present
+    key_nulls: int
+    value_data: bytes
+    value_offsets: bytes
+    value_valid: bytes
+    value_nulls: int
+    headers: list[HeaderBytes] | None
+
+
+def _timestamp_overflow(rec: int, base_timestamp: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"record {rec}: its timestamp (baseTimestamp {base_timestamp} plus its timestampDelta) "
+        "does not fit int64 microseconds",
+        reason="timestamp_overflow",
+        record_index=rec,
+        section_byte=-1,
+    )
+
+
+def _offset_overflow(rec: int, base_offset: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"record {rec}: its offset (baseOffset {base_offset} plus its offsetDelta) does not "
+        "fit int64",
+        reason="offset_overflow",
+        record_index=rec,
+        section_byte=-1,
+    )
+
+
+def decode_columns_python(
+    data: bytes | bytearray | memoryview,
+    records_count: int,
+    last_offset_delta: int,
+    *,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    key_base: int = 0,
+    value_base: int = 0,
+    want_headers: bool = False,
+) -> RecordColumns:
+    """The pure-Python twin of the C decoder (same arguments and answers)."""
+    if isinstance(data, memoryview):
+        data = data.tobytes()
+    n = len(data)
+    if key_base < 0 or value_base < 0 or key_base > _INT32_MAX - n or value_base > _INT32_MAX - n:
+        raise OverflowError("decode_columns: key/value base plus the section exceeds int32 offsets")
+    scan_records_python(data, records_count, last_offset_delta, contiguous=False)
+    offsets, stamps = array("q"), array("q")
+    key_offsets, value_offsets = array("i"), array("i")
+    key_valid, value_valid = bytearray(), bytearray()
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    key_len = value_len = 0
+    headers: list[HeaderBytes] = []
+    overflow = offset_overflow = -1
+    p = 0
+    for i in range(records_count):
+        length, p = decode_varint(data, p)
+        rec_end = p + length
+        p += 1  # attributes
+        ts_delta, p = decode_varint(data, p)
+        off_delta, p = decode_varint(data, p)
+        offset = base_offset + off_delta
+        if offset > _INT64_MAX:  # both are int64 fields; only the sum can overflow
+            offset = 0
+            offset_overflow = i if offset_overflow < 0 else offset_overflow
+        offsets.append(offset)
+        ts = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        us = ts * 1000
+        if not _INT64_MIN <= ts <= _INT64_MAX or not _INT64_MIN <= us <= _INT64_MAX:
+            us = 0
+            overflow = i if overflow < 0 else overflow
+        stamps.append(us)
+        klen, p = decode_varint(data, p)
+        key_offsets.append(key_base + key_len)
+        if klen >= 0:
+            keys.append(data[p : p + klen])
+            key_len += klen
+            p += klen
+        key_valid.append(klen >= 0)
+        vlen, p = decode_varint(data, p)
+        value_offsets.append(value_base + value_len)
+        if vlen >= 0:
+            values.append(data[p : p + vlen])
+            value_len += vlen
+            p += vlen
+        value_valid.append(vlen >= 0)
+        nh, p = decode_varint(data, p)
+        hs: list[tuple[bytes, bytes | None]] = []
+        for _ in range(nh):
+            hk, p = decode_varint(data, p)
+            hkey = bytes(data[p : p + hk])
+            p += hk
+            hv, p = decode_varint(data, p)
+            hval = None
+            if hv >= 0:
+                hval = bytes(data[p : p + hv])
+                p += hv
+            hs.append((hkey, hval))
+        headers.append(tuple(hs))
+        p = rec_end
+    if offset_overflow >= 0:
+        raise _offset_overflow(offset_overflow, base_offset)
+    if overflow >= 0:
+        raise _timestamp_overflow(overflow, base_timestamp)
+    return RecordColumns(
+        offsets.tobytes(),
+        stamps.tobytes(),
+        b"".join(keys),
+        key_offsets.tobytes(),
+        bytes(key_valid),
+        records_count - sum(key_valid),
+        b"".join(values),
+        value_offsets.tobytes(),
+        bytes(value_valid),
+        records_count - sum(value_valid),
+        headers if want_headers else None,
+    )
+
+
+_c = record_scan._recordscan
+if _c is not None and getattr(_c, "COLUMNS_ABI", 0) != C_COLUMNS_ABI:
+    # A build from before decode_columns (or from another version of it).
+    log.warning(
+        "lograft.storage._recordscan has no decode_columns of ABI %s (a stale build); "
+        "using the pure-Python column decoder until it is rebuilt (pip install -e .)",
+        C_COLUMNS_ABI,
+    )
+    _c = None
+
+
+def decode_columns_c(
+    data: bytes | bytearray | memoryview,
+    records_count: int,
+    last_offset_delta: int,
+    *,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    key_base: int = 0,
+    value_base: int = 0,
+    want_headers: bool = False,
+) -> RecordColumns:
+    """The C decoder; raises RuntimeError when the extension was not built."""
+    if _c is None:
+        raise RuntimeError("lograft.storage._recordscan.decode_columns is not available")
+    if isinstance(data, memoryview) and not data.c_contiguous:
+        data = data.tobytes()
+    try:
+        return RecordColumns(
+            *_c.decode_columns(
+                data,
+                records_count,
+                last_offset_delta,
+                base_offset,
+                base_timestamp,
+                log_append_time is not None,
+                0 if log_append_time is None else log_append_time,
+                key_base,
+                value_base,
+                want_headers,
+            )
+        )
+    except ValueError as exc:
+        if len(exc.args) != 4:
+            raise
+        message, reason, rec, pos = exc.args
+        cls: type[LograftError] = REASONS.get(reason, CorruptRecordError)
+        raise cls(message, reason=reason, record_index=rec, section_byte=pos) from None
+
+
+IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _c is not None else "python"
+"""Which decoder `decode_columns` uses."""
+
+decode_columns = decode_columns_c if _c is not None else decode_columns_python
