@@ -16,29 +16,85 @@ This package imports only `lograft.storage.batch` / `.compression`,
 See docs/client.md.
 """
 
-from lograft.client.config import ConsumerConfig, ProducerConfig
-from lograft.client.consumer import AsyncConsumer
-from lograft.client.errors import (
-    BufferFullError,
-    ClientClosedError,
-    ClientTimeoutError,
-    ClusterUnreachableError,
-    CommitFailedError,
-    DeliveryTimeoutError,
-    NetworkError,
-    NoOffsetForPartitionError,
-    SerializationError,
-    UnexpectedResponseError,
-)
-from lograft.client.metadata import ClusterMetadata, PartitionMetadata, TopicMetadata
-from lograft.client.producer import AsyncProducer
-from lograft.client.record_future import FutureRecordMetadata
-from lograft.client.sender import ProducerStats
-from lograft.client.serde import deserializers, serializers
-from lograft.client.sync_consumer import Consumer
-from lograft.client.sync_producer import Producer
-from lograft.client.transport import HttpResponse, HttpTransport, Transport
-from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType, TopicPartition
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use (PEP 562): a process that needs one piece
+# (a Spark executor reading a range needs the fetcher and the transport, not
+# the producer or the group coordinator) does not pay for all of them.
+_EXPORTS: dict[str, str] = {
+    "AsyncConsumer": "lograft.client.consumer",
+    "AsyncProducer": "lograft.client.producer",
+    "BufferFullError": "lograft.client.errors",
+    "ClientClosedError": "lograft.client.errors",
+    "ClientTimeoutError": "lograft.client.errors",
+    "ClusterMetadata": "lograft.client.metadata",
+    "ClusterUnreachableError": "lograft.client.errors",
+    "CommitFailedError": "lograft.client.errors",
+    "Consumer": "lograft.client.sync_consumer",
+    "ConsumerConfig": "lograft.client.config",
+    "ConsumerRecord": "lograft.client.types",
+    "DeliveryTimeoutError": "lograft.client.errors",
+    "FutureRecordMetadata": "lograft.client.record_future",
+    "HttpResponse": "lograft.client.transport",
+    "HttpTransport": "lograft.client.transport",
+    "NetworkError": "lograft.client.errors",
+    "NoOffsetForPartitionError": "lograft.client.errors",
+    "PartitionMetadata": "lograft.client.metadata",
+    "Producer": "lograft.client.sync_producer",
+    "ProducerConfig": "lograft.client.config",
+    "ProducerStats": "lograft.client.sender",
+    "RecordMetadata": "lograft.client.types",
+    "SerializationError": "lograft.client.errors",
+    "TimestampType": "lograft.client.types",
+    "TopicMetadata": "lograft.client.metadata",
+    "TopicPartition": "lograft.client.types",
+    "Transport": "lograft.client.transport",
+    "UnexpectedResponseError": "lograft.client.errors",
+    "deserializers": "lograft.client.serde",
+    "serializers": "lograft.client.serde",
+}
+
+if TYPE_CHECKING:
+    from lograft.client.config import ConsumerConfig, ProducerConfig
+    from lograft.client.consumer import AsyncConsumer
+    from lograft.client.errors import (
+        BufferFullError,
+        ClientClosedError,
+        ClientTimeoutError,
+        ClusterUnreachableError,
+        CommitFailedError,
+        DeliveryTimeoutError,
+        NetworkError,
+        NoOffsetForPartitionError,
+        SerializationError,
+        UnexpectedResponseError,
+    )
+    from lograft.client.metadata import ClusterMetadata, PartitionMetadata, TopicMetadata
+    from lograft.client.producer import AsyncProducer
+    from lograft.client.record_future import FutureRecordMetadata
+    from lograft.client.sender import ProducerStats
+    from lograft.client.serde import deserializers, serializers
+    from lograft.client.sync_consumer import Consumer
+    from lograft.client.sync_producer import Producer
+    from lograft.client.transport import HttpResponse, HttpTransport, Transport
+    from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType, TopicPartition
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "AsyncConsumer",
