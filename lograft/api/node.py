@@ -35,7 +35,7 @@ from lograft.api.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.api.http_server import HttpServer
 from lograft.api.node_config import NodeConfig
 from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_request
-from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.raft_password import raft_password_for
@@ -301,6 +301,7 @@ class Node:
                 self.peers,
             ).add_to(app)
             add_replica_fetch_route(app, self.replicas)
+            add_partition_offsets_route(app, self.replicas, _BrokerImageView(self))
             add_producer_routes(
                 app,
                 ProducerIdManager(self._producer_id_block),

@@ -1,44 +1,183 @@
-"""Offsets of partitions wherever their leaders are: log start, high watermark
-and, on request, the first offset at a timestamp.
+"""Offsets of partitions wherever their leaders are: log start, high watermark,
+log end and, on request, the first offset at a timestamp.
 
-Group describe (lag) and reset offsets need them for partitions this broker
-may not lead. A local leader answers from its replica; a remote one through
-its public `GET /v1/topics/{t}/partitions/{p}/offsets`. At most
-`PARTITION_OFFSETS_CONCURRENT_MAX` such requests are in flight at once, each
-bounded by the caller's timeout.
+Topic describe, group describe (lag), reset offsets and a new member's start
+offsets need them for partitions this broker may not lead. A local leader
+answers from its replica; every remote leader is asked once for all of its
+partitions, through `POST /internal/v1/partition-offsets` (cluster secret
+required), in requests of at most `PARTITION_OFFSETS_BATCH_MAX` partitions.
+One request per partition would let one anonymous describe of a topic with
+thousands of partitions open thousands of requests at once (issue 9: 2,000 of
+them stalled a node's event loop for 352 ms). At most
+`PARTITION_OFFSETS_CONCURRENT_MAX` such batches are in flight for one caller,
+each bounded by the caller's timeout.
+
+Request (JSON)::
+
+    {"partitions": [{"topic": "t", "partition": 0}, ...], "timestamp": 1700000000000}
+
+(`timestamp` optional.) Response: `{"partitions": [...]}`, one entry per
+partition in request order: `{"log_start_offset", "high_watermark",
+"log_end_offset", "offset_for_timestamp"}` or `{"error": {...}}` (the HTTP
+error body's form), e.g. NOT_LEADER_OR_FOLLOWER when leadership moved.
 """
 
 from __future__ import annotations
 
 import asyncio
-import urllib.parse
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+import orjson
+from aiohttp import web
 
+from lograft.api.http_errors import error_body
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
+from lograft.api.stream_polls import decode_error
 from lograft.brokers.group_admin import PartitionBounds
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
-from lograft.errors import LeaderNotAvailableError, LograftError, UnknownTopicOrPartitionError
+from lograft.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 
-# Requests to partition leaders in flight at once for one caller.
-PARTITION_OFFSETS_CONCURRENT_MAX = 32
+PATH = "/internal/v1/partition-offsets"
+# Batched requests to partition leaders in flight at once for one caller.
+PARTITION_OFFSETS_CONCURRENT_MAX = 4
+# Partitions in one batched request: its JSON stays well under a megabyte
+# (about 100 bytes a partition) and cheap to parse and render either side.
+PARTITION_OFFSETS_BATCH_MAX = 2_000
+# A leader gives its event loop back after this many timestamp lookups (each
+# may read the time index and a segment from disk).
+_TIMESTAMP_LOOKUPS_PER_YIELD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderOffsets:
+    """One partition's offsets as its leader has them."""
+
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    # The first offset whose timestamp is >= the asked timestamp and below
+    # the high watermark; None when not asked or no record is that recent.
+    offset_for_timestamp: int | None = None
+
+    def to_bounds(self) -> PartitionBounds:
+        return PartitionBounds(
+            self.log_start_offset, self.high_watermark, self.offset_for_timestamp
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "log_start_offset": self.log_start_offset,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log_end_offset,
+            "offset_for_timestamp": self.offset_for_timestamp,
+        }
+
+
+def leader_offsets(
+    replicas: ReplicaManager,
+    metadata: MetadataView,
+    tp: TopicPartition,
+    timestamp_ms: int | None,
+) -> LeaderOffsets:
+    """The offsets of a partition this broker leads (else the error saying why not)."""
+    view = metadata.topic(tp.topic)
+    if view is None or tp.partition not in view.partitions:
+        raise UnknownTopicOrPartitionError(
+            f"{tp} does not exist", topic=tp.topic, partition=tp.partition
+        )
+    leader = view.partitions[tp.partition].leader
+    if leader != replicas.broker_id:
+        raise NotLeaderOrFollowerError(
+            f"broker {replicas.broker_id} is not the leader of {tp}; broker {leader} is",
+            topic=tp.topic,
+            partition=tp.partition,
+        )
+    part = replicas.partition(tp)
+    at = None
+    if timestamp_ms is not None:
+        found = part.log.offset_for_timestamp(timestamp_ms)
+        if found is not None and found.offset < part.high_watermark:
+            at = found.offset
+    return LeaderOffsets(
+        part.log.log_start_offset, part.high_watermark, part.log.log_end_offset, at
+    )
 
 
 class PartitionOffsets:
     def __init__(
         self,
-        replicas: ReplicaManager,
+        replicas: ReplicaManager | None,
         metadata: MetadataView,
         session: aiohttp.ClientSession,
         peers: PeerUrls,
+        *,
+        broker_id: int | None = None,
     ) -> None:
+        """`replicas` None: a node without partitions (controller only), whose
+        `broker_id` is then its node id."""
         self.replicas = replicas
         self.metadata = metadata
         self.session = session
         self.peers = peers
+        self.broker_id = replicas.broker_id if replicas is not None else broker_id
+        # Observable: batched requests sent to each leader (tests count them).
+        self.requests_sent: dict[int, int] = {}
+
+    async def offsets(
+        self,
+        tps: Collection[TopicPartition],
+        timeout_ms: int,
+        timestamp_ms: int | None = None,
+    ) -> dict[TopicPartition, LeaderOffsets | LograftError]:
+        """Each partition's offsets, or the error that kept us from learning them."""
+        out: dict[TopicPartition, LeaderOffsets | LograftError] = {}
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            view = self.metadata.topic(tp.topic)
+            if view is None or tp.partition not in view.partitions:
+                out[tp] = UnknownTopicOrPartitionError(
+                    f"{tp} does not exist", topic=tp.topic, partition=tp.partition
+                )
+                continue
+            leader = view.partitions[tp.partition].leader
+            if leader == self.broker_id and self.replicas is not None:
+                try:
+                    out[tp] = leader_offsets(self.replicas, self.metadata, tp, timestamp_ms)
+                except LograftError as exc:
+                    out[tp] = exc
+            elif leader < 0 or self.peers.broker(self.metadata, leader) is None:
+                out[tp] = LeaderNotAvailableError(
+                    f"{tp} has no reachable leader right now",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                )
+            else:
+                by_leader.setdefault(leader, []).append(tp)
+        limit = asyncio.Semaphore(PARTITION_OFFSETS_CONCURRENT_MAX)
+
+        async def batch(leader: int, part: Sequence[TopicPartition]) -> None:
+            async with limit:
+                out.update(await self._ask(leader, part, timeout_ms, timestamp_ms))
+
+        await asyncio.gather(
+            *(
+                batch(leader, part[i : i + PARTITION_OFFSETS_BATCH_MAX])
+                for leader, part in by_leader.items()
+                for i in range(0, len(part), PARTITION_OFFSETS_BATCH_MAX)
+            )
+        )
+        return {tp: out[tp] for tp in tps}
 
     async def bounds(
         self,
@@ -47,75 +186,133 @@ class PartitionOffsets:
         timestamp_ms: int | None = None,
     ) -> dict[TopicPartition, PartitionBounds | LograftError]:
         """Each partition's bounds, or the error that kept us from learning them."""
-        limit = asyncio.Semaphore(PARTITION_OFFSETS_CONCURRENT_MAX)
-
-        async def one(tp: TopicPartition) -> PartitionBounds | LograftError:
-            async with limit:
-                try:
-                    return await self._bounds(tp, timeout_ms, timestamp_ms)
-                except LograftError as exc:
-                    return exc
-
-        ordered = list(tps)
-        results = await asyncio.gather(*(one(tp) for tp in ordered))
-        return dict(zip(ordered, results, strict=True))
+        found = await self.offsets(tps, timeout_ms, timestamp_ms)
+        return {tp: o.to_bounds() if isinstance(o, LeaderOffsets) else o for tp, o in found.items()}
 
     async def high_watermarks(
         self, tps: Collection[TopicPartition], timeout_ms: int
     ) -> dict[TopicPartition, int]:
         """High watermarks of the partitions whose leader answered in time."""
-        found = await self.bounds(tps, timeout_ms)
-        return {tp: b.high_watermark for tp, b in found.items() if isinstance(b, PartitionBounds)}
+        found = await self.offsets(tps, timeout_ms)
+        return {tp: o.high_watermark for tp, o in found.items() if isinstance(o, LeaderOffsets)}
 
-    async def _bounds(
-        self, tp: TopicPartition, timeout_ms: int, timestamp_ms: int | None
-    ) -> PartitionBounds:
-        view = self.metadata.topic(tp.topic)
-        if view is None or tp.partition not in view.partitions:
-            raise UnknownTopicOrPartitionError(
-                f"{tp} does not exist", topic=tp.topic, partition=tp.partition
-            )
-        leader = view.partitions[tp.partition].leader
-        if leader == self.replicas.broker_id:
-            return self._local(tp, timestamp_ms)
-        url = self.peers.broker(self.metadata, leader) if leader >= 0 else None
-        if url is None:
-            raise LeaderNotAvailableError(
-                f"{tp} has no reachable leader right now", topic=tp.topic, partition=tp.partition
-            )
-        params = {} if timestamp_ms is None else {"timestamp": str(timestamp_ms)}
-        topic = urllib.parse.quote(tp.topic, safe="")
+    async def _ask(
+        self,
+        leader: int,
+        tps: Sequence[TopicPartition],
+        timeout_ms: int,
+        timestamp_ms: int | None,
+    ) -> dict[TopicPartition, LeaderOffsets | LograftError]:
+        """One batched request to one leader; any failure is every partition's error."""
+        url = self.peers.broker(self.metadata, leader)
+        body: dict[str, Any] = {
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
+        }
+        if timestamp_ms is not None:
+            body["timestamp"] = timestamp_ms
+        self.requests_sent[leader] = self.requests_sent.get(leader, 0) + 1
         try:
-            async with self.session.get(
-                f"{url}/v1/topics/{topic}/partitions/{tp.partition}/offsets",
-                params=params,
+            if url is None:
+                raise LeaderNotAvailableError(f"broker {leader} has no address right now")
+            async with self.session.post(
+                url + PATH,
+                data=orjson.dumps(body),
+                headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
             ) as resp:
-                doc = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise LeaderNotAvailableError(
-                f"could not ask broker {leader}, the leader of {tp}: {exc!r}",
-                topic=tp.topic,
-                partition=tp.partition,
-            ) from None
-        if resp.status != 200 or not isinstance(doc, dict):
-            raise LeaderNotAvailableError(
-                f"broker {leader}, the leader of {tp}, answered {resp.status}",
-                topic=tp.topic,
-                partition=tp.partition,
+                raw = await resp.read()
+                status = resp.status
+            if status != 200:
+                raise decode_error(leader, status, raw)
+            answers = orjson.loads(raw)["partitions"]
+            if not isinstance(answers, list) or len(answers) != len(tps):
+                raise ValueError(f"{len(answers)} answers for {len(tps)} partitions")
+            return {tp: _answer(tp, a) for tp, a in zip(tps, answers, strict=True)}
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+            failure: LograftError = LeaderNotAvailableError(
+                f"could not ask broker {leader} for the offsets of {len(tps)} partition(s) "
+                f"it leads: {exc!r}",
+                leader_id=leader,
             )
-        at = doc.get("offset_for_timestamp")
-        return PartitionBounds(
-            int(doc["earliest"]),
-            int(doc["latest"]),
-            int(at["offset"]) if isinstance(at, dict) else None,
+        except LograftError as exc:
+            failure = exc
+        return dict.fromkeys(tps, failure)
+
+
+def _answer(tp: TopicPartition, doc: Any) -> LeaderOffsets | LograftError:
+    if not isinstance(doc, dict):
+        raise ValueError(f"the answer for {tp} is not an object")
+    if "error" in doc:
+        return decode_error(-1, 200, orjson.dumps(doc))
+    at = doc.get("offset_for_timestamp")
+    return LeaderOffsets(
+        int(doc["log_start_offset"]),
+        int(doc["high_watermark"]),
+        int(doc["log_end_offset"]),
+        None if at is None else int(at),
+    )
+
+
+def _parse_request(body: bytes) -> tuple[list[TopicPartition], int | None]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"partition offsets: body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequestError("partition offsets: body must be a JSON object")
+    raw = doc.get("partitions")
+    if not isinstance(raw, list) or len(raw) > PARTITION_OFFSETS_BATCH_MAX:
+        raise InvalidRequestError(
+            f"partition offsets: partitions must be a list of at most "
+            f"{PARTITION_OFFSETS_BATCH_MAX} objects",
+            partitions_max=PARTITION_OFFSETS_BATCH_MAX,
+        )
+    tps = []
+    for item in raw:
+        topic = item.get("topic") if isinstance(item, dict) else None
+        partition = item.get("partition") if isinstance(item, dict) else None
+        if (
+            not isinstance(topic, str)
+            or isinstance(partition, bool)
+            or not isinstance(partition, int)
+            or partition < 0
+        ):
+            raise InvalidRequestError(
+                "partition offsets: each partition must be {topic: string, partition: int >= 0}"
+            )
+        tps.append(TopicPartition(topic, partition))
+    ts = doc.get("timestamp")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
+        raise InvalidRequestError("partition offsets: timestamp must be an integer >= 0")
+    return tps, ts
+
+
+def add_partition_offsets_route(
+    app: web.Application, replicas: ReplicaManager, metadata: MetadataView
+) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        tps, timestamp_ms = _parse_request(await request.read())
+        answers: list[dict[str, Any]] = []
+        for i, tp in enumerate(tps):
+            if timestamp_ms is not None and i and i % _TIMESTAMP_LOOKUPS_PER_YIELD == 0:
+                await asyncio.sleep(0)
+            try:
+                answers.append(leader_offsets(replicas, metadata, tp, timestamp_ms).to_dict())
+            except LograftError as exc:
+                answers.append(error_body(exc))
+        return web.Response(
+            body=orjson.dumps({"partitions": answers}), content_type="application/json"
         )
 
-    def _local(self, tp: TopicPartition, timestamp_ms: int | None) -> PartitionBounds:
-        part = self.replicas.partition(tp)
-        at = None
-        if timestamp_ms is not None:
-            found = part.log.offset_for_timestamp(timestamp_ms)
-            if found is not None and found.offset < part.high_watermark:
-                at = found.offset
-        return PartitionBounds(part.log.log_start_offset, part.high_watermark, at)
+    app.router.add_post(PATH, handle)
+
+
+__all__ = [
+    "PARTITION_OFFSETS_BATCH_MAX",
+    "PARTITION_OFFSETS_CONCURRENT_MAX",
+    "PATH",
+    "LeaderOffsets",
+    "PartitionOffsets",
+    "add_partition_offsets_route",
+    "leader_offsets",
+]

@@ -12,7 +12,6 @@ Reads are served from this node's image.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from lograft.api.controller_client import ControllerClient
+from lograft.api.partition_offsets import LeaderOffsets, PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.routes_internal import ControllerRpc
@@ -30,6 +30,7 @@ from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
+    LograftError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -57,6 +58,7 @@ class AdminRoutes:
         session: aiohttp.ClientSession,
         replicas_caught_up: Callable[[int, int], Awaitable[None]] | None = None,
         peers: PeerUrls | None = None,
+        offsets: PartitionOffsets | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -70,6 +72,10 @@ class AdminRoutes:
         self.replicas_caught_up = replicas_caught_up
         # Where to ask another leader for its offsets (node-to-node: [http.dial]).
         self.peers = peers or PeerUrls()
+        # Leaders' offsets for describe: one batched request per remote leader.
+        self.offsets = offsets or PartitionOffsets(
+            replicas, _StoreView(store), session, self.peers, broker_id=node_id
+        )
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -177,11 +183,12 @@ class AdminRoutes:
         topic = view.topic(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
-        offsets = await asyncio.gather(
-            *(self._offsets(view, name, p, a.leader) for p, a in sorted(topic.partitions.items()))
+        found = await self.offsets.offsets(
+            [TopicPartition(name, p) for p in sorted(topic.partitions)],
+            DESCRIBE_OFFSETS_TIMEOUT_MS,
         )
         partitions = []
-        for (p, a), off in zip(sorted(topic.partitions.items()), offsets, strict=True):
+        for p, a in sorted(topic.partitions.items()):
             partitions.append(
                 {
                     "partition": p,
@@ -190,7 +197,7 @@ class AdminRoutes:
                     "replicas": list(a.replicas),
                     "isr": list(a.isr),
                     "offline": a.leader < 0,
-                    **off,
+                    **_offsets_json(found[TopicPartition(name, p)]),
                 }
             )
         return json_response(
@@ -201,38 +208,6 @@ class AdminRoutes:
                 "partitions": partitions,
             }
         )
-
-    async def _offsets(self, view: ImageView, topic: str, p: int, leader: int) -> dict[str, Any]:
-        unknown = {"log_start_offset": None, "log_end_offset": None, "high_watermark": None}
-        if leader < 0:
-            return unknown
-        if self.replicas is not None and leader == self.node_id:
-            part = self.replicas.partitions.get(TopicPartition(topic, p))
-            if part is None:
-                return unknown
-            return {
-                "log_start_offset": part.log.log_start_offset,
-                "log_end_offset": part.log.log_end_offset,
-                "high_watermark": part.high_watermark,
-            }
-        url = self.peers.broker(view, leader)
-        if url is None:
-            return unknown
-        try:
-            async with self.session.get(
-                f"{url}/v1/topics/{topic}/partitions/{p}/offsets",
-                timeout=aiohttp.ClientTimeout(total=DESCRIBE_OFFSETS_TIMEOUT_MS / 1000),
-            ) as resp:
-                if resp.status != 200:
-                    return unknown
-                doc = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return unknown
-        return {
-            "log_start_offset": doc.get("earliest"),
-            "log_end_offset": doc.get("log_end_offset"),
-            "high_watermark": doc.get("latest"),
-        }
 
     def _brokers(self) -> list[dict[str, Any]]:
         image = self.store.image
@@ -274,3 +249,24 @@ class AdminRoutes:
                 "topics": len(self.store.image.topic_ids),
             }
         )
+
+
+class _StoreView:
+    """A MetadataView of the node's current metadata image (whatever it is when asked)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ImageView(self.store.image), name)
+
+
+def _offsets_json(found: LeaderOffsets | LograftError) -> dict[str, int | None]:
+    """A partition's offsets in describe; all null when its leader could not say."""
+    if isinstance(found, LeaderOffsets):
+        return {
+            "log_start_offset": found.log_start_offset,
+            "log_end_offset": found.log_end_offset,
+            "high_watermark": found.high_watermark,
+        }
+    return {"log_start_offset": None, "log_end_offset": None, "high_watermark": None}
