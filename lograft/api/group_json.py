@@ -19,6 +19,7 @@ from lograft.brokers.group_heartbeat import HeartbeatResponse
 from lograft.brokers.group_offsets import OffsetAndMetadata
 from lograft.brokers.group_records import Partitions
 from lograft.brokers.partition import TopicPartition
+from lograft.echo import shown
 from lograft.errors import InvalidRequestError
 
 # Largest integer a JSON field may carry (offsets, epochs, times).
@@ -35,7 +36,9 @@ async def parse_body(request: web.Request, allowed: Collection[str]) -> dict[str
         raise InvalidRequestError("request body must be a JSON object")
     unknown = set(body) - set(allowed)
     if unknown:
-        raise InvalidRequestError(f"unknown field(s) {sorted(unknown)}; known: {sorted(allowed)}")
+        raise InvalidRequestError(
+            f"unknown field(s) {shown(sorted(unknown))}; known: {sorted(allowed)}"
+        )
     return body
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from lograft.echo import shown
 from lograft.errors import InvalidRequestError
 from lograft.storage.batch import Header, Record, RecordInput, header_key_bytes
 
@@ -87,7 +88,7 @@ def parse_produce_body(body: bytes, *, records_max: int) -> ProduceRequest:
 
 def _choice(value: Any, allowed: Sequence[str], name: str) -> str:
     if value not in allowed:
-        raise InvalidRequestError(f"{name}={value!r}; use one of {', '.join(allowed)}")
+        raise InvalidRequestError(f"{name}={shown(value)}; use one of {', '.join(allowed)}")
     return str(value)
 
 

@@ -28,6 +28,7 @@ from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.metadata_sync import ImageView
 from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
+from lograft.echo import clip, shown
 from lograft.errors import (
     InvalidRequestError,
     LograftError,
@@ -125,7 +126,7 @@ class AdminRoutes:
         body = await self._json(request)
         unknown = set(body) - {"name", "partitions", "replication_factor", "configs"}
         if unknown:
-            raise InvalidRequestError(f"unknown field(s) {sorted(unknown)}")
+            raise InvalidRequestError(f"unknown field(s) {shown(sorted(unknown))}")
         body.setdefault("partitions", 1)
         body.setdefault("replication_factor", min(3, max(1, len(self.store.image.brokers))))
         result = await self._change("create-topic", body)
@@ -182,7 +183,9 @@ class AdminRoutes:
         name = request.match_info["topic"]
         topic = view.topic(name)
         if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+            raise UnknownTopicOrPartitionError(
+                f"topic {shown(name)} does not exist", topic=clip(name)
+            )
         found = await self.offsets.offsets(
             [TopicPartition(name, p) for p in sorted(topic.partitions)],
             DESCRIBE_OFFSETS_TIMEOUT_MS,

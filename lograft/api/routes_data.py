@@ -44,6 +44,7 @@ from lograft.brokers.produce_wire import (
     encode_response,
 )
 from lograft.brokers.replica_manager import ReplicaManager
+from lograft.echo import clip, shown
 from lograft.errors import (
     InvalidRequestError,
     InvalidTopicError,
@@ -116,7 +117,9 @@ class DataRoutes:
     def _topic(self, name: str) -> TopicView:
         view = self.metadata.topic(name)
         if view is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+            raise UnknownTopicOrPartitionError(
+                f"topic {shown(name)} does not exist", topic=clip(name)
+            )
         return view
 
     def _tp(self, request: web.Request) -> tuple[TopicView, TopicPartition]:
@@ -127,10 +130,10 @@ class DataRoutes:
     def _partition_of(view: TopicView, raw: str) -> TopicPartition:
         if not raw.isdigit() or int(raw) not in view.partitions:
             raise UnknownTopicOrPartitionError(
-                f"topic {view.name!r} has no partition {raw}; it has "
+                f"topic {view.name!r} has no partition {shown(raw)}; it has "
                 f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
                 topic=view.name,
-                partition=raw,
+                partition=clip(raw),
             )
         return TopicPartition(view.name, int(raw))
 
@@ -378,7 +381,9 @@ class DataRoutes:
         key_format = q.get("key_format", "auto")
         for name, fmt in (("format", value_format), ("key_format", key_format)):
             if fmt not in READ_FORMATS:
-                raise InvalidRequestError(f"{name}={fmt!r}; use one of {', '.join(READ_FORMATS)}")
+                raise InvalidRequestError(
+                    f"{name}={shown(fmt)}; use one of {', '.join(READ_FORMATS)}"
+                )
         self._require_local_leader(view, tp)
         assert offset is not None
         got = await self.replicas.fetch(
@@ -513,7 +518,7 @@ def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int |
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidRequestError(f"{name}={raw!r} is not an integer") from None
+        raise InvalidRequestError(f"{name}={shown(raw)} is not an integer") from None
     if value < minimum:
         raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
     if value > QUERY_INT_MAX:

@@ -36,6 +36,7 @@ from lograft.api.services import MetadataView
 from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.partition import TopicPartition
+from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
 
 # How long describe waits for partition leaders' high watermarks (lag), ms.
@@ -204,7 +205,9 @@ def topic_partitions(metadata: MetadataView, topics: Iterable[str]) -> list[Topi
     for name in topics:
         view = metadata.topic(name)
         if view is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+            raise UnknownTopicOrPartitionError(
+                f"topic {shown(name)} does not exist", topic=clip(name)
+            )
         tps += [TopicPartition(name, p) for p in sorted(view.partitions)]
     return tps
 

@@ -53,6 +53,7 @@ from lograft.brokers.group_offsets import AutoOffsetReset, CommittedOffset, reso
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.partition import TopicPartition
+from lograft.echo import shown
 from lograft.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -109,8 +110,7 @@ class GroupRoutes:
                 # NOT_CONTROLLER and the like would send the client to the
                 # controller; for it, the coordinator is just not there yet.
                 raise CoordinatorNotAvailableError(
-                    f"could not create {CONSUMER_OFFSETS_TOPIC} yet: {exc.message}; "
-                    "retry shortly",
+                    f"could not create {CONSUMER_OFFSETS_TOPIC} yet: {exc.message}; retry shortly",
                     cause=exc.code,
                 ) from None
         where = self.runtime.locate(group_id)
@@ -172,7 +172,7 @@ class GroupRoutes:
             try:
                 body["sequence"] = int(raw)
             except ValueError:
-                raise InvalidRequestError(f"sequence={raw!r} is not an integer") from None
+                raise InvalidRequestError(f"sequence={shown(raw)} is not an integer") from None
         return await self._heartbeat(
             request, body, request.match_info["member"], LEAVE_GROUP_MEMBER_EPOCH
         )

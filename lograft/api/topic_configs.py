@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError
 from lograft.storage.config import LogConfig, coerce_overrides, config_keys
 
@@ -44,8 +45,8 @@ def validate_topic_configs(
     for key, value in configs.items():
         if key not in known_topic_config_keys():
             raise InvalidConfigError(
-                f"unknown topic config {key!r}; known: {', '.join(known_topic_config_keys())}",
-                key=key,
+                f"unknown topic config {shown(key)}; known: {', '.join(known_topic_config_keys())}",
+                key=clip(str(key)),
             )
         if value is None:
             out[key] = None
@@ -55,7 +56,7 @@ def validate_topic_configs(
             # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
             if not _SMALL_INT.fullmatch(text) or int(text) < 1:
                 raise InvalidConfigError(
-                    f"min_insync_replicas={value!r} must be an integer >= 1", key=key
+                    f"min_insync_replicas={shown(value)} must be an integer >= 1", key=key
                 )
             if replication_factor is not None and int(text) > replication_factor:
                 raise InvalidConfigError(
@@ -65,7 +66,7 @@ def validate_topic_configs(
                 )
         elif key in CONTROLLER_KEYS:
             if text not in ("true", "false"):
-                raise InvalidConfigError(f"{key}={value!r} must be true or false", key=key)
+                raise InvalidConfigError(f"{key}={shown(value)} must be true or false", key=key)
         else:
             log_values[key] = text
         out[key] = text

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.election import elect_offline_leaders
@@ -30,13 +31,15 @@ _BOOLEAN_KEYS = frozenset({UNCLEAN_LEADER_ELECTION})
 def validate_config_entry(key: str, value: str | None, config: ControllerConfig) -> None:
     """Raise InvalidConfigError (naming the key) unless `key` = `value` may be stored."""
     if len(key) > CONFIG_KEY_LENGTH_MAX or not _KEY.fullmatch(key):
-        raise InvalidConfigError(f"invalid config key {key!r}", key=key)
+        raise InvalidConfigError(f"invalid config key {shown(key)}", key=clip(key))
     if value is None:
         return
     if len(value.encode()) > config.config_value_bytes_max:
         raise InvalidConfigError(f"config {key} is longer than the limit", key=key)
     if key in _BOOLEAN_KEYS and value not in ("true", "false"):
-        raise InvalidConfigError(f"config {key} must be 'true' or 'false'", key=key, value=value)
+        raise InvalidConfigError(
+            f"config {key} must be 'true' or 'false'", key=key, value=clip(value)
+        )
 
 
 def validate_config_entries(entries: Mapping[str, str], config: ControllerConfig) -> None:

@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError
 
 KIB = 1024
@@ -137,7 +138,8 @@ def coerce_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     for key, raw in overrides.items():
         if key not in fields:
             raise InvalidConfigError(
-                f"unknown log config {key!r}; known: {', '.join(sorted(fields))}", key=key
+                f"unknown log config {shown(key)}; known: {', '.join(sorted(fields))}",
+                key=clip(str(key)),
             )
         out[key] = _coerce(key, raw)
     return out
@@ -149,18 +151,20 @@ def _coerce(key: str, raw: Any) -> Any:
             return _ENUMS[key](str(raw))
         except ValueError:
             allowed = ", ".join(v.value for v in _ENUMS[key])
-            raise InvalidConfigError(f"{key}={raw!r} is not one of {allowed}", key=key) from None
+            raise InvalidConfigError(
+                f"{key}={shown(raw)} is not one of {allowed}", key=key
+            ) from None
     if key == "min_cleanable_dirty_ratio":
         try:
             return float(raw)
         except (TypeError, ValueError):
-            raise InvalidConfigError(f"{key}={raw!r} is not a number", key=key) from None
+            raise InvalidConfigError(f"{key}={shown(raw)} is not a number", key=key) from None
     if isinstance(raw, bool):
-        raise InvalidConfigError(f"{key}={raw!r} must be an integer", key=key)
+        raise InvalidConfigError(f"{key}={shown(raw)} must be an integer", key=key)
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise InvalidConfigError(f"{key}={raw!r} must be an integer", key=key) from None
+        raise InvalidConfigError(f"{key}={shown(raw)} must be an integer", key=key) from None
 
 
 def _check(ok: bool, key: str, rule: str) -> None:
