@@ -63,6 +63,7 @@ class HttpServer:
         )
         self.bodies = RequestBodies(
             request_bytes_max=config.request_bytes_max,
+            admin_request_bytes_max=config.admin_request_bytes_max,
             request_bytes_inflight_max=config.request_bytes_inflight_max,
             request_bytes_inflight_wait_ms=config.request_bytes_inflight_wait_ms,
             body_read_timeout_ms=config.body_read_timeout_ms,

@@ -63,7 +63,7 @@ def parse_produce_body(body: bytes, *, records_max: int) -> ProduceRequest:
     unknown = set(doc) - _BODY_KEYS
     if unknown:
         raise InvalidRequestError(
-            f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_BODY_KEYS)}"
+            f"unknown field(s) {shown(sorted(unknown))}; allowed: {sorted(_BODY_KEYS)}"
         )
     value_format = _choice(doc.get("value_format", "json"), VALUE_FORMATS, "value_format")
     key_format = _choice(doc.get("key_format", "string"), VALUE_FORMATS, "key_format")

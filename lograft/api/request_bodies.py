@@ -48,7 +48,14 @@ Decompressing would let a small body grow past every limit above, and what
 is worth compressing, records, is compressed inside their batches.
 
 A body longer than `request_bytes_max` is answered `413 MESSAGE_TOO_LARGE`,
-before reading when `Content-Length` says so. Every refusal above carries
+before reading when `Content-Length` says so. Only produce requests
+(`FULL_SIZE_BODY_ROUTES`) and node-to-node requests may be that long: every
+other body (group join, sync, heartbeat and commit, admin and config
+changes) is JSON that no legitimate client makes larger than a few
+kilobytes, parsed on the event loop in one C call that cannot be moved off
+it (orjson holds the GIL throughout, so a worker thread would not free the
+loop), so it is held to `admin_request_bytes_max` (1 MiB: about 10 ms of
+parsing) and answered the same 413 past it. Every refusal above carries
 `Connection: close`: the body is left unread, and the listener reads and
 drops what is left of it for a short while (`UNREAD_BODY_DRAIN_MS`,
 http_server.py) so that the answer reaches the client, then closes.
@@ -72,6 +79,11 @@ from lograft.api.http_errors import error_response
 # the read buffer every connection has anyway (http_server.py passes it to
 # aiohttp as `read_bufsize`).
 UNCOUNTED_BODY_BYTES_MAX = 64 * 1024
+# The routes whose bodies may be `request_bytes_max` long (produce: records);
+# every other public route's body is held to `admin_request_bytes_max`.
+FULL_SIZE_BODY_ROUTES = frozenset(
+    {"/v1/topics/{topic}/records", "/v1/topics/{topic}/partitions/{partition}/batches"}
+)
 # Content-Encoding values that mean "as it is".
 _IDENTITY = frozenset({"", "identity"})
 
@@ -96,11 +108,15 @@ class RequestBodies:
         *,
         request_bytes_max: int,
         request_bytes_inflight_max: int,
+        admin_request_bytes_max: int | None = None,
         request_bytes_inflight_wait_ms: int,
         body_read_timeout_ms: int,
         faults: ClientFaultLog,
     ) -> None:
         self.request_bytes_max = request_bytes_max
+        self.admin_request_bytes_max = min(
+            admin_request_bytes_max or request_bytes_max, request_bytes_max
+        )
         self.inflight_max = request_bytes_inflight_max
         self.wait_ms = request_bytes_inflight_wait_ms
         self.read_timeout_ms = body_read_timeout_ms
@@ -146,18 +162,31 @@ class RequestBodies:
 
         return bounded_body
 
+    def _limit(self, request: web.Request) -> tuple[int, str]:
+        """The longest body this request may have, and the setting's name."""
+        full = self.request_bytes_max, "request_bytes_max"
+        if self.admin_request_bytes_max >= self.request_bytes_max:
+            return full  # the smaller limit is not smaller: name the one that binds
+        if request.path.startswith(INTERNAL_PREFIX):
+            return full
+        route = request.match_info.route.resource
+        if route is not None and route.canonical in FULL_SIZE_BODY_ROUTES:
+            return full
+        return self.admin_request_bytes_max, "admin_request_bytes_max"
+
     async def _receive(self, request: web.Request, held: _Held) -> bytes:
         _check_codings(request)
+        limit = self._limit(request)
         length = request.content_length
-        if length is not None and length > self.request_bytes_max:
-            raise self._too_large()
+        if length is not None and length > limit[0]:
+            raise self._too_large(limit)
         if length is not None and length > UNCOUNTED_BODY_BYTES_MAX:
             if not await held.budget.take(length, self.wait_ms / 1000):
                 raise self._over_budget(request, length)
             held.size = length
         try:
             async with asyncio.timeout(self.read_timeout_ms / 1000):
-                return await self._read(request, held)
+                return await self._read(request, held, limit)
         except TimeoutError:
             self.timeouts_total += 1
             self.faults.event(
@@ -174,13 +203,13 @@ class RequestBodies:
                 body_read_timeout_ms=self.read_timeout_ms,
             ) from None
 
-    async def _read(self, request: web.Request, held: _Held) -> bytes:
+    async def _read(self, request: web.Request, held: _Held, limit: tuple[int, str]) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while chunk := await request.content.readany():
             size += len(chunk)
-            if size > self.request_bytes_max:
-                raise self._too_large()
+            if size > limit[0]:
+                raise self._too_large(limit)
             if size > held.size and size > UNCOUNTED_BODY_BYTES_MAX:
                 # A chunked body, past the uncounted size: take what it grew by,
                 # never waiting while holding part of the budget.
@@ -190,10 +219,11 @@ class RequestBodies:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _too_large(self) -> e.RecordTooLargeError:
+    @staticmethod
+    def _too_large(limit: tuple[int, str]) -> e.RecordTooLargeError:
+        size, name = limit
         return e.RecordTooLargeError(
-            f"request body exceeds the limit of {self.request_bytes_max} bytes (request_bytes_max)",
-            request_bytes_max=self.request_bytes_max,
+            f"request body exceeds the limit of {size} bytes ({name})", **{name: size}
         )
 
     def _over_budget(

@@ -341,3 +341,68 @@ async def test_a_chunked_body_whose_framing_breaks_ends_at_the_deadline(
     status, _, body = await response(reader)
     assert (status, code(body)) == (408, "REQUEST_BODY_TIMEOUT")
     writer.close()
+
+
+ADMIN_MAX = 16 * 1024
+
+
+@pytest.fixture
+async def small_admin() -> AsyncIterator[HttpServer]:
+    """Produce routes take BODY_MAX, every other public route ADMIN_MAX."""
+    app = create_app(cluster_secret=SECRET, request_bytes_max=BODY_MAX, ready=lambda: (True, {}))
+    app.router.add_post("/v1/topics/{topic}/records", echo)
+    app.router.add_post("/v1/topics/{topic}/partitions/{partition}/batches", echo)
+    app.router.add_post("/v1/groups/{group:[^/]+}/members", echo)
+    app.router.add_patch("/v1/topics/{topic}/configs", echo)
+    app.router.add_post("/internal/v1/echo", echo)
+    srv = HttpServer(
+        app,
+        HttpConfig(
+            port=free_port(),
+            request_bytes_max=BODY_MAX,
+            admin_request_bytes_max=ADMIN_MAX,
+            request_bytes_inflight_max=INFLIGHT_MAX,
+        ),
+    )
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("chunked_body", [False, True])
+async def test_only_produce_and_internal_bodies_may_be_request_bytes_max(
+    small_admin: HttpServer, chunked_body: bool
+) -> None:
+    import aiohttp
+
+    body = b"x" * (ADMIN_MAX + 1)
+
+    async def send(method: str, path: str) -> tuple[int, dict]:
+        data: object = body
+        if chunked_body:
+
+            async def gen() -> AsyncIterator[bytes]:
+                yield body
+
+            data = gen()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                method,
+                f"http://127.0.0.1:{small_admin.config.port}{path}",
+                data=data,
+                headers={SECRET_HEADER: SECRET},
+            ) as resp,
+        ):
+            return resp.status, orjson.loads(await resp.read())
+
+    assert await send("POST", "/v1/topics/t/records") == (200, {"bytes": len(body)})
+    assert await send("POST", "/v1/topics/t/partitions/0/batches") == (200, {"bytes": len(body)})
+    assert await send("POST", "/internal/v1/echo") == (200, {"bytes": len(body)})
+    for method, path in (("POST", "/v1/groups/g/members"), ("PATCH", "/v1/topics/t/configs")):
+        status, doc = await send(method, path)
+        assert status == 413, doc
+        assert doc["error"]["code"] == "MESSAGE_TOO_LARGE"
+        assert doc["error"]["details"] == {"admin_request_bytes_max": ADMIN_MAX}

@@ -6,6 +6,7 @@ import base64
 from collections.abc import AsyncIterator
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kafka.record import MemoryRecords
@@ -350,3 +351,30 @@ async def test_a_raw_produce_of_more_batches_than_produce_batches_max_is_refused
     )
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["base_offset"] == 0  # nothing of the refused one was written
+
+
+@pytest.mark.parametrize("value_chars", [60, 3_000])
+async def test_a_large_json_produce_is_decoded_and_built_off_the_event_loop(
+    client, monkeypatch, value_chars: int
+) -> None:
+    """Issue 9: 10,000 small JSON records took ~0.2 s of Python work on the loop."""
+    import threading
+
+    import lograft.api.routes_data as routes_data
+
+    threads: list[str] = []
+    for name in ("parse_produce_body", "_build_batches"):
+        real = getattr(routes_data, name)
+
+        def spy(*args, _real=real, **kwargs):
+            threads.append(threading.current_thread().name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(routes_data, name, spy)
+    body = {"records": [{"value": "x" * value_chars, "partition": 0}] * 100}
+    resp = await client.post("/v1/topics/orders/records", json=body)
+    assert resp.status == 200, await resp.text()
+    large = len(orjson.dumps(body)) >= routes_data.JSON_OFF_LOOP_BYTES_MIN
+    assert large == (value_chars > 60)
+    main = threading.main_thread().name
+    assert threads and all((t != main) == large for t in threads), threads
