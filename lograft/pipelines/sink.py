@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lograft.client import Producer
 from lograft.client.record_future import FutureRecordMetadata
 from lograft.errors import InvalidConfigError
 from lograft.pipelines.options import SinkOptions, sink_option_name
@@ -141,6 +140,10 @@ class _FirstError:
 def write_rows(opts: SinkOptions, columns: SinkColumns, batches: Iterator[pa.RecordBatch]) -> int:
     """Send every row of `batches` and wait for all of them (one Spark task);
     returns how many records were written."""
+    # Imported here: a reading query's planner and executors load this
+    # module (through datasource.py) but never the producer's.
+    from lograft.client.sync_producer import Producer
+
     producer = Producer(
         list(opts.bootstrap), client_id="lograft-spark-sink", **dict(opts.producer_settings)
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import lograft.client
 
 
@@ -25,9 +27,18 @@ def test_unknown_name_is_an_attribute_error():
         raise AssertionError("no AttributeError")
 
 
-def test_the_executor_read_path_leaves_producer_and_groups_unimported():
+@pytest.mark.parametrize(
+    "module",
+    [
+        "lograft.pipelines.range_reader",  # an executor's read
+        pytest.param("lograft.pipelines.datasource", id="planner"),  # the planner's
+    ],
+)
+def test_a_read_leaves_producer_and_groups_unimported(module):
+    if module.endswith("datasource"):
+        pytest.importorskip("pyspark", reason="pyspark is not installed")
     code = (
-        "import sys, lograft.pipelines.range_reader; "
+        f"import sys, {module}; "
         "print(' '.join(m for m in ('lograft.client.producer', 'lograft.client.consumer', "
         "'lograft.client.consumer_group', 'lograft.client.coordinator') if m in sys.modules))"
     )
