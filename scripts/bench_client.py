@@ -48,14 +48,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import resource
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -65,6 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
+from bench_common import http_json, log, machine  # a sibling script
 
 from lograft.client import (
     AsyncConsumer,
@@ -89,10 +87,6 @@ class Result:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def cpu_now() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -105,16 +99,6 @@ def timed() -> Iterator[dict[str, float]]:
     yield out
     out["seconds"] = time.perf_counter() - w
     out["cpu"] = cpu_now() - c
-
-
-def http_json(method: str, url: str, body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        raw = resp.read()
-    return json.loads(raw) if raw else None
 
 
 class Bench:
@@ -465,20 +449,6 @@ class Bench:
         self.consumer_group_pair(t1, a.records)
         e2e = self.end_to_end(self.topic("e2e"))
         return {"results": [dict(asdict(r), rate=r.rate) for r in self.results], "e2e": e2e}
-
-
-def machine() -> str:
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPU ({cpu}), "
-        f"Python {platform.python_version()}, load average {load}"
-    )
 
 
 def print_table(out: dict[str, Any]) -> None:

@@ -47,13 +47,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -66,13 +64,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import kafka_local  # noqa: E402  (a sibling script)
+from bench_common import http_json, log, machine  # noqa: E402  (a sibling script)
 
 BENCH_VENV = ROOT / ".tools" / "spark-bench" / f"venv-pyspark-{kafka_local.SPARK_KAFKA_VERSION}"
 INNER_FLAG = "--in-bench-env"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # -- the benchmark environment -------------------------------------------------------------
@@ -182,16 +177,6 @@ def value_df(spark: Any, records: int, value_bytes: int, partitions: int) -> Any
     return spark.range(records, numPartitions=partitions).select(value.alias("value"))
 
 
-def http_json(method: str, url: str, body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        raw = resp.read()
-    return json.loads(raw) if raw else None
-
-
 class Bench:
     """Per system and value size: a warm-up (the sink writes `--warmup` rows to a new topic,
     a streaming query reads them; neither is timed, so the JVM, the Python workers and the
@@ -285,20 +270,6 @@ class Bench:
 
 
 # -- the run -------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPU ({cpu}), "
-        f"Python {platform.python_version()}, load average {load}"
-    )
 
 
 def print_table(out: dict[str, Any]) -> None:
