@@ -32,15 +32,6 @@ TOPIC_READY_TIMEOUT_S = 60.0
 READ_TIMEOUT_S = 120.0
 
 
-def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap",
-        default=LOCAL_BOOTSTRAP,
-        help="lograft node URLs, comma separated (default: the local cluster of "
-        "scripts/cluster.sh start)",
-    )
-
-
 def _http_json(method: str, url: str, body: Any = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -130,12 +121,23 @@ def read_records(
     return out
 
 
-def add_master_arg(parser: argparse.ArgumentParser) -> None:
+def example_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An example's command line with what every example takes: --bootstrap and --master."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=LOCAL_BOOTSTRAP,
+        help="lograft node URLs, comma separated (default: the local cluster of "
+        "scripts/cluster.sh start)",
+    )
     parser.add_argument(
         "--master",
         default=None,
         help="Spark master URL (default local[2]; under spark-submit, spark-submit's --master)",
     )
+    return parser
 
 
 def spark_session(app_name: str, master: str | None = None) -> SparkSession:

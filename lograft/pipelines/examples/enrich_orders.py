@@ -24,7 +24,6 @@ records of another shape.)
 
 from __future__ import annotations
 
-import argparse
 import csv
 import random
 import sys
@@ -200,11 +199,7 @@ def report(got: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    common.add_bootstrap_arg(parser)
-    common.add_master_arg(parser)
+    parser = common.example_parser(__doc__)
     parser.add_argument("--orders", type=int, default=200)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--customers", type=Path, default=None, help="a CSV customer table")

@@ -29,7 +29,6 @@ end of `page-views`, until Ctrl-C.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lograft.client import Producer, serializers
 from lograft.pipelines.examples import common
@@ -261,12 +260,8 @@ def report(written: dict[WindowKey, int], expected: dict[WindowKey, int]) -> boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = common.example_parser(__doc__)
     parser.add_argument("command", nargs="?", default="run", choices=("run", "generate", "stream"))
-    common.add_bootstrap_arg(parser)
-    common.add_master_arg(parser)
     parser.add_argument("--events", type=int, default=3000, help="page views to produce")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -289,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"produced {len(events)} page views to {EVENTS_TOPIC}")
         return 0
 
-    spark = spark_for(args)
+    spark = common.spark_session("page-views", args.master)
     with tempfile.TemporaryDirectory(prefix="page-views-") as tmp:
         checkpoints = args.checkpoints or Path(tmp)
         if args.command == "stream":
@@ -319,10 +314,6 @@ def main(argv: list[str] | None = None) -> int:
             console=not args.no_console,
         )
     return 0 if report(written, expected) else 1
-
-
-def spark_for(args: argparse.Namespace) -> Any:
-    return common.spark_session("page-views", args.master)
 
 
 if __name__ == "__main__":

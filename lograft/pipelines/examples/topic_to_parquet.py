@@ -25,7 +25,6 @@ check does not apply).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import operator
 import sys
@@ -127,11 +126,7 @@ def check_export(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    common.add_bootstrap_arg(parser)
-    common.add_master_arg(parser)
+    parser = common.example_parser(__doc__)
     parser.add_argument("--topic", default="page-views")
     parser.add_argument("--out", type=Path, default=Path("data/parquet/page-views"))
     parser.add_argument("--starting-offsets", help='exact offsets: {"topic": {"0": 0, ...}}')
