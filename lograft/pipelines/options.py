@@ -455,27 +455,30 @@ def parse_source_options(raw: Mapping[str, str]) -> SourceOptions:
     )
 
 
+def _refuse_in_batch(
+    spec: OffsetSpec | None, refused: Literal["earliest", "latest"], what: str, what_tp: str
+) -> None:
+    """A batch read cannot start at latest or end at earliest, given by name or as -1 / -2
+    in the JSON (Spark's messages, with lograft for Kafka)."""
+    if spec is None:
+        return
+    if spec.kind == refused:
+        raise _fail(spec.option, f"{what} can't be {refused} for batch queries on lograft")
+    special = LATEST if refused == "latest" else EARLIEST
+    if spec.kind == "offsets":
+        for tp, off in spec.offsets:
+            if off == special:
+                raise _fail(
+                    spec.option,
+                    f"{what_tp.format(tp=tp)} can't be {refused} for batch queries on lograft",
+                )
+
+
 def check_batch_options(opts: SourceOptions) -> None:
     """The rules of a batch read (spark.read), Kafka's validateBatchOptions."""
     start, end = opts.starting, opts.ending
-    if start is not None and start.kind == "latest":
-        raise _fail(start.option, "starting offset can't be latest for batch queries on lograft")
-    if start is not None and start.kind == "offsets":
-        for tp, off in start.offsets:
-            if off == LATEST:
-                raise _fail(
-                    start.option,
-                    f"startingOffsets for {tp} can't be latest for batch queries on lograft",
-                )
-    if end is not None and end.kind == "earliest":
-        raise _fail(end.option, "ending offset can't be earliest for batch queries on lograft")
-    if end is not None and end.kind == "offsets":
-        for tp, off in end.offsets:
-            if off == EARLIEST:
-                raise _fail(
-                    end.option,
-                    f"ending offset for {tp} can't be earliest for batch queries on lograft",
-                )
+    _refuse_in_batch(start, "latest", "starting offset", "startingOffsets for {tp}")
+    _refuse_in_batch(end, "earliest", "ending offset", "ending offset for {tp}")
     # Per-partition offsets (or timestamps) at both ends: Kafka's checkOffsetLimitValidity.
     if start is None or end is None or start.kind != end.kind:
         return
