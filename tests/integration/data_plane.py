@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lograft.storage.batch import Record, RecordInput, build_batch, iter_records
 from tests.integration.cluster_harness import (
@@ -22,6 +23,9 @@ from tests.integration.cluster_harness import (
     LograftCluster,
     Response,
 )
+
+if TYPE_CHECKING:
+    import pytest
 
 BATCH_TYPE = "application/vnd.lograft.batch"
 # Errors after which a produce is known to have written nothing.
@@ -77,6 +81,31 @@ def start_cluster(make: Callable[[int], LograftCluster], attempts: int = 3) -> L
             if not lost_race or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def running_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    log_lines: int,
+    size: int = 3,
+    **settings: Any,
+) -> Iterator[LograftCluster]:
+    """A cluster fixture's body: a started cluster of `size` nodes (directories
+    `name-<attempt>`, `settings` as LograftCluster takes them), and after the
+    tests the last `log_lines` lines of each node's log on stdout (pytest shows
+    them when a test failed), then every node stopped."""
+
+    def make(attempt: int) -> LograftCluster:
+        return LograftCluster(tmp_path_factory.mktemp(f"{name}-{attempt}"), size, **settings)
+
+    cluster = start_cluster(make)
+    try:
+        yield cluster
+    finally:
+        print(cluster.logs(lines=log_lines))
+        cluster.close()
 
 
 # -- metadata views ------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from tests.integration.data_plane import (
     post_batches,
     produce,
     produce_ok,
-    start_cluster,
+    running_cluster,
     wait_in_sync,
 )
 
@@ -48,27 +48,21 @@ FORWARD_CONNECTIONS_MAX = 1
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
-    def make(attempt: int) -> LograftCluster:
-        return LograftCluster(
-            tmp_path_factory.mktemp(f"replication-{attempt}"),
-            3,
-            broker={
-                "replica_lag_time_max_ms": REPLICA_LAG_TIME_MAX_MS,
-                "isr_check_interval_ms": 100,
-            },
-            controller={"broker_session_timeout_ms": 30_000},
-            # One connection for calls forwarded on a client's behalf: any
-            # replica fetch or controller call queued behind a forwarded
-            # acks=all produce would show here as an ISR shrink.
-            http={"forward_connections_max": FORWARD_CONNECTIONS_MAX},
-        )
-
-    c = start_cluster(make)
-    try:
+    with running_cluster(
+        tmp_path_factory,
+        "replication",
+        log_lines=120,
+        broker={
+            "replica_lag_time_max_ms": REPLICA_LAG_TIME_MAX_MS,
+            "isr_check_interval_ms": 100,
+        },
+        controller={"broker_session_timeout_ms": 30_000},
+        # One connection for calls forwarded on a client's behalf: any
+        # replica fetch or controller call queued behind a forwarded
+        # acks=all produce would show here as an ISR shrink.
+        http={"forward_connections_max": FORWARD_CONNECTIONS_MAX},
+    ) as c:
         yield c
-    finally:
-        print(c.logs(lines=120))
-        c.close()
 
 
 def others(cluster: LograftCluster, *ids: int) -> list[ClusterNode]:

@@ -33,8 +33,8 @@ from tests.integration.data_plane import (
     produce,
     produce_error,
     produce_ok,
+    running_cluster,
     segment_records,
-    start_cluster,
     wait_in_sync,
     wait_serving,
 )
@@ -49,19 +49,13 @@ PRODUCER_DEADLINE_S = 60.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
-    def make(attempt: int) -> LograftCluster:
-        return LograftCluster(
-            tmp_path_factory.mktemp(f"failover-{attempt}"),
-            3,
-            controller={"leader_imbalance_check_interval_ms": 500},
-        )
-
-    c = start_cluster(make)
-    try:
+    with running_cluster(
+        tmp_path_factory,
+        "failover",
+        log_lines=150,
+        controller={"leader_imbalance_check_interval_ms": 500},
+    ) as c:
         yield c
-    finally:
-        print(c.logs(lines=150))
-        c.close()
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cluster_harness import LograftCluster
-from tests.integration.data_plane import start_cluster, wait_in_sync
+from tests.integration.data_plane import running_cluster, wait_in_sync
 
 _topics = itertools.count()
 
@@ -53,20 +53,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
-    def make(attempt: int) -> LograftCluster:
-        return LograftCluster(
-            tmp_path_factory.mktemp(f"spark-cluster-{attempt}"),
-            3,
-            # A restarted node takes back its preferred partitions soon.
-            controller={"leader_imbalance_check_interval_ms": 500},
-        )
-
-    c = start_cluster(make)
-    try:
+    # A restarted node takes back its preferred partitions soon.
+    with running_cluster(
+        tmp_path_factory,
+        "spark-cluster",
+        log_lines=80,
+        controller={"leader_imbalance_check_interval_ms": 500},
+    ) as c:
         yield c
-    finally:
-        print(c.logs(lines=80))
-        c.close()
 
 
 @pytest.fixture
