@@ -86,6 +86,37 @@ def _offset_overflow(rec: int, base_offset: int) -> CorruptRecordError:
     )
 
 
+class _BytesColumn:
+    """One nullable bytes column (keys or values) as the Python decoder builds it."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base  # the caller's *_base: where this section's bytes start
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.offsets = array("i")
+        self.valid = bytearray()
+
+    def take(self, data: bytes | bytearray, p: int) -> int:
+        """Append the varint-length-prefixed field at `p` (-1: null); return the end."""
+        length, p = decode_varint(data, p)
+        self.offsets.append(self.base + self.size)
+        self.valid.append(length >= 0)
+        if length < 0:
+            return p
+        self.parts.append(bytes(data[p : p + length]))
+        self.size += length
+        return p + length
+
+    def buffers(self) -> tuple[bytes, bytes, bytes, int]:
+        """*_data, *_offsets, *_valid, *_nulls, as RecordColumns holds them."""
+        return (
+            b"".join(self.parts),
+            self.offsets.tobytes(),
+            bytes(self.valid),
+            len(self.valid) - sum(self.valid),
+        )
+
+
 def decode_columns_python(
     data: bytes | bytearray | memoryview,
     records_count: int,
@@ -106,11 +137,7 @@ def decode_columns_python(
         raise OverflowError("decode_columns: key/value base plus the section exceeds int32 offsets")
     scan_records_python(data, records_count, last_offset_delta, contiguous=False)
     offsets, stamps = array("q"), array("q")
-    key_offsets, value_offsets = array("i"), array("i")
-    key_valid, value_valid = bytearray(), bytearray()
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    key_len = value_len = 0
+    keys, values = _BytesColumn(key_base), _BytesColumn(value_base)
     headers: list[HeaderBytes] = []
     overflow = offset_overflow = -1
     p = 0
@@ -131,20 +158,8 @@ def decode_columns_python(
             us = 0
             overflow = i if overflow < 0 else overflow
         stamps.append(us)
-        klen, p = decode_varint(data, p)
-        key_offsets.append(key_base + key_len)
-        if klen >= 0:
-            keys.append(data[p : p + klen])
-            key_len += klen
-            p += klen
-        key_valid.append(klen >= 0)
-        vlen, p = decode_varint(data, p)
-        value_offsets.append(value_base + value_len)
-        if vlen >= 0:
-            values.append(data[p : p + vlen])
-            value_len += vlen
-            p += vlen
-        value_valid.append(vlen >= 0)
+        p = keys.take(data, p)
+        p = values.take(data, p)
         nh, p = decode_varint(data, p)
         hs: list[tuple[bytes, bytes | None]] = []
         for _ in range(nh):
@@ -166,14 +181,8 @@ def decode_columns_python(
     return RecordColumns(
         offsets.tobytes(),
         stamps.tobytes(),
-        b"".join(keys),
-        key_offsets.tobytes(),
-        bytes(key_valid),
-        records_count - sum(key_valid),
-        b"".join(values),
-        value_offsets.tobytes(),
-        bytes(value_valid),
-        records_count - sum(value_valid),
+        *keys.buffers(),
+        *values.buffers(),
         headers if want_headers else None,
     )
 
