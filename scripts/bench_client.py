@@ -62,7 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
-from bench_common import http_json, log, machine  # a sibling script
+from bench_common import http_json, log, machine, poll_count  # a sibling script
 
 from lograft.client import (
     AsyncConsumer,
@@ -280,11 +280,8 @@ class Bench:
         tps = [TopicPartition(topic, p) for p in range(self.args.partitions)]
         with Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as c:
             c.assign(tps)
-            count = 0
             with timed() as t:
-                while count < expected:
-                    for records in c.poll(timeout_ms=5000).values():
-                        count += len(records)
+                count = poll_count(c, expected)
             requests = c.fetch_requests
         self.add(Result("Consumer (sync), poll()", count, t["seconds"], t["cpu"], requests))
 

@@ -46,3 +46,13 @@ def machine() -> str:
         f"{platform.system()} {platform.release()}, {os.cpu_count()} CPU ({cpu}), "
         f"Python {platform.python_version()}, load average {load}"
     )
+
+
+def poll_count(consumer: Any, expected: int) -> int:
+    """Poll a lograft `Consumer` until it has returned at least `expected` records;
+    how many it returned (the raw-fetch reads of bench_client and bench_spark)."""
+    count = 0
+    while count < expected:
+        for records in consumer.poll(timeout_ms=5000).values():
+            count += len(records)
+    return count

@@ -39,7 +39,7 @@ Progress goes to stderr; the table to stdout (`--json` for JSON).
 
     .venv/bin/python scripts/bench_spark.py
     .venv/bin/python scripts/bench_spark.py --records 200000 --value-bytes 100
-    .venv/bin/python scripts/bench_spark.py --only lograft      # no Kafka
+    .venv/bin/python scripts/bench_spark.py --only lograft      # no Kafka, no mvn
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import kafka_local  # noqa: E402  (a sibling script)
-from bench_common import http_json, log, machine  # noqa: E402  (a sibling script)
+from bench_common import http_json, log, machine, poll_count  # noqa: E402  (a sibling script)
 
 BENCH_VENV = ROOT / ".tools" / "spark-bench" / f"venv-pyspark-{kafka_local.SPARK_KAFKA_VERSION}"
 INNER_FLAG = "--in-bench-env"
@@ -261,11 +261,8 @@ class Bench:
         tps = [TopicPartition(topic, p) for p in range(self.args.partitions)]
         with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
             consumer.assign(tps)
-            count = 0
             with wall() as t:
-                while count < expected:
-                    for records in consumer.poll(timeout_ms=5000).values():
-                        count += len(records)
+                count = poll_count(consumer, expected)
         self.add(Result("lograft", value_bytes, "raw fetch", count, t["seconds"]))
 
 
@@ -312,10 +309,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
 
     java = prepare_environment()
     log(f"Java {'.'.join(map(str, java.version))} from {java.source}: {java.home}")
-    jars = kafka_local.maven_jars(
-        "spark-kafka-" + kafka_local.SPARK_KAFKA_VERSION,
-        kafka_local.SPARK_KAFKA_ARTIFACTS,
-        only=kafka_local.SPARK_KAFKA_JARS,
+    # Spark's Kafka connector, unless only lograft is measured (then no mvn, no download).
+    jars = (
+        []
+        if args.only == "lograft"
+        else kafka_local.maven_jars(
+            "spark-kafka-" + kafka_local.SPARK_KAFKA_VERSION,
+            kafka_local.SPARK_KAFKA_ARTIFACTS,
+            only=kafka_local.SPARK_KAFKA_JARS,
+        )
     )
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
         work = Path(tmp)
@@ -335,8 +337,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                 "bench-spark",
                 master="local[2]",
                 conf={
-                    "spark.jars": ",".join(str(j) for j in jars),
                     "spark.sql.streaming.numRecentProgressUpdates": "100000",
+                    **({"spark.jars": ",".join(str(j) for j in jars)} if jars else {}),
                 },
             )
             if cluster is not None:
@@ -405,16 +407,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if INNER_FLAG not in argv:
-        if argv and argv[0] in ("-h", "--help"):
-            parse_args(argv)
-        # Fetch the jars before the venv so a missing mvn is said first.
-        kafka_local.maven_jars(
-            "kafka-" + kafka_local.KAFKA_VERSION, kafka_local.KAFKA_BROKER_ARTIFACTS
-        )
+    inner = INNER_FLAG in argv
+    if inner:
+        argv.remove(INNER_FLAG)
+    args = parse_args(argv)  # -h and bad arguments answered before any download
+    if not inner:
+        if args.only != "lograft":
+            # Fetch the jars before the venv so a missing mvn is said first.
+            kafka_local.maven_jars(
+                "kafka-" + kafka_local.KAFKA_VERSION, kafka_local.KAFKA_BROKER_ARTIFACTS
+            )
         reexec_in_bench_env(argv)
-    argv.remove(INNER_FLAG)
-    args = parse_args(argv)
     out = run(args, argv)
     if args.json:
         print(json.dumps(out, indent=2))
