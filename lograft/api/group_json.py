@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
 from lograft.brokers.group_admin import GroupDescription
 from lograft.brokers.group_heartbeat import HeartbeatResponse
 from lograft.brokers.group_offsets import OffsetAndMetadata
@@ -21,9 +22,6 @@ from lograft.brokers.group_records import Partitions
 from lograft.brokers.partition import TopicPartition
 from lograft.echo import shown
 from lograft.errors import InvalidRequestError
-
-# Largest integer a JSON field may carry (offsets, epochs, times).
-JSON_INT_MAX = (1 << 63) - 1
 
 
 async def parse_body(request: web.Request, allowed: Collection[str]) -> dict[str, Any]:
@@ -42,23 +40,19 @@ async def parse_body(request: web.Request, allowed: Collection[str]) -> dict[str
     return body
 
 
-def _int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequestError(f"{name} must be an integer")
-    if not minimum <= value <= JSON_INT_MAX:
-        raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def required_int(body: Mapping[str, Any], name: str, *, minimum: int) -> int:
+def required_int(
+    body: Mapping[str, Any], name: str, *, minimum: int, maximum: int = INT64_MAX
+) -> int:
     if body.get(name) is None:
         raise InvalidRequestError(f"{name} is required")
-    return _int(body[name], name, minimum)
+    return json_int(body[name], name, minimum=minimum, maximum=maximum)
 
 
-def optional_int(body: Mapping[str, Any], name: str, *, minimum: int) -> int | None:
+def optional_int(
+    body: Mapping[str, Any], name: str, *, minimum: int, maximum: int = INT64_MAX
+) -> int | None:
     value = body.get(name)
-    return None if value is None else _int(value, name, minimum)
+    return None if value is None else json_int(value, name, minimum=minimum, maximum=maximum)
 
 
 def optional_str(body: Mapping[str, Any], name: str) -> str | None:
@@ -82,7 +76,10 @@ def partitions_from_json(value: Any, name: str) -> Partitions:
     for topic, numbers in value.items():
         if not isinstance(numbers, list):
             raise InvalidRequestError(f"{name}.{topic} must be a list of partition numbers")
-        out.update(TopicPartition(topic, _int(p, f"{name}.{topic}", 0)) for p in numbers)
+        out.update(
+            TopicPartition(topic, json_int(p, f"{name}.{topic}", maximum=INT32_MAX))
+            for p in numbers
+        )
     return frozenset(out)
 
 
@@ -112,7 +109,8 @@ def topic_partitions_from_json(value: Any) -> list[TopicPartition]:
     out = []
     for i, item in enumerate(value):
         entry = _object(item, f"partitions[{i}]", {"topic", "partition"})
-        out.append(TopicPartition(entry["topic"], required_int(entry, "partition", minimum=0)))
+        partition = required_int(entry, "partition", minimum=0, maximum=INT32_MAX)
+        out.append(TopicPartition(entry["topic"], partition))
     return out
 
 
@@ -124,10 +122,11 @@ def offsets_from_json(value: Any) -> dict[TopicPartition, OffsetAndMetadata]:
     for i, item in enumerate(value):
         name = f"offsets[{i}]"
         entry = _object(item, name, {"topic", "partition", "offset", "metadata", "leader_epoch"})
-        tp = TopicPartition(entry["topic"], required_int(entry, "partition", minimum=0))
+        partition = required_int(entry, "partition", minimum=0, maximum=INT32_MAX)
+        tp = TopicPartition(entry["topic"], partition)
         if tp in out:
             raise InvalidRequestError(f"{name}: {tp} appears twice")
-        leader_epoch = optional_int(entry, "leader_epoch", minimum=-1)
+        leader_epoch = optional_int(entry, "leader_epoch", minimum=-1, maximum=INT32_MAX)
         out[tp] = OffsetAndMetadata(
             offset=required_int(entry, "offset", minimum=0),
             metadata=optional_str(entry, "metadata") or "",

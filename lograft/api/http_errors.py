@@ -11,6 +11,7 @@ machine-readable context (a leader's address, a valid offset range, a limit).
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 from typing import Any
 
@@ -25,6 +26,8 @@ from lograft.api.client_faults import (
     describe,
     quote,
 )
+
+log = logging.getLogger(__name__)
 
 REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
 # Where the app's handlers log client faults (`ClientFaultLog`); the node sets
@@ -116,15 +119,81 @@ def status_for(error: e.LograftError) -> int:
     return 500
 
 
+def error_dict(error: e.LograftError) -> dict[str, Any]:
+    """`error.to_dict()` with only what JSON can carry, for an error embedded
+    in a larger body (per-record and per-partition outcomes)."""
+    body = error.to_dict()
+    try:
+        orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _renderable(body)
+    return body
+
+
 def error_body(error: e.LograftError) -> dict[str, Any]:
-    return {"error": error.to_dict()}
+    return {"error": error_dict(error)}
+
+
+def render_error(error: e.LograftError) -> bytes:
+    """The JSON error body of `error`; never raises. A detail orjson cannot
+    encode (an integer beyond 64 bits, a lone surrogate, an object) is left
+    out rather than turning the answer into a failure of its own."""
+    try:
+        return orjson.dumps({"error": error.to_dict()})
+    except Exception:
+        pass
+    try:
+        return orjson.dumps({"error": _renderable(error.to_dict())})
+    except Exception:
+        log.exception("could not render error %s", type(error).__name__)
+        return _LAST_RESORT
+
+
+def _renderable(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "code": _text(body.get("code")),
+        "message": _text(body.get("message")),
+        "retriable": body.get("retriable") is True,
+    }
+    details = body.get("details")
+    if isinstance(details, dict):
+        kept: dict[str, Any] = {}
+        for key, value in details.items():
+            try:
+                orjson.dumps({key: value})
+            except TypeError:
+                continue
+            kept[key] = value
+        dropped = sorted(str(k) for k in set(details) - set(kept))
+        if dropped:
+            # Only a value that slipped past validation gets here: say which.
+            log.warning("error %s: details %s left out: not JSON", out["code"], dropped)
+        if kept:
+            out["details"] = kept
+    return out
+
+
+def _text(value: Any) -> str:
+    """`value` as a str that UTF-8 (and so JSON) can carry."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
+
+
+# The answer when even an error's code and message cannot be rendered (which
+# _renderable rules out): the middleware's last line.
+_LAST_RESORT = orjson.dumps(
+    {
+        "error": {
+            "code": e.LograftError.code,
+            "message": "internal error while rendering an error; see the node's log",
+            "retriable": False,
+        }
+    }
+)
 
 
 def error_response(error: e.LograftError) -> web.Response:
     return web.Response(
-        status=status_for(error),
-        body=orjson.dumps(error_body(error)),
-        content_type="application/json",
+        status=status_for(error), body=render_error(error), content_type="application/json"
     )
 
 
@@ -132,7 +201,7 @@ def raw_error_response(error: e.LograftError) -> bytes:
     """The whole HTTP/1.1 response for `error`, with `Connection: close`: for
     answering below aiohttp, on a connection refused before its request is read."""
     status = status_for(error)
-    body = orjson.dumps(error_body(error))
+    body = render_error(error)
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: application/json\r\n"

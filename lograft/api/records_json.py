@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
 from lograft.echo import shown
 from lograft.errors import InvalidRequestError
 from lograft.storage.batch import Header, Record, RecordInput, header_key_bytes
@@ -104,15 +105,12 @@ def _parse_record(
             f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(_RECORD_KEYS)}"
         )
     partition = raw.get("partition")
-    if partition is not None and (
-        not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
-    ):
-        raise InvalidRequestError(f"{where}.partition must be a non-negative integer")
+    if partition is not None:
+        partition = json_int(partition, f"{where}.partition", maximum=INT32_MAX)
+    # Milliseconds since the epoch: a batch stores it as an int64.
     timestamp = raw.get("timestamp")
-    if timestamp is not None and (
-        not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0
-    ):
-        raise InvalidRequestError(f"{where}.timestamp must be milliseconds since the epoch (>= 0)")
+    if timestamp is not None:
+        timestamp = json_int(timestamp, f"{where}.timestamp", maximum=INT64_MAX)
     key = encode_value(raw.get("key"), key_format, f"{where}.key") if "key" in raw else None
     value = (
         encode_value(raw.get("value"), value_format, f"{where}.value") if "value" in raw else None

@@ -27,8 +27,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from lograft.api.http_errors import error_dict
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
+from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.partition import Acks, TopicPartition
@@ -62,9 +64,6 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 # the thread hand-off. Only the Python-level work leaves the loop: orjson's
 # parse is one C call that holds the GIL, about 10 ms a MiB of JSON here.
 JSON_OFF_LOOP_BYTES_MIN = 256 * 1024
-# Largest integer a query parameter may carry (offsets, sizes, times); far
-# below int64 so arithmetic on it cannot overflow what Kafka formats hold.
-QUERY_INT_MAX = 1 << 62
 # Topics only the brokers write to.
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 # A JSON fetch renders fetched data larger than this in a worker thread, bytes.
@@ -133,14 +132,17 @@ class DataRoutes:
 
     @staticmethod
     def _partition_of(view: TopicView, raw: str) -> TopicPartition:
-        if not raw.isdigit() or int(raw) not in view.partitions:
+        """A malformed number is INVALID_REQUEST; a number the topic lacks is
+        UNKNOWN_TOPIC_OR_PARTITION (it may exist once partitions are added)."""
+        partition = parse_partition(raw)
+        if partition not in view.partitions:
             raise UnknownTopicOrPartitionError(
-                f"topic {view.name!r} has no partition {shown(raw)}; it has "
+                f"topic {view.name!r} has no partition {partition}; it has "
                 f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
                 topic=view.name,
-                partition=clip(raw),
+                partition=partition,
             )
-        return TopicPartition(view.name, int(raw))
+        return TopicPartition(view.name, partition)
 
     def _require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
         a = view.partitions[tp.partition]
@@ -199,7 +201,7 @@ class DataRoutes:
         for (p, recs), outcome in zip(groups.items(), results, strict=True):
             for i, rec in enumerate(recs):
                 if isinstance(outcome, LograftError):
-                    offsets[rec.index] = {"partition": p, "error": outcome.to_dict()}
+                    offsets[rec.index] = {"partition": p, "error": error_dict(outcome)}
                 else:
                     offsets[rec.index] = {
                         "partition": p,
@@ -379,19 +381,20 @@ class DataRoutes:
     async def fetch(self, request: web.Request) -> web.StreamResponse:
         view, tp = self._tp(request)
         q = request.query
-        offset = _int_param(q, "offset", None, minimum=0)
-        max_bytes = _int_param(q, "max_bytes", self.limits.fetch_bytes_default, minimum=1)
+        offset = query_int(q, "offset", None)
+        max_bytes = query_int(q, "max_bytes", self.limits.fetch_bytes_default, minimum=1)
         if max_bytes > self.limits.fetch_bytes_max:
             raise InvalidRequestError(
                 f"max_bytes={max_bytes} exceeds fetch_bytes_max={self.limits.fetch_bytes_max}"
             )
-        max_records = _int_param(q, "max_records", self.limits.fetch_records_default, minimum=1)
+        max_records = query_int(q, "max_records", self.limits.fetch_records_default, minimum=1)
         if max_records > self.limits.fetch_records_max:
             raise InvalidRequestError(
                 f"max_records={max_records} exceeds the limit of {self.limits.fetch_records_max}"
             )
-        max_wait = _int_param(q, "max_wait_ms", self.limits.fetch_wait_default_ms, minimum=0)
-        min_bytes = _int_param(q, "min_bytes", 1, minimum=0)
+        # Longer waits are cut to the broker's fetch_wait_max_ms.
+        max_wait = query_int(q, "max_wait_ms", self.limits.fetch_wait_default_ms)
+        min_bytes = query_int(q, "min_bytes", 1)
         value_format = q.get("format", "auto")
         key_format = q.get("key_format", "auto")
         for name, fmt in (("format", value_format), ("key_format", key_format)):
@@ -400,7 +403,6 @@ class DataRoutes:
                     f"{name}={shown(fmt)}; use one of {', '.join(READ_FORMATS)}"
                 )
         self._require_local_leader(view, tp)
-        assert offset is not None
         got = await self.replicas.fetch(
             tp, offset, max_bytes=max_bytes, max_wait_ms=max_wait, min_bytes=min_bytes
         )
@@ -456,8 +458,7 @@ class DataRoutes:
             "log_end_offset": part.log.log_end_offset,
         }
         if "timestamp" in request.query:
-            ts = _int_param(request.query, "timestamp", None, minimum=0)
-            assert ts is not None
+            ts = query_int(request.query, "timestamp", None, maximum=INT64_MAX)
             found = part.log.offset_for_timestamp(ts)
             if found is None or found.offset >= part.high_watermark:
                 body["offset_for_timestamp"] = None
@@ -529,23 +530,6 @@ def _render_records(
             next_offset = rec.offset + 1
         next_offset = max(next_offset, header.next_offset)
     return records, next_offset
-
-
-def _int_param(q: Any, name: str, default: int | None, *, minimum: int) -> int | None:
-    raw = q.get(name)
-    if raw is None:
-        if default is None:
-            raise InvalidRequestError(f"query parameter {name} is required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequestError(f"{name}={shown(raw)} is not an integer") from None
-    if value < minimum:
-        raise InvalidRequestError(f"{name} must be >= {minimum}, got {value}")
-    if value > QUERY_INT_MAX:
-        raise InvalidRequestError(f"{name}={value} is out of range")
-    return value
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

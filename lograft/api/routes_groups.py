@@ -34,8 +34,10 @@ from lograft.api.group_json import (
     required_int,
     topics_from_json,
 )
+from lograft.api.http_errors import error_dict
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
+from lograft.api.request_ints import INT32_MAX, INT64_MAX, optional_query_int
 from lograft.api.routes_data import json_response
 from lograft.api.routes_group_admin import (
     GroupAdminRoutes,
@@ -53,7 +55,6 @@ from lograft.brokers.group_offsets import AutoOffsetReset, CommittedOffset, reso
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.partition import TopicPartition
-from lograft.echo import shown
 from lograft.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -162,17 +163,12 @@ class GroupRoutes:
                 "sequence",
             },
         )
-        epoch = required_int(body, "member_epoch", minimum=1)
+        epoch = required_int(body, "member_epoch", minimum=1, maximum=INT32_MAX)
         return await self._heartbeat(request, body, request.match_info["member"], epoch)
 
     async def leave(self, request: web.Request) -> web.Response:
-        raw = request.query.get("sequence")
-        body: dict[str, Any] = {}
-        if raw is not None:
-            try:
-                body["sequence"] = int(raw)
-            except ValueError:
-                raise InvalidRequestError(f"sequence={shown(raw)} is not an integer") from None
+        sequence = optional_query_int(request.query, "sequence", maximum=INT64_MAX)
+        body: dict[str, Any] = {} if sequence is None else {"sequence": sequence}
         return await self._heartbeat(
             request, body, request.match_info["member"], LEAVE_GROUP_MEMBER_EPOCH
         )
@@ -194,7 +190,9 @@ class GroupRoutes:
             assignor=optional_str(body, "assignor"),
             client_id=optional_str(body, "client_id") or "",
             client_host=(request.remote or "") if epoch == JOIN_GROUP_MEMBER_EPOCH else "",
-            rebalance_timeout_ms=optional_int(body, "rebalance_timeout_ms", minimum=1),
+            rebalance_timeout_ms=optional_int(
+                body, "rebalance_timeout_ms", minimum=1, maximum=INT32_MAX
+            ),
             sequence=optional_int(body, "sequence", minimum=0),
         )
         response = await self.runtime.heartbeat(hb)
@@ -208,7 +206,7 @@ class GroupRoutes:
         group_id = request.match_info["group"]
         body = await parse_body(request, {"member_id", "member_epoch", "offsets"})
         member_id = optional_str(body, "member_id") or ""
-        epoch = optional_int(body, "member_epoch", minimum=-1)
+        epoch = optional_int(body, "member_epoch", minimum=-1, maximum=INT32_MAX)
         if member_id and epoch is None:
             raise InvalidRequestError("a member's commit needs its member_epoch")
         if "offsets" not in body:
@@ -272,7 +270,7 @@ class GroupRoutes:
                     reset,
                 )
             except LograftError as exc:
-                entry["error"] = exc.to_dict()
+                entry["error"] = error_dict(exc)
             entries.append(entry)
         return entries
 

@@ -60,7 +60,7 @@ from lograft.api import sse
 from lograft.api.app import SECRET_HEADER
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.records_json import READ_FORMATS
-from lograft.api.routes_data import QUERY_INT_MAX
+from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.api.stream_fetch import ServeLimits, add_stream_fetch_route
 from lograft.api.stream_group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
@@ -373,7 +373,7 @@ class StreamRoutes:
             fmt = q.get(key, "auto")
             if fmt not in READ_FORMATS:
                 raise InvalidRequestError(f"{key}={fmt!r}; use one of {', '.join(READ_FORMATS)}")
-        max_bytes = _positive_int(q, "max_bytes", self.limits.chunk_bytes_default)
+        max_bytes = query_int(q, "max_bytes", self.limits.chunk_bytes_default, minimum=1)
         if max_bytes > self.limits.chunk_bytes_max:
             raise InvalidRequestError(
                 f"max_bytes={max_bytes} exceeds the stream limit of "
@@ -414,7 +414,7 @@ class StreamRoutes:
                 f"auto_offset_reset={reset!r}; use one of {', '.join(AUTO_OFFSET_RESETS)}"
             )
         limits = self.limits.group
-        interval = _positive_int(q, "commit_interval_ms", limits.commit_interval_ms_default)
+        interval = query_int(q, "commit_interval_ms", limits.commit_interval_ms_default, minimum=1)
         if interval < limits.commit_interval_ms_min:
             raise InvalidRequestError(
                 f"commit_interval_ms must be >= {limits.commit_interval_ms_min}",
@@ -436,39 +436,33 @@ def _bound_client_stall(request: web.Request, timeout_ms: int) -> None:
 
 
 def _partitions(view: TopicView, raw: str | None) -> tuple[int, ...]:
+    """`0,1,...`: a malformed list is INVALID_REQUEST; a number the topic
+    lacks is UNKNOWN_TOPIC_OR_PARTITION, as for the fetch path."""
     if raw is None:
         return tuple(sorted(view.partitions))
     wanted: set[int] = set()
     for item in raw.split(","):
-        text = item.strip()
-        if not text.isdigit() or int(text) not in view.partitions:
+        partition = parse_partition(item, "partitions")
+        if partition not in view.partitions:
             raise UnknownTopicOrPartitionError(
-                f"topic {view.name!r} has no partition {text!r}; it has "
+                f"topic {view.name!r} has no partition {partition}; it has "
                 f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
                 topic=view.name,
-                partition=text,
+                partition=partition,
             )
-        wanted.add(int(text))
+        wanted.add(partition)
     return tuple(sorted(wanted))
 
 
 def _offset(raw: str) -> str | int:
     if raw in OFFSET_NAMES:
         return raw
-    if not raw.isdigit() or int(raw) > QUERY_INT_MAX:
+    try:
+        return parse_int(raw, "offset", maximum=QUERY_INT_MAX)
+    except InvalidRequestError as exc:
         raise InvalidRequestError(
-            f"offset={raw!r}; use earliest, latest or an offset (an integer >= 0)"
-        )
-    return int(raw)
-
-
-def _positive_int(q: Mapping[str, str], name: str, default: int) -> int:
-    raw = q.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= QUERY_INT_MAX:
-        raise InvalidRequestError(f"{name}={raw!r} must be an integer >= 1")
-    return int(raw)
+            f"{exc.message}; or use earliest or latest", **exc.details
+        ) from None
 
 
 __all__ = ["StreamLimits", "StreamRoutes"]

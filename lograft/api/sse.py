@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition
 from lograft.errors import InvalidRequestError
 
 CONTENT_TYPE = "text/event-stream"
@@ -64,20 +65,27 @@ def cursor_template(positions: Mapping[int, int], partition: int) -> tuple[str, 
 
 
 def parse_cursor(text: str) -> dict[int, int]:
-    """`0:13,1:7` -> {0: 13, 1: 7}; InvalidRequestError when malformed."""
+    """`0:13,1:7` -> {0: 13, 1: 7}; InvalidRequestError when malformed or out of range."""
     if len(text) > CURSOR_CHARS_MAX:
         raise InvalidRequestError(f"the stream cursor is longer than {CURSOR_CHARS_MAX} characters")
     out: dict[int, int] = {}
     for item in text.strip().split(","):
-        partition, sep, offset = item.strip().partition(":")
-        if not sep or not partition.isdigit() or not offset.isdigit():
+        partition_text, sep, offset_text = item.strip().partition(":")
+        if not sep:
             raise InvalidRequestError(
                 f"bad stream cursor {text[:100]!r}: expected partition:offset pairs "
                 "separated by commas, e.g. 0:13,1:7"
             )
-        if int(partition) in out:
+        try:
+            partition = parse_partition(partition_text, "cursor partition")
+            offset = parse_int(offset_text, "cursor offset", maximum=QUERY_INT_MAX)
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(
+                f"bad stream cursor {text[:100]!r}: {exc.message}", **exc.details
+            ) from None
+        if partition in out:
             raise InvalidRequestError(f"stream cursor names partition {partition} twice")
-        out[int(partition)] = int(offset)
+        out[partition] = offset
     return out
 
 

@@ -102,6 +102,12 @@ def list_groups(
     return tuple(out)
 
 
+def dead_group(group_id: str, config: GroupCoordinatorConfig) -> GroupDescription:
+    """The description of a group that does not exist (Kafka's DEAD state)."""
+    check_group_id(group_id, config)
+    return GroupDescription(group_id, GroupState.DEAD, 0, 0, config.assignor_default, (), ())
+
+
 def describe_group(
     state: CoordinatorState,
     group_id: str,
@@ -111,7 +117,7 @@ def describe_group(
     """A group's state, members and offsets; an unknown group is DEAD and empty."""
     group = state.group(group_id)
     if group is None:
-        return GroupDescription(group_id, GroupState.DEAD, 0, 0, config.assignor_default, (), ())
+        return dead_group(group_id, config)
     members = tuple(
         MemberDescription(
             member_id=member_id,

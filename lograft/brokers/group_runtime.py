@@ -27,6 +27,7 @@ from typing import Protocol, TypeVar
 from lograft.brokers.group_admin import (
     GroupDescription,
     GroupListing,
+    dead_group,
     delete_group,
     describe_group,
     list_groups,
@@ -311,6 +312,11 @@ class GroupCoordinatorRuntime:
     async def describe_group(
         self, group_id: str, high_watermarks: HighWatermarks
     ) -> GroupDescription:
+        offsets_topic = self.metadata.topic(CONSUMER_OFFSETS_TOPIC)
+        if offsets_topic is None or not offsets_topic.partitions:
+            # No group can exist before the topic that holds them: an unknown
+            # group is DEAD (as documented), not a coordinator to wait for.
+            return dead_group(group_id, self.config)
         state = self._read(group_id)
         group = state.group(group_id)
         partitions: set[TopicPartition] = set()

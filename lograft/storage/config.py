@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,10 @@ INT32_MAX = (1 << 31) - 1
 _INT32_KEYS = frozenset(
     {"segment_bytes", "segment_index_bytes", "index_interval_bytes", "max_message_bytes"}
 )
+# An integer setting written as text: ASCII digits, maybe a leading '-' (int()
+# would also take spaces, '_', '+' and other scripts' digits), at most 19 of
+# them: longer is out of range anyway, and int() of it costly.
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 
 
 class FlushPolicy(enum.StrEnum):
@@ -159,12 +164,13 @@ def _coerce(key: str, raw: Any) -> Any:
             return float(raw)
         except (TypeError, ValueError):
             raise InvalidConfigError(f"{key}={shown(raw)} is not a number", key=key) from None
-    if isinstance(raw, bool):
-        raise InvalidConfigError(f"{key}={shown(raw)} must be an integer", key=key)
-    try:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and _INT_TEXT.fullmatch(raw):
         return int(raw)
-    except (TypeError, ValueError):
-        raise InvalidConfigError(f"{key}={shown(raw)} must be an integer", key=key) from None
+    raise InvalidConfigError(
+        f"{key}={shown(raw)} must be an integer (ASCII digits, at most 19)", key=key
+    )
 
 
 def _check(ok: bool, key: str, rule: str) -> None:

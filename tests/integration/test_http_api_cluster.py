@@ -369,8 +369,8 @@ CASES = [
     batch_case(
         "batch-negative-partition",
         good_batch,
-        404,
-        "UNKNOWN_TOPIC_OR_PARTITION",
+        400,
+        "INVALID_REQUEST",
         path=f"/v1/topics/{TOPIC}/partitions/-1/batches",
     ),
     batch_case("batch-not-leader", good_batch, 421, "NOT_LEADER_OR_FOLLOWER", node="router"),

@@ -195,6 +195,91 @@ async def test_unknown_topic_partition_and_offsets(client):
     await _error(await client.get("/v1/topics/orders/partitions/0/records"), 400, "INVALID_REQUEST")
 
 
+# Each is a number to Python's int() or passes str.isdigit(); none is an
+# integer in this API (docs/api.md, "Integers").
+NOT_INTEGERS = ["0_0", "+0", "%200", "%D9%A3", "%C2%B2", "", "1.0"]
+
+
+@pytest.mark.parametrize("text", NOT_INTEGERS)
+@pytest.mark.parametrize(
+    "query",
+    ["offset={}", "offset=0&max_bytes={}", "offset=0&max_records={}", "offset=0&max_wait_ms={}"],
+)
+async def test_fetch_query_integers_are_strict(client, query, text):
+    resp = await client.get("/v1/topics/orders/partitions/0/records?" + query.format(text))
+    await _error(resp, 400, "INVALID_REQUEST")
+
+
+@pytest.mark.parametrize("text", ["%C2%B2", "%D9%A3", "0_0", "+0", "1.0", "x", "-1"])
+async def test_a_partition_path_segment_that_is_not_a_number_is_400(client, text):
+    """`²` passed isdigit() and then failed int(): 500 on every partition route."""
+    path = f"/v1/topics/orders/partitions/{text}"
+    await _error(await client.get(path + "/records?offset=0"), 400, "INVALID_REQUEST")
+    await _error(await client.get(path + "/offsets"), 400, "INVALID_REQUEST")
+    resp = await client.post(
+        path + "/batches",
+        data=build_batch([RecordInput(b"v")], timestamp_ms=1),
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    await _error(resp, 400, "INVALID_REQUEST")
+
+
+async def test_a_partition_number_the_topic_lacks_is_404_with_the_number(client):
+    err = await _error(
+        await client.get(f"/v1/topics/orders/partitions/{2**31 - 1}/offsets"),
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    assert err["details"] == {"topic": "orders", "partition": 2**31 - 1}
+    await _error(
+        await client.get(f"/v1/topics/orders/partitions/{2**31}/offsets"), 400, "INVALID_REQUEST"
+    )
+
+
+@pytest.mark.parametrize("text", [*NOT_INTEGERS, "-1", str(2**63)])
+async def test_offsets_timestamp_is_strict(client, text):
+    resp = await client.get(f"/v1/topics/orders/partitions/0/offsets?timestamp={text}")
+    await _error(resp, 400, "INVALID_REQUEST")
+
+
+async def test_offsets_timestamp_may_be_any_int64(client):
+    resp = await client.get(f"/v1/topics/orders/partitions/0/offsets?timestamp={2**63 - 1}")
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["offset_for_timestamp"] is None
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"value": 1, "timestamp": 2**63},  # was struct.error: 500
+        {"value": 1, "timestamp": 2**64 - 1},
+        {"value": 1, "timestamp": -1},
+        {"value": 1, "timestamp": 1.5},
+        {"value": 1, "timestamp": True},
+        {"value": 1, "partition": 2**31},
+        {"value": 1, "partition": 2**64 - 1},
+        {"value": 1, "partition": 0.0},
+        {"value": 1, "partition": False},
+    ],
+)
+async def test_produce_record_integers_are_range_checked(client, record):
+    resp = await client.post("/v1/topics/orders/records", json={"records": [record]})
+    err = await _error(resp, 400, "INVALID_REQUEST")
+    assert err["details"]["field"] in ("records[0].timestamp", "records[0].partition")
+
+
+async def test_the_largest_timestamp_parses_and_the_broker_judges_it(client):
+    """2^63-1 fits the batch; the leader's timestamp rule (at most
+    message_timestamp_after_max_ms ahead of its clock) then refuses it."""
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        json={"records": [{"value": 1, "partition": 0, "timestamp": 2**63 - 1}]},
+    )
+    await _error(resp, 400, "INVALID_TIMESTAMP")
+    got = await client.get("/v1/topics/orders/partitions/0/offsets")
+    assert (await got.json())["log_end_offset"] == 0
+
+
 async def test_bad_batches_and_content_types(client):
     good = bytearray(build_batch([RecordInput(b"v")], timestamp_ms=1))
     good[-1] ^= 0xFF  # breaks the CRC

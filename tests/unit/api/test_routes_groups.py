@@ -196,6 +196,74 @@ async def test_bad_requests_get_stable_codes(
     assert (got_status, doc["error"]["code"]) == (status, code), doc
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("DELETE", "/v1/groups/g/members/m?sequence=%D9%A3", None),  # int() reads 3
+        ("DELETE", "/v1/groups/g/members/m?sequence=0_0", None),
+        ("DELETE", "/v1/groups/g/members/m?sequence=%2B1", None),
+        ("DELETE", "/v1/groups/g/members/m?sequence=-1", None),
+        ("DELETE", f"/v1/groups/g/members/m?sequence={2**63}", None),
+        ("DELETE", f"/v1/groups/g/members/m?sequence={10**40}", None),
+        ("POST", "/v1/groups/g/members/m/heartbeat", {"member_epoch": True}),
+        ("POST", "/v1/groups/g/members/m/heartbeat", {"member_epoch": 1.0}),
+        ("POST", "/v1/groups/g/members/m/heartbeat", {"member_epoch": 2**31}),
+        (
+            "POST",
+            "/v1/groups/g/members/m/heartbeat",
+            {"member_epoch": 1, "owned_partitions": {ORDERS: [2**31]}},
+        ),
+        ("POST", "/v1/groups/g/members", {"subscribed_topics": [], "sequence": 2**63}),
+        (
+            "POST",
+            "/v1/groups/g/members",
+            {"subscribed_topics": [], "rebalance_timeout_ms": 2**31},
+        ),
+        (
+            "POST",
+            "/v1/groups/g/offsets",
+            {"offsets": [{"topic": ORDERS, "partition": 0, "offset": 1, "leader_epoch": 2**31}]},
+        ),
+        (
+            "POST",
+            "/v1/groups/g/offsets",
+            {"offsets": [{"topic": ORDERS, "partition": 2**31, "offset": 1}]},
+        ),
+        ("POST", "/v1/groups/g/offsets/reset", {"strategy": "timestamp", "timestamp": 2**63}),
+        (
+            "POST",
+            "/v1/groups/g/offsets/reset",
+            {"strategy": "earliest", "partitions": [{"topic": ORDERS, "partition": 2**31}]},
+        ),
+    ],
+)
+async def test_integers_are_strict_and_range_checked(
+    server: Server, method: str, path: str, body: Any
+) -> None:
+    await server.ready()
+    status, doc = await server.call(method, path, body)
+    assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST"), doc
+
+
+async def test_describe_of_an_unknown_group_is_dead_before_the_offsets_topic_exists(
+    server: Server,
+) -> None:
+    """It was 503 COORDINATOR_NOT_AVAILABLE: no lookup had created the topic yet."""
+    assert server.metadata.topic(CONSUMER_OFFSETS_TOPIC) is None
+    status, doc = await server.call("GET", "/v1/groups/never-seen")
+    assert status == 200, doc
+    assert (doc["group_id"], doc["state"], doc["members"], doc["offsets"]) == (
+        "never-seen",
+        "dead",
+        [],
+        [],
+    )
+    # The id is still checked, and describing created nothing.
+    status, doc = await server.call("GET", "/v1/groups/" + "g" * 300)
+    assert (status, doc["error"]["code"]) == (400, "INVALID_GROUP_ID"), doc
+    assert server.metadata.topic(CONSUMER_OFFSETS_TOPIC) is None
+
+
 async def test_a_stale_or_fenced_member_epoch_is_refused(server: Server) -> None:
     await server.ready()
     _, a = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})

@@ -253,7 +253,20 @@ async def test_quiet_stream_sends_keep_alive_comments(make_env):
     [
         ("nope", "", {}, 404, "UNKNOWN_TOPIC_OR_PARTITION"),
         ("orders", "partitions=0,7", {}, 404, "UNKNOWN_TOPIC_OR_PARTITION"),
-        ("orders", "partitions=x", {}, 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+        # A malformed list is 400; only a number the topic lacks is 404.
+        ("orders", "partitions=x", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=0,,1", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=%C2%B2", {}, 400, "INVALID_REQUEST"),  # was a 500
+        ("orders", "partitions=%D9%A3", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=0_0", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=+0", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=%200", {}, 400, "INVALID_REQUEST"),
+        ("orders", "partitions=-1", {}, 400, "INVALID_REQUEST"),
+        ("orders", f"partitions={2**31}", {}, 400, "INVALID_REQUEST"),
+        ("orders", "offset=0_0", {}, 400, "INVALID_REQUEST"),
+        ("orders", "offset=%D9%A3", {}, 400, "INVALID_REQUEST"),
+        ("orders", "max_bytes=%2B1", {}, 400, "INVALID_REQUEST"),
         ("orders", "offset=-1", {}, 400, "INVALID_REQUEST"),
         ("orders", "offset=first", {}, 400, "INVALID_REQUEST"),
         ("orders", "offset=5", {}, 416, "OFFSET_OUT_OF_RANGE"),
@@ -262,6 +275,13 @@ async def test_quiet_stream_sends_keep_alive_comments(make_env):
         ("orders", "max_bytes=99999999", {}, 400, "INVALID_REQUEST"),
         ("orders", "", {"Last-Event-ID": "garbage"}, 400, "INVALID_REQUEST"),
         ("orders", "", {"Last-Event-ID": "0:9"}, 416, "OFFSET_OUT_OF_RANGE"),
+        # An offset past 64 bits was a plain-text 500: its error details could
+        # not be encoded.
+        ("orders", "", {"Last-Event-ID": f"0:{2**64}"}, 400, "INVALID_REQUEST"),
+        ("orders", f"last_event_id=0:{10**30}", {}, 400, "INVALID_REQUEST"),
+        ("orders", "last_event_id=%C2%B2:0", {}, 400, "INVALID_REQUEST"),
+        ("orders", "last_event_id=0:0_0", {}, 400, "INVALID_REQUEST"),
+        ("orders", f"last_event_id={2**40}:0", {}, 400, "INVALID_REQUEST"),
     ],
 )
 async def test_errors_before_the_stream_starts_are_json(

@@ -50,3 +50,20 @@ def test_the_largest_values_of_kafkas_types_are_taken():
     assert validate_topic_configs(
         {"segment_index_bytes": INT32_MAX, "retention_ms": INT64_MAX}
     ) == {"segment_index_bytes": str(INT32_MAX), "retention_ms": str(INT64_MAX)}
+
+
+@pytest.mark.parametrize(
+    "value",
+    # int() took each of these as a number (1000, 3, 1): a stored config must
+    # be what the client meant, in the one form every broker reads the same.
+    ["1_000", " 1000", "1000 ", "+1000", "\u0663", "\uff11", 1.5, True, "1.0", ""],
+)
+def test_integer_log_configs_are_ascii_digits_only(value):
+    with pytest.raises(InvalidConfigError) as info:
+        validate_topic_configs({"retention_ms": value})
+    assert info.value.details["key"] == "retention_ms"
+
+
+@pytest.mark.parametrize(("key", "value"), [("retention_ms", "-1"), ("retention_ms", 7)])
+def test_integer_log_configs_as_digits_or_json_integers_are_taken(key, value):
+    assert validate_topic_configs({key: value}) == {key: str(value)}
