@@ -225,7 +225,11 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(_from_http(exc, request))
+        response = error_response(_from_http(exc, request))
+        if exc.status == 405 and "Allow" in exc.headers:
+            # RFC 9110: a 405 lists the methods the resource does allow.
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except Exception as exc:  # the last line of defence: log and answer 500
         fault = _client_fault(exc, request)
         if fault is not None:

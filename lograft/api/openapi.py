@@ -2,7 +2,11 @@
 
 Written by hand, next to the routes it describes; a test walks the app's
 router and fails if any public route is missing here (or described here but
-not served), so the two cannot drift apart.
+not served), so the two cannot drift apart. Every success answer is declared
+with its status, content type and schema (`openapi_schemas`), errors with the
+one error body (`default`), so that schemathesis checks conformance of both
+(tests/integration/test_openapi_fuzz.py). Links let its stateful phase use a
+created topic, a joined member or a looked-up coordinator in the next call.
 """
 
 from __future__ import annotations
@@ -12,209 +16,369 @@ from typing import Any
 from aiohttp import web
 
 from lograft import __version__
+from lograft.api.openapi_schemas import (
+    COMPONENTS,
+    PARTITION_NUMBER,
+    UINT64,
+    Schema,
+    ref,
+)
+from lograft.api.records_json import READ_FORMATS
+from lograft.api.request_ints import QUERY_INT_MAX
+from lograft.api.routes_data import BATCH_CONTENT_TYPE
+from lograft.api.sse import CONTENT_TYPE as EVENT_STREAM
+from lograft.api.stream_group import AUTO_OFFSET_RESETS
 
-_ERROR = {
-    "description": "error",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
+JSON = "application/json"
+BINARY: Schema = {"type": "string", "format": "binary"}
+
+_ERROR = {"description": "error", "content": {JSON: {"schema": ref("Error")}}}
+
+
+def _json(schema: str, description: str = "success", **extra: Any) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": ref(schema)}}, **extra}
+
+
+_NO_BODY = {"description": "accepted (acks=0): no body, nothing is confirmed"}
 
 
 def _op(
+    operation_id: str,
     summary: str,
+    responses: dict[str, Any],
     *,
     params: list[dict[str, Any]] | None = None,
-    body: str | None = None,
-    ok: str = "200",
+    body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
+        "operationId": operation_id,
         "summary": summary,
-        "responses": {ok: {"description": "success"}, "default": _ERROR},
+        "responses": {**responses, "default": _ERROR},
     }
     if params:
         op["parameters"] = params
-    if body:
-        op["requestBody"] = {"content": {body: {"schema": {"type": "object"}}}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": body}
     return op
 
 
-def _path(name: str) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+def _json_body(schema: str, example: Any) -> dict[str, Any]:
+    return {JSON: {"schema": ref(schema), "example": example}}
 
 
-def _query(name: str, kind: str = "integer", required: bool = False) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
+def _path(name: str, schema: Schema, example: Any) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema, "example": example}
 
 
-TOPIC = _path("topic")
-PARTITION = _path("partition")
+def _query(name: str, schema: Schema, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema}
 
 
-def _event_stream(op: dict[str, Any]) -> dict[str, Any]:
-    """`op`, answering a text/event-stream (Server-Sent Events) on success."""
-    op["responses"]["200"] = {
-        "description": "a Server-Sent Events stream that lasts until the client leaves",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+def _int(minimum: int = 0, maximum: int = QUERY_INT_MAX) -> Schema:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
+
+
+TOPIC = _path("topic", {"type": "string"}, "orders")
+# The example for operations that change or remove a topic names another one.
+SCRATCH_TOPIC = _path("topic", {"type": "string"}, "scratch")
+PARTITION = _path("partition", PARTITION_NUMBER, 0)
+GROUP = _path("group", {"type": "string"}, "billing")
+MEMBER = _path("member", {"type": "string"}, "member-1")
+ACKS = _query("acks", {"enum": ["0", "1", "all", "-1"]})
+FORMAT = _query("format", {"enum": list(READ_FORMATS)})
+KEY_FORMAT = _query("key_format", {"enum": list(READ_FORMATS)})
+AUTO_OFFSET_RESET = _query("auto_offset_reset", {"enum": list(AUTO_OFFSET_RESETS)})
+# A stream cursor, `partition:offset` pairs (lograft.api.sse); empty: none
+# (what an EventSource sends before it saw an id).
+CURSOR: Schema = {"type": "string", "pattern": "^([0-9]+:[0-9]+(,[0-9]+:[0-9]+)*)?$"}
+
+_TOPIC_LINKS = {
+    name: {"operationId": op, "parameters": {"topic": "$response.body#/name"}}
+    for name, op in (
+        ("DescribeTopic", "describeTopic"),
+        ("ProduceRecords", "produceRecords"),
+        ("AlterTopicConfigs", "alterTopicConfigs"),
+        ("AddPartitions", "addPartitions"),
+        ("DeleteTopic", "deleteTopic"),
+    )
+}
+_MEMBER_LINKS = {
+    name: {
+        "operationId": op,
+        "parameters": {"group": "$response.body#/group_id", "member": "$response.body#/member_id"},
     }
-    return op
-
-
-GROUP = _path("group")
-MEMBER = _path("member")
+    for name, op in (("Heartbeat", "heartbeat"), ("Leave", "leaveGroup"))
+}
+_GROUP_LINKS = {
+    name: {"operationId": op, "parameters": {"group": "$response.body#/group_id"}}
+    for name, op in (
+        ("DescribeGroup", "describeGroup"),
+        ("JoinGroup", "joinGroup"),
+        ("FetchOffsets", "fetchOffsets"),
+    )
+}
 
 PATHS: dict[str, dict[str, Any]] = {
-    "/healthz": {"get": _op("the process is up")},
-    "/readyz": {"get": _op("the node can serve (503 until it can)")},
-    "/openapi.json": {"get": _op("this document")},
-    "/v1/cluster": {"get": _op("cluster id, active controller, Raft state, brokers")},
-    "/v1/brokers": {"get": _op("registered brokers and whether they are fenced")},
+    "/healthz": {"get": _op("health", "the process is up", {"200": _json("Health")})},
+    "/readyz": {
+        "get": _op(
+            "readiness",
+            "the node can serve (503 until it can)",
+            {"200": _json("Readiness"), "503": _json("Readiness", "not ready yet")},
+        )
+    },
+    "/openapi.json": {
+        "get": _op(
+            "openapi",
+            "this document",
+            {"200": {"description": "success", "content": {JSON: {"schema": {"type": "object"}}}}},
+        )
+    },
+    "/v1/cluster": {
+        "get": _op(
+            "describeCluster",
+            "cluster id, active controller, Raft state, brokers",
+            {"200": _json("Cluster")},
+        )
+    },
+    "/v1/brokers": {
+        "get": _op(
+            "listBrokers",
+            "registered brokers and whether they are fenced",
+            {"200": _json("Brokers")},
+        )
+    },
     "/v1/producers": {
-        "post": _op("allocate a producer id (epoch 0) for idempotent producing", ok="201"),
+        "post": _op(
+            "initProducer",
+            "allocate a producer id (epoch 0) for idempotent producing",
+            {"201": _json("Producer", "created")},
+        ),
     },
     "/v1/groups": {
-        "get": _op("every consumer group in the cluster, with its state and coordinator"),
+        "get": _op(
+            "listGroups",
+            "every consumer group in the cluster, with its state and coordinator",
+            {"200": _json("GroupList")},
+        ),
     },
     "/v1/groups/{group}": {
         "get": _op(
-            "describe a group: state, members, assignment, committed offsets, lag",
+            "describeGroup",
+            "describe a group: state, members, assignment, committed offsets, lag "
+            "(an unknown group is dead)",
+            {"200": _json("GroupDescription")},
             params=[GROUP],
         ),
-        "delete": _op("delete a group without members", params=[GROUP]),
+        "delete": _op(
+            "deleteGroup",
+            "delete a group without members",
+            {"200": _json("GroupDeleted")},
+            params=[GROUP],
+        ),
     },
     "/v1/groups/{group}/coordinator": {
         "get": _op(
+            "findCoordinator",
             "the broker that coordinates the group (any broker answers; creates "
             "__consumer_offsets on first use)",
+            {"200": _json("Coordinator", links=_GROUP_LINKS)},
             params=[GROUP],
         ),
     },
     "/v1/groups/{group}/members": {
         "post": _op(
+            "joinGroup",
             "join: subscribed_topics, member_id?, assignor?, client_id?, "
             "rebalance_timeout_ms?, sequence?",
+            {"200": _json("Member", links=_MEMBER_LINKS)},
             params=[GROUP],
-            body="application/json",
+            body=_json_body("Join", {"subscribed_topics": ["orders"], "client_id": "worker-1"}),
         ),
     },
     "/v1/groups/{group}/members/{member}/heartbeat": {
         "post": _op(
+            "heartbeat",
             "heartbeat: member_epoch, owned_partitions, sequence; the response carries "
             "the assignment",
+            {"200": _json("Member", links=_MEMBER_LINKS)},
             params=[GROUP, MEMBER],
-            body="application/json",
+            body=_json_body(
+                "Heartbeat", {"member_epoch": 1, "owned_partitions": {"orders": [0]}, "sequence": 2}
+            ),
         ),
     },
     "/v1/groups/{group}/members/{member}": {
         "delete": _op(
+            "leaveGroup",
             "leave the group: its partitions are released at once",
-            params=[GROUP, MEMBER, _query("sequence")],
+            {"200": _json("Member")},
+            params=[GROUP, MEMBER, _query("sequence", _int(maximum=(1 << 63) - 1))],
         ),
     },
     "/v1/groups/{group}/offsets": {
         "post": _op(
+            "commitOffsets",
             "commit offsets (fenced by member epoch; answered once committed, acks=all)",
+            {"200": _json("OffsetsSet")},
             params=[GROUP],
-            body="application/json",
+            body=_json_body(
+                "Commit", {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}]}
+            ),
         ),
         "get": _op(
+            "fetchOffsets",
             "committed offsets of the group; with auto_offset_reset (earliest, latest, "
             "none) every partition of topics with its start_offset",
-            params=[GROUP, _query("topics", "string"), _query("auto_offset_reset", "string")],
+            {"200": _json("CommittedOffsets")},
+            params=[GROUP, _query("topics", {"type": "string"}), AUTO_OFFSET_RESET],
         ),
     },
     "/v1/groups/{group}/offsets/reset": {
         "post": _op(
+            "resetOffsets",
             "reset offsets of a group without members: earliest, latest, timestamp, offset",
+            {"200": _json("OffsetsSet")},
             params=[GROUP],
-            body="application/json",
+            body=_json_body("ResetOffsets", {"strategy": "earliest", "topics": ["orders"]}),
         ),
     },
     "/v1/topics": {
-        "get": _op("list topics"),
+        "get": _op("listTopics", "list topics", {"200": _json("TopicList")}),
         "post": _op(
+            "createTopic",
             "create a topic: name, partitions, replication_factor, configs",
-            body="application/json",
-            ok="201",
+            {"201": _json("TopicCreated", "created", links=_TOPIC_LINKS)},
+            body=_json_body("CreateTopic", {"name": "events", "partitions": 2}),
         ),
     },
     "/v1/topics/{topic}": {
         "get": _op(
-            "describe a topic: per partition leader, replicas, ISR, offsets", params=[TOPIC]
+            "describeTopic",
+            "describe a topic: per partition leader, replicas, ISR, offsets",
+            {"200": _json("TopicDescription")},
+            params=[TOPIC],
         ),
-        "delete": _op("delete a topic", params=[TOPIC]),
+        "delete": _op(
+            "deleteTopic", "delete a topic", {"200": _json("TopicDeleted")}, params=[SCRATCH_TOPIC]
+        ),
     },
     "/v1/topics/{topic}/partitions": {
-        "post": _op("raise the partition count", params=[TOPIC], body="application/json"),
+        "post": _op(
+            "addPartitions",
+            "raise the partition count",
+            {"200": _json("PartitionsAdded")},
+            params=[SCRATCH_TOPIC],
+            body=_json_body("AddPartitions", {"partitions": 2}),
+        ),
     },
     "/v1/topics/{topic}/configs": {
         "patch": _op(
-            "set (or, with null, remove) topic configs", params=[TOPIC], body="application/json"
+            "alterTopicConfigs",
+            "set (or, with null, remove) topic configs",
+            {"200": _json("ConfigsAltered")},
+            params=[SCRATCH_TOPIC],
+            body=_json_body("AlterConfigs", {"configs": {"retention_ms": "3600000"}}),
         ),
     },
     "/v1/topics/{topic}/records": {
         "post": _op(
+            "produceRecords",
             "produce JSON records; keyed records go to their murmur2 partition",
-            params=[TOPIC, _query("acks", "string")],
-            body="application/json",
+            {
+                "200": _json("ProduceResult", "every record written"),
+                "207": _json("ProduceResult", "some partitions failed: per record outcome"),
+                "202": _NO_BODY,
+            },
+            params=[TOPIC, ACKS],
+            body=_json_body("ProduceBody", {"records": [{"key": "alice", "value": {"n": 1}}]}),
         ),
     },
     "/v1/topics/{topic}/partitions/{partition}/batches": {
         "post": _op(
+            "produceBatches",
             "produce raw RecordBatch v2 bytes to the partition leader",
-            params=[TOPIC, PARTITION, _query("acks", "string")],
-            body="application/vnd.lograft.batch",
+            {"200": _json("BatchAppended"), "202": _NO_BODY},
+            params=[TOPIC, PARTITION, ACKS],
+            body={BATCH_CONTENT_TYPE: {"schema": BINARY}},
         ),
     },
     "/v1/topics/{topic}/partitions/{partition}/records": {
         "get": _op(
+            "fetchRecords",
             "fetch records below the high watermark (long-poll); JSON, or raw batches with "
             "Accept: application/vnd.lograft.batch",
+            {
+                "200": {
+                    "description": "the records (JSON), or the raw batches with the rest in "
+                    "headers (Accept: application/vnd.lograft.batch)",
+                    "content": {
+                        JSON: {"schema": ref("Fetched")},
+                        BATCH_CONTENT_TYPE: {"schema": BINARY},
+                    },
+                    "headers": {
+                        name: {"description": what, "schema": UINT64}
+                        for name, what in (
+                            ("X-Lograft-High-Watermark", "raw batches: the high watermark"),
+                            ("X-Lograft-Log-Start-Offset", "raw batches: the log start offset"),
+                            ("X-Lograft-Next-Offset", "raw batches: where to fetch next"),
+                        )
+                    },
+                }
+            },
             params=[
                 TOPIC,
                 PARTITION,
-                _query("offset", required=True),
-                _query("max_records"),
-                _query("max_bytes"),
-                _query("max_wait_ms"),
-                _query("min_bytes"),
-                _query("format", "string"),
-                _query("key_format", "string"),
+                _query("offset", _int(), required=True),
+                _query("max_records", _int(minimum=1)),
+                _query("max_bytes", _int(minimum=1)),
+                _query("max_wait_ms", _int()),
+                _query("min_bytes", _int()),
+                FORMAT,
+                KEY_FORMAT,
             ],
         ),
     },
     "/v1/topics/{topic}/partitions/{partition}/offsets": {
         "get": _op(
+            "partitionOffsets",
             "earliest and latest offsets, or the first offset at a timestamp",
-            params=[TOPIC, PARTITION, _query("timestamp")],
+            {"200": _json("PartitionOffsets")},
+            params=[TOPIC, PARTITION, _query("timestamp", _int(maximum=(1 << 63) - 1))],
         ),
     },
     "/v1/topics/{topic}/stream": {
-        "get": _event_stream(
-            _op(
-                "stream records live as Server-Sent Events (text/event-stream): one event per "
-                "record below the high watermark, id = the cursor 'partition:next_offset,...', "
-                "data = the fetch endpoint's record object; ': keep-alive' comments; an error "
-                "after the stream started is 'event: error'; resume with Last-Event-ID; "
-                "with group= the stream is a member of that consumer group (assigned "
-                "partitions, periodic commits, 'event: assignment')",
-                params=[
-                    TOPIC,
-                    _query("partitions", "string"),
-                    _query("offset", "string"),
-                    _query("format", "string"),
-                    _query("key_format", "string"),
-                    _query("max_bytes"),
-                    _query("last_event_id", "string"),
-                    _query("group", "string"),
-                    _query("auto_offset_reset", "string"),
-                    _query("commit_interval_ms"),
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "required": False,
-                        "schema": {"type": "string"},
-                    },
-                ],
-            )
+        "get": _op(
+            "streamRecords",
+            "stream records live as Server-Sent Events (text/event-stream): one event per "
+            "record below the high watermark, id = the cursor 'partition:next_offset,...', "
+            "data = the fetch endpoint's record object; ': keep-alive' comments; an error "
+            "after the stream started is 'event: error'; resume with Last-Event-ID; "
+            "with group= the stream is a member of that consumer group (assigned "
+            "partitions, periodic commits, 'event: assignment')",
+            {
+                "200": {
+                    "description": "a Server-Sent Events stream that lasts until the client "
+                    "leaves; the schema is that of one event",
+                    "content": {EVENT_STREAM: {"schema": ref("StreamEvent")}},
+                }
+            },
+            params=[
+                TOPIC,
+                _query("partitions", {"type": "string", "pattern": "^[0-9]+(,[0-9]+)*$"}),
+                _query(
+                    "offset",
+                    {"anyOf": [{"enum": ["earliest", "latest"]}, {"pattern": "^[0-9]+$"}]},
+                ),
+                FORMAT,
+                KEY_FORMAT,
+                _query("max_bytes", _int(minimum=1)),
+                _query("last_event_id", CURSOR),
+                _query("group", {"type": "string"}),
+                AUTO_OFFSET_RESET,
+                _query("commit_interval_ms", _int(minimum=1)),
+                {"name": "Last-Event-ID", "in": "header", "required": False, "schema": CURSOR},
+            ],
         ),
     },
 }
@@ -225,25 +389,7 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "lograft", "version": __version__},
         "paths": PATHS,
-        "components": {
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["code", "message", "retriable"],
-                            "properties": {
-                                "code": {"type": "string"},
-                                "message": {"type": "string"},
-                                "retriable": {"type": "boolean"},
-                                "details": {"type": "object"},
-                            },
-                        }
-                    },
-                }
-            }
-        },
+        "components": {"schemas": COMPONENTS},
     }
 
 

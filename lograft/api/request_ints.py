@@ -80,7 +80,7 @@ def json_int(value: Any, name: str, *, minimum: int = 0, maximum: int = INT64_MA
     if isinstance(value, bool) or not isinstance(value, int):
         raise _out_of_range(f"{name}={shown(value)}", name, minimum, maximum)
     if not minimum <= value <= maximum:
-        raise _out_of_range(f"{name}={value}", name, minimum, maximum)
+        raise _out_of_range(f"{name}={shown(value)}", name, minimum, maximum)
     return value
 
 

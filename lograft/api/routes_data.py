@@ -186,7 +186,12 @@ class DataRoutes:
             parsed = await asyncio.to_thread(parse_produce_body, body, records_max=records_max)
         else:
             parsed = parse_produce_body(body, records_max=records_max)
-        acks = Acks.parse(request.query.get("acks", parsed.acks or "all"))
+        # The query wins over the body, but a bad value is refused in either.
+        body_acks = None if parsed.acks is None else Acks.parse(parsed.acks)
+        if "acks" in request.query:
+            acks = Acks.parse(request.query["acks"])
+        else:
+            acks = Acks.ALL if body_acks is None else body_acks
         groups = self._partition_records(view, parsed.records)
         now = int(time.time() * 1000)
         if off_loop:

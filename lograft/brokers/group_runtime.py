@@ -53,6 +53,7 @@ from lograft.brokers.replica_manager import ReplicaManager, monotonic_ms
 from lograft.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     NonEmptyGroupError,
     NotCoordinatorError,
 )
@@ -172,6 +173,17 @@ class GroupCoordinatorRuntime:
             )
         return view
 
+    def _no_group_can_exist(self, group_id: str) -> bool:
+        """True (for a valid id) before `__consumer_offsets` exists: no group
+        can exist then, so reads answer as for an unknown group (dead, nothing
+        committed, not found) instead of waiting for a coordinator. Writes
+        still need one: the coordinator lookup creates the topic."""
+        view = self.metadata.topic(CONSUMER_OFFSETS_TOPIC)
+        if view is not None and view.partitions:
+            return False
+        check_group_id(group_id, self.config)
+        return True
+
     def locate(self, group_id: str) -> CoordinatorLocation:
         """Where `group_id` is coordinated, by the metadata this broker has."""
         check_group_id(group_id, self.config)
@@ -286,6 +298,8 @@ class GroupCoordinatorRuntime:
         self, group_id: str, topics: Collection[str] | None = None
     ) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets of the group (of `topics` only, if given)."""
+        if self._no_group_can_exist(group_id):
+            return {}
         committed = fetch_offsets(self._read(group_id), group_id)
         return {
             tp: c
@@ -312,10 +326,7 @@ class GroupCoordinatorRuntime:
     async def describe_group(
         self, group_id: str, high_watermarks: HighWatermarks
     ) -> GroupDescription:
-        offsets_topic = self.metadata.topic(CONSUMER_OFFSETS_TOPIC)
-        if offsets_topic is None or not offsets_topic.partitions:
-            # No group can exist before the topic that holds them: an unknown
-            # group is DEAD (as documented), not a coordinator to wait for.
+        if self._no_group_can_exist(group_id):
             return dead_group(group_id, self.config)
         state = self._read(group_id)
         group = state.group(group_id)
@@ -329,6 +340,8 @@ class GroupCoordinatorRuntime:
         return describe_group(self._read(group_id), group_id, hws, self.config)
 
     async def delete_group(self, group_id: str) -> None:
+        if self._no_group_can_exist(group_id):
+            raise GroupIdNotFoundError(f"group {group_id} does not exist")
         await self._run(group_id, lambda state: delete_group(state, group_id))
 
     def check_can_reset(self, group_id: str) -> None:

@@ -64,6 +64,14 @@ async def test_an_unencodable_message_is_answered_with_replacement_characters(
     assert err["details"] == {"n": 1}
 
 
+async def test_a_method_not_allowed_names_the_allowed_ones(client: TestClient) -> None:
+    """RFC 9110: a 405 carries Allow (schemathesis found it missing)."""
+    resp = await client.request("TRACE", "/details")
+    assert resp.status == 405
+    assert "GET" in resp.headers["Allow"].split(",")
+    assert (await resp.json())["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
 def test_render_error_never_raises_and_is_always_json() -> None:
     error = OffsetOutOfRangeError("m", **UNENCODABLE)
     body = orjson.loads(render_error(error))

@@ -280,6 +280,18 @@ async def test_the_largest_timestamp_parses_and_the_broker_judges_it(client):
     assert (await got.json())["log_end_offset"] == 0
 
 
+async def test_acks_in_the_body_is_checked_even_when_the_query_wins(client):
+    """schemathesis found a body acks that is no acks value accepted."""
+    resp = await client.post(
+        "/v1/topics/orders/records?acks=1", json={"acks": "sometimes", "records": [{"value": 1}]}
+    )
+    await _error(resp, 400, "INVALID_REQUEST")
+    resp = await client.post(
+        "/v1/topics/orders/records?acks=0", json={"acks": "all", "records": [{"value": 1}]}
+    )
+    assert resp.status == 202
+
+
 async def test_bad_batches_and_content_types(client):
     good = bytearray(build_batch([RecordInput(b"v")], timestamp_ms=1))
     good[-1] ^= 0xFF  # breaks the CRC

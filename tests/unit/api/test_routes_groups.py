@@ -245,10 +245,11 @@ async def test_integers_are_strict_and_range_checked(
     assert (status, doc["error"]["code"]) == (400, "INVALID_REQUEST"), doc
 
 
-async def test_describe_of_an_unknown_group_is_dead_before_the_offsets_topic_exists(
+async def test_reads_of_a_group_before_the_offsets_topic_exists_answer_as_for_no_group(
     server: Server,
 ) -> None:
-    """It was 503 COORDINATOR_NOT_AVAILABLE: no lookup had created the topic yet."""
+    """They were 503 COORDINATOR_NOT_AVAILABLE: no lookup had created the topic
+    yet, and no group can exist before it."""
     assert server.metadata.topic(CONSUMER_OFFSETS_TOPIC) is None
     status, doc = await server.call("GET", "/v1/groups/never-seen")
     assert status == 200, doc
@@ -258,10 +259,26 @@ async def test_describe_of_an_unknown_group_is_dead_before_the_offsets_topic_exi
         [],
         [],
     )
-    # The id is still checked, and describing created nothing.
-    status, doc = await server.call("GET", "/v1/groups/" + "g" * 300)
-    assert (status, doc["error"]["code"]) == (400, "INVALID_GROUP_ID"), doc
+    status, doc = await server.call("GET", "/v1/groups/never-seen/offsets")
+    assert (status, doc) == (200, {"group_id": "never-seen", "offsets": []})
+    status, doc = await server.call(
+        "GET", f"/v1/groups/never-seen/offsets?topics={ORDERS}&auto_offset_reset=latest"
+    )
+    assert status == 200, doc
+    assert [(o["partition"], o["offset"], o["start_offset"]) for o in doc["offsets"]] == [
+        (0, None, 0),
+        (1, None, 0),
+    ]
+    status, doc = await server.call("DELETE", "/v1/groups/never-seen")
+    assert (status, doc["error"]["code"]) == (404, "GROUP_ID_NOT_FOUND"), doc
+    # The id is still checked, and none of these created the topic.
+    for method in ("GET", "DELETE"):
+        status, doc = await server.call(method, "/v1/groups/" + "g" * 300)
+        assert (status, doc["error"]["code"]) == (400, "INVALID_GROUP_ID"), doc
     assert server.metadata.topic(CONSUMER_OFFSETS_TOPIC) is None
+    # A write needs the coordinator: the lookup creates the topic.
+    status, doc = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": []})
+    assert (status, doc["error"]["code"]) == (503, "COORDINATOR_NOT_AVAILABLE"), doc
 
 
 async def test_a_stale_or_fenced_member_epoch_is_refused(server: Server) -> None:
