@@ -11,6 +11,7 @@ created topic, a joined member or a looked-up coordinator in the next call.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from aiohttp import web
@@ -385,12 +386,15 @@ PATHS: dict[str, dict[str, Any]] = {
 
 
 def document() -> dict[str, Any]:
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "lograft", "version": __version__},
-        "paths": PATHS,
-        "components": {"schemas": COMPONENTS},
-    }
+    """A fresh copy each time: a caller (a schema loader) may change what it gets."""
+    return copy.deepcopy(
+        {
+            "openapi": "3.1.0",
+            "info": {"title": "lograft", "version": __version__},
+            "paths": PATHS,
+            "components": {"schemas": COMPONENTS},
+        }
+    )
 
 
 def add_openapi_route(app: web.Application) -> None:

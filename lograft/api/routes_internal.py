@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_body
+from lograft.api.request_ints import INT32_MAX, INT64_MAX, INT64_MIN, json_int
 from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.brokers.replica_manager import ReplicaManager
@@ -33,8 +34,9 @@ Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 def _get(body: dict[str, Any], key: str, kind: type) -> Any:
     value = body.get(key)
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidRequestError(f"{key} must be an integer")
+    if kind is int:
+        # Every integer of these bodies is an int64 (or narrower) in the metadata.
+        return json_int(value, key, minimum=INT64_MIN, maximum=INT64_MAX)
     if kind is str and not isinstance(value, str):
         raise InvalidRequestError(f"{key} must be a string")
     if kind is list and not isinstance(value, list):
@@ -119,7 +121,10 @@ class ControllerRpc:
                     partition=_get(raw, "partition", int),
                     leader_epoch=_get(raw, "leader_epoch", int),
                     partition_epoch=_get(raw, "partition_epoch", int),
-                    new_isr=tuple(int(b) for b in _get(raw, "new_isr", list)),
+                    new_isr=tuple(
+                        json_int(b, "new_isr", maximum=INT32_MAX)
+                        for b in _get(raw, "new_isr", list)
+                    ),
                 )
             )
         req = c.AlterPartitionsRequest(
