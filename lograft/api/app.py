@@ -1,6 +1,7 @@
 """The aiohttp application: middleware, limits and route groups.
 
-Public API under `/v1`, health at `/healthz` (the process is up) and
+Public API under `/v1`, health at `/healthz` (the process is up, and how
+late its event loop runs: `loop_lag_ms`, lograft/api/loop_lag.py) and
 `/readyz` (it can serve: metadata caught up, broker registered and unfenced,
 every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
@@ -26,6 +27,8 @@ INTERNAL_PREFIX = "/internal/"
 SECRET_HEADER = "X-Lograft-Cluster-Secret"
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, Any]]]
+# What /healthz adds to {"status": "ok"}.
+HealthDetail = Callable[[], dict[str, Any]]
 
 
 def secret_middleware(secret: str) -> Any:
@@ -47,7 +50,11 @@ def secret_middleware(secret: str) -> Any:
 
 
 def create_app(
-    *, cluster_secret: str, request_bytes_max: int, ready: ReadyCheck
+    *,
+    cluster_secret: str,
+    request_bytes_max: int,
+    ready: ReadyCheck,
+    health: HealthDetail | None = None,
 ) -> web.Application:
     app = web.Application(
         client_max_size=request_bytes_max,
@@ -56,7 +63,7 @@ def create_app(
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
 
     async def healthz(_request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return web.json_response({"status": "ok", **(health() if health is not None else {})})
 
     async def readyz(_request: web.Request) -> web.Response:
         ok, detail = ready()

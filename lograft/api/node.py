@@ -33,12 +33,15 @@ from lograft.api.broker_agent import BrokerAgent
 from lograft.api.controller_client import ControllerClient
 from lograft.api.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.api.http_server import HttpServer
+from lograft.api.loop_lag import LoopLagProbe
 from lograft.api.node_config import NodeConfig
 from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_request
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.api.raft_password import raft_password_for
+from lograft.api.record_work import RecordWork
+from lograft.api.records_json import RenderLimits
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
@@ -173,6 +176,9 @@ class Node:
         # The metadata offset whose apply failed as a whole, and why (None:
         # the last apply did not fail).
         self._apply_error: tuple[int, str] | None = None
+        # Threads for record work of requests (decompress, validate, render).
+        self.record_work = RecordWork(config.http.record_threads_max)
+        self.loop_lag = LoopLagProbe()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -185,6 +191,7 @@ class Node:
             + (broker_settings.max_open_files if cfg.is_broker else 0)
             + OTHER_DESCRIPTORS
         )
+        self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
         await self.raft.start()
         # Three connection pools, so that no call waits behind one it depends
         # on. A produce forwarded to a leader holds its connection until the
@@ -262,6 +269,7 @@ class Node:
             cluster_secret=cfg.cluster_secret,
             request_bytes_max=cfg.http.request_bytes_max,
             ready=self.ready,
+            health=lambda: {"loop_lag_ms": self.loop_lag.snapshot()},
         )
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)
@@ -278,12 +286,21 @@ class Node:
             peers=self.peers,
         ).add_to(app)
         if self.replicas is not None:
+            render = RenderLimits(
+                record_render_bytes_max=cfg.http.record_render_bytes_max,
+                fetch_decompressed_bytes_max=cfg.http.fetch_decompressed_bytes_max,
+            )
             DataRoutes(
                 self.replicas,
                 _BrokerImageView(self),
                 self.session,
-                DataLimits(forward_request_bytes_max=cfg.http.request_bytes_max),
+                DataLimits(
+                    forward_request_bytes_max=cfg.http.request_bytes_max,
+                    produce_decompressed_bytes_max=cfg.http.produce_decompressed_bytes_max,
+                    render=render,
+                ),
                 peers=self.peers,
+                work=self.record_work,
             ).add_to(app)
             StreamRoutes(
                 self.replicas,
@@ -291,6 +308,8 @@ class Node:
                 limits=stream_limits_from_config(self.config.stream),
                 peers=self.peers,
                 cluster_secret=cfg.cluster_secret,
+                work=self.record_work,
+                render=render,
             ).add_to(app)
             GroupRoutes(
                 self._group_runtime(),
@@ -333,6 +352,7 @@ class Node:
         for session in (self.session, self.replication_session, self.control_session):
             if session is not None:
                 await session.close()
+        self.record_work.close()
         log.info("node %d stopped", self.config.node_id)
 
     # -- state -------------------------------------------------------------------------------

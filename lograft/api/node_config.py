@@ -129,6 +129,17 @@ class HttpConfig:
     # At most one INFO line per kind of client fault (malformed HTTP, a client
     # gone mid-request, a header timeout, a refused connection) this long, ms.
     client_fault_log_interval_ms: int = 10_000
+    # Bytes the compressed batches of one produce request may inflate to, in
+    # all (refused with 413 as soon as inflation passes it).
+    produce_decompressed_bytes_max: int = 64 * 1024 * 1024
+    # Bytes the compressed batches one JSON fetch (or one stream read) renders
+    # may inflate to, in all; the first batch always inflates.
+    fetch_decompressed_bytes_max: int = 64 * 1024 * 1024
+    # Largest JSON one record renders to in a fetch or a stream, bytes.
+    record_render_bytes_max: int = 8 * 1024 * 1024
+    # Threads that decompress, validate and render records for requests, off
+    # the event loop; more such work waits for one.
+    record_threads_max: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +230,10 @@ _HTTP_KEYS = {
     "header_read_timeout_ms",
     "keepalive_timeout_ms",
     "client_fault_log_interval_ms",
+    "produce_decompressed_bytes_max",
+    "fetch_decompressed_bytes_max",
+    "record_render_bytes_max",
+    "record_threads_max",
 }
 # [http] settings that are positive integers and need nothing else checked.
 _HTTP_POSITIVE_INTS = (
@@ -355,6 +370,26 @@ def _http(raw: Any) -> HttpConfig:
             key: _int(section.get(key, getattr(d, key)), f"http.{key}", minimum=1)
             for key in _HTTP_POSITIVE_INTS
         },
+        produce_decompressed_bytes_max=_int(
+            section.get("produce_decompressed_bytes_max", d.produce_decompressed_bytes_max),
+            "http.produce_decompressed_bytes_max",
+            minimum=1024,
+        ),
+        fetch_decompressed_bytes_max=_int(
+            section.get("fetch_decompressed_bytes_max", d.fetch_decompressed_bytes_max),
+            "http.fetch_decompressed_bytes_max",
+            minimum=1024,
+        ),
+        record_render_bytes_max=_int(
+            section.get("record_render_bytes_max", d.record_render_bytes_max),
+            "http.record_render_bytes_max",
+            minimum=1024,
+        ),
+        record_threads_max=_int(
+            section.get("record_threads_max", d.record_threads_max),
+            "http.record_threads_max",
+            minimum=1,
+        ),
     )
 
 

@@ -16,13 +16,19 @@ Fetched records are rendered with the same formats; `auto` (the default for
 reading) shows a value as JSON when it parses as JSON, else as a string when
 it is UTF-8, else as base64 with `"value_encoding": "base64"` beside it, so a
 person with curl always sees something faithful.
+
+Rendering is bounded (`RenderLimits`): one record's JSON may take at most
+`record_render_bytes_max` bytes (a string of control characters renders to
+six times its size: a 63 MiB value of zeros was once rendered as a 378 MiB
+body), and a fetch or a stream read inflates at most
+`fetch_decompressed_bytes_max` bytes of compressed batches.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +36,35 @@ import orjson
 
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
 from lograft.echo import shown
-from lograft.errors import InvalidRequestError
-from lograft.storage.batch import Header, Record, RecordInput, header_key_bytes
+from lograft.errors import InvalidRequestError, RecordTooLargeError
+from lograft.storage.batch import (
+    BatchHeader,
+    Header,
+    Record,
+    RecordInput,
+    decode_records,
+    header_key_bytes,
+    iter_batches,
+    records_section,
+)
+from lograft.storage.compression import Compression, DecompressionBudget
 
 VALUE_FORMATS = ("json", "string", "base64")
+RAW_CONTENT_TYPE = "application/vnd.lograft.batch"
+
+
+@dataclass(frozen=True, slots=True)
+class RenderLimits:
+    # Largest JSON one record may render to, bytes; a larger record is refused
+    # with MESSAGE_TOO_LARGE (read it raw). Rendering one record holds the
+    # interpreter for its whole length (~8 ms per MiB of output in the worst
+    # case), so this also bounds how long one record can hold up the node.
+    record_render_bytes_max: int = 8 * 1024 * 1024
+    # Decompressed bytes one JSON fetch (or one stream read) may inflate; the
+    # first batch is always inflated (up to the 64 MiB one-batch bound).
+    fetch_decompressed_bytes_max: int = 64 * 1024 * 1024
+
+
 READ_FORMATS = ("auto", "json", "string", "base64")
 _RECORD_KEYS = {"key", "value", "headers", "partition", "timestamp"}
 _BODY_KEYS = {"records", "value_format", "key_format", "header_format", "acks"}
@@ -212,3 +243,99 @@ def render_record(
             headers.append(item)
         out["headers"] = headers
     return out
+
+
+def record_size(rec: Record) -> int:
+    """Bytes of a record's key, value and headers: what its JSON takes at least
+    (except JSON values whose text shrinks when re-rendered)."""
+    size = len(rec.key or b"") + len(rec.value or b"")
+    for name, value in rec.headers:
+        size += len(name) + len(value or b"")
+    return size
+
+
+def render_record_json(
+    rec: Record, partition: int, value_format: str, key_format: str, *, bytes_max: int
+) -> bytes:
+    """One record as JSON text of at most `bytes_max` bytes; a record whose key,
+    value and headers alone exceed it is refused before anything is rendered,
+    one whose JSON does right after (RecordTooLargeError, with the offset to
+    go on from)."""
+    size = record_size(rec)
+    if size <= bytes_max:
+        body = orjson.dumps(render_record(rec, partition, value_format, key_format))
+        if len(body) <= bytes_max:
+            return body
+    raise too_large_to_render(rec.offset, partition, size, bytes_max)
+
+
+def too_large_to_render(
+    offset: int, partition: int, size: int, bytes_max: int
+) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"the record at offset {offset} of partition {partition} ({size} bytes) renders to "
+        f"more than record_render_bytes_max={bytes_max} bytes of JSON; read it raw "
+        f"(Accept: {RAW_CONTENT_TYPE}) or go on from offset {offset + 1}",
+        partition=partition,
+        offset=offset,
+        next_offset=offset + 1,
+        record_bytes=size,
+        limit=bytes_max,
+        limit_name="record_render_bytes_max",
+    )
+
+
+def records_to_render(
+    section: bytes | memoryview,
+    header: BatchHeader,
+    start_offset: int,
+    partition: int,
+    limits: RenderLimits,
+) -> Iterator[Record]:
+    """The records of one batch at or after `start_offset`; one too large to
+    render raises (as `render_record_json` would) before it is even copied."""
+    try:
+        yield from decode_records(
+            section,
+            header,
+            start_offset=start_offset,
+            record_bytes_max=limits.record_render_bytes_max,
+        )
+    except RecordTooLargeError as exc:
+        d = exc.details
+        raise too_large_to_render(d["offset"], partition, d["record_bytes"], d["limit"]) from None
+
+
+def sections_to_render(
+    data: bytes, position: int, limits: RenderLimits, stop_offset: int | None = None
+) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
+    """(header, records section) of each batch of `data` that ends after
+    `position` and starts before `stop_offset`, decompressed. Compressed
+    sections inflate to at most `limits.fetch_decompressed_bytes_max` bytes
+    in all (the first always inflates, up to the one-batch bound); the walk
+    ends before the batch that would take more."""
+    budget = DecompressionBudget(
+        limits.fetch_decompressed_bytes_max, "fetch_decompressed_bytes_max"
+    )
+    inflated = False
+    for pos, header in iter_batches(data):
+        if stop_offset is not None and header.base_offset >= stop_offset:
+            return
+        if header.next_offset <= position:
+            continue  # wholly before the position: nothing in it to show
+        if header.compression == Compression.NONE:
+            yield header, records_section(data, pos, header)
+            continue
+        if inflated and budget.remaining == 0:
+            return
+        try:
+            section = records_section(
+                data, pos, header, decompressed_max=budget.remaining if inflated else None
+            )
+        except RecordTooLargeError:
+            if not inflated:
+                raise
+            return  # the budget is spent: this batch is the next read's
+        budget.spend(len(section))
+        inflated = True
+        yield header, section

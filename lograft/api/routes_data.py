@@ -11,29 +11,47 @@
   (`lograft/brokers/produce_wire.py`).
 
 Limits (named, with units): `produce_records_max` records per JSON request,
-`fetch_bytes_max` bytes per fetch, `fetch_records_max` records per JSON fetch.
+`produce_decompressed_bytes_max` bytes inflated per raw (or forwarded)
+produce request (`produce_batches_max`, batches per partition, is the
+broker's), `fetch_bytes_max` bytes per fetch, `fetch_records_max` records per
+JSON fetch, and the rendering bounds of `RenderLimits`
+(`lograft/api/fetch_json.py`).
+
+Work that grows with what a request carries (decompressing and validating
+batches, parsing a large JSON body, rendering records, walking a large raw
+answer, a timestamp lookup inside a batch) runs in the node's `RecordWork`
+threads, never on the event loop, unless it is small (`worth_a_thread`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+from lograft.api.fetch_json import PageRequest, render_page, response_body
 from lograft.api.http_errors import error_dict
 from lograft.api.peer_urls import PeerUrls
-from lograft.api.records_json import READ_FORMATS, ProduceRecord, parse_produce_body, render_record
+from lograft.api.record_work import INLINE_BYTES_MAX, RecordWork, worth_a_thread
+from lograft.api.records_json import (
+    READ_FORMATS,
+    ProduceRecord,
+    RenderLimits,
+    parse_produce_body,
+)
+from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.partition import Acks, TopicPartition
+from lograft.brokers.partition import Acks, Partition, TopicPartition, check_batch_count
 from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
 from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.brokers.produce_wire import (
@@ -56,7 +74,13 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
     error_class_for,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_batch_records, iter_batches
+from lograft.storage.batch import (
+    RecordInput,
+    build_batch,
+    iter_batches,
+)
+from lograft.storage.compression import DecompressionBudget
+from lograft.storage.log import TimestampOffset
 
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 # JSON produce bodies from this size on are decoded and built into batches
@@ -66,8 +90,10 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 JSON_OFF_LOOP_BYTES_MIN = 256 * 1024
 # Topics only the brokers write to.
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
-# A JSON fetch renders fetched data larger than this in a worker thread, bytes.
-RENDER_INLINE_BYTES_MAX = 64 * 1024
+# Fetched data up to this many bytes, uncompressed, is rendered inline.
+RENDER_INLINE_BYTES_MAX = INLINE_BYTES_MAX
+# A fetch answer larger than this is written in pieces of this size, bytes.
+SEND_PIECE_BYTES = 1024 * 1024
 FORWARD_PATH = "/internal/v1/produce"
 # What a forwarded produce's header costs per partition and in all, bytes; a
 # generous bound, so that a request cut at the limit fits the peer's limit.
@@ -78,6 +104,9 @@ FORWARD_REQUEST_OVERHEAD = 1024
 @dataclass(frozen=True, slots=True)
 class DataLimits:
     produce_records_max: int = 10_000
+    # Bytes the compressed batches of one produce request may inflate to, in
+    # all; past it the request is refused (413) as soon as inflation passes it.
+    produce_decompressed_bytes_max: int = 64 * 1024 * 1024
     fetch_bytes_max: int = 50 * 1024 * 1024
     fetch_bytes_default: int = 1024 * 1024
     fetch_records_max: int = 10_000
@@ -86,6 +115,7 @@ class DataLimits:
     # A produce forwarded to one leader is cut into requests of at most this
     # many bytes: the leader refuses a larger body (its request_bytes_max).
     forward_request_bytes_max: int = 16 * 1024 * 1024
+    render: RenderLimits = field(default_factory=RenderLimits)
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -100,11 +130,14 @@ class DataRoutes:
         session: aiohttp.ClientSession,
         limits: DataLimits | None = None,
         peers: PeerUrls | None = None,
+        work: RecordWork | None = None,
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self.session = session
         self.limits = limits or DataLimits()
+        # Threads for work that grows with what a request carries.
+        self.work = work or RecordWork()
         # Where to forward a produce for another leader (node-to-node: [http.dial]).
         self.peers = peers or PeerUrls()
         self.keyless = KeylessPartitioner()
@@ -177,27 +210,19 @@ class DataRoutes:
         _refuse_internal(view.name)
         body = await request.read()
         # A large body's records are decoded and encoded into batches in a
-        # worker thread: that Python work (about 0.2 s for 10,000 small
+        # record-work thread: that Python work (about 0.2 s for 10,000 small
         # records) would otherwise hold the event loop. orjson's own parse
         # holds the GIL either way (see JSON_OFF_LOOP_BYTES_MIN).
-        off_loop = len(body) >= JSON_OFF_LOOP_BYTES_MIN
-        records_max = self.limits.produce_records_max
-        if off_loop:
-            parsed = await asyncio.to_thread(parse_produce_body, body, records_max=records_max)
-        else:
-            parsed = parse_produce_body(body, records_max=records_max)
+        parsed, groups, batches = await self.work.run(
+            functools.partial(self._prepare_json, view, body),
+            inline=len(body) < JSON_OFF_LOOP_BYTES_MIN,
+        )
         # The query wins over the body, but a bad value is refused in either.
         body_acks = None if parsed.acks is None else Acks.parse(parsed.acks)
         if "acks" in request.query:
             acks = Acks.parse(request.query["acks"])
         else:
             acks = Acks.ALL if body_acks is None else body_acks
-        groups = self._partition_records(view, parsed.records)
-        now = int(time.time() * 1000)
-        if off_loop:
-            batches = await asyncio.to_thread(_build_batches, groups, now)
-        else:
-            batches = _build_batches(groups, now)
         outcomes = await self._produce_batches(view, batches, acks)
         results = [outcomes[p] for p in groups]
         if acks is Acks.NONE:
@@ -221,6 +246,14 @@ class DataRoutes:
             first.details["offsets"] = offsets
             raise first
         return json_response({"offsets": offsets}, 200 if failed == 0 else 207)
+
+    def _prepare_json(
+        self, view: TopicView, body: bytes
+    ) -> tuple[ParsedProduce, dict[int, list[ProduceRecord]], dict[int, bytes]]:
+        """The request parsed, its records grouped by partition, a batch per partition."""
+        parsed = parse_produce_body(body, records_max=self.limits.produce_records_max)
+        groups = self._partition_records(view, parsed.records)
+        return parsed, groups, _build_batches(groups, int(time.time() * 1000))
 
     def _partition_records(
         self, view: TopicView, records: list[ProduceRecord]
@@ -275,7 +308,13 @@ class DataRoutes:
         self, tp: TopicPartition, data: bytes, acks: Acks
     ) -> dict[int, PartitionOutcome]:
         try:
-            return {tp.partition: await self.replicas.produce(tp, data, acks)}
+            # A batch built here from the request's JSON: its records are
+            # walked (and judged by the topic's rules) off the loop all the same.
+            check = functools.partial(
+                self.replicas.partition(tp).check_records, data, self._produce_budget()
+            )
+            await self.work.run(check, inline=not worth_a_thread(data))
+            return {tp.partition: await self.replicas.produce(tp, data, acks, records_checked=True)}
         except LograftError as exc:
             return {tp.partition: exc}
 
@@ -336,8 +375,12 @@ class DataRoutes:
         req = decode_request(await request.read())
         view = self._topic(req.topic)
         _refuse_internal(view.name)
+        checks = await self._check_partitions(view, req.partitions)
         outcomes = await asyncio.gather(
-            *(self._append_as_leader(view, b, req.acks) for b in req.partitions)
+            *(
+                self._append_as_leader(view, b, req.acks, checks[b.partition])
+                for b in req.partitions
+            )
         )
         partitions = [b.partition for b in req.partitions]
         return web.Response(
@@ -345,17 +388,58 @@ class DataRoutes:
             content_type="application/json",
         )
 
+    async def _check_partitions(
+        self, view: TopicView, parts: list[PartitionBatch]
+    ) -> dict[int, LograftError | None]:
+        """Each partition's batches checked as produce_raw checks them, sharing
+        one request's budget, in one job; per partition, its refusal or None."""
+        hosted = {
+            b.partition: part
+            for b in parts
+            if (part := self.replicas.partitions.get(TopicPartition(view.name, b.partition)))
+        }
+        budget = self._produce_budget()
+
+        def check_all() -> dict[int, LograftError | None]:
+            out: dict[int, LograftError | None] = {}
+            for b in parts:
+                try:
+                    if b.partition in hosted:  # else refused below, as produce_raw would
+                        self._check_batches(hosted[b.partition], b.data, budget)
+                    out[b.partition] = None
+                except LograftError as exc:
+                    out[b.partition] = exc
+            return out
+
+        inline = not any(worth_a_thread(b.data) for b in parts)
+        return await self.work.run(check_all, inline=inline)
+
     async def _append_as_leader(
-        self, view: TopicView, batch: PartitionBatch, acks: Acks
+        self, view: TopicView, batch: PartitionBatch, acks: Acks, refused: LograftError | None
     ) -> PartitionOutcome:
         try:
             # The partition as text, as produce_raw gets it from its URL, so
             # that an unknown partition's error details are the same.
             tp = self._partition_of(view, str(batch.partition))
             self._require_local_leader(view, tp)
-            return await self.replicas.produce(tp, batch.data, acks)
+            if refused is not None:
+                return refused
+            return await self.replicas.produce(tp, batch.data, acks, records_checked=True)
         except LograftError as exc:
             return exc
+
+    def _produce_budget(self) -> DecompressionBudget:
+        return DecompressionBudget(
+            self.limits.produce_decompressed_bytes_max, "produce_decompressed_bytes_max"
+        )
+
+    def _check_batches(self, part: Partition, data: bytes, budget: DecompressionBudget) -> None:
+        """Every batch and record of a produce, as the leader's append checks
+        them (structure, CRC, sizes, the client rules on records, every record
+        decompressed within `budget`), before anything is appended."""
+        # Before anything else: a body of tiny batches would be walked whole.
+        check_batch_count(data, self.replicas.settings.produce_batches_max)
+        part.check_records(data, budget)
 
     async def produce_raw(self, request: web.Request) -> web.StreamResponse:
         view, tp = self._tp(request)
@@ -368,7 +452,11 @@ class DataRoutes:
         acks = Acks.parse(request.query.get("acks", "all"))
         self._require_local_leader(view, tp)
         data = await request.read()
-        result = await self.replicas.produce(tp, data, acks)
+        check = functools.partial(
+            self._check_batches, self.replicas.partition(tp), data, self._produce_budget()
+        )
+        await self.work.run(check, inline=not worth_a_thread(data))
+        result = await self.replicas.produce(tp, data, acks, records_checked=True)
         if acks is Acks.NONE:
             return web.Response(status=202)
         return json_response(
@@ -409,40 +497,48 @@ class DataRoutes:
                 )
         self._require_local_leader(view, tp)
         got = await self.replicas.fetch(
-            tp, offset, max_bytes=max_bytes, max_wait_ms=max_wait, min_bytes=min_bytes
+            tp,
+            offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait,
+            min_bytes=min_bytes,
+            offload=self.work.run,
         )
         if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
-            return self._raw_fetch(got.data, got.high_watermark, got.log_start_offset, offset)
-        render = (got.data, tp.partition, offset, max_records, value_format, key_format)
-        if len(got.data) > RENDER_INLINE_BYTES_MAX:
-            # Decoding and rendering ~10,000 records takes ~150 ms of CPU: on
-            # the event loop it would hold up every other request of this node,
-            # broker heartbeats and controller duties included (a loaded node
-            # was fenced that way). In a thread the loop still gets the GIL
-            # every switch interval (5 ms).
-            records, next_offset = await asyncio.to_thread(_render_records, *render)
-        else:
-            records, next_offset = _render_records(*render)
-        return json_response(
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "records": records,
-                "next_offset": next_offset,
-                "high_watermark": got.high_watermark,
-                "log_start_offset": got.log_start_offset,
-            }
-        )
+            return await self._raw_fetch(
+                request, got.data, got.high_watermark, got.log_start_offset, offset
+            )
+        page = PageRequest(tp.partition, offset, max_records, max_bytes, value_format, key_format)
 
-    @staticmethod
-    def _raw_fetch(data: bytes, hw: int, log_start: int, offset: int) -> web.Response:
-        next_offset = offset
-        for _pos, h in iter_batches(data):
-            next_offset = max(next_offset, h.next_offset)
-        return web.Response(
-            body=data,
-            content_type=BATCH_CONTENT_TYPE,
-            headers={
+        def render() -> bytes:
+            rendered = render_page(got.data, page, self.limits.render)
+            return response_body(
+                tp.topic, tp.partition, rendered, got.high_watermark, got.log_start_offset
+            )
+
+        # Decoding and rendering ~10,000 records takes ~150 ms of CPU, and one
+        # compressed batch may inflate to 64 MiB: on the event loop that would
+        # hold up every other request of this node, broker heartbeats and
+        # controller duties included (a loaded node was fenced that way).
+        body = await self.work.run(render, inline=not worth_a_thread(got.data))
+        return await send_body(request, body, "application/json")
+
+    async def _raw_fetch(
+        self, request: web.Request, data: bytes, hw: int, log_start: int, offset: int
+    ) -> web.StreamResponse:
+        def last_offset() -> int:
+            next_offset = offset
+            for _pos, h in iter_batches(data):
+                next_offset = max(next_offset, h.next_offset)
+            return next_offset
+
+        # 50 MiB of small batches is ~800,000 headers to walk.
+        next_offset = await self.work.run(last_offset, inline=len(data) <= INLINE_BYTES_MAX)
+        return await send_body(
+            request,
+            data,
+            BATCH_CONTENT_TYPE,
+            {
                 "X-Lograft-High-Watermark": str(hw),
                 "X-Lograft-Log-Start-Offset": str(log_start),
                 "X-Lograft-Next-Offset": str(next_offset),
@@ -464,7 +560,10 @@ class DataRoutes:
         }
         if "timestamp" in request.query:
             ts = query_int(request.query, "timestamp", None, maximum=INT64_MAX)
-            found = part.log.offset_for_timestamp(ts)
+            # Decodes the records of the batch holding it (inflated up to 64 MiB).
+            found: TimestampOffset | None = await self.work.run(
+                functools.partial(part.log.offset_for_timestamp, ts)
+            )
             if found is None or found.offset >= part.high_watermark:
                 body["offset_for_timestamp"] = None
             else:
@@ -480,6 +579,30 @@ def _build_batches(groups: dict[int, list[ProduceRecord]], now_ms: int) -> dict[
     return {
         p: build_batch([r.record for r in recs], timestamp_ms=now_ms) for p, recs in groups.items()
     }
+
+
+async def send_body(
+    request: web.Request,
+    body: bytes,
+    content_type: str,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """Answer with `body`; a large one goes out in pieces of SEND_PIECE_BYTES.
+
+    Handed whole to the transport, a 50 MiB body is copied into its buffer at
+    once on the event loop (~100 ms); in pieces, each write waits for the
+    socket to drain, and the loop runs between them."""
+    if len(body) <= SEND_PIECE_BYTES:
+        return web.Response(body=body, content_type=content_type, headers=headers)
+    resp = web.StreamResponse(headers=headers)
+    resp.content_type = content_type
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    with memoryview(body) as view:
+        for start in range(0, len(body), SEND_PIECE_BYTES):
+            await resp.write(view[start : start + SEND_PIECE_BYTES])
+    await resp.write_eof()
+    return resp
 
 
 def _refuse_internal(topic: str) -> None:
@@ -511,30 +634,6 @@ def _refusal(leader: int, status: int, body: bytes) -> LograftError:
         str(err.get("message", f"broker {leader} answered {status}")),
         **(details if isinstance(details, dict) else {}),
     )
-
-
-def _render_records(
-    data: bytes, partition: int, offset: int, max_records: int, value_format: str, key_format: str
-) -> tuple[list[dict[str, Any]], int]:
-    """Records at or after `offset`, at most `max_records`, and where to go on.
-
-    When nothing was cut by `max_records`, the next offset is the end of the
-    last batch returned, not just past its last record: compaction leaves
-    batches whose last offsets hold no record any more, and a consumer that
-    only followed records would ask for the same empty range forever.
-    """
-    records: list[dict[str, Any]] = []
-    next_offset = offset
-    for pos, header in iter_batches(data):
-        for rec in iter_batch_records(data, pos, header):
-            if rec.offset < offset:
-                continue
-            if len(records) >= max_records:
-                return records, next_offset
-            records.append(render_record(rec, partition, value_format, key_format))
-            next_offset = rec.offset + 1
-        next_offset = max(next_offset, header.next_offset)
-    return records, next_offset
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

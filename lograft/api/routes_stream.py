@@ -59,7 +59,8 @@ from aiohttp import web
 from lograft.api import sse
 from lograft.api.app import SECRET_HEADER
 from lograft.api.peer_urls import PeerUrls
-from lograft.api.records_json import READ_FORMATS
+from lograft.api.record_work import RecordWork
+from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.api.stream_fetch import ServeLimits, add_stream_fetch_route
@@ -151,10 +152,16 @@ class StreamRoutes:
         limits: StreamLimits | None = None,
         peers: PeerUrls | None = None,
         cluster_secret: str = "",
+        work: RecordWork | None = None,
+        render: RenderLimits | None = None,
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self.limits = limits or StreamLimits()
+        # Threads that render records (the node's, shared with the fetch route)
+        # and the bounds of rendering (`[http]`, as for JSON fetches).
+        self.work = work or RecordWork()
+        self.render = render or RenderLimits()
         # Where to read partitions led by other nodes (node-to-node: [http.dial]).
         self.peers = peers or PeerUrls()
         # Sent with the long-polls: other leaders serve them on an internal endpoint.
@@ -267,7 +274,9 @@ class StreamRoutes:
                     return response  # the client left as the headers went out
                 raise
             _bound_client_stall(request, self.limits.client_stalled_timeout_ms)
-            session = StreamSession(request, response, sources, positions, req.settings, group)
+            session = StreamSession(
+                request, response, sources, positions, req.settings, group, work=self.work
+            )
             self.sessions[task] = session
             await session.run()  # a group member leaves when it returns
             return response
@@ -389,6 +398,7 @@ class StreamRoutes:
             write_block_bytes=self.limits.write_block_bytes,
             heartbeat_interval_ms=self.limits.heartbeat_interval_ms,
             liveness_check_ms=self.limits.liveness_check_ms,
+            render=self.render,
         )
         resume = {p: o for p, o in cursor.items() if p in view.partitions}
         if group is None:

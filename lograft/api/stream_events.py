@@ -10,6 +10,13 @@ delivered twice and never before it is committed.
 Blocks are at most `block_bytes` (or one event, if a single event is larger),
 so rendering never holds a whole chunk's worth of text: JSON of small records
 is many times the size of their bytes.
+
+Bounded as the fetch endpoint is (`RenderLimits`): a record whose JSON would
+exceed `record_render_bytes_max` raises MESSAGE_TOO_LARGE (the stream ends
+with it as `event: error`, naming the offset to go on from), and a chunk's
+compressed batches inflate to at most `fetch_decompressed_bytes_max` bytes
+(the first one always): the last block's position then stops before the
+batch left over, which the next read starts with.
 """
 
 from __future__ import annotations
@@ -17,11 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import orjson
-
 from lograft.api import sse
-from lograft.api.records_json import render_record
-from lograft.storage.batch import iter_batch_records, iter_batches
+from lograft.api.records_json import (
+    RenderLimits,
+    records_to_render,
+    render_record_json,
+    sections_to_render,
+)
+from lograft.errors import RecordTooLargeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +54,12 @@ class Block:
 
 
 def render_blocks(
-    data: bytes, position: int, high_watermark: int, spec: RenderSpec, block_bytes: int
+    data: bytes,
+    position: int,
+    high_watermark: int,
+    spec: RenderSpec,
+    block_bytes: int,
+    limits: RenderLimits | None = None,
 ) -> Iterator[Block]:
     """Blocks of events for the records of `data` in [position, high_watermark).
 
@@ -52,28 +67,34 @@ def render_blocks(
     record (compaction), as the fetch endpoint's `next_offset`: a stream must
     not ask for the same empty range again.
     """
+    limits = limits or RenderLimits()
     out = bytearray()
     count = 0
-    for pos, header in iter_batches(data):
-        if header.base_offset >= high_watermark:
-            break
-        for rec in iter_batch_records(data, pos, header):
-            if rec.offset < position:
-                continue
-            if rec.offset >= high_watermark:
-                break
-            body = orjson.dumps(
-                render_record(rec, spec.partition, spec.value_format, spec.key_format)
-            )
-            position = rec.offset + 1
-            out += sse.event(body, event_id=f"{spec.id_prefix}{position}{spec.id_suffix}")
-            count += 1
-            if len(out) >= block_bytes:
-                yield Block(bytes(out), position, count)
-                out.clear()
-                count = 0
-        if header.next_offset <= high_watermark:
-            position = max(position, header.next_offset)
+    try:
+        for header, section in sections_to_render(data, position, limits, high_watermark):
+            for rec in records_to_render(section, header, position, spec.partition, limits):
+                if rec.offset >= high_watermark:
+                    break
+                body = render_record_json(
+                    rec,
+                    spec.partition,
+                    spec.value_format,
+                    spec.key_format,
+                    bytes_max=limits.record_render_bytes_max,
+                )
+                position = rec.offset + 1
+                out += sse.event(body, event_id=f"{spec.id_prefix}{position}{spec.id_suffix}")
+                count += 1
+                if len(out) >= block_bytes:
+                    yield Block(bytes(out), position, count)
+                    out.clear()
+                    count = 0
+            if header.next_offset <= high_watermark:
+                position = max(position, header.next_offset)
+    except RecordTooLargeError:
+        if count:
+            yield Block(bytes(out), position, count)  # what came before it is delivered
+        raise
     yield Block(bytes(out), position, count)
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -36,7 +37,8 @@ from aiohttp import web
 
 from lograft.api import sse
 from lograft.api.http_errors import error_body
-from lograft.api.routes_data import RENDER_INLINE_BYTES_MAX
+from lograft.api.record_work import RecordWork, worth_a_thread
+from lograft.api.records_json import RenderLimits
 from lograft.api.stream_events import Block, RenderSpec, render_blocks
 from lograft.api.stream_group import GroupMember
 from lograft.api.stream_source import Chunk, PartitionSource
@@ -59,6 +61,7 @@ class SessionSettings:
     write_block_bytes: int
     heartbeat_interval_ms: int
     liveness_check_ms: int
+    render: RenderLimits = field(default_factory=RenderLimits)
 
 
 def memory_bound_bytes(max_bytes: int, write_block_bytes: int) -> int:
@@ -89,6 +92,7 @@ class StreamSession:
         positions: Mapping[int, int],
         settings: SessionSettings,
         group: GroupBinding | None = None,
+        work: RecordWork | None = None,
     ) -> None:
         self.request = request
         self.response = response
@@ -96,6 +100,8 @@ class StreamSession:
         self.positions = dict(positions)
         self.settings = settings
         self.group = group
+        # Threads that render chunks worth one (the node's, shared).
+        self.work = work or RecordWork(1)
         # Fetch in flight -> its partition: at most one per partition.
         self._fetches: dict[asyncio.Task[Chunk], int] = {}
         # Observable state (tests, and anyone debugging a slow consumer).
@@ -243,14 +249,16 @@ class StreamSession:
             chunk.high_watermark,
             spec,
             self.settings.write_block_bytes,
+            self.settings.render,
         )
-        # Rendering thousands of records is CPU the event loop must not spend
-        # in one go (see the fetch route); each block is rendered in a thread.
-        offload = len(chunk.data) > RENDER_INLINE_BYTES_MAX
+        # Rendering thousands of records, or inflating a compressed batch, is
+        # CPU the event loop must not spend (see the fetch route); each block
+        # is rendered in a worker thread.
+        inline = not worth_a_thread(chunk.data)
         try:
             while True:
-                block: Block | None = (
-                    await asyncio.to_thread(next, blocks, None) if offload else next(blocks, None)
+                block: Block | None = await self.work.run(
+                    functools.partial(next, blocks, None), inline=inline
                 )
                 if block is None:
                     return

@@ -64,6 +64,7 @@ from lograft.storage.batch import (
     count_batches,
     validate_batch,
 )
+from lograft.storage.compression import DecompressionBudget
 from lograft.storage.config import TimestampType
 from lograft.storage.log import Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
@@ -275,6 +276,7 @@ class Partition:
         *,
         validate_records: bool = True,
         producer_id_end: int | None = None,
+        records_checked: bool = False,
     ) -> AppendResult:
         """Append producer batches as leader, all or nothing: every batch of the
         request is checked (structure, CRC, size, the client rules of
@@ -283,7 +285,8 @@ class Partition:
         Idempotent batches that repeat one of the producer's last five are not
         written again and get their original offsets back. `producer_id_end`
         is the first producer id the cluster has not allocated (None: not
-        checked)."""
+        checked). `records_checked`: `check_records(data, ...)` passed just
+        before (in a worker thread): the records are not walked again."""
         self._require_leader()
         if acks is Acks.ALL and not enough_replicas_for_acks_all(
             len(self.isr), self.settings.min_insync_replicas
@@ -312,8 +315,8 @@ class Partition:
             info = self.log.append(
                 payload,
                 leader_epoch=self.leader_epoch,
-                validate_records=validate_records,
-                rules=self._record_rules(),
+                validate_records=validate_records and not records_checked,
+                rules=None if records_checked else self._record_rules(),
             )
             append_time = info.log_append_time_ms
             offset = info.first_offset
@@ -337,6 +340,12 @@ class Partition:
         ]
         self.maybe_advance_high_watermark()
         return AppendResult(spans[0][0], spans[-1][1], append_time, not fresh)
+
+    def check_records(self, data: bytes, budget: DecompressionBudget) -> None:
+        """The record checks `append_records` makes (sizes, every record
+        decompressed within `budget`, the client rules on records), writing
+        nothing. Reads only configs and the clock: safe in a worker thread."""
+        self.log.check_append(data, rules=self._record_rules(), budget=budget)
 
     def _record_rules(self) -> RecordRules:
         """The client rules on records for this topic's configs, now."""

@@ -249,6 +249,11 @@ class ConsumerConfig(CommonConfig):
     fetch_min_bytes: int = 1
     # Bytes asked for per partition per fetch (a larger first batch still comes whole).
     max_partition_fetch_bytes: int = 1024 * 1024
+    # Bytes the compressed batches of one fetch response may inflate to; the
+    # rest of the response is fetched again later. The first batch always
+    # inflates (up to 64 MiB, the bound of one batch): a server cannot make
+    # the client allocate more than this plus one batch per partition.
+    max_partition_fetch_decompressed_bytes: int = 64 * 1024 * 1024
     max_poll_records: int = 500
     # Check every fetched batch's CRC-32C (Kafka's check.crcs).
     check_crcs: bool = True
@@ -278,6 +283,7 @@ class ConsumerConfig(CommonConfig):
             )
         for n in (
             "max_partition_fetch_bytes",
+            "max_partition_fetch_decompressed_bytes",
             "max_poll_records",
             "default_api_timeout_ms",
             "auto_commit_interval_ms",

@@ -6,7 +6,10 @@ For each assigned partition (`PartitionState`):
   `GET .../offsets` on the leader).
 - At most one fetch is in flight, and none while records fetched earlier
   are still buffered, so memory is bounded by one response
-  (`max_partition_fetch_bytes`, or one larger batch) per partition.
+  (`max_partition_fetch_bytes`, or one larger batch) per partition, and
+  what it inflates to by `max_partition_fetch_decompressed_bytes` (or one
+  batch): decoding stops before the batch that would pass it, and the next
+  fetch starts there.
 - A fetch is `GET .../records?offset=<position>` with
   `Accept: application/vnd.lograft.batch` (raw RecordBatch v2 bytes) and
   `max_wait_ms` (long-poll). Batches may start before the position; records
@@ -53,9 +56,17 @@ from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from lograft.storage.batch import Record, iter_batch_records, iter_batches, validate_batch
+from lograft.storage.batch import (
+    Record,
+    decode_records,
+    iter_batches,
+    records_section,
+    validate_batch,
+)
+from lograft.storage.compression import Compression, DecompressionBudget
 
 _METADATA_ERRORS = (
     NotLeaderOrFollowerError,
@@ -107,7 +118,21 @@ class PartitionState:
 
 def decode(data: bytes, fetch_offset: int, check_crcs: bool) -> list[tuple[Record, TimestampType]]:
     """Records at or after `fetch_offset` in a raw fetch response, control batches skipped."""
+    return decode_within(data, fetch_offset, check_crcs, None)[0]
+
+
+def decode_within(
+    data: bytes, fetch_offset: int, check_crcs: bool, decompressed_max: int | None
+) -> tuple[list[tuple[Record, TimestampType]], int | None]:
+    """`decode`, with compressed batches inflating to at most `decompressed_max`
+    bytes in all (the first one always), and where to fetch next when that
+    stopped decoding early (None: the whole response was decoded)."""
     out: list[tuple[Record, TimestampType]] = []
+    budget = DecompressionBudget(
+        decompressed_max if decompressed_max is not None else 1 << 62,
+        "max_partition_fetch_decompressed_bytes",
+    )
+    inflated = False
     for pos, header in iter_batches(data):
         if header.next_offset <= fetch_offset or header.is_control:
             continue
@@ -118,10 +143,25 @@ def decode(data: bytes, fetch_offset: int, check_crcs: bool) -> list[tuple[Recor
             if header.is_log_append_time
             else TimestampType.CREATE_TIME
         )
-        for rec in iter_batch_records(data, pos, header):
-            if rec.offset >= fetch_offset:
-                out.append((rec, ts_type))
-    return out
+        if header.compression != Compression.NONE:
+            stop = max(header.base_offset, fetch_offset)
+            if inflated and budget.remaining == 0:
+                return out, stop
+            try:
+                section = records_section(
+                    data, pos, header, decompressed_max=budget.remaining if inflated else None
+                )
+            except RecordTooLargeError:
+                if not inflated:
+                    raise
+                return out, stop
+            budget.spend(len(section))
+            inflated = True
+        else:
+            section = records_section(data, pos, header)
+        for rec in decode_records(section, header, start_offset=fetch_offset):
+            out.append((rec, ts_type))
+    return out, None
 
 
 class Fetcher:
@@ -290,7 +330,11 @@ class Fetcher:
         if hw is not None:
             st.high_watermark = int(hw)
         next_offset = int(resp.headers.get(NEXT_OFFSET_HEADER, offset))
-        records = decode(resp.body, offset, cfg.check_crcs)
+        records, cut_at = decode_within(
+            resp.body, offset, cfg.check_crcs, cfg.max_partition_fetch_decompressed_bytes
+        )
+        if cut_at is not None:
+            next_offset = cut_at  # the rest of the response is fetched again
         if records:
             st.buffer.extend(records)
             st.buffer_next_offset = next_offset

@@ -59,6 +59,8 @@ typedef enum {
     SCAN_HEADER_KEY_LENGTH,
     SCAN_RECORD_SLACK,
     SCAN_TRAILING_BYTES,
+    /* RecordTooLargeError: a record over the caller's limit. */
+    SCAN_RECORD_TOO_LARGE,
 } reason_t;
 
 /* Reason names as the Python side knows them (record_scan.REASONS). */
@@ -80,6 +82,7 @@ static const char *const REASON_NAMES[] = {
     [SCAN_HEADER_KEY_LENGTH] = "header_key_length",
     [SCAN_RECORD_SLACK] = "record_slack",
     [SCAN_TRAILING_BYTES] = "trailing_bytes",
+    [SCAN_RECORD_TOO_LARGE] = "record_too_large",
 };
 
 /* What went wrong, filled in by the GIL-free scan and formatted later. */
@@ -200,9 +203,10 @@ typedef struct {
     int64_t null_keys;     /* records whose key is null */
 } scan_summary;
 
+/* `record_max` < 0: no limit on one record's length. */
 static reason_t
 scan_core(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t last, int contiguous,
-          scan_error *e, scan_summary *s)
+          int64_t record_max, scan_error *e, scan_summary *s)
 {
     Py_ssize_t p = 0;
     int64_t prev = -1;
@@ -250,6 +254,14 @@ scan_core(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t last, int conti
             e->pos = at;
             e->a = length;
             e->b = (int64_t)(n - p);
+            return e->reason;
+        }
+        /* Only a record that is really there can be too large. */
+        if (record_max >= 0 && length > record_max) {
+            e->reason = SCAN_RECORD_TOO_LARGE;
+            e->pos = at;
+            e->a = length;
+            e->b = record_max;
             return e->reason;
         }
         rec_end = p + (Py_ssize_t)length;
@@ -416,6 +428,10 @@ format_error(const scan_error *e)
     case SCAN_TRAILING_BYTES:
         return PyUnicode_FromFormat(
             "%lld trailing bytes at byte %zd after the last record of the batch", a, pos);
+    case SCAN_RECORD_TOO_LARGE:
+        return PyUnicode_FromFormat(
+            "record %lld: length %lld at byte %zd exceeds the limit of %lld bytes for one "
+            "record", rec, a, pos, b);
     default:
         return PyUnicode_FromFormat("record %lld: unknown scan failure %d", rec,
                                     (int)e->reason);
@@ -423,16 +439,17 @@ format_error(const scan_error *e)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(data, records_count, last_offset_delta, contiguous)\n"
+"scan(data, records_count, last_offset_delta, contiguous, record_max=-1)\n"
 "    -> (ts_delta_min, ts_delta_max, null_keys)\n\n"
-"Check the records section of a RecordBatch v2. Raises ValueError whose\n"
-"args are (message, reason, record_index, byte) on the first problem.");
+"Check the records section of a RecordBatch v2; record_max >= 0 also bounds\n"
+"each record's length. Raises ValueError whose args are (message, reason,\n"
+"record_index, byte) on the first problem.");
 
 static PyObject *
 recordscan_scan(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
-    long long count, last;
+    long long count, last, record_max = -1;
     int contiguous;
     scan_error e;
     scan_summary summary;
@@ -440,19 +457,20 @@ recordscan_scan(PyObject *self, PyObject *args)
     PyObject *msg, *exc_args;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LLp:scan", &buf, &count, &last, &contiguous)) {
+    if (!PyArg_ParseTuple(args, "y*LLp|L:scan", &buf, &count, &last, &contiguous,
+                          &record_max)) {
         return NULL;
     }
     memset(&e, 0, sizeof(e));
     if (buf.len >= RELEASE_GIL_BYTES_MIN) {
         Py_BEGIN_ALLOW_THREADS
         r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last,
-                      contiguous, &e, &summary);
+                      contiguous, (int64_t)record_max, &e, &summary);
         Py_END_ALLOW_THREADS
     }
     else {
         r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last,
-                      contiguous, &e, &summary);
+                      contiguous, (int64_t)record_max, &e, &summary);
     }
     PyBuffer_Release(&buf);
     if (r == SCAN_OK) {
@@ -721,11 +739,13 @@ recordscan_decode_columns(PyObject *self, PyObject *args)
     memset(&e, 0, sizeof(e));
     if (n >= RELEASE_GIL_BYTES_MIN) {
         Py_BEGIN_ALLOW_THREADS
-        r = scan_core((const uint8_t *)buf.buf, n, (int64_t)count, (int64_t)last, 0, &e, &summary);
+        r = scan_core((const uint8_t *)buf.buf, n, (int64_t)count, (int64_t)last, 0, -1, &e,
+                      &summary);
         Py_END_ALLOW_THREADS
     }
     else {
-        r = scan_core((const uint8_t *)buf.buf, n, (int64_t)count, (int64_t)last, 0, &e, &summary);
+        r = scan_core((const uint8_t *)buf.buf, n, (int64_t)count, (int64_t)last, 0, -1, &e,
+                      &summary);
     }
     if (r != SCAN_OK) {
         scan_failure(&e, r);
@@ -829,7 +849,7 @@ static PyMethodDef recordscan_methods[] = {
 /* Bumped whenever scan's arguments or answer change: record_scan.py ignores
  * a module built from an older source (an editable install keeps the last
  * build until it is rebuilt) instead of misreading its answers. */
-#define RECORDSCAN_ABI 2
+#define RECORDSCAN_ABI 3  /* 3: record_max */
 
 /* Version of decode_columns' arguments and answer, checked by
  * record_columns.py apart from ABI (scan's), so either can change alone. */

@@ -36,14 +36,15 @@ them on append without touching the rest of the bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import crc32c as _crc32c
 
 from lograft.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from lograft.storage.compression import Compression, compress, decompress
+from lograft.storage import compression as _compression
+from lograft.storage.compression import Compression, DecompressionBudget, compress, decompress
 from lograft.storage.record_scan import RecordsSummary, scan_records
 from lograft.storage.varint import decode_varint, encode_varint
 
@@ -345,9 +346,7 @@ def validate_batch(
             position=pos,
         )
     if header.records_count < 0 or header.last_offset_delta < 0:
-        raise InvalidRecordError(
-            "negative recordsCount or lastOffsetDelta", position=pos
-        )
+        raise InvalidRecordError("negative recordsCount or lastOffsetDelta", position=pos)
     if header.records_count > header.last_offset_delta + 1:
         raise InvalidRecordError(
             f"recordsCount {header.records_count} exceeds the offset range "
@@ -363,14 +362,43 @@ def iter_batch_records(
     """Decode the records of the batch at `pos` (which must already be valid)."""
     if header is None:
         header = parse_header(buf, pos)
+    yield from decode_records(records_section(buf, pos, header), header)
+
+
+def records_section(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    *,
+    decompressed_max: int | None = None,
+) -> bytes | memoryview:
+    """The records section of the batch at `pos`, decompressed.
+
+    Decompression stops past `decompressed_max` bytes (never more than the
+    one-batch bound) with RecordTooLargeError; an uncompressed section is a
+    view of `buf`, whatever its size.
+    """
     section = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    data: bytes | memoryview = section
-    if header.compression != Compression.NONE:
-        data = decompress(header.compression, section)
-    yield from _decode_records(data, header)
+    if header.compression == Compression.NONE:
+        return section
+    return decompress(header.compression, section, limit=decompressed_max)
 
 
-def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[Record]:
+def decode_records(
+    data: bytes | memoryview,
+    header: BatchHeader,
+    *,
+    start_offset: int | None = None,
+    record_bytes_max: int | None = None,
+) -> Iterator[Record]:
+    """The records of a (decompressed) records section of the batch `header`.
+
+    Records below `start_offset` are stepped over, nothing of them copied
+    (nor checked further: they were checked when appended).
+    From there on, a record whose encoded length exceeds `record_bytes_max`
+    raises RecordTooLargeError (details: offset, record_bytes, limit) before
+    any of it is copied.
+    """
     p = 0
     end = len(data)
     base_offset = header.base_offset
@@ -384,6 +412,17 @@ def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[R
         p += 1  # attributes, unused in v2
         ts_delta, p = decode_varint(data, p)
         off_delta, p = decode_varint(data, p)
+        offset = base_offset + off_delta
+        if start_offset is not None and offset < start_offset:
+            p = rec_end
+            continue
+        if record_bytes_max is not None and length > record_bytes_max:
+            raise RecordTooLargeError(
+                f"the record at offset {offset} is {length} bytes, more than {record_bytes_max}",
+                offset=offset,
+                record_bytes=length,
+                limit=record_bytes_max,
+            )
         key_len, p = decode_varint(data, p)
         key = None
         if key_len >= 0:
@@ -416,7 +455,7 @@ def _decode_records(data: bytes | memoryview, header: BatchHeader) -> Iterator[R
                 "do not explain"
             )
         ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
-        yield Record(base_offset + off_delta, ts, key, value, tuple(headers))
+        yield Record(offset, ts, key, value, tuple(headers))
     if p != end:
         raise CorruptRecordError(f"{end - p} trailing bytes after the last record of the batch")
 
@@ -427,6 +466,8 @@ def check_records(
     header: BatchHeader,
     *,
     contiguous: bool,
+    record_bytes_max: int | None = None,
+    budget: DecompressionBudget | None = None,
 ) -> RecordsSummary:
     """Walk every record of a validated batch and check what the header claims.
 
@@ -437,6 +478,13 @@ def check_records(
     lograft.storage.record_scan); `details["position"]` is the batch's `pos`.
     Returns what the walk saw of the timestamps and keys, for callers that
     judge those (lograft.storage.produce_rules).
+
+    Size bounds, each RecordTooLargeError: with `record_bytes_max`, every
+    record (decompressed); a compressed section may inflate to no more than
+    its records can take at that size, nor past what `budget` has left (and
+    what it inflates to is spent from the budget), nor past the one-batch
+    bound. Inflation stops at the first bound passed: a bomb costs the bound,
+    not its size.
     """
     # Decoding Record objects here cost ~5 ms per 1,000 records; the scanner
     # walks the same fields without building anything. The views are released
@@ -448,14 +496,115 @@ def check_records(
     ):
         data: bytes | memoryview = section
         if header.compression != Compression.NONE:
-            data = decompress(header.compression, section)
+            data = _inflate_checked(section, pos, header, record_bytes_max, budget)
         try:
             return scan_records(
-                data, header.records_count, header.last_offset_delta, contiguous=contiguous
+                data,
+                header.records_count,
+                header.last_offset_delta,
+                contiguous=contiguous,
+                record_bytes_max=record_bytes_max,
             )
-        except (CorruptRecordError, InvalidRecordError) as exc:
+        except (CorruptRecordError, InvalidRecordError, RecordTooLargeError) as exc:
             exc.details["position"] = pos
             raise
+
+
+# A record's length varint takes at most this many bytes.
+_RECORD_LENGTH_VARINT_MAX = 10
+
+
+def _inflate_checked(
+    section: memoryview,
+    pos: int,
+    header: BatchHeader,
+    record_bytes_max: int | None,
+    budget: DecompressionBudget | None,
+) -> bytes:
+    """The decompressed section of the batch at `pos`, within every bound."""
+    bound = _compression.DECOMPRESSED_BYTES_MAX
+    message = f"record batch at byte {pos} decompresses to more than {bound} bytes (one batch)"
+    details: dict[str, object] = {"position": pos, "limit": bound}
+    if record_bytes_max is not None:
+        # Each record is at most its length varint plus record_bytes_max.
+        count = max(header.records_count, 1)
+        records_bound = count * (record_bytes_max + _RECORD_LENGTH_VARINT_MAX)
+        if records_bound < bound:
+            bound = records_bound
+            message = (
+                f"record batch at byte {pos} decompresses to more than its {count} record(s) "
+                f"can take ({bound} bytes): a record is larger than max_message_bytes="
+                f"{record_bytes_max} once decompressed"
+            )
+            details = {
+                "position": pos,
+                "limit": record_bytes_max,
+                "limit_name": "max_message_bytes",
+            }
+    if budget is not None and budget.remaining < bound:
+        bound = budget.remaining
+        message = (
+            f"the compressed batches of this request decompress to more than "
+            f"{budget.name}={budget.limit} bytes (at the batch at byte {pos})"
+        )
+        details = {"position": pos, "limit": budget.limit, "limit_name": budget.name}
+    try:
+        data = decompress(header.compression, section, limit=bound)
+    except RecordTooLargeError:
+        raise RecordTooLargeError(message, **details) from None
+    if budget is not None:
+        budget.spend(len(data))
+    return data
+
+
+def validate_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    max_batch_bytes: int,
+    contiguous: bool,
+    deep: bool,
+    budget: DecompressionBudget | None = None,
+    on_records: Callable[[BatchHeader, RecordsSummary, int], None] | None = None,
+) -> list[tuple[int, BatchHeader]]:
+    """Validate every batch of `buf`; (position, header) of each.
+
+    Each batch: structure and CRC (`validate_batch`), at most
+    `max_batch_bytes`; with `contiguous` (what a producer sends) at least one
+    record and lastOffsetDelta = recordsCount - 1. With `deep`, every record
+    too (`check_records`), each at most `max_batch_bytes` once decompressed
+    (Kafka's max.message.bytes bounds the compressed batch; a Kafka producer
+    bounds each uncompressed record by its max.request.size), inflating no
+    more than `budget` allows across the batches; `on_records(header,
+    summary, index)` then judges what the walk saw of each batch's records.
+    """
+    if not buf:
+        raise InvalidRecordError("no record batch in the request")
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while pos < len(buf):
+        h = validate_batch(buf, pos, max_batch_bytes=max_batch_bytes)
+        if contiguous:
+            if h.records_count == 0:
+                raise InvalidRecordError("a record batch must hold at least one record")
+            if h.last_offset_delta != h.records_count - 1:
+                raise InvalidRecordError(
+                    f"lastOffsetDelta {h.last_offset_delta} does not match recordsCount "
+                    f"{h.records_count} in a produced batch"
+                )
+        if deep:
+            summary = check_records(
+                buf,
+                pos,
+                h,
+                contiguous=contiguous,
+                record_bytes_max=max_batch_bytes,
+                budget=budget,
+            )
+            if on_records is not None:
+                on_records(h, summary, len(out))
+        out.append((pos, h))
+        pos += h.size
+    return out
 
 
 def patch_base_offset_and_epoch(
@@ -505,6 +654,11 @@ def count_batches(buf: bytes | bytearray | memoryview, stop_at: int) -> int:
             break
         pos += length + LOG_OVERHEAD
     return count
+
+
+def any_compressed(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether any whole batch of `buf` is compressed (a header walk)."""
+    return any(h.compression != Compression.NONE for _pos, h in iter_batches(buf))
 
 
 def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:

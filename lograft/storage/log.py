@@ -54,12 +54,12 @@ from lograft.storage.batch import (
     PATCHED_PREFIX,
     PATCHED_PREFIX_SIZE,
     BatchHeader,
-    check_records,
     iter_batch_records,
     patch_base_offset_and_epoch,
     set_log_append_time,
-    validate_batch,
+    validate_batches,
 )
+from lograft.storage.compression import DecompressionBudget
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache
@@ -71,6 +71,7 @@ from lograft.storage.segment import (
     AppendedBatch,
     Buffer,
     LogSegment,
+    ReadSpan,
     file_name,
     parse_base_offset,
 )
@@ -378,6 +379,16 @@ class Log:
                 log_append_time_ms=append_time,
             )
 
+    def check_append(
+        self, data: bytes, *, rules: RecordRules | None, budget: DecompressionBudget
+    ) -> None:
+        """Every check `append(data, rules=rules)` makes, writing nothing, with
+        compressed batches inflating within `budget`. Reads only the config:
+        safe in a worker thread, so that the walk of every (decompressed)
+        record need not hold the event loop; `append(validate_records=False)`
+        then checks only structure and CRC again."""
+        self._validate_all(data, contiguous=True, deep=True, rules=rules, budget=budget)
+
     def append_as_follower(self, data: bytes | bytearray) -> AppendInfo:
         """Append batches copied from the leader, keeping their offsets and
         epochs. The first batch must start at or after the LEO (compaction on
@@ -426,29 +437,18 @@ class Log:
         contiguous: bool,
         deep: bool,
         rules: RecordRules | None = None,
+        budget: DecompressionBudget | None = None,
     ) -> list[tuple[int, BatchHeader]]:
-        if not buf:
-            raise InvalidRecordError("no record batch in the request")
-        out: list[tuple[int, BatchHeader]] = []
-        pos = 0
-        limit = self.config.max_message_bytes
-        while pos < len(buf):
-            h = validate_batch(buf, pos, max_batch_bytes=limit)
-            if contiguous:
-                if h.records_count == 0:
-                    raise InvalidRecordError("a record batch must hold at least one record")
-                if h.last_offset_delta != h.records_count - 1:
-                    raise InvalidRecordError(
-                        f"lastOffsetDelta {h.last_offset_delta} does not match recordsCount "
-                        f"{h.records_count} in a produced batch"
-                    )
-            if deep:
-                summary = check_records(buf, pos, h, contiguous=contiguous)
-                if rules is not None:
-                    check_records_summary(h, summary, rules, len(out))
-            out.append((pos, h))
-            pos += h.size
-        return out
+        return validate_batches(
+            buf,
+            max_batch_bytes=self.config.max_message_bytes,
+            contiguous=contiguous,
+            deep=deep,
+            budget=budget,
+            on_records=None
+            if rules is None
+            else lambda h, summary, index: check_records_summary(h, summary, rules, index),
+        )
 
     def _write_with_epochs(
         self,
@@ -575,14 +575,18 @@ class Log:
             if offset == leo:
                 return b""
             i = max(self._segments.bisect_right(offset) - 1, 0)
+            span: ReadSpan | None = None
             for j in range(i, len(self._segments)):
                 seg: LogSegment = self._segments.peekitem(j)[1]
-                got = seg.read(offset, max_bytes, max_offset, min_one)
-                if got is not None:
-                    return got[0]
+                span = seg.read_span(offset, max_bytes, max_offset, min_one)
+                if span is not None:
+                    break
                 if max_offset is not None and seg.next_offset >= max_offset:
                     break
-            return b""
+        # Cut back to whole batches without the lock: the bytes are this
+        # read's own, and a walk of 50 MiB of small batches would keep an
+        # append to this log (on the event loop) waiting ~300 ms.
+        return b"" if span is None else span.cut()
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record with timestamp >= `timestamp`, or None if none is."""

@@ -35,6 +35,9 @@ structure of a record before its offset delta):
   below 1; with `contiguous` (the producer rule) lastOffsetDelta must be
   records_count - 1 and the deltas exactly 0, 1, 2, ...; otherwise (batches
   the compactor rewrote) deltas strictly increase and stay <= lastOffsetDelta.
+- RecordTooLargeError: with `record_bytes_max`, a record whose `length` (the
+  bytes after its length varint) exceeds it; judged once the length is known
+  to fit the section, before the record's fields.
 
 Errors carry `details`: `reason` (a name from REASONS), `record_index` (-1 for
 the batch as a whole) and `section_byte` (where in the records section the
@@ -46,7 +49,7 @@ largest timestampDelta and how many records have a null key. The scanner
 cannot judge those (it knows neither baseTimestamp nor the topic); the
 leader's client rules (`lograft.storage.produce_rules`) do.
 
-This is more strict than `batch._decode_records`, the reader, in one respect:
+This is more strict than `batch.decode_records`, the reader, in one respect:
 the reader takes any negative key or value length for null (as Kafka's Java
 reader does), while appends refuse lengths below -1.
 """
@@ -56,7 +59,12 @@ from __future__ import annotations
 import logging
 from typing import Final, Literal, NamedTuple, NoReturn
 
-from lograft.errors import CorruptRecordError, InvalidRecordError, LograftError
+from lograft.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LograftError,
+    RecordTooLargeError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +74,7 @@ _INT32_MAX: Final = (1 << 31) - 1
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 # The C module's ABI this module speaks (RECORDSCAN_ABI in _recordscan.c).
-C_ABI: Final = 2
+C_ABI: Final = 3
 
 
 class RecordsSummary(NamedTuple):
@@ -95,6 +103,7 @@ REASONS: Final[dict[str, type[LograftError]]] = {
     "header_key_length": CorruptRecordError,
     "record_slack": CorruptRecordError,
     "trailing_bytes": CorruptRecordError,
+    "record_too_large": RecordTooLargeError,
 }
 
 
@@ -153,6 +162,10 @@ def _message(reason: str, rec: int, pos: int, field: str, in_record: bool, a: in
         return f"record {rec}: {a} bytes at byte {pos} that its fields do not explain"
     if reason == "trailing_bytes":
         return f"{a} trailing bytes at byte {pos} after the last record of the batch"
+    if reason == "record_too_large":
+        return (
+            f"record {rec}: length {a} at byte {pos} exceeds the limit of {b} bytes for one record"
+        )
     raise AssertionError(f"unknown scan failure {reason}")
 
 
@@ -241,7 +254,7 @@ def _skip_headers(data: bytes | bytearray, p: int, rec_end: int, rec: int, count
 
 
 def _careful_record(
-    data: bytes | bytearray, p: int, n: int, rec: int, records_count: int
+    data: bytes | bytearray, p: int, n: int, rec: int, records_count: int, record_max: int
 ) -> tuple[int, int, int, int, int]:
     """Walk record `rec` at p checking every read: (end, offsetDelta, its byte,
     timestampDelta, keyLength).
@@ -253,6 +266,8 @@ def _careful_record(
     length, q = _varint(data, p, n, rec, "length", in_record=False)
     if length < 1 or length > n - q:
         _fail("record_length", rec, p, a=length, b=n - q)
+    if 0 <= record_max < length:
+        _fail("record_too_large", rec, p, a=length, b=record_max)
     rec_end = q + length
     q += 1  # attributes: unused in v2, any value is accepted (as Kafka)
     ts_delta, q = _varint(data, q, rec_end, rec, "timestampDelta")
@@ -276,8 +291,10 @@ def scan_records_python(
     last_offset_delta: int,
     *,
     contiguous: bool,
+    record_bytes_max: int | None = None,
 ) -> RecordsSummary:
     """The pure-Python walker; see the module docstring for the rules."""
+    record_max = -1 if record_bytes_max is None else record_bytes_max
     if isinstance(data, memoryview):
         # Indexing a memoryview is slower than bytes and its len() counts
         # items, not bytes, for other formats: copy once.
@@ -305,7 +322,7 @@ def scan_records_python(
             else:
                 raise _Unusual
             rec_end = p + length
-            if length < 1 or rec_end > n:
+            if length < 1 or rec_end > n or 0 <= record_max < length:
                 raise _Unusual
             p += 1  # attributes
             b = data[p]
@@ -368,7 +385,7 @@ def scan_records_python(
                 raise _Unusual
         except (IndexError, _Unusual):
             p, off_delta, off_pos, ts_delta, key_len = _careful_record(
-                data, start, n, i, records_count
+                data, start, n, i, records_count, record_max
             )
         if contiguous and off_delta != i:
             _fail("offset_delta_not_contiguous", i, off_pos, a=off_delta)
@@ -410,6 +427,7 @@ def scan_records_c(
     last_offset_delta: int,
     *,
     contiguous: bool,
+    record_bytes_max: int | None = None,
 ) -> RecordsSummary:
     """The C walker; raises RuntimeError when the extension was not built."""
     if _recordscan is None:
@@ -417,7 +435,15 @@ def scan_records_c(
     if isinstance(data, memoryview) and not data.c_contiguous:
         data = data.tobytes()
     try:
-        return RecordsSummary(*_recordscan.scan(data, records_count, last_offset_delta, contiguous))
+        return RecordsSummary(
+            *_recordscan.scan(
+                data,
+                records_count,
+                last_offset_delta,
+                contiguous,
+                -1 if record_bytes_max is None else record_bytes_max,
+            )
+        )
     except ValueError as exc:
         if len(exc.args) != 4:
             raise
@@ -437,13 +463,14 @@ def scan_records(
     last_offset_delta: int,
     *,
     contiguous: bool,
+    record_bytes_max: int | None = None,
 ) -> RecordsSummary:
     """Check a records section against recordsCount and lastOffsetDelta.
 
     `data` is the decompressed records section of one batch. Raises
-    CorruptRecordError or InvalidRecordError (see the module docstring) on the
-    first problem; returns the section's summary when every record is well
-    formed.
+    CorruptRecordError, InvalidRecordError or (over `record_bytes_max`)
+    RecordTooLargeError (see the module docstring) on the first problem;
+    returns the section's summary when every record is well formed.
     """
     # Both come from int32 header fields; anything else is a caller's bug,
     # and the C side could not take it.
@@ -451,4 +478,12 @@ def scan_records(
         raise ValueError(f"records_count {records_count} is not an int32")
     if not (_INT32_MIN <= last_offset_delta <= _INT32_MAX):
         raise ValueError(f"last_offset_delta {last_offset_delta} is not an int32")
-    return _scan(data, records_count, last_offset_delta, contiguous=contiguous)
+    if record_bytes_max is not None and not (0 <= record_bytes_max <= _INT64_MAX):
+        raise ValueError(f"record_bytes_max {record_bytes_max} is not a non-negative int64")
+    return _scan(
+        data,
+        records_count,
+        last_offset_delta,
+        contiguous=contiguous,
+        record_bytes_max=record_bytes_max,
+    )

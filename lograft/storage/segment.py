@@ -19,6 +19,7 @@ import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -527,6 +528,16 @@ class LogSegment:
         because a limit excludes the first batch, or None when no batch in
         this segment reaches `offset` (only then may the caller look in the
         next segment).
+        """
+        span = self.read_span(offset, max_bytes, max_offset, min_one)
+        return None if span is None else (span.cut(), span.position)
+
+    def read_span(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool
+    ) -> ReadSpan | None:
+        """`read`'s bytes before they are cut back to whole batches
+        (`ReadSpan.cut`), which needs no lock: a log cuts after releasing its
+        own, since walking 50 MiB of small batches takes ~300 ms.
 
         One descriptor borrow and (beyond the lookup) one pread: the span
         max_bytes allows is read whole, then cut back to its last whole
@@ -537,20 +548,17 @@ class LogSegment:
             if first is None:
                 return None
             if max_offset is not None and first.base_offset >= max_offset:
-                return b"", first.position
+                return ReadSpan(b"", 0, 0, max_offset, first.position)
             if first.size > max_bytes:
                 if not min_one:
-                    return b"", first.position
+                    return ReadSpan(b"", 0, 0, max_offset, first.position)
                 span = first.size
             else:
                 span = min(max_bytes, self.size - first.position)
             buf, start = first.chunk, first.position - first.chunk_start
             if len(buf) - start < span:
                 buf, start = os.pread(fd, span, first.position), 0
-        end = _whole_batches_end(buf, start, min(start + span, len(buf)), max_offset)
-        if start == 0 and end == len(buf):
-            return buf, first.position
-        return buf[start:end], first.position
+        return ReadSpan(buf, start, min(start + span, len(buf)), max_offset, first.position)
 
     def read_range(self, start: int, end: int) -> bytes:
         with self._fd_for_read() as fd:
@@ -589,6 +597,24 @@ class _Located(NamedTuple):
     size: int
     chunk: bytes
     chunk_start: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpan:
+    """Bytes a read took from a segment, from the first batch's start, not yet
+    cut back to whole batches below `max_offset`."""
+
+    buf: bytes
+    start: int
+    stop: int
+    max_offset: int | None
+    position: int  # of the first batch in the segment
+
+    def cut(self) -> bytes:
+        end = _whole_batches_end(self.buf, self.start, self.stop, self.max_offset)
+        if self.start == 0 and end == len(self.buf):
+            return self.buf
+        return self.buf[self.start : end]
 
 
 def _whole_batches_end(buf: bytes, start: int, stop: int, max_offset: int | None) -> int:

@@ -5,6 +5,10 @@ the node's event loop; under load (scripts/bench.py, JSON fetches of 100-byte
 records) that held up broker heartbeats and controller duties long enough for
 brokers to be fenced. Fetched data over RENDER_INLINE_BYTES_MAX is now
 rendered in a worker thread; small fetches stay inline (no thread hop).
+
+The switch once looked at the compressed size only: a 2 KB zstd batch of a
+63 MiB record was rendered inline and held the loop for 8 s. Any compressed
+batch now goes to a thread, whatever its size.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.storage.batch import RecordInput, build_batch
+from lograft.storage.compression import Compression
 
 ASSIGNMENT = Assignment((1,), (1,), 1, 1, 0)
 
@@ -63,13 +68,13 @@ async def test_large_json_fetches_render_in_a_thread_small_ones_inline(
     client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
-    real = routes_data._render_records
+    real = routes_data.render_page
 
     def spy(*args: Any) -> Any:
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(routes_data, "_render_records", spy)
+    monkeypatch.setattr(routes_data, "render_page", spy)
     small = build_batch([RecordInput(b"x" * 100)], timestamp_ms=1)
     large = build_batch([RecordInput(b"y" * 100) for _ in range(2000)], timestamp_ms=1)
     assert len(small) < routes_data.RENDER_INLINE_BYTES_MAX < len(large)
@@ -97,3 +102,16 @@ async def test_large_json_fetches_render_in_a_thread_small_ones_inline(
     }
     assert threads[0] == loop_thread, "a small fetch should render inline"
     assert threads[1] != loop_thread, "a large fetch rendered on the event loop"
+
+    tiny = build_batch([RecordInput(b"z" * 50_000)], timestamp_ms=1, compression=Compression.ZSTD)
+    assert len(tiny) < 200
+    resp = await client.post(
+        "/v1/topics/t/partitions/0/batches?acks=1",
+        data=tiny,
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    assert resp.status == 200, await resp.text()
+    resp = await client.get("/v1/topics/t/partitions/0/records?offset=2001")
+    body = await resp.json()
+    assert body["records"][0]["value"] == "z" * 50_000
+    assert threads[2] != loop_thread, "a small compressed fetch rendered on the event loop"

@@ -89,6 +89,29 @@ def test_environment_overrides_win(tmp_path: Path):
     assert cfg.node_id == 3
 
 
+def test_record_work_limits_have_defaults_and_can_be_set(tmp_path):
+    f = tmp_path / "n.toml"
+    f.write_text(GOOD)
+    http = load_config(f, env={}).http
+    assert http.produce_decompressed_bytes_max == 64 * 1024 * 1024
+    assert http.fetch_decompressed_bytes_max == 64 * 1024 * 1024
+    assert http.record_render_bytes_max == 8 * 1024 * 1024
+    assert http.record_threads_max == 2
+    env = {
+        "LOGRAFT_HTTP__PRODUCE_DECOMPRESSED_BYTES_MAX": "2048",
+        "LOGRAFT_HTTP__FETCH_DECOMPRESSED_BYTES_MAX": "4096",
+        "LOGRAFT_HTTP__RECORD_RENDER_BYTES_MAX": "8192",
+        "LOGRAFT_HTTP__RECORD_THREADS_MAX": "4",
+    }
+    http = load_config(f, env=env).http
+    assert (
+        http.produce_decompressed_bytes_max,
+        http.fetch_decompressed_bytes_max,
+        http.record_render_bytes_max,
+        http.record_threads_max,
+    ) == (2048, 4096, 8192, 4)
+
+
 V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
 
 
@@ -139,6 +162,15 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "http": {"keepalive_timeout_ms": "x"}},
             "http.keepalive_timeout_ms",
+        ),
+        *(
+            ({"node_id": 1, "data_dir": "d", "voters": V, "http": {key: value}}, f"http.{key}")
+            for key, value in (
+                ("produce_decompressed_bytes_max", 1023),
+                ("fetch_decompressed_bytes_max", "lots"),
+                ("record_render_bytes_max", 10),
+                ("record_threads_max", 0),
+            )
         ),
         ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles"),
         ({"node_id": 1, "data_dir": "d"}, "voters"),

@@ -344,7 +344,16 @@ async def test_a_produce_where_every_record_fails_answers_with_an_error_body(cli
 
 
 def test_json_fetch_steps_over_offsets_compaction_removed():
-    from lograft.api.routes_data import _render_records
+    import orjson
+
+    from lograft.api.fetch_json import PageRequest, render_page
+    from lograft.api.records_json import RenderLimits
+
+    def page(offset: int, max_records: int) -> tuple[list[int], int]:
+        got = render_page(
+            data, PageRequest(0, offset, max_records, 1 << 20, "auto", "auto"), RenderLimits()
+        )
+        return [orjson.loads(r)["offset"] for r in got.records], got.next_offset
 
     # A compacted batch: offsets 10..13, records left only at 10 and 12.
     data = build_batch(
@@ -354,12 +363,9 @@ def test_json_fetch_steps_over_offsets_compaction_removed():
         offset_deltas=[0, 2],
         last_offset_delta=3,
     )
-    records, next_offset = _render_records(data, 0, 13, 100, "auto", "auto")
-    assert records == [] and next_offset == 14, "a consumer must not loop inside the batch"
-    records, next_offset = _render_records(data, 0, 11, 100, "auto", "auto")
-    assert [r["offset"] for r in records] == [12] and next_offset == 14
-    records, next_offset = _render_records(data, 0, 10, 1, "auto", "auto")
-    assert [r["offset"] for r in records] == [10] and next_offset == 11, "cut by max_records"
+    assert page(13, 100) == ([], 14), "a consumer must not loop inside the batch"
+    assert page(11, 100) == ([12], 14)
+    assert page(10, 1) == ([10], 11), "cut by max_records"
 
 
 def test_a_header_key_that_is_not_utf8_renders_as_json():

@@ -24,6 +24,7 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.storage.batch import RecordInput, build_batch, iter_batches
+from lograft.storage.compression import Compression
 from tests.unit.client.fakes import (
     Call,
     ScriptedTransport,
@@ -365,6 +366,40 @@ async def test_consumer_detects_corrupt_batches():
         c.assign([TopicPartition("t", 0)])
         with pytest.raises(CorruptRecordError):
             await c.poll(timeout_ms=2000)
+
+
+async def test_a_hostile_server_cannot_make_the_consumer_inflate_gigabytes():
+    """Every compressed batch the server sends inflates to 8 MiB of zeros; the
+    consumer inflates at most max_partition_fetch_decompressed_bytes per
+    response (the first batch always) and fetches the rest again later."""
+    one = build_batch(
+        [RecordInput(bytes(8 << 20))], timestamp_ms=1000, compression=Compression.ZSTD
+    )
+    log = [batch(0, [b"plain"])] + [
+        build_batch(
+            [RecordInput(bytes(8 << 20))],
+            timestamp_ms=1000,
+            base_offset=i,
+            compression=Compression.ZSTD,
+        )
+        for i in range(1, 6)
+    ]
+    assert len(one) < 1000
+    t = ScriptedTransport(fetch_handler(log, hw=6))
+    async with AsyncConsumer(
+        A, transport=t, fetch_max_wait_ms=0, max_partition_fetch_decompressed_bytes=4 << 20
+    ) as c:
+        tp = TopicPartition("t", 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        sizes = []
+        while len(sizes) < 6:
+            for rs in (await c.poll(timeout_ms=2000, max_records=1)).values():
+                sizes += [len(r.value or b"") for r in rs]
+        assert sizes == [5] + [8 << 20] * 5
+        fetches = [call for call in t.calls if call.path.endswith("/records")]
+        # A response of five bombs is decoded one bomb at a time.
+        assert [call.params["offset"] for call in fetches][:5] == ["0", "2", "3", "4", "5"]
 
 
 class GatedTransport(ScriptedTransport):

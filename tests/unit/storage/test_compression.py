@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
 import lograft.storage.compression as compression
-from lograft.errors import CorruptRecordError, UnsupportedCompressionError
+from lograft.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionError
 from lograft.storage.compression import Compression, compress, decompress
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
@@ -119,26 +119,61 @@ def test_bomb_is_refused_without_allocating_it(name, monkeypatch):
     section = make(bytes(16 * SMALL_LIMIT))
     tracemalloc.start()
     try:
-        with pytest.raises(CorruptRecordError):
+        with pytest.raises(RecordTooLargeError) as info:
             decompress(codec, section)
         _cur, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 4 * SMALL_LIMIT, f"peak {peak} bytes while refusing a bomb"
+    assert info.value.details["limit"] == SMALL_LIMIT
 
 
-def test_zstd_frame_claiming_a_huge_content_size_is_corrupt_not_memory_error():
-    # 16 bytes: magic, a header declaring 1 TiB of content, one empty raw block.
-    forged = struct.pack("<I", 0xFD2FB528) + b"\xe0" + struct.pack("<Q", 1 << 40) + b"\x01\x00\x00"
-    with pytest.raises(CorruptRecordError):
-        decompress(Compression.ZSTD, forged)
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_callers_tighter_limit_stops_inflation_early(name):
+    codec, make = BOMBS[name]
+    section = make(bytes(16 * SMALL_LIMIT))
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordTooLargeError) as info:
+            decompress(codec, section, limit=SMALL_LIMIT // 4)
+        _cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < SMALL_LIMIT + SMALL_LIMIT // 2, f"peak {peak} bytes against a 256 KiB limit"
+    assert info.value.details["limit"] == SMALL_LIMIT // 4
 
 
 @pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
-def test_section_at_the_limit_is_accepted(codec, monkeypatch):
+def test_a_callers_limit_above_the_batch_bound_is_the_batch_bound(codec, monkeypatch):
     monkeypatch.setattr(compression, "DECOMPRESSED_BYTES_MAX", SMALL_LIMIT)
+    with pytest.raises(RecordTooLargeError) as info:
+        decompress(codec, compress(codec, bytes(2 * SMALL_LIMIT)), limit=4 * SMALL_LIMIT)
+    assert info.value.details["limit"] == SMALL_LIMIT
+
+
+def test_zstd_frame_claiming_a_huge_content_size_is_too_large_not_memory_error():
+    # 16 bytes: magic, a header declaring 1 TiB of content, one empty raw block.
+    forged = struct.pack("<I", 0xFD2FB528) + b"\xe0" + struct.pack("<Q", 1 << 40) + b"\x01\x00\x00"
+    with pytest.raises(RecordTooLargeError):
+        decompress(Compression.ZSTD, forged)
+
+
+def test_truncated_zstd_frame_without_content_size_is_corrupt_not_too_large():
+    # The one python-zstandard error covers both; the second reading tells them apart.
+    whole = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(range(256)) * 400)
+    with pytest.raises(CorruptRecordError):
+        decompress(Compression.ZSTD, whole[: len(whole) // 2], limit=1 << 20)
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_section_at_the_limit_is_accepted(name, monkeypatch):
+    monkeypatch.setattr(compression, "DECOMPRESSED_BYTES_MAX", SMALL_LIMIT)
+    codec, make = BOMBS[name]
     data = b"x" * SMALL_LIMIT
-    assert decompress(codec, compress(codec, data)) == data
+    assert decompress(codec, make(data)) == data
+    assert decompress(codec, make(data), limit=SMALL_LIMIT) == data
+    with pytest.raises(RecordTooLargeError):
+        decompress(codec, make(data), limit=SMALL_LIMIT - 1)
 
 
 def test_snappy_and_unknown_codecs_are_unsupported():

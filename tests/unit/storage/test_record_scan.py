@@ -30,7 +30,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import lograft.storage
-from lograft.errors import CorruptRecordError, InvalidRecordError, LograftError
+from lograft.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LograftError,
+    RecordTooLargeError,
+)
 from lograft.storage import record_scan
 from lograft.storage.batch import (
     CRC_POS,
@@ -88,10 +93,19 @@ class Outcome:
     summary: RecordsSummary | None = None
 
 
-def run(scanner: Scanner, data: object, count: int, last: int, contiguous: bool) -> Outcome:
+def run(
+    scanner: Scanner,
+    data: object,
+    count: int,
+    last: int,
+    contiguous: bool,
+    record_bytes_max: int | None = None,
+) -> Outcome:
     try:
-        summary = scanner(data, count, last, contiguous=contiguous)
-    except (CorruptRecordError, InvalidRecordError) as exc:
+        summary = scanner(
+            data, count, last, contiguous=contiguous, record_bytes_max=record_bytes_max
+        )
+    except (CorruptRecordError, InvalidRecordError, RecordTooLargeError) as exc:
         d = exc.details
         return Outcome(type(exc), d["reason"], d["record_index"], d["section_byte"], exc.message)
     return Outcome(None, summary=summary)
@@ -602,3 +616,42 @@ def test_fuzz_arbitrary_bytes(data, count, last, contiguous):
     c = run(scan_records_c, data, count, last, contiguous)
     py = run(scan_records_python, data, count, last, contiguous)
     assert c == py
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=200), st.integers(1, 6), st.booleans(), st.integers(0, 40))
+def test_fuzz_with_a_record_limit(data, count, contiguous, record_max):
+    c = run(scan_records_c, data, count, count - 1, contiguous, record_max)
+    py = run(scan_records_python, data, count, count - 1, contiguous, record_max)
+    assert c == py
+
+
+@pytest.mark.parametrize("scanner", SCANNERS, ids=SCANNER_IDS)
+@pytest.mark.parametrize("value_bytes", [10, 100, 200, 70_000])
+def test_a_record_over_the_limit_is_too_large(scanner, value_bytes):
+    batch = build_batch(
+        [RecordInput(b"a"), RecordInput(b"v" * value_bytes), RecordInput(b"c")], timestamp_ms=1
+    )
+    section = batch[HEADER_SIZE:]
+    # The second record's length: its fields after the length varint.
+    first_len, p = decode_varint(section, 0)
+    second_len, q = decode_varint(section, p + first_len)
+    assert run(scanner, section, 3, 2, True, second_len).cls is None
+    out = run(scanner, section, 3, 2, True, second_len - 1)
+    assert out.cls is RecordTooLargeError and out.reason == "record_too_large"
+    assert out.record_index == 1 and out.section_byte == p + first_len
+    assert out.message == (
+        f"record 1: length {second_len} at byte {p + first_len} exceeds the limit of "
+        f"{second_len - 1} bytes for one record"
+    )
+    # A length that runs past the section is corrupt, whatever the limit.
+    truncated = section[: q + 5]
+    assert run(scanner, truncated, 3, 2, True, second_len - 1).reason == "record_length"
+
+
+def test_record_limit_must_be_a_non_negative_int64():
+    with pytest.raises(ValueError):
+        scan_records(TWO, 2, 1, contiguous=True, record_bytes_max=-1)
+    with pytest.raises(ValueError):
+        scan_records(TWO, 2, 1, contiguous=True, record_bytes_max=1 << 63)

@@ -1,0 +1,66 @@
+"""How late the node's event loop runs a timer: its stalls as every task sees them.
+
+A task sleeps `INTERVAL_MS` over and over and records how much later than
+asked it woke. Anything that holds the loop (a handler doing CPU work inline,
+a blocking call, the GIL held by another thread) shows up here, whatever
+caused it. `/healthz` reports the latest lag and the worst of the last
+`WINDOW_S` seconds (`loop_lag_ms`); a stall of `WARN_MS` or more is logged at
+WARNING. scripts/bench_stall.py reads it after each attack it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+log = logging.getLogger(__name__)
+
+INTERVAL_MS = 20
+WINDOW_S = 10
+WARN_MS = 1000
+
+
+class LoopLagProbe:
+    def __init__(self) -> None:
+        self.last_ms = 0.0
+        # (whole second of time.monotonic(), worst lag in it), oldest first.
+        self._seconds: deque[tuple[int, float]] = deque()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = INTERVAL_MS / 1000
+        while True:
+            start = loop.time()
+            await asyncio.sleep(interval)  # the probe itself: how late does this wake?
+            self.record((loop.time() - start - interval) * 1000)
+
+    def record(self, lag_ms: float, now: float | None = None) -> None:
+        lag_ms = max(lag_ms, 0.0)
+        self.last_ms = lag_ms
+        second = int(time.monotonic() if now is None else now)
+        if self._seconds and self._seconds[-1][0] == second:
+            if lag_ms > self._seconds[-1][1]:
+                self._seconds[-1] = (second, lag_ms)
+        else:
+            self._seconds.append((second, lag_ms))
+        while self._seconds and self._seconds[0][0] <= second - WINDOW_S:
+            self._seconds.popleft()
+        if lag_ms >= WARN_MS:
+            log.warning("event loop stalled for %d ms", lag_ms)
+
+    def worst_ms(self, now: float | None = None) -> float:
+        """The worst lag of the last WINDOW_S seconds."""
+        since = int(time.monotonic() if now is None else now) - WINDOW_S
+        return max((lag for second, lag in self._seconds if second > since), default=0.0)
+
+    def snapshot(self) -> dict[str, float]:
+        return {
+            "last": round(self.last_ms, 1),
+            "max": round(self.worst_ms(), 1),
+            "window_s": WINDOW_S,
+        }
+
+
+__all__ = ["LoopLagProbe"]

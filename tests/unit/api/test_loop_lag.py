@@ -1,0 +1,58 @@
+"""The event-loop lag probe and its report in /healthz."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from lograft.api import loop_lag
+from lograft.api.app import create_app
+from lograft.api.loop_lag import LoopLagProbe
+
+
+def test_the_worst_lag_is_that_of_the_last_window():
+    probe = LoopLagProbe()
+    probe.record(5.0, now=100.0)
+    probe.record(300.0, now=101.2)
+    probe.record(2.0, now=101.9)
+    assert probe.worst_ms(now=102.0) == 300.0
+    assert probe.last_ms == 2.0
+    later = 101.0 + loop_lag.WINDOW_S
+    probe.record(1.0, now=later)
+    assert probe.worst_ms(now=later) == 1.0, "a stall older than the window is forgotten"
+    probe.record(-3.0, now=later)  # a timer that fired early is no lag
+    assert probe.last_ms == 0.0
+
+
+def test_a_long_stall_is_logged(caplog):
+    probe = LoopLagProbe()
+    with caplog.at_level("WARNING", logger="lograft.api.loop_lag"):
+        probe.record(loop_lag.WARN_MS - 1, now=1.0)
+        probe.record(loop_lag.WARN_MS + 500, now=2.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"event loop stalled for {loop_lag.WARN_MS + 500} ms"
+    ]
+
+
+async def test_the_probe_sees_a_blocked_loop_and_healthz_reports_it():
+    probe = LoopLagProbe()
+    task = asyncio.create_task(probe.run())
+    await asyncio.sleep(0.1)
+    time.sleep(0.3)  # block this loop, as a CPU-bound handler would
+    await asyncio.sleep(0.1)
+    app = create_app(
+        cluster_secret="s",
+        request_bytes_max=1024,
+        ready=lambda: (True, {}),
+        health=lambda: {"loop_lag_ms": probe.snapshot()},
+    )
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/healthz")
+        body: dict[str, Any] = await resp.json()
+    task.cancel()
+    assert body["status"] == "ok"
+    assert body["loop_lag_ms"]["max"] >= 250
+    assert body["loop_lag_ms"]["window_s"] == loop_lag.WINDOW_S
