@@ -88,6 +88,11 @@ class CommonConfig:
     metadata_max_age_ms: int = 300_000
     # Open HTTP connections, all nodes together.
     connections_max: int = 100
+    # Largest answer body accepted from a node, bytes (metadata, offsets,
+    # group and produce answers; a fetch has its own bound, see
+    # ConsumerConfig.max_fetch_batch_bytes): read as it arrives and refused
+    # past this, so a node cannot make the client buffer without bound.
+    response_max_bytes: int = 16 * 1024 * 1024
 
     def urls(self) -> tuple[str, ...]:
         return parse_bootstrap(self.bootstrap_servers)
@@ -101,6 +106,7 @@ class CommonConfig:
             "retry_backoff_max_ms",
             "metadata_max_age_ms",
             "connections_max",
+            "response_max_bytes",
         ):
             _positive(name, getattr(self, name))
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
@@ -254,6 +260,12 @@ class ConsumerConfig(CommonConfig):
     # inflates (up to 64 MiB, the bound of one batch): a server cannot make
     # the client allocate more than this plus one batch per partition.
     max_partition_fetch_decompressed_bytes: int = 64 * 1024 * 1024
+    # Largest record batch a fetch answer may bring past max_partition_fetch_bytes
+    # (a first batch larger than that comes whole), bytes: a fetch answer
+    # over the sum is refused as it arrives. The default is the largest
+    # records section the client inflates; raise it for topics whose
+    # max_message_bytes is larger.
+    max_fetch_batch_bytes: int = 64 * 1024 * 1024
     max_poll_records: int = 500
     # Check every fetched batch's CRC-32C (Kafka's check.crcs).
     check_crcs: bool = True
@@ -284,6 +296,7 @@ class ConsumerConfig(CommonConfig):
         for n in (
             "max_partition_fetch_bytes",
             "max_partition_fetch_decompressed_bytes",
+            "max_fetch_batch_bytes",
             "max_poll_records",
             "default_api_timeout_ms",
             "auto_commit_interval_ms",
@@ -304,6 +317,11 @@ class ConsumerConfig(CommonConfig):
                 "the request)",
                 setting="request_timeout_ms",
             )
+
+    @property
+    def fetch_response_max_bytes(self) -> int:
+        """The bound of one fetch answer's body, bytes."""
+        return self.max_partition_fetch_bytes + self.max_fetch_batch_bytes
 
     @property
     def auto_commit(self) -> bool:

@@ -56,17 +56,16 @@ from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
 from lograft.storage.batch import (
     Record,
     decode_records,
     iter_batches,
-    records_section,
+    records_section_within,
     validate_batch,
 )
-from lograft.storage.compression import Compression, DecompressionBudget
+from lograft.storage.compression import DecompressionBudget
 
 _METADATA_ERRORS = (
     NotLeaderOrFollowerError,
@@ -132,7 +131,6 @@ def decode_within(
         decompressed_max if decompressed_max is not None else 1 << 62,
         "max_partition_fetch_decompressed_bytes",
     )
-    inflated = False
     for pos, header in iter_batches(data):
         if header.next_offset <= fetch_offset or header.is_control:
             continue
@@ -143,22 +141,9 @@ def decode_within(
             if header.is_log_append_time
             else TimestampType.CREATE_TIME
         )
-        if header.compression != Compression.NONE:
-            stop = max(header.base_offset, fetch_offset)
-            if inflated and budget.remaining == 0:
-                return out, stop
-            try:
-                section = records_section(
-                    data, pos, header, decompressed_max=budget.remaining if inflated else None
-                )
-            except RecordTooLargeError:
-                if not inflated:
-                    raise
-                return out, stop
-            budget.spend(len(section))
-            inflated = True
-        else:
-            section = records_section(data, pos, header)
+        section = records_section_within(data, pos, header, budget)
+        if section is None:
+            return out, max(header.base_offset, fetch_offset)
         for rec in decode_records(section, header, start_offset=fetch_offset):
             out.append((rec, ts_type))
     return out, None
@@ -308,6 +293,7 @@ class Fetcher:
                 },
                 headers={"Accept": BATCH_CONTENT_TYPE},
                 timeout_ms=cfg.request_timeout_ms,
+                body_max_bytes=cfg.fetch_response_max_bytes,
             )
             if not resp.ok:
                 raise resp.error()

@@ -303,6 +303,7 @@ def connect(config: CommonConfig, transport: Transport | None) -> tuple[Transpor
         connect_timeout_ms=config.connect_timeout_ms,
         connections_max=config.connections_max,
         client_id=config.client_id,
+        response_max_bytes=config.response_max_bytes,
     )
     metadata = ClusterMetadata(
         chosen,

@@ -6,10 +6,14 @@ faults, and another transport (HTTP/2, a proxy) can replace it.
 
 Invariants:
 - `request` returns every answer the server gives (any status) as an
-  `HttpResponse`; it raises only `NetworkError`, whose `details["sent"]` says
+  `HttpResponse`; it raises `NetworkError`, whose `details["sent"]` says
   whether the request may have reached the server (False: the connection was
   never made; True: it broke or timed out after sending, so the outcome of a
-  write is unknown).
+  write is unknown), and `UnexpectedResponseError` for a body longer than
+  the caller's `body_max_bytes` (default: the transport's
+  `response_max_bytes`). A body is read as it arrives and refused as soon
+  as it passes the bound (a declared Content-Length over it before reading
+  anything), so a node cannot make the client hold more than the bound.
 - The aiohttp session is created lazily inside the running event loop on the
   first request, so a transport may be constructed in any thread.
 """
@@ -30,6 +34,9 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 NEXT_OFFSET_HEADER = "X-Lograft-Next-Offset"
 HIGH_WATERMARK_HEADER = "X-Lograft-High-Watermark"
 LOG_START_OFFSET_HEADER = "X-Lograft-Log-Start-Offset"
+
+# Default bound of an answer's body, bytes (CommonConfig.response_max_bytes).
+RESPONSE_MAX_BYTES = 16 * 1024 * 1024
 
 # Connection failures that prove the request was never sent.
 _NOT_SENT: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,)
@@ -81,6 +88,7 @@ class Transport(Protocol):
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_ms: int,
+        body_max_bytes: int | None = None,
     ) -> HttpResponse: ...
 
     async def close(self) -> None: ...
@@ -96,8 +104,10 @@ class HttpTransport:
         connect_timeout_ms: int = 10_000,
         connections_max: int = 100,
         client_id: str = "lograft-python",
+        response_max_bytes: int = RESPONSE_MAX_BYTES,
     ) -> None:
         self._connect_timeout_s = connect_timeout_ms / 1000
+        self._response_max_bytes = response_max_bytes
         self._connections_max = connections_max
         self._user_agent = f"{client_id} (lograft.client)"
         self._session: aiohttp.ClientSession | None = None
@@ -124,7 +134,11 @@ class HttpTransport:
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_ms: int,
+        body_max_bytes: int | None = None,
     ) -> HttpResponse:
+        """One exchange; the answer's body may be at most `body_max_bytes`
+        (None: `response_max_bytes`)."""
+        limit = self._response_max_bytes if body_max_bytes is None else body_max_bytes
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(
             total=timeout_ms / 1000, sock_connect=min(self._connect_timeout_s, timeout_ms / 1000)
@@ -133,7 +147,7 @@ class HttpTransport:
             async with session.request(
                 method, url, params=params, data=data, headers=headers, timeout=timeout
             ) as resp:
-                body = await resp.read()
+                body = await _read_body(resp, limit, url)
                 return HttpResponse(resp.status, body, resp.headers, url)
         except _NOT_SENT as exc:
             raise NetworkError(f"could not connect to {url}: {exc}", url=url, sent=False) from exc
@@ -146,3 +160,33 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def _read_body(resp: aiohttp.ClientResponse, limit: int, url: str) -> bytes:
+    """The whole body, or UnexpectedResponseError once it is past `limit`
+    bytes (the connection is closed then: the rest is never read)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        resp.close()
+        raise _too_long(resp, limit, url, f"declares {resp.content_length} bytes")
+    body = bytearray()
+    # Pieces are as large as aiohttp's read buffer (64 KiB); it stops reading
+    # the socket while its buffer is full, so memory is the bound plus that.
+    async for piece in resp.content.iter_any():
+        if len(body) + len(piece) > limit:
+            resp.close()
+            raise _too_long(resp, limit, url, "goes on")
+        body += piece
+    return bytes(body)
+
+
+def _too_long(
+    resp: aiohttp.ClientResponse, limit: int, url: str, how: str
+) -> UnexpectedResponseError:
+    return UnexpectedResponseError(
+        f"{url} answered HTTP {resp.status} with a body that {how} past the {limit} bytes this "
+        "client accepts for it (response_max_bytes; for a fetch max_partition_fetch_bytes + "
+        "max_fetch_batch_bytes); refused, the connection closed",
+        url=url,
+        http_status=resp.status,
+        limit=limit,
+    )

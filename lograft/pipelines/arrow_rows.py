@@ -22,8 +22,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from lograft.errors import CorruptRecordError
-from lograft.storage.batch import HEADER_SIZE, BatchHeader, iter_batches, validate_batch
-from lograft.storage.compression import Compression, decompress
+from lograft.storage.batch import (
+    BatchHeader,
+    iter_batches,
+    records_section_within,
+    validate_batch,
+)
+from lograft.storage.compression import DecompressionBudget
 from lograft.storage.record_columns import RecordColumns, decode_columns
 
 _I32 = struct.Struct("=i")  # native, as Arrow's buffers
@@ -81,13 +86,13 @@ class FetchRows:
     """The rows one fetch response gives a range: `batch` (None when no
     record falls in the range), `last_offset` (the offset of its last row),
     `beyond` (whether the response held records at or after the fetch
-    offset at all, in the range or past its end) and `cut_short` (the rows
-    stop before the response's end: read on from last_offset + 1)."""
+    offset at all, in the range or past its end) and `resume_at` (not None:
+    the rows stop before the response's end, read on from this offset)."""
 
     batch: pa.RecordBatch | None
     last_offset: int | None
     beyond: bool
-    cut_short: bool = False
+    resume_at: int | None = None
 
 
 class _Sections:
@@ -177,17 +182,29 @@ def _binary(n: int, parts: list[RecordColumns], first: int, data_len: int) -> pa
 
 
 def fetch_rows(
-    topic: str, partition: int, body: bytes, start: int, end: int, include_headers: bool
+    topic: str,
+    partition: int,
+    body: bytes,
+    start: int,
+    end: int,
+    include_headers: bool,
+    decompressed_max: int | None = None,
 ) -> FetchRows:
     """The rows of a raw fetch response (RecordBatch v2 bytes) with offsets in
     [start, end), as one Arrow batch: CRCs checked, control batches skipped,
     each record decoded once and straight into columns (no Python object per
-    record but its headers, when asked for). A response whose keys or values
-    would pass Arrow's 2 GiB binary offsets is cut short at a batch boundary:
-    `last_offset` says where the rows end."""
+    record but its headers, when asked for). The response is cut short at a
+    batch boundary (`resume_at` says where to read on) before a compressed
+    batch that would inflate the response past `decompressed_max` bytes (the
+    first one always inflates, up to the one-batch bound; as the consumer's
+    `max_partition_fetch_decompressed_bytes`), and before keys or values
+    that would pass Arrow's 2 GiB binary offsets."""
     sections = _Sections(include_headers)
+    budget = DecompressionBudget(
+        decompressed_max if decompressed_max is not None else 1 << 62, "fetchMaxDecompressedBytes"
+    )
     past_end = False  # a batch of records at or after `end` was reached
-    cut_short = False
+    resume_at: int | None = None
     for pos, header in iter_batches(body):
         if header.next_offset <= start or header.is_control or header.records_count == 0:
             continue
@@ -195,30 +212,29 @@ def fetch_rows(
             past_end = True
             break
         validate_batch(body, pos, available=header.size)
-        with memoryview(body) as whole, whole[pos + HEADER_SIZE : pos + header.size] as raw:
-            data: bytes | memoryview = raw
-            if header.compression != Compression.NONE:
-                data = decompress(header.compression, raw)
-            if not sections.room_for(len(data)):
-                if sections.count == 0:
-                    raise CorruptRecordError(
-                        f"a batch of {len(data)} decompressed bytes is past what one Arrow "
-                        "batch holds (2 GiB of keys or values)",
-                        position=pos,
-                    )
-                cut_short = True
-                break
-            sections.add(data, header)
+        data = records_section_within(body, pos, header, budget)
+        if data is not None and not sections.room_for(len(data)):
+            if sections.count == 0:
+                raise CorruptRecordError(
+                    f"a batch of {len(data)} decompressed bytes is past what one Arrow "
+                    "batch holds (2 GiB of keys or values)",
+                    position=pos,
+                )
+            data = None
+        if data is None:
+            resume_at = max(header.base_offset, start)
+            break
+        sections.add(data, header)
     if sections.count == 0:
-        return FetchRows(None, None, past_end)
+        return FetchRows(None, None, past_end, resume_at)
     # Offsets increase through the response: the range is one slice of it.
     # (A compacted batch may hold no record at or after `start` at all.)
     offsets = memoryview(b"".join(p.offsets for p in sections.parts)).cast("q")
     lo, hi = bisect_left(offsets, start), bisect_left(offsets, end)
     if lo == hi:
-        return FetchRows(None, None, past_end or lo < len(offsets))
+        return FetchRows(None, None, past_end or lo < len(offsets), resume_at)
     batch = sections.batch(topic, partition)
-    return FetchRows(batch.slice(lo, hi - lo), offsets[hi - 1], True, cut_short)
+    return FetchRows(batch.slice(lo, hi - lo), offsets[hi - 1], True, resume_at)
 
 
 def _header_key(key: bytes) -> str:

@@ -40,6 +40,10 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Kafka's "15m"
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 # Bytes one fetch asks of a partition leader (a larger first batch still comes whole).
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
+# Bytes the compressed batches of one fetch response may inflate to on an
+# executor (the first batch always inflates, up to 64 MiB); the rest of the
+# response is fetched again. The consumer's max_partition_fetch_decompressed_bytes.
+DEFAULT_FETCH_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 # One HTTP exchange, ms (the client's default).
 DEFAULT_REQUEST_TIMEOUT_MS = 35_000
 # How long the driver keeps retrying an offset or metadata lookup while a
@@ -72,6 +76,7 @@ SOURCE_OPTIONS: dict[str, str] = {
         "includeHeaders",
         "kafkaConsumer.pollTimeoutMs",
         "fetchMaxBytes",
+        "fetchMaxDecompressedBytes",
         "requestTimeoutMs",
         "offsetLookupTimeoutMs",
     )
@@ -160,6 +165,7 @@ class SourceOptions:
     include_headers: bool
     poll_timeout_ms: int
     fetch_max_bytes: int
+    fetch_max_decompressed_bytes: int
     request_timeout_ms: int
     offset_lookup_timeout_ms: int
     given: frozenset[str]  # lower-case names of the options set, for warnings
@@ -449,6 +455,9 @@ def parse_source_options(raw: Mapping[str, str]) -> SourceOptions:
         include_headers=parse_bool("includeHeaders", options.get("includeheaders", "false")),
         poll_timeout_ms=long_or("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS),
         fetch_max_bytes=long_or("fetchMaxBytes", DEFAULT_FETCH_MAX_BYTES),
+        fetch_max_decompressed_bytes=long_or(
+            "fetchMaxDecompressedBytes", DEFAULT_FETCH_MAX_DECOMPRESSED_BYTES
+        ),
         request_timeout_ms=long_or("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS),
         offset_lookup_timeout_ms=long_or("offsetLookupTimeoutMs", DEFAULT_OFFSET_LOOKUP_TIMEOUT_MS),
         given=frozenset(options),

@@ -47,7 +47,7 @@ from lograft.client.transport import BATCH_CONTENT_TYPE, NEXT_OFFSET_HEADER, Tra
 from lograft.errors import LograftError, OffsetOutOfRangeError
 from lograft.pipelines.arrow_rows import FetchRows, fetch_rows
 from lograft.pipelines.offsets import OffsetRange
-from lograft.pipelines.options import SourceOptions
+from lograft.pipelines.options import DEFAULT_FETCH_MAX_DECOMPRESSED_BYTES, SourceOptions
 
 log = logging.getLogger("lograft.pipelines")
 
@@ -94,6 +94,7 @@ class ReadSettings:
     poll_timeout_ms: int
     fetch_max_bytes: int
     request_timeout_ms: int
+    fetch_max_decompressed_bytes: int = DEFAULT_FETCH_MAX_DECOMPRESSED_BYTES
 
     @classmethod
     def of(cls, opts: SourceOptions) -> ReadSettings:
@@ -104,6 +105,7 @@ class ReadSettings:
             opts.poll_timeout_ms,
             opts.fetch_max_bytes,
             opts.request_timeout_ms,
+            opts.fetch_max_decompressed_bytes,
         )
 
 
@@ -132,6 +134,7 @@ class _RangeReader:
             request_timeout_ms=max(settings.request_timeout_ms, FETCH_WAIT_MS + 1),
             fetch_max_wait_ms=FETCH_WAIT_MS,
             max_partition_fetch_bytes=settings.fetch_max_bytes,
+            max_partition_fetch_decompressed_bytes=settings.fetch_max_decompressed_bytes,
             client_id="lograft-spark-executor",
         )
         self.loop = asyncio.new_event_loop()
@@ -193,9 +196,13 @@ class _RangeReader:
                 last = rows.last_offset + 1
             else:
                 last = rng.end if rows.beyond else offset
-            # A response cut short (Arrow's 2 GiB per column) goes on right
-            # after its last row, not from where the response ended.
-            offset = last if rows.cut_short else max(last, min(next_offset, rng.end))
+            # A response cut short (the decompressed-bytes budget, Arrow's
+            # 2 GiB per column) goes on from the batch it stopped before,
+            # not from where the response ended.
+            if rows.resume_at is not None:
+                offset = min(rows.resume_at, rng.end)
+            else:
+                offset = max(last, min(next_offset, rng.end))
             if offset > before:
                 progress_at = time.monotonic()
             elif self._stalled(progress_at):
@@ -219,12 +226,19 @@ class _RangeReader:
             },
             headers={"Accept": BATCH_CONTENT_TYPE},
             timeout_ms=self.config.request_timeout_ms,
+            body_max_bytes=self.config.fetch_response_max_bytes,
         )
         if not resp.ok:
             raise resp.error()
         next_offset = int(resp.headers.get(NEXT_OFFSET_HEADER, offset))
         rows = fetch_rows(
-            tp.topic, tp.partition, resp.body, offset, self.rng.end, self.settings.include_headers
+            tp.topic,
+            tp.partition,
+            resp.body,
+            offset,
+            self.rng.end,
+            self.settings.include_headers,
+            self.config.max_partition_fetch_decompressed_bytes,
         )
         return rows, next_offset
 

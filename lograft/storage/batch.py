@@ -384,6 +384,32 @@ def records_section(
     return decompress(header.compression, section, limit=decompressed_max)
 
 
+def records_section_within(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, budget: DecompressionBudget
+) -> bytes | memoryview | None:
+    """A reader's `records_section`: a compressed section spends `budget`, and
+    is None (the reader stops before this batch, to fetch it again later)
+    when it would inflate past what the budget has left. The first section
+    always inflates (up to the one-batch bound, past it RecordTooLargeError)
+    so that every response makes progress. Uncompressed sections are views
+    of `buf` and cost nothing."""
+    if header.compression == Compression.NONE:
+        return records_section(buf, pos, header)
+    first = budget.sections == 0
+    if not first and budget.remaining == 0:
+        return None
+    try:
+        section = records_section(
+            buf, pos, header, decompressed_max=None if first else budget.remaining
+        )
+    except RecordTooLargeError:
+        if first:
+            raise
+        return None
+    budget.spend(len(section))
+    return section
+
+
 def decode_records(
     data: bytes | memoryview,
     header: BatchHeader,

@@ -35,6 +35,7 @@ class DecompressionBudget:
     limit: int
     name: str
     used: int = 0
+    sections: int = 0  # sections spent on (a reader lets its first one through)
 
     @property
     def remaining(self) -> int:
@@ -42,6 +43,7 @@ class DecompressionBudget:
 
     def spend(self, size: int) -> None:
         self.used += size
+        self.sections += 1
 
 
 class Compression(enum.IntEnum):

@@ -24,6 +24,7 @@ class Call:
     params: Mapping[str, str] | None
     data: bytes | None
     headers: Mapping[str, str] | None
+    body_max_bytes: int | None = None
 
     @property
     def base(self) -> str:
@@ -87,8 +88,9 @@ class ScriptedTransport:
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_ms: int,
+        body_max_bytes: int | None = None,
     ) -> HttpResponse:
-        call = Call(method, url, params, data, headers)
+        call = Call(method, url, params, data, headers, body_max_bytes)
         self.calls.append(call)
         return self.handler(call)
 

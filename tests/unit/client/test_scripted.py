@@ -400,6 +400,8 @@ async def test_a_hostile_server_cannot_make_the_consumer_inflate_gigabytes():
         fetches = [call for call in t.calls if call.path.endswith("/records")]
         # A response of five bombs is decoded one bomb at a time.
         assert [call.params["offset"] for call in fetches][:5] == ["0", "2", "3", "4", "5"]
+        # And the answer itself is bounded: what was asked plus one batch.
+        assert {call.body_max_bytes for call in fetches} == {(1 << 20) + (64 << 20)}
 
 
 class GatedTransport(ScriptedTransport):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -164,3 +165,35 @@ def test_fetch_rows_refuses_a_bad_crc_and_malformed_records():
     with pytest.raises(CorruptRecordError) as err:
         fetch_rows("t", 0, bytes(bad), 0, 10, False)
     assert err.value.details["reason"] == "record_length"
+
+
+def _gzip_batch(base: int, values: list[bytes]) -> bytes:
+    return build_batch(
+        [RecordInput(v) for v in values],
+        timestamp_ms=1_700_000_000_000,
+        base_offset=base,
+        compression=Compression.GZIP,
+    )
+
+
+def test_a_response_is_cut_before_the_batch_that_would_inflate_it_past_the_budget():
+    budget = 64 * 1024
+    bomb = _gzip_batch(10, [b"\0" * (1 << 20)] * 4)  # a few KiB, 4 MiB inflated
+    body = _gzip_batch(0, [b"a"] * 10) + bomb + _gzip_batch(14, [b"b"] * 10)
+    tracemalloc.start()
+    try:
+        rows = fetch_rows("t", 0, body, 0, 100, False, decompressed_max=budget)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r["offset"] for r in rows_of(rows)] == list(range(10))
+    assert rows.resume_at == 10
+    assert peak < 1 << 20  # the bomb stopped inflating at the budget, not at 4 MiB
+    # Read on from there: the big batch comes first, so it inflates (a
+    # response always makes progress), and the budget stops before the next.
+    rows = fetch_rows("t", 0, body, 10, 100, False, decompressed_max=budget)
+    assert [r["offset"] for r in rows_of(rows)] == [10, 11, 12, 13]
+    assert rows.resume_at == 14
+    # Without a budget the whole response is read.
+    rows = fetch_rows("t", 0, body, 0, 100, False)
+    assert rows.last_offset == 23 and rows.resume_at is None

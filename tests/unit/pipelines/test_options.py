@@ -44,6 +44,15 @@ def test_defaults_follow_kafka():
     assert opts.bootstrap == ("http://127.0.0.1:9091",)
 
 
+def test_the_executor_decompression_budget_is_an_option():
+    assert source(subscribe="t").fetch_max_decompressed_bytes == 64 * 1024 * 1024
+    opts = source(subscribe="t", fetchMaxDecompressedBytes="65536")
+    assert opts.fetch_max_decompressed_bytes == 65536
+    assert "fetchMaxDecompressedBytes" in refused(
+        {**BOOT, "subscribe": "t", "fetchMaxDecompressedBytes": "0"}
+    )
+
+
 def test_option_names_are_case_insensitive():
     opts = parse_source_options(
         {"BOOTSTRAP": "127.0.0.1:9091", "SubScribe": "t", "STARTINGOFFSETS": "earliest"}

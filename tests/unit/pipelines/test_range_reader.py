@@ -16,6 +16,7 @@ from lograft.client.transport import HttpResponse
 from lograft.pipelines.offsets import OffsetRange
 from lograft.pipelines.range_reader import DataLossError, ReadSettings, read_range
 from lograft.storage.batch import RecordInput, build_batch
+from lograft.storage.compression import Compression
 from tests.unit.client.fakes import (
     Call,
     ScriptedTransport,
@@ -51,6 +52,7 @@ class Log:
     high_watermark: int | None = None  # default: the log end
     leader_url: str = LEADER
     partitions: int = 1
+    batches_per_response: int = 1
 
     def add(self, base: int, n: int, *, deltas: list[int] | None = None) -> None:
         d = deltas or list(range(n))
@@ -82,12 +84,14 @@ class Log:
         offset = int(call.params["offset"])
         if offset < self.log_start or offset > self.log_end:
             return error_response(call, 416, "OFFSET_OUT_OF_RANGE", False)
-        out, nxt = b"", offset
+        out, nxt, taken = b"", offset, 0
         for _base, end, data in self.batches:
             if end > offset and end <= hw:
                 out += data
                 nxt = max(nxt, end)
-                break  # one batch per response, so ranges take several fetches
+                taken += 1
+                if taken == self.batches_per_response:
+                    break  # by default one batch per response: ranges take several fetches
         headers = {
             "X-Lograft-Next-Offset": str(nxt),
             "X-Lograft-High-Watermark": str(hw),
@@ -182,3 +186,33 @@ def test_no_progress_fails_after_the_poll_timeout():
     # exist but are not committed; after kafkaConsumer.pollTimeoutMs the task fails.
     with pytest.raises(ClientTimeoutError, match=r"could not read t-0 at offset 2"):
         offsets_read(log, 0, 5)
+
+
+def test_a_response_inflating_past_the_budget_is_read_on_from_where_it_was_cut():
+    # Small gzip batches around one that inflates to 4 MiB from a few KiB; a
+    # response carries all three. With a 64 KiB budget the first response
+    # stops before the big batch, the next starts with it (a first batch
+    # always inflates) and stops before the third.
+    log = Log(batches_per_response=3)
+    log.batches.append((0, 10, gzip_batch(0, [b"v%d" % i for i in range(10)])))
+    log.batches.append((10, 14, gzip_batch(10, [b"\0" * (1 << 20)] * 4)))
+    log.batches.append((14, 24, gzip_batch(14, [b"v%d" % i for i in range(14, 24)])))
+    transport = ScriptedTransport(log.handle)
+    got = []
+    rng = OffsetRange("t", 0, 0, 24, LEADER)
+    for b in read_range(settings(fetch_max_decompressed_bytes=64 * 1024), rng, transport=transport):
+        got.extend(r["offset"] for r in b.to_pylist())
+    assert got == list(range(24))
+    fetches = transport.to("/records")
+    assert [int(c.params["offset"]) for c in fetches] == [0, 10, 14]
+    # Every fetch answer is bounded too: what was asked plus one batch.
+    assert {c.body_max_bytes for c in fetches} == {(1 << 20) + (64 << 20)}
+
+
+def gzip_batch(base: int, values: list[bytes]) -> bytes:
+    return build_batch(
+        [RecordInput(v, key=b"k%d" % (base + i)) for i, v in enumerate(values)],
+        timestamp_ms=TS,
+        base_offset=base,
+        compression=Compression.GZIP,
+    )
