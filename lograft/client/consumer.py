@@ -445,7 +445,11 @@ class AsyncConsumer:
             return False
         self._changed.clear()
         try:
-            await asyncio.wait_for(self._changed.wait(), remaining)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # cancel that lands as the wait ends, and the cancelled poll would
+            # run on to its deadline.
+            async with asyncio.timeout(remaining):
+                await self._changed.wait()
         except TimeoutError:
             return False
         return True

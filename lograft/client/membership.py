@@ -193,11 +193,11 @@ class GroupMembership:
     async def wait_answer(self, deadline: float) -> bool:
         """Wait for the next answered heartbeat (a commit with a stale epoch
         retries after it); False at the deadline."""
-        loop = asyncio.get_running_loop()
         waiter = self._answered
         self._wake.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter.wait(), max(0.0, deadline - loop.time()))
+            async with asyncio.timeout_at(deadline):
+                await waiter.wait()
             return True
         return False
 
@@ -269,8 +269,11 @@ class GroupMembership:
             if left <= 0:
                 return
             step = min(left, self.poll_timer.check_in_s())
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # cancel that lands as the wake does, and stop() would wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), step)
+                async with asyncio.timeout(step):
+                    await self._wake.wait()
                 return
 
     async def _leave_for_poll_timeout(self) -> None:

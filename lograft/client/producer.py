@@ -259,7 +259,9 @@ class AsyncProducer:
             # sends); the partition count is all a send needs.
             return meta
         try:
-            return await asyncio.wait_for(self.metadata.refresh(topic), timeout_ms / 1000)
+            # asyncio.timeout, not wait_for, which on Python 3.11 can swallow a cancel.
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await self.metadata.refresh(topic)
         except TimeoutError:
             raise ClientTimeoutError(
                 f"no metadata for topic {topic!r} within max_block_ms={timeout_ms}", topic=topic

@@ -147,8 +147,10 @@ class Sender:
             if expiry is not None:
                 until = max(expiry - now, 0.0)
                 next_wait = until if next_wait is None else min(next_wait, until)
+            # asyncio.timeout, not wait_for, which on Python 3.11 can swallow a cancel.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), next_wait)
+                async with asyncio.timeout(next_wait):
+                    await self._wake.wait()
 
     def _start(self, batch: ProducerBatch) -> None:
         tp = batch.tp
