@@ -29,7 +29,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.cluster_harness import ClusterNode, LograftCluster
+from tests.integration.cluster_harness import ClusterNode
+from tests.integration.quiet_node import quiet_node
 
 BODY_MAX = 256 * 1024
 INFLIGHT_MAX = 4 * BODY_MAX
@@ -50,30 +51,15 @@ Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNode]:
-    cluster = LograftCluster(
-        Path(tmp_path_factory.mktemp("bodies")),
-        1,
-        broker={"min_insync_replicas": 1},
-        http={
-            "request_bytes_max": BODY_MAX,
-            "request_bytes_inflight_max": INFLIGHT_MAX,
-            "request_bytes_inflight_wait_ms": int(WAIT_S * 1000),
-            "body_read_timeout_ms": int(BODY_TIMEOUT_S * 1000),
-            "client_fault_log_interval_ms": 600_000,
-        },
-    )
-    try:
-        cluster.start()
-        node = cluster[1]
-        node.ok("POST", "/v1/topics", {"name": "t", "partitions": 1, "replication_factor": 1}, 201)
+    http = {
+        "request_bytes_max": BODY_MAX,
+        "request_bytes_inflight_max": INFLIGHT_MAX,
+        "request_bytes_inflight_wait_ms": int(WAIT_S * 1000),
+        "body_read_timeout_ms": int(BODY_TIMEOUT_S * 1000),
+        "client_fault_log_interval_ms": 600_000,
+    }
+    with quiet_node(Path(tmp_path_factory.mktemp("bodies")), http) as node:
         yield node
-        assert node.terminate() == 0, node.log_tail()
-        log = node.log_text()
-        bad = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
-        assert not bad, "client faults reached ERROR:\n" + "\n".join(bad[:20])
-    finally:
-        print(cluster.logs(lines=100))
-        cluster.close()
 
 
 # -- raw HTTP ------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.cluster_harness import ClusterNode, LograftCluster
+from tests.integration.cluster_harness import ClusterNode
+from tests.integration.quiet_node import quiet_node
 
 CONNECTIONS_MAX = 150
 CONNECTIONS_PER_IP_MAX = 100
@@ -50,32 +51,16 @@ SLACK_S = 1.5
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNode]:
     _raise_own_fd_limit(3 * IDLE_CONNECTIONS)
-    cluster = LograftCluster(
-        Path(tmp_path_factory.mktemp("connections")),
-        1,
-        broker={"min_insync_replicas": 1},
-        http={
-            "connections_max": CONNECTIONS_MAX,
-            "connections_per_ip_max": CONNECTIONS_PER_IP_MAX,
-            "header_read_timeout_ms": int(HEADER_READ_TIMEOUT_S * 1000),
-            "keepalive_timeout_ms": int(KEEPALIVE_TIMEOUT_S * 1000),
-            # One line per kind of fault for the whole module.
-            "client_fault_log_interval_ms": 600_000,
-        },
-    )
-    try:
-        cluster.start()
-        node = cluster[1]
-        node.ok("POST", "/v1/topics", {"name": "t", "partitions": 1, "replication_factor": 1}, 201)
+    http = {
+        "connections_max": CONNECTIONS_MAX,
+        "connections_per_ip_max": CONNECTIONS_PER_IP_MAX,
+        "header_read_timeout_ms": int(HEADER_READ_TIMEOUT_S * 1000),
+        "keepalive_timeout_ms": int(KEEPALIVE_TIMEOUT_S * 1000),
+        # One line per kind of fault for the whole module.
+        "client_fault_log_interval_ms": 600_000,
+    }
+    with quiet_node(Path(tmp_path_factory.mktemp("connections")), http) as node:
         yield node
-        # Every fault the tests caused has been handled once the node has stopped.
-        assert node.terminate() == 0, node.log_tail()
-        log = node.log_text()
-        bad = [line for line in log.splitlines() if " ERROR " in line or "Traceback" in line]
-        assert not bad, "client faults reached ERROR:\n" + "\n".join(bad[:20])
-    finally:
-        print(cluster.logs(lines=100))
-        cluster.close()
 
 
 def _raise_own_fd_limit(needed: int) -> None:
