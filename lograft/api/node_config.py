@@ -328,16 +328,12 @@ def _http(raw: Any) -> HttpConfig:
     section = _section(raw, "http")
     _no_unknown(section, _HTTP_KEYS, "http.")
     d = HttpConfig()
-    request_bytes_max = _int(
-        section.get("request_bytes_max", d.request_bytes_max),
-        "http.request_bytes_max",
-        minimum=1024,
-    )
-    inflight_max = _int(
-        section.get("request_bytes_inflight_max", d.request_bytes_inflight_max),
-        "http.request_bytes_inflight_max",
-        minimum=1,
-    )
+
+    def setting(key: str, minimum: int) -> int:
+        return _int(section.get(key, getattr(d, key)), f"http.{key}", minimum=minimum)
+
+    request_bytes_max = setting("request_bytes_max", 1024)
+    inflight_max = setting("request_bytes_inflight_max", 1)
     if inflight_max < request_bytes_max:
         # Such a budget would refuse the largest bodies forever.
         raise InvalidConfigError(
@@ -346,11 +342,7 @@ def _http(raw: Any) -> HttpConfig:
             "one body of the largest size",
             key="http.request_bytes_inflight_max",
         )
-    admin_bytes_max = _int(
-        section.get("admin_request_bytes_max", d.admin_request_bytes_max),
-        "http.admin_request_bytes_max",
-        minimum=1024,
-    )
+    admin_bytes_max = setting("admin_request_bytes_max", 1024)
     return HttpConfig(
         host=_str(section.get("host", d.host), "http.host"),
         port=_port(section.get("port", d.port), "http.port"),
@@ -361,35 +353,12 @@ def _http(raw: Any) -> HttpConfig:
         if section.get("advertised_url") is not None
         else None,
         dial=_dial(section.get("dial", {}), "http.dial"),
-        forward_connections_max=_int(
-            section.get("forward_connections_max", d.forward_connections_max),
-            "http.forward_connections_max",
-            minimum=1,
-        ),
-        **{
-            key: _int(section.get(key, getattr(d, key)), f"http.{key}", minimum=1)
-            for key in _HTTP_POSITIVE_INTS
-        },
-        produce_decompressed_bytes_max=_int(
-            section.get("produce_decompressed_bytes_max", d.produce_decompressed_bytes_max),
-            "http.produce_decompressed_bytes_max",
-            minimum=1024,
-        ),
-        fetch_decompressed_bytes_max=_int(
-            section.get("fetch_decompressed_bytes_max", d.fetch_decompressed_bytes_max),
-            "http.fetch_decompressed_bytes_max",
-            minimum=1024,
-        ),
-        record_render_bytes_max=_int(
-            section.get("record_render_bytes_max", d.record_render_bytes_max),
-            "http.record_render_bytes_max",
-            minimum=1024,
-        ),
-        record_threads_max=_int(
-            section.get("record_threads_max", d.record_threads_max),
-            "http.record_threads_max",
-            minimum=1,
-        ),
+        forward_connections_max=setting("forward_connections_max", 1),
+        **{key: setting(key, 1) for key in _HTTP_POSITIVE_INTS},
+        produce_decompressed_bytes_max=setting("produce_decompressed_bytes_max", 1024),
+        fetch_decompressed_bytes_max=setting("fetch_decompressed_bytes_max", 1024),
+        record_render_bytes_max=setting("record_render_bytes_max", 1024),
+        record_threads_max=setting("record_threads_max", 1),
     )
 
 
