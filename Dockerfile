@@ -18,7 +18,7 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
-# A C compiler for the optional record-batch scanner (lograft.storage._recordscan);
+# A C compiler for the optional record-batch scanner (lograft.protocol._recordscan);
 # python3-dev only where the base image has no Python headers of its own.
 RUN set -eux; \
     pkgs="gcc libc6-dev"; \
@@ -37,7 +37,7 @@ COPY . .
 RUN python3 -m venv /opt/lograft \
     && /opt/lograft/bin/pip install --no-cache-dir --disable-pip-version-check \
         $PIP_INSTALL_OPTS . \
-    && cd / && /opt/lograft/bin/python -c "import lograft.storage._recordscan"
+    && cd / && /opt/lograft/bin/python -c "import lograft.protocol._recordscan"
 
 FROM ${BASE_IMAGE}
 RUN groupadd --system --gid 10001 lograft \

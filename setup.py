@@ -1,8 +1,8 @@
 """Build hook for the one C extension; everything else is in pyproject.toml.
 
-`lograft.storage._recordscan` validates record batches on append. It is
+`lograft.protocol._recordscan` validates record batches on append. It is
 optional: when it cannot be compiled (no compiler, no Python headers) the
-install still succeeds and `lograft.storage.record_scan` uses its pure-Python
+install still succeeds and `lograft.protocol.record_scan` uses its pure-Python
 walker. Editable installs copy the built module into lograft/storage/, so
 after editing the C source rerun `pip install -e .` (scripts/setup.sh does
 when the source's hash changes).
@@ -13,8 +13,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "lograft.storage._recordscan",
-            sources=["lograft/storage/_recordscan.c"],
+            "lograft.protocol._recordscan",
+            sources=["lograft/protocol/_recordscan.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         )

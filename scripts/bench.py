@@ -15,7 +15,7 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    - JSON requests (`POST /v1/topics/{t}/records`, `value_format=string`,
      each record with its `partition`, sent to that partition's leader) and
      raw batches (`POST .../partitions/{p}/batches`, RecordBatch v2 built
-     client-side with `lograft.storage.batch.build_batch`, no compression);
+     client-side with `lograft.protocol.batch.build_batch`, no compression);
    - 100-byte and 1 KiB values (no key, no headers);
    - acks=1 and acks=all.
    Requests carry about `--request-bytes` of values (64 KiB: 655 records of
@@ -76,7 +76,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from lograft.storage.batch import RecordInput, build_batch, iter_batches, iter_records
+from lograft.protocol.batch import RecordInput, build_batch, iter_batches, iter_records
 
 BATCH_TYPE = "application/vnd.lograft.batch"
 MB = 1_000_000

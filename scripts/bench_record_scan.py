@@ -15,8 +15,8 @@ import os
 import time
 from collections.abc import Callable
 
-from lograft.storage import record_scan
-from lograft.storage.batch import HEADER_SIZE, RecordInput, build_batch, iter_batch_records
+from lograft.protocol import record_scan
+from lograft.protocol.batch import HEADER_SIZE, RecordInput, build_batch, iter_batch_records
 
 
 def best_ms(fn: Callable[[], object], repeat: int, number: int) -> float:

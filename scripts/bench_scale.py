@@ -54,7 +54,7 @@ import contextlib
 
 import local_cluster
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 
 NODES = local_cluster.NODES
 SECRET_HEADER = "X-Lograft-Cluster-Secret"

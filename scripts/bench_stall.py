@@ -71,8 +71,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import Client, TempCluster, machine, progress  # a sibling script
 
-from lograft.storage.batch import RecordInput, build_batch
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
 
 BATCH_TYPE = "application/vnd.lograft.batch"
 MIB = 1024 * 1024

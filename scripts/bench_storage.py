@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage.config import GIB, KIB, MIB, FlushPolicy, LogConfig
 from lograft.storage.log import Log
 
@@ -254,11 +254,11 @@ def filesystem_of(path: Path) -> dict[str, Any]:
 def record_scanner() -> str:
     """Which per-record validator Log.append(validate_records=True) runs."""
     try:
-        from lograft.storage import record_scan
+        from lograft.protocol import record_scan
     except ImportError:
-        return "not available (lograft.storage.record_scan does not exist)"
+        return "not available (lograft.protocol.record_scan does not exist)"
     impl = getattr(record_scan, "IMPLEMENTATION", None)
-    from lograft.storage import batch
+    from lograft.protocol import batch
 
     used = hasattr(batch, "scan_records")
     where = "used by batch.check_records" if used else "NOT used by batch.check_records"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     CRC_POS,
     HEADER,
     BatchHeader,

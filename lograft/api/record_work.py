@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from lograft.storage.batch import any_compressed
+from lograft.protocol.batch import any_compressed
 
 T = TypeVar("T")
 

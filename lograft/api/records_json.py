@@ -37,7 +37,7 @@ import orjson
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
 from lograft.echo import shown
 from lograft.errors import InvalidRequestError, RecordTooLargeError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     BatchHeader,
     Header,
     Record,
@@ -47,7 +47,7 @@ from lograft.storage.batch import (
     iter_batches,
     records_section,
 )
-from lograft.storage.compression import Compression, DecompressionBudget
+from lograft.protocol.compression import Compression, DecompressionBudget
 
 VALUE_FORMATS = ("json", "string", "base64")
 RAW_CONTENT_TYPE = "application/vnd.lograft.batch"

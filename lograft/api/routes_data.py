@@ -52,7 +52,6 @@ from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.partition import Acks, Partition, TopicPartition, check_batch_count
-from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
 from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.brokers.produce_wire import (
     PartitionBatch,
@@ -74,12 +73,13 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
     error_class_for,
 )
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     RecordInput,
     build_batch,
     iter_batches,
 )
-from lograft.storage.compression import DecompressionBudget
+from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 from lograft.storage.log import TimestampOffset
 
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"

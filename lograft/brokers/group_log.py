@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from lograft.brokers.group_records import GroupRecord, decode_record, encode_record
 from lograft.brokers.group_state import CoordinatorState
 from lograft.errors import GroupRecordError
-from lograft.storage.batch import RecordInput, build_batch, iter_batch_records, iter_batches
+from lograft.protocol.batch import RecordInput, build_batch, iter_batch_records, iter_batches
 from lograft.storage.log import Log
 
 

@@ -57,14 +57,14 @@ from lograft.errors import (
     OutOfOrderSequenceError,
     RequestTimedOutError,
 )
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER,
     LOG_OVERHEAD,
     BatchHeader,
     count_batches,
     validate_batch,
 )
-from lograft.storage.compression import DecompressionBudget
+from lograft.protocol.compression import DecompressionBudget
 from lograft.storage.config import TimestampType
 from lograft.storage.log import Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header

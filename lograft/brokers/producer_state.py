@@ -145,7 +145,7 @@ ValidationResult = Ok | Duplicate
 
 
 class ProducerBatchInfo(Protocol):
-    """The header fields a rebuild needs; `lograft.storage.batch.BatchHeader` has them."""
+    """The header fields a rebuild needs; `lograft.protocol.batch.BatchHeader` has them."""
 
     @property
     def producer_id(self) -> int: ...

@@ -79,8 +79,8 @@ from lograft.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.batch import iter_batches
 from lograft.storage import checkpoint
-from lograft.storage.batch import iter_batches
 from lograft.storage.config import LogConfig, coerce_overrides, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms

@@ -11,8 +11,8 @@
   auto) and `committed`.
 - `ClusterMetadata`: the topic/leader/broker cache both use.
 
-This package imports only `lograft.storage.batch` / `.compression`,
-`lograft.brokers.partitioner` and `lograft.errors` of lograft: no server code.
+This package imports only `lograft.protocol.batch` / `.compression`,
+`lograft.protocol.partitioner` and `lograft.errors` of lograft: no server code.
 See docs/client.md.
 """
 

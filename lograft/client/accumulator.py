@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from lograft.client.producer_batch import BatchState, Completion, ProducerBatch
 from lograft.client.types import TopicPartition
-from lograft.storage.batch import RecordInput
+from lograft.protocol.batch import RecordInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from lograft.client.serde import Deserializer, Serializer
 from lograft.errors import InvalidConfigError, UnsupportedCompressionError
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 
 AcksValue = Literal["0", "1", "all"]
 OffsetReset = Literal["earliest", "latest", "none"]

@@ -51,7 +51,7 @@ from lograft.client.serde import Deserializer
 from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord, TopicPartition
 from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
-from lograft.storage.batch import Record
+from lograft.protocol.batch import Record
 
 
 def _deserialize(

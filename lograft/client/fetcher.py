@@ -58,14 +58,14 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     Record,
     decode_records,
     iter_batches,
     records_section_within,
     validate_batch,
 )
-from lograft.storage.compression import DecompressionBudget
+from lograft.protocol.compression import DecompressionBudget
 
 _METADATA_ERRORS = (
     NotLeaderOrFollowerError,

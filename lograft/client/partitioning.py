@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import random
 
-from lograft.brokers.partitioner import KeylessPartitioner, partition_for_key
 from lograft.client.metadata import TopicMetadata
 from lograft.errors import UnknownTopicOrPartitionError
+from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 
 
 class StickyPartitioner:

@@ -36,7 +36,7 @@ from lograft.client.serde import Serializer, bytes_serializer
 from lograft.client.transport import Transport
 from lograft.client.types import Header, RecordMetadata, TopicPartition
 from lograft.errors import RecordTooLargeError
-from lograft.storage.batch import HEADER_SIZE, RecordInput
+from lograft.protocol.batch import HEADER_SIZE, RecordInput
 
 HeadersInput = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 

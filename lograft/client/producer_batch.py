@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from lograft.client.types import Header, RecordMetadata, TopicPartition
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -34,7 +34,7 @@ from lograft.storage.batch import (
     RecordInput,
     build_batch,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 
 # Worst-case varint overhead of one record's framing: length (5), attributes
 # (1), timestamp delta (10), offset delta (5), key and value lengths (5 + 5),

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from lograft.errors import CorruptRecordError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     BatchHeader,
     iter_batches,
     records_section_within,
     validate_batch,
 )
-from lograft.storage.compression import DecompressionBudget
-from lograft.storage.record_columns import RecordColumns, decode_columns
+from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.record_columns import RecordColumns, decode_columns
 
 _I32 = struct.Struct("=i")  # native, as Arrow's buffers
 

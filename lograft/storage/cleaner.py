@@ -79,8 +79,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lograft.errors import CorruptRecordError
-from lograft.storage import checkpoint
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -92,7 +91,8 @@ from lograft.storage.batch import (
     set_log_append_time,
     validate_batch,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
+from lograft.storage import checkpoint
 from lograft.storage.config import MIB, LogConfig
 from lograft.storage.log import CLEANER_CHECKPOINT_FILE, CleanerConflictError, Log
 from lograft.storage.segment import AppendedBatch, LogSegment

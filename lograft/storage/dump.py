@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lograft.errors import LograftError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -22,7 +22,7 @@ from lograft.storage.batch import (
     iter_batch_records,
     parse_header,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 from lograft.storage.index import OffsetIndex, TimeIndex
 from lograft.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, parse_base_offset
 

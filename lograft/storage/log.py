@@ -47,8 +47,7 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from lograft.storage import checkpoint
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER,
     LOG_OVERHEAD,
     PATCHED_PREFIX,
@@ -59,7 +58,8 @@ from lograft.storage.batch import (
     set_log_append_time,
     validate_batches,
 )
-from lograft.storage.compression import DecompressionBudget
+from lograft.protocol.compression import DecompressionBudget
+from lograft.storage import checkpoint
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache

@@ -33,7 +33,7 @@ Header rules (`check_producer_header`); every refusal carries
   (yet). PRODUCER_ID_NOT_ALLOCATED, retriable.
 
 Record rules (`check_records_summary`), from the leader's walk of every record
-(`lograft.storage.record_scan.RecordsSummary`):
+(`lograft.protocol.record_scan.RecordsSummary`):
 
 - null_key_compacted: a record without a key in a compacted topic (Kafka:
   "Compacted topic cannot accept message without key"). INVALID_RECORD.
@@ -60,7 +60,7 @@ from lograft.errors import (
     LograftError,
     ProducerIdNotAllocatedError,
 )
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     COMPRESSION_MASK,
     CONTROL_BIT,
     DELETE_HORIZON_BIT,
@@ -71,7 +71,7 @@ from lograft.storage.batch import (
     TRANSACTIONAL_BIT,
     BatchHeader,
 )
-from lograft.storage.record_scan import RecordsSummary
+from lograft.protocol.record_scan import RecordsSummary
 
 INT16_MAX = (1 << 15) - 1
 INT32_MAX = (1 << 31) - 1

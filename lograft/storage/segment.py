@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lograft.errors import CorruptRecordError, LograftError, StorageError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     BATCH_LENGTH_MIN,
     EXTENT,
     HEADER_SIZE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     compute_crc,

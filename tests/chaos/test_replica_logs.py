@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lograft.storage.batch import Record, RecordInput, build_batch, iter_records
+from lograft.protocol.batch import Record, RecordInput, build_batch, iter_records
 from tests.integration.cluster_harness import (
     HTTP_TIMEOUT_S,
     ClusterNode,

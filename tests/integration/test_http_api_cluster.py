@@ -36,9 +36,9 @@ from lograft.api.node import Node
 from lograft.api.node_config import parse_config
 from lograft.api.openapi import PATHS, document
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.protocol.batch import CRC_POS, HEADER, RecordInput, build_batch
+from lograft.protocol.batch import compute_crc as batch_crc
 from lograft.quorum.controller_runtime import ControllerRuntime
-from lograft.storage.batch import CRC_POS, HEADER, RecordInput, build_batch
-from lograft.storage.batch import compute_crc as batch_crc
 from tests.batch_forge import forge
 from tests.integration.cluster_harness import (
     ClusterNode,

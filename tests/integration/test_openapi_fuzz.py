@@ -56,7 +56,7 @@ from schemathesis.specs.openapi.checks import (
 
 from lograft.api.openapi import document
 from lograft.api.routes_data import BATCH_CONTENT_TYPE
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from tests.integration.cluster_harness import ClusterNode, LograftCluster
 from tests.integration.data_plane import start_cluster
 

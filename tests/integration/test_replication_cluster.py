@@ -20,9 +20,9 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record import MemoryRecords
 
-from lograft.brokers.partitioner import partition_for_key
-from lograft.storage.batch import RecordInput, build_batch, iter_records
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.compression import Compression
+from lograft.protocol.partitioner import partition_for_key
 from tests.integration.cluster_harness import ClusterNode, LograftCluster, Response
 from tests.integration.data_plane import (
     BATCH_TYPE,

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from lograft.client.errors import NetworkError
 from lograft.client.transport import HttpResponse, HttpTransport
-from lograft.storage.batch import Record, iter_records
+from lograft.protocol.batch import Record, iter_records
 from tests.integration.cluster_harness import ClusterNode, LograftCluster
 from tests.integration.data_plane import raw_request
 

@@ -20,7 +20,7 @@ from lograft.client import (
     serializers,
 )
 from lograft.errors import RecordTooLargeError, UnknownTopicOrPartitionError
-from lograft.storage.batch import iter_batches
+from lograft.protocol.batch import iter_batches
 from tests.integration.client.support import CountingTransport, DropFirstAnswer, Gate
 
 LONG_LINGER = {"linger_ms": 60_000}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.brokers.partitioner import partition_for_key
+from lograft.protocol.partitioner import partition_for_key
 from tests.integration.pipelines.spark_support import collect_sent, produce
 
 pytestmark = [pytest.mark.timeout(300)]

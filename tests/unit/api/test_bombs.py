@@ -43,8 +43,8 @@ from lograft.brokers.produce_wire import (
 )
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import LograftError
-from lograft.storage.batch import RecordInput, build_batch
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
 from tests.sse_support import SseParser
 
 MIB = 1024 * 1024

@@ -12,8 +12,8 @@ import pytest
 from lograft.api.cli_cluster import render_status
 from lograft.api.cli_common import table
 from lograft.api.http_client import HttpClient, decode_error, parse_bootstrap
-from lograft.brokers.partitioner import partition_for_key
 from lograft.errors import TopicAlreadyExistsError
+from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.cli_support import RealNode, Result, dead_urls, run_cli
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from lograft.api import records_json
 from lograft.api.cli_consume import READ_FORMATS, Cursor, StartAt, _consume, render, start_at
 from lograft.api.http_client import HttpClient
-from lograft.brokers.partitioner import partition_for_key
+from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.cli_support import (
     DEADLINE_S,
     Broker,

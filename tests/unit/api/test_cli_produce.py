@@ -10,7 +10,7 @@ import pytest
 from lograft.api.cli_produce import InputError, LineRecord, Pending, _line_ranges, parse_line
 from lograft.api.cli_progress import Progress
 from lograft.api.http_client import HttpClient
-from lograft.brokers.partitioner import partition_for_key
+from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.cli_support import dead_urls, run_cli
 from tests.unit.api.conftest import PARTITIONS
 

@@ -28,8 +28,8 @@ from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.storage.batch import RecordInput, build_batch
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
 
 ASSIGNMENT = Assignment((1,), (1,), 1, 1, 0)
 

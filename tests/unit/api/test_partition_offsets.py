@@ -29,7 +29,7 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Acks, Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 
 WIDE = 2_000

@@ -42,7 +42,7 @@ from lograft.api.services import TopicView
 from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
 from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     CRC_POS,
     HEADER,
     BatchHeader,
@@ -51,7 +51,7 @@ from lograft.storage.batch import (
     compute_crc,
     iter_records,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 
 TOPIC = "props"
 TP = TopicPartition(TOPIC, 0)

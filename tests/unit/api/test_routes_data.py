@@ -15,7 +15,6 @@ from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Acks, AppendResult, Assignment, TopicPartition
-from lograft.brokers.partitioner import partition_for_key
 from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.brokers.produce_wire import (
     PartitionBatch,
@@ -25,7 +24,8 @@ from lograft.brokers.produce_wire import (
 )
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import LograftError
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.partitioner import partition_for_key
 
 PARTITIONS = 3
 
@@ -372,7 +372,7 @@ def test_a_header_key_that_is_not_utf8_renders_as_json():
     import orjson
 
     from lograft.api.records_json import render_record
-    from lograft.storage.batch import iter_records
+    from lograft.protocol.batch import iter_records
 
     raw = build_batch(
         [RecordInput(b"v", None, [(b"k\xff".decode("utf-8", "surrogateescape"), b"x")])],

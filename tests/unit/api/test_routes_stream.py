@@ -27,7 +27,7 @@ from lograft.api.stream_session import StreamSession, memory_bound_bytes
 from lograft.api.stream_source import SourceLimits
 from lograft.brokers.partition import Acks, Assignment, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from tests.sse_support import SseEvent, SseParser, cursor_of
 
 PARTITIONS = 3

@@ -26,7 +26,7 @@ from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.partition import Acks, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from tests.sse_support import SseEvent, SseParser
 from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 

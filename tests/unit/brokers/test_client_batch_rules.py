@@ -24,7 +24,7 @@ from lograft.errors import (
     ProducerIdNotAllocatedError,
     UnsupportedCompressionError,
 )
-from lograft.storage.batch import iter_records
+from lograft.protocol.batch import iter_records
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 from tests.batch_forge import forge, records_batch

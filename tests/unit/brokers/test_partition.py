@@ -15,7 +15,7 @@ from lograft.brokers.partition import (
     TopicPartition,
 )
 from lograft.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
-from lograft.storage.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.batch import RecordInput, build_batch, iter_records
 from lograft.storage.log import Log
 
 TP = TopicPartition("t", 0)

@@ -21,7 +21,7 @@ from lograft.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.batch import RecordInput, build_batch, iter_records
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 
@@ -77,7 +77,7 @@ def test_a_bad_later_batch_writes_nothing(
 def test_bad_records_in_a_later_batch_write_nothing(leader: Partition) -> None:
     import struct
 
-    from lograft.storage.batch import CRC_POS, HEADER, compute_crc
+    from lograft.protocol.batch import CRC_POS, HEADER, compute_crc
 
     lying = bytearray(batch("b"))
     fields = list(HEADER.unpack_from(lying, 0))

@@ -30,7 +30,7 @@ from lograft.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from lograft.storage.batch import RecordInput, build_batch, parse_header
+from lograft.protocol.batch import RecordInput, build_batch, parse_header
 
 
 class Appender:

@@ -14,7 +14,7 @@ from lograft.errors import (
     NotEnoughReplicasError,
     UnknownTopicOrPartitionError,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.batch import RecordInput, build_batch, iter_records
 
 TP = TopicPartition("orders", 0)
 FAST = BrokerSettings(

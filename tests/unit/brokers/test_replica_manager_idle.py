@@ -9,7 +9,7 @@ from pathlib import Path
 from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
 from lograft.brokers.partition import Acks, Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 
 WAIT_MS = 200
 SETTINGS = BrokerSettings(

@@ -24,8 +24,8 @@ from lograft.errors import (
     NotLeaderOrFollowerError,
     RecordTooLargeError,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_batches, iter_records
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch, iter_batches, iter_records
+from lograft.protocol.compression import Compression
 
 # -- config ------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from lograft.storage.batch import RecordInput, build_batch, iter_batches
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch, iter_batches
+from lograft.protocol.compression import Compression
 from tests.unit.client.fakes import (
     Call,
     ScriptedTransport,

@@ -20,7 +20,7 @@ from lograft.pipelines.arrow_rows import (  # noqa: E402
     fetch_rows,
     spark_fields,
 )
-from lograft.storage.batch import (  # noqa: E402
+from lograft.protocol.batch import (  # noqa: E402
     CRC_POS,
     HEADER_SIZE,
     RecordInput,
@@ -29,7 +29,7 @@ from lograft.storage.batch import (  # noqa: E402
     header_key_bytes,
     set_log_append_time,
 )
-from lograft.storage.compression import Compression  # noqa: E402
+from lograft.protocol.compression import Compression  # noqa: E402
 
 
 @pytest.mark.parametrize("headers", [False, True])

@@ -15,8 +15,8 @@ from lograft.client.errors import ClientTimeoutError
 from lograft.client.transport import HttpResponse
 from lograft.pipelines.offsets import OffsetRange
 from lograft.pipelines.range_reader import DataLossError, ReadSettings, read_range
-from lograft.storage.batch import RecordInput, build_batch
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
 from tests.unit.client.fakes import (
     Call,
     ScriptedTransport,

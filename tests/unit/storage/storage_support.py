@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     RecordInput,
     build_batch,
     iter_batch_records,
     iter_batches,
     validate_batch,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

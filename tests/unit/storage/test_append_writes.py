@@ -16,14 +16,14 @@ import random
 
 import pytest
 
-from lograft.storage import segment as segment_module
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     LEADER_EPOCH_POS,
     RecordInput,
     build_batch,
     iter_batches,
     validate_batch,
 )
+from lograft.storage import segment as segment_module
 from lograft.storage.config import LogConfig, TimestampType
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

@@ -22,10 +22,10 @@ from lograft.errors import (
     StorageError,
     UnsupportedCompressionError,
 )
+from lograft.protocol.batch import CRC_POS, HEADER_SIZE, RecordInput, build_batch, compute_crc
+from lograft.protocol.compression import Compression
 from lograft.storage import checkpoint
 from lograft.storage import segment as segment_module
-from lograft.storage.batch import CRC_POS, HEADER_SIZE, RecordInput, build_batch, compute_crc
-from lograft.storage.compression import Compression
 from lograft.storage.config import FlushPolicy, LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

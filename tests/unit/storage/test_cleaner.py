@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 
 from lograft.errors import CorruptRecordError
-from lograft.storage import cleaner, swap
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     Header,
     RecordInput,
     build_batch,
@@ -26,6 +25,8 @@ from lograft.storage.batch import (
     iter_batches,
     validate_batch,
 )
+from lograft.protocol.compression import Compression
+from lograft.storage import cleaner, swap
 from lograft.storage.checkpoint import read_offset
 from lograft.storage.cleaner import (
     OFFSET_MAP_ENTRY_BYTES,
@@ -33,7 +34,6 @@ from lograft.storage.cleaner import (
     CleanResult,
     clean_log,
 )
-from lograft.storage.compression import Compression
 from lograft.storage.config import CleanupPolicy, LogConfig, TimestampType
 from lograft.storage.handles import FilePool
 from lograft.storage.log import CLEANER_CHECKPOINT_FILE, Log

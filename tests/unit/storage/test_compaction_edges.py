@@ -16,7 +16,7 @@ import os
 import struct
 from pathlib import Path
 
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     CRC_POS,
     RecordInput,
     build_batch,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage.config import LogConfig
 from lograft.storage.epoch_cache import FILE_NAME, LeaderEpochCache
 from lograft.storage.handles import FilePool

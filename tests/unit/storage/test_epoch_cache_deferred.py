@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lograft.errors import StorageError
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage import checkpoint, epoch_cache
-from lograft.storage.batch import RecordInput, build_batch
 from lograft.storage.epoch_cache import FILE_NAME, LeaderEpochCache
 from lograft.storage.log import Log
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.errors import OffsetOutOfRangeError
-from lograft.storage.batch import RecordInput, build_batch
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from lograft.protocol.batch import iter_batches
+from lograft.protocol.compression import Compression
 from lograft.storage import checkpoint
-from lograft.storage.batch import iter_batches
-from lograft.storage.compression import Compression
 from lograft.storage.config import LogConfig
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_FILE
 from lograft.storage.handles import FilePool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage.config import CleanupPolicy, FlushPolicy, LogConfig
 from lograft.storage.log import Log
 from lograft.storage.maintenance import LogMaintainer, MaintenanceConfig

@@ -3,7 +3,7 @@ last check, not of every log on every pass; a full sweep still visits all."""
 
 from __future__ import annotations
 
-from lograft.storage.batch import RecordInput, build_batch
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage.config import FlushPolicy, LogConfig
 from lograft.storage.log import Log
 from lograft.storage.maintenance import LogMaintainer, MaintenanceConfig

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from lograft.storage.batch import iter_batches, iter_records
-from lograft.storage.compression import Compression
+from lograft.protocol.batch import iter_batches, iter_records
+from lograft.protocol.compression import Compression
 from lograft.storage.config import LogConfig, TimestampType
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

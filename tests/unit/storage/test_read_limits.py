@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.storage import segment as segment_module
-from lograft.storage.batch import RecordInput, build_batch
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

@@ -18,7 +18,7 @@ native-endian buffers Arrow wraps as they are:
 The section is first walked by the record scanner with the read rules
 (`contiguous=False`: a compacted batch has gaps), so malformed bytes are
 refused with exactly the scanner's CorruptRecordError/InvalidRecordError,
-reason, record index and byte (see lograft.storage.record_scan). Two more
+reason, record index and byte (see lograft.protocol.record_scan). Two more
 reasons (CorruptRecordError): `timestamp_overflow`, a timestamp that does
 not fit int64 microseconds, and `offset_overflow`, an offset past int64.
 Every buffer is bounded by the section's size: the header's recordsCount is
@@ -35,9 +35,9 @@ from array import array
 from typing import Final, Literal, NamedTuple
 
 from lograft.errors import CorruptRecordError, LograftError
-from lograft.storage import record_scan
-from lograft.storage.record_scan import REASONS, scan_records_python
-from lograft.storage.varint import decode_varint
+from lograft.protocol import record_scan
+from lograft.protocol.record_scan import REASONS, scan_records_python
+from lograft.protocol.varint import decode_varint
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ _c = record_scan._recordscan
 if _c is not None and getattr(_c, "COLUMNS_ABI", 0) != C_COLUMNS_ABI:
     # A build from before decode_columns (or from another version of it).
     log.warning(
-        "lograft.storage._recordscan has no decode_columns of ABI %s (a stale build); "
+        "lograft.protocol._recordscan has no decode_columns of ABI %s (a stale build); "
         "using the pure-Python column decoder until it is rebuilt (pip install -e .)",
         C_COLUMNS_ABI,
     )
@@ -212,7 +212,7 @@ def decode_columns_c(
 ) -> RecordColumns:
     """The C decoder; raises RuntimeError when the extension was not built."""
     if _c is None:
-        raise RuntimeError("lograft.storage._recordscan.decode_columns is not available")
+        raise RuntimeError("lograft.protocol._recordscan.decode_columns is not available")
     if isinstance(data, memoryview) and not data.c_contiguous:
         data = data.tobytes()
     try:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     CRC_POS,
     HEADER_SIZE,
     MAGIC_POS,
@@ -28,7 +28,7 @@ from lograft.storage.batch import (
     set_log_append_time,
     validate_batch,
 )
-from lograft.storage.compression import Compression
+from lograft.protocol.compression import Compression
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
 INT64_MAX = (1 << 63) - 1

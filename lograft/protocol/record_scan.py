@@ -3,7 +3,7 @@
 A broker must walk every record of a batch it appends (Kafka's LogValidator
 does the same), but it needs no Record objects to do so. `scan_records` walks
 the (decompressed) records section and raises on the first problem; it uses
-the C extension `lograft.storage._recordscan` when it was built and otherwise
+the C extension `lograft.protocol._recordscan` when it was built and otherwise
 a pure-Python walker with the same behaviour. `IMPLEMENTATION` says which one
 is active.
 
@@ -405,7 +405,7 @@ def scan_records_python(
 # --- the C walker ------------------------------------------------------------
 
 try:
-    from lograft.storage import _recordscan
+    from lograft.protocol import _recordscan
 except ImportError:  # not built (no compiler at install time): use the fallback
     _recordscan = None
 if _recordscan is not None and getattr(_recordscan, "ABI", 1) != C_ABI:
@@ -413,7 +413,7 @@ if _recordscan is not None and getattr(_recordscan, "ABI", 1) != C_ABI:
     # build until `pip install -e .` runs again): its answers are not the
     # ones this module reads, so it is not used at all.
     log.warning(
-        "lograft.storage._recordscan is a stale build (ABI %s, need %s); using the "
+        "lograft.protocol._recordscan is a stale build (ABI %s, need %s); using the "
         "pure-Python record scanner until it is rebuilt (pip install -e .)",
         getattr(_recordscan, "ABI", 1),
         C_ABI,
@@ -431,7 +431,7 @@ def scan_records_c(
 ) -> RecordsSummary:
     """The C walker; raises RuntimeError when the extension was not built."""
     if _recordscan is None:
-        raise RuntimeError("lograft.storage._recordscan was not built")
+        raise RuntimeError("lograft.protocol._recordscan was not built")
     if isinstance(data, memoryview) and not data.c_contiguous:
         data = data.tobytes()
     try:

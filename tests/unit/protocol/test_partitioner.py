@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from lograft.brokers.partitioner import (
+from lograft.protocol.partitioner import (
     KeylessPartitioner,
     murmur2,
     partition_for_key,

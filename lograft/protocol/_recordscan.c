@@ -5,7 +5,7 @@
  * have a null key (the leader judges those against the batch header and the
  * topic's rules).
  *
- * This is the C twin of lograft/storage/record_scan.py's pure-Python
+ * This is the C twin of lograft/protocol/record_scan.py's pure-Python
  * fallback; both must accept exactly the same inputs and report the same
  * reason, record index, byte position and message (the unit tests compare
  * them). The Python module documents the rules; in short, each record is
@@ -871,7 +871,7 @@ static PyModuleDef_Slot recordscan_slots[] = {
 
 static struct PyModuleDef recordscan_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "lograft.storage._recordscan",
+    .m_name = "lograft.protocol._recordscan",
     .m_doc = "Allocation-free validation of RecordBatch v2 records sections.",
     .m_size = 0,
     .m_methods = recordscan_methods,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lograft.errors import RecordTooLargeError
-from lograft.storage.batch import (
+from lograft.protocol.batch import (
     HEADER_SIZE,
     RecordInput,
     build_batch,
@@ -29,11 +29,11 @@ from lograft.storage.batch import (
     records_section,
     validate_batches,
 )
-from lograft.storage.compression import Compression, DecompressionBudget
+from lograft.protocol.compression import Compression, DecompressionBudget
+from lograft.protocol.varint import decode_varint
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
-from lograft.storage.varint import decode_varint
 
 MIB = 1024 * 1024
 CODECS = [Compression.GZIP, Compression.LZ4, Compression.ZSTD]

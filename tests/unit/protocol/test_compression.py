@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
-import lograft.storage.compression as compression
+import lograft.protocol.compression as compression
 from lograft.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionError
-from lograft.storage.compression import Compression, compress, decompress
+from lograft.protocol.compression import Compression, compress, decompress
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
 SMALL_LIMIT = 1 << 20

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lograft.errors import CorruptRecordError, InvalidRecordError
-from lograft.storage import record_columns
-from lograft.storage.batch import (
+from lograft.protocol import record_columns
+from lograft.protocol.batch import (
     HEADER_SIZE,
     RecordInput,
     build_batch,
@@ -22,13 +22,13 @@ from lograft.storage.batch import (
     iter_batch_records,
     parse_header,
 )
-from lograft.storage.record_columns import (
+from lograft.protocol.record_columns import (
     RecordColumns,
     decode_columns_c,
     decode_columns_python,
 )
-from lograft.storage.record_scan import scan_records_python
-from tests.unit.storage.test_record_scan import batches, mutate, mutation
+from lograft.protocol.record_scan import scan_records_python
+from tests.unit.protocol.test_record_scan import batches, mutate, mutation
 
 HAVE_C = record_columns.IMPLEMENTATION == "c"
 DECODERS = [decode_columns_python] + ([decode_columns_c] if HAVE_C else [])
@@ -166,7 +166,7 @@ def test_a_stale_c_build_is_not_used(monkeypatch):
     import importlib
     import types
 
-    from lograft.storage import record_scan
+    from lograft.protocol import record_scan
 
     monkeypatch.setattr(record_scan, "_recordscan", types.SimpleNamespace(ABI=2))
     reloaded = importlib.reload(record_columns)

@@ -43,10 +43,10 @@ from typing import NamedTuple
 import crc32c as _crc32c
 
 from lograft.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from lograft.storage import compression as _compression
-from lograft.storage.compression import Compression, DecompressionBudget, compress, decompress
-from lograft.storage.record_scan import RecordsSummary, scan_records
-from lograft.storage.varint import decode_varint, encode_varint
+from lograft.protocol import compression as _compression
+from lograft.protocol.compression import Compression, DecompressionBudget, compress, decompress
+from lograft.protocol.record_scan import RecordsSummary, scan_records
+from lograft.protocol.varint import decode_varint, encode_varint
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -501,7 +501,7 @@ def check_records(
     lastOffsetDelta is n-1. contiguous=False allows the gaps compaction leaves
     but still requires strictly increasing deltas within lastOffsetDelta.
     Raises CorruptRecordError or InvalidRecordError (rules and reasons in
-    lograft.storage.record_scan); `details["position"]` is the batch's `pos`.
+    lograft.protocol.record_scan); `details["position"]` is the batch's `pos`.
     Returns what the walk saw of the timestamps and keys, for callers that
     judge those (lograft.storage.produce_rules).
 

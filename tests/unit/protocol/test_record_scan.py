@@ -29,15 +29,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import lograft.storage
+import lograft.protocol
 from lograft.errors import (
     CorruptRecordError,
     InvalidRecordError,
     LograftError,
     RecordTooLargeError,
 )
-from lograft.storage import record_scan
-from lograft.storage.batch import (
+from lograft.protocol import record_scan
+from lograft.protocol.batch import (
     CRC_POS,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -50,14 +50,14 @@ from lograft.storage.batch import (
     parse_header,
     validate_batch,
 )
-from lograft.storage.compression import Compression, compress
-from lograft.storage.record_scan import (
+from lograft.protocol.compression import Compression, compress
+from lograft.protocol.record_scan import (
     RecordsSummary,
     scan_records,
     scan_records_c,
     scan_records_python,
 )
-from lograft.storage.varint import decode_varint, encode_varint
+from lograft.protocol.varint import decode_varint, encode_varint
 
 HAVE_C = record_scan.IMPLEMENTATION == "c"
 needs_c = pytest.mark.skipif(not HAVE_C, reason="C extension _recordscan not built")
@@ -385,10 +385,10 @@ def test_summary_reports_timestamp_delta_range_and_null_keys(scanner):
 def test_a_stale_c_build_is_not_used(monkeypatch):
     """An editable install keeps its last build of _recordscan.c: a module of
     another ABI must leave the Python walker in charge, not be misread."""
-    stale = types.ModuleType("lograft.storage._recordscan")
+    stale = types.ModuleType("lograft.protocol._recordscan")
     stale.scan = lambda *args: None  # type: ignore[attr-defined]  # ABI 1 answered None
-    monkeypatch.setitem(sys.modules, "lograft.storage._recordscan", stale)
-    monkeypatch.setattr(lograft.storage, "_recordscan", stale, raising=False)
+    monkeypatch.setitem(sys.modules, "lograft.protocol._recordscan", stale)
+    monkeypatch.setattr(lograft.protocol, "_recordscan", stale, raising=False)
     fresh = importlib.util.module_from_spec(importlib.util.find_spec(record_scan.__name__))
     fresh.__spec__.loader.exec_module(fresh)  # a second copy; the real module is untouched
     assert fresh.IMPLEMENTATION == "python"

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.errors import CorruptRecordError
-from lograft.storage.varint import decode_varint, encode_varint, varint_size
+from lograft.protocol.varint import decode_varint, encode_varint, varint_size
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
