@@ -12,7 +12,9 @@ machine-readable context (a leader's address, a valid offset range, a limit).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -35,7 +37,17 @@ REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
 CLIENT_FAULTS_KEY = web.AppKey("client_faults", ClientFaultLog)
 _DEFAULT_FAULTS = ClientFaultLog()
 
+# Every registered error class has its status here, chosen for what the
+# error means (tests/unit/api/test_error_status_map.py fails for a class left
+# out, and for a retriable error answered with 500). What a status says:
+# 4xx the request must change (or, 409, the state it assumed has moved on);
+# 421 the right node exists and `details` name it; 503 this node cannot do it
+# now, retry after `Retry-After` seconds (every 503 is retriable); 504 the
+# request went out to replicas or the quorum and its outcome is unknown;
+# 500 a fault of the server itself (a record that should never have been
+# written, a Raft that cannot start), never the client's doing.
 _STATUS: dict[type[e.LograftError], int] = {
+    # -- input and request errors
     e.InvalidRequestError: 400,
     e.InvalidConfigError: 400,
     e.CorruptRecordError: 400,
@@ -44,18 +56,28 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidTopicError: 400,
     e.InvalidPartitionsError: 400,
     e.InvalidReplicationFactorError: 400,
+    e.UnsupportedCompressionError: 400,
     # 403: understood and valid, but refused whoever asks (not an auth failure).
     e.InternalTopicProtectedError: 403,
-    e.UnsupportedCompressionError: 400,
     e.RecordTooLargeError: 413,
     e.UnknownTopicOrPartitionError: 404,
     e.TopicAlreadyExistsError: 409,
     # 416 Range Not Satisfiable: the offset is outside [log start, log end];
     # details carry the valid range.
     e.OffsetOutOfRangeError: 416,
+    # -- storage faults: the disk, not the request; retry once it recovers.
+    e.StorageError: 503,
+    e.LogClosedError: 503,
+    # -- replication and cluster
     # 421 Misdirected Request: the right server exists; details name it.
     e.NotLeaderOrFollowerError: 421,
     e.NotControllerError: 421,
+    e.NotEnoughReplicasError: 503,
+    e.NotEnoughReplicasAfterAppendError: 503,
+    e.LeaderNotAvailableError: 503,
+    e.BrokerNotAvailableError: 503,
+    e.RequestTimedOutError: 504,
+    # 409: the epoch, version or sequence the request assumed has moved on.
     e.FencedLeaderEpochError: 409,
     e.UnknownLeaderEpochError: 409,
     e.StaleBrokerEpochError: 409,
@@ -65,21 +87,27 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidProducerEpochError: 409,
     e.UnknownProducerIdError: 409,
     e.ProducerIdNotAllocatedError: 409,
-    e.NotEnoughReplicasError: 503,
-    e.NotEnoughReplicasAfterAppendError: 503,
-    e.LeaderNotAvailableError: 503,
-    e.BrokerNotAvailableError: 503,
-    e.StorageError: 503,
-    e.LogClosedError: 503,
-    e.StreamsLimitReachedError: 503,
-    e.ConnectionsLimitReachedError: 503,
-    e.RequestBytesInflightLimitReachedError: 503,
-    # 408: the client did not send its body in time (the node closes after).
-    e.RequestBodyTimeoutError: 408,
-    # 415: content the node does not take (a Content-Encoding on a body).
-    e.UnsupportedContentEncodingError: 415,
-    e.RequestTimedOutError: 504,
-    # Consumer groups. 421 as for data: the right coordinator exists and
+    # -- the Raft quorum adapter (seen through controller calls)
+    # 504 as REQUEST_TIMED_OUT: the entry went to the quorum and may or may not
+    # be committed; a 503 would say it was not.
+    e.RaftCommitOutcomeUnknownError: 504,
+    # Back-pressure and a stopped adapter: nothing was appended; retry.
+    e.RaftQueueFullError: 503,
+    e.RaftStoppedError: 503,
+    e.RaftStartupError: 500,
+    # -- metadata quorum. A record that does not decode or replay is a
+    # controller bug, never the caller's input (inputs are INVALID_REQUEST).
+    e.MetadataRecordError: 500,
+    e.UnknownMetadataRecordTypeError: 500,
+    e.UnsupportedMetadataRecordVersionError: 500,
+    # Another incarnation of the broker still holds a live session: a conflict
+    # with state that resolves itself when that session expires (retriable).
+    e.DuplicateBrokerRegistrationError: 409,
+    # Kafka's answer to a heartbeat from an unknown broker: register again;
+    # like UNKNOWN_MEMBER_ID for a group member.
+    e.BrokerIdNotRegisteredError: 409,
+    e.IsrWithoutLeaderError: 400,
+    # -- consumer groups. 421 as for data: the right coordinator exists and
     # details name it; 409 for a member whose epoch or id no longer fits.
     e.NotCoordinatorError: 421,
     e.CoordinatorLoadInProgressError: 503,
@@ -87,6 +115,7 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.InvalidGroupIdError: 400,
     e.UnsupportedAssignorError: 400,
     e.OffsetMetadataTooLargeError: 400,
+    e.GroupSubscriptionTooLargeError: 400,
     e.GroupIdNotFoundError: 404,
     e.NoOffsetError: 404,
     e.UnknownMemberIdError: 409,
@@ -96,8 +125,33 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.NonEmptyGroupError: 409,
     e.GroupMaxSizeReachedError: 409,
     e.GroupsLimitReachedError: 409,
+    # A __consumer_offsets record that does not decode or replay: a
+    # coordinator bug, as for metadata records.
+    e.GroupRecordError: 500,
+    # -- limits of this node: another node, or this one shortly, can serve it.
+    e.StreamsLimitReachedError: 503,
+    e.ConnectionsLimitReachedError: 503,
+    e.RequestBytesInflightLimitReachedError: 503,
+    # 408: the client did not send its body in time (the node closes after).
+    e.RequestBodyTimeoutError: 408,
+    # 415: content the node does not take (a Content-Encoding on a body).
+    e.UnsupportedContentEncodingError: 415,
+    # -- HTTP itself
+    e.UnauthorizedError: 401,
+    e.NotFoundError: 404,
+    e.MethodNotAllowedError: 405,
+    # UNKNOWN_SERVER_ERROR: an unexpected exception of the node's own.
+    e.LograftError: 500,
 }
 
+# The deliberate status of each error class, for the test that checks every
+# class has one and for the docs; read-only.
+STATUS_BY_CLASS: Mapping[type[e.LograftError], int] = MappingProxyType(_STATUS)
+
+# Seconds a client should wait before retrying after a 503 (RFC 9110
+# Retry-After; whole seconds only). Kafka clients back off 100 ms
+# (`retry.backoff.ms`); one second is the smallest the header can say.
+RETRY_AFTER_S = 1
 
 # Defined with the other errors so that one node (or a client) re-raises them
 # as themselves from another's answer, not as UNKNOWN_SERVER_ERROR.
@@ -106,17 +160,20 @@ NotFoundError = e.NotFoundError
 MethodNotAllowedError = e.MethodNotAllowedError
 
 
-_STATUS[UnauthorizedError] = 401
-_STATUS[NotFoundError] = 404
-_STATUS[MethodNotAllowedError] = 405
-
-
 def status_for(error: e.LograftError) -> int:
-    for cls in type(error).__mro__:
-        status = _STATUS.get(cls)  # type: ignore[arg-type]
-        if status is not None:
-            return status
-    return 500
+    """The HTTP status of `error`: its class's entry above. A class outside the
+    registry (a code from a newer node relayed through this one, a module's
+    private error) takes its nearest mapped ancestor's status, but a retriable
+    error is never a 500: it is a 503, so the client retries."""
+    status = _STATUS.get(type(error))
+    if status is not None:
+        return status
+    status = next(_STATUS[c] for c in type(error).__mro__ if c in _STATUS)
+    return 503 if status == 500 and error.retriable else status
+
+
+def _headers(status: int) -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else {}
 
 
 def error_dict(error: e.LograftError) -> dict[str, Any]:
@@ -192,8 +249,12 @@ _LAST_RESORT = orjson.dumps(
 
 
 def error_response(error: e.LograftError) -> web.Response:
+    status = status_for(error)
     return web.Response(
-        status=status_for(error), body=render_error(error), content_type="application/json"
+        status=status,
+        body=render_error(error),
+        content_type="application/json",
+        headers=_headers(status),
     )
 
 
@@ -206,7 +267,8 @@ def raw_error_response(error: e.LograftError) -> bytes:
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in _headers(status).items())
+        + "Connection: close\r\n\r\n"
     )
     return head.encode() + body
 
