@@ -11,9 +11,11 @@
 - Consumer and replica fetches long-poll: they answer as soon as there is
   data (or `min_bytes` of it) or after `max_wait_ms`, never holding a buffer
   of their own: data is read from the log when they wake.
-- One fetcher per leader broker carries every partition this broker follows
-  from that leader (one fetch session per broker pair). The transport that
-  sends a fetch is injected, so this package knows nothing of HTTP.
+- Followers copy from their leaders through the `ReplicaFetcher`
+  (replica_fetcher.py: one fetch session per leader broker), which this
+  manager owns and re-syncs after an apply that changed a role or a leader.
+  The transport that sends a fetch is injected, so this package knows
+  nothing of HTTP.
 - Leaders check their ISR every `isr_check_interval_ms`; every partition's
   change found in one check goes to the controller in one batched
   AlterPartition (at most `ALTER_PARTITION_BATCH_MAX` partitions per request,
@@ -54,12 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lograft.brokers.fetch_wire import (
-    FetchPartitionRequest,
-    FetchPartitionResponse,
-    ReplicaFetchRequest,
-    decode_response,
-)
+from lograft.brokers.fetch_wire import FetchPartitionResponse, ReplicaFetchRequest
 from lograft.brokers.partition import (
     Acks,
     AppendResult,
@@ -71,6 +68,7 @@ from lograft.brokers.partition import (
     TopicPartition,
     check_batch_count,
 )
+from lograft.brokers.replica_fetcher import FetcherSettings, FetchTransport, ReplicaFetcher
 from lograft.errors import (
     InvalidRequestError,
     LograftError,
@@ -102,7 +100,6 @@ AlterPartitionsFn = Callable[
     [Sequence[tuple[TopicPartition, IsrProposal]]],
     Awaitable[Mapping[TopicPartition, Assignment | LograftError]],
 ]
-FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
 # Runs a blocking call elsewhere (a worker thread) and awaits its result.
 Offload = Callable[[Callable[[], bytes]], Awaitable[bytes]]
 # Consumer reads asking for more than this many bytes go through `Offload`.
@@ -263,7 +260,6 @@ class ReplicaManager:
         self.alter_partitions = alter_partitions or (
             _one_by_one(alter_partition) if alter_partition is not None else None
         )
-        self.fetch_transport = fetch_transport
         # Brokers the metadata says are fenced or shutting down: never proposed
         # for an ISR (the controller would refuse every such proposal, and the
         # leader would send it again on every ISR check).
@@ -291,13 +287,9 @@ class ReplicaManager:
         # Replicas whose leader-epoch entry awaits its write by `_flush_epochs`.
         self._epochs_to_flush: set[Partition] = set()
         self._epoch_flush: asyncio.Task[None] | None = None
-        # A role or leader changed since the fetchers were last synced (kept
+        # A role or leader changed since the fetcher was last synced (kept
         # across applies: one that raised midway must not lose the change).
         self._fetchers_stale = False
-        # Follower partitions whose last fetch failed, left out of their
-        # session until this lag_clock time (ms), so one bad partition does
-        # not turn the session's long-poll into a busy loop.
-        self._fetch_retry_at: dict[TopicPartition, int] = {}
         # The topic configs each replica runs with, to notice changes.
         self._topic_configs: dict[TopicPartition, dict[str, Any]] = {}
         # Logs opened off the loop by `open_logs`, waiting for `apply_metadata`.
@@ -305,7 +297,20 @@ class ReplicaManager:
         # Replicas wanted here that failed to open, create or reconcile.
         self._failed: dict[TopicPartition, ReplicaFailure] = {}
         self._changes = _Changes()
-        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # The follower side: one fetch session per leader this broker follows.
+        self.fetcher = ReplicaFetcher(
+            broker_id,
+            FetcherSettings(
+                wait_max_ms=settings.replica_fetch_wait_max_ms,
+                max_bytes=settings.replica_fetch_max_bytes,
+                partition_max_bytes=settings.replica_fetch_partition_max_bytes,
+                backoff_ms=settings.replica_fetch_backoff_ms,
+            ),
+            self.partitions,
+            fetch_transport,
+            on_applied=self._changes.notify,
+            lag_clock=lag_clock,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._hw_checkpoint = _read_hw_checkpoint(self.data_dir / HW_CHECKPOINT_FILE)
         self._running = False
@@ -326,6 +331,7 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._running = True
+        self.fetcher.start()
         self.maintainer.start()
         self._tasks = [
             asyncio.create_task(self._isr_loop(), name="isr-check"),
@@ -334,13 +340,13 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self._running = False
-        for task in [*self._tasks, *self._fetchers.values()]:
+        for task in self._tasks:
             task.cancel()
-        for task in [*self._tasks, *self._fetchers.values()]:
+        await self.fetcher.stop()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        self._fetchers.clear()
         if self._epoch_flush is not None:
             with contextlib.suppress(Exception):
                 await self._epoch_flush
@@ -432,8 +438,8 @@ class ReplicaManager:
         # Opened for an earlier view whose apply failed, and no longer wanted.
         for tp in [tp for tp in self._opened if tp not in self.partitions]:
             self._opened.pop(tp).close()
-        if self._fetchers_stale or any(task.done() for task in self._fetchers.values()):
-            self._sync_fetchers()
+        if self._fetchers_stale or self.fetcher.needs_sync:
+            self.fetcher.sync()
             self._fetchers_stale = False
         self._start_epoch_flush()
         if created and self.gc_freeze:
@@ -603,7 +609,7 @@ class ReplicaManager:
     def _remove(self, tp: TopicPartition) -> None:
         part = self.partitions.pop(tp)
         self._applied.pop(tp, None)
-        self._fetch_retry_at.pop(tp, None)
+        self.fetcher.forget(tp)
         self._epochs_to_flush.discard(part)
         self._topic_configs.pop(tp, None)
         self.maintainer.remove(part.log)
@@ -834,132 +840,6 @@ class ReplicaManager:
             if part.high_watermark != hw_before:
                 self._changes.notify(tp)
         return out
-
-    # -- follower fetchers ------------------------------------------------------------------
-
-    def _sync_fetchers(self) -> None:
-        leaders = {
-            p.leader_id
-            for p in self.partitions.values()
-            if p.role is Role.FOLLOWER and p.leader_id >= 0
-        }
-        for leader_id in list(self._fetchers):
-            if leader_id not in leaders:
-                self._fetchers.pop(leader_id).cancel()
-        if not self._running or self.fetch_transport is None:
-            return
-        for leader_id in leaders:
-            task = self._fetchers.get(leader_id)
-            if task is None or task.done():
-                self._fetchers[leader_id] = asyncio.create_task(
-                    self._fetch_from(leader_id), name=f"replica-fetcher-{leader_id}"
-                )
-
-    def _following(self, leader_id: int) -> list[Partition]:
-        return [
-            p
-            for p in self.partitions.values()
-            if p.role is Role.FOLLOWER and p.leader_id == leader_id
-        ]
-
-    def _fetchable(self, parts: list[Partition]) -> list[Partition]:
-        """`parts` without those backing off after a failed fetch."""
-        if not self._fetch_retry_at:
-            return parts
-        now = self.lag_clock()
-        for tp in [tp for tp, at in self._fetch_retry_at.items() if at <= now]:
-            del self._fetch_retry_at[tp]
-        return [p for p in parts if p.tp not in self._fetch_retry_at]
-
-    async def _fetch_from(self, leader_id: int) -> None:
-        """One fetch session: every partition this broker follows from `leader_id`."""
-        assert self.fetch_transport is not None
-        backoff = self.settings.replica_fetch_backoff_ms / 1000
-        failing = False  # logged once per streak of failed fetches, not per retry
-        while self._running:
-            following = self._following(leader_id)
-            if not following:
-                return
-            parts = self._fetchable(following)
-            if not parts:
-                # Every partition is backing off after an error.
-                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
-                continue
-            req = ReplicaFetchRequest(
-                replica_id=self.broker_id,
-                max_wait_ms=self.settings.replica_fetch_wait_max_ms,
-                min_bytes=1,
-                max_bytes=self.settings.replica_fetch_max_bytes,
-                partition_max_bytes=self.settings.replica_fetch_partition_max_bytes,
-                partitions=[
-                    FetchPartitionRequest(p.tp.topic, p.tp.partition, p.follower_fetch_request())
-                    for p in parts
-                ],
-            )
-            timeout = self.settings.replica_fetch_wait_max_ms / 1000 + 5
-            try:
-                body = await self.fetch_transport(leader_id, req.to_json(), timeout)
-                responses = decode_response(body)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not failing:
-                    log.warning("fetch from broker %d failed (retrying): %r", leader_id, exc)
-                failing = True
-                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
-                continue
-            if failing:
-                log.info("fetch from broker %d works again", leader_id)
-                failing = False
-            try:
-                progressed = self._apply_responses(responses)
-            except Exception:
-                # A bug or disk fault applying one response must not end the
-                # session: nothing restarts it until the next metadata change,
-                # so every partition it carries would silently fall out of ISR.
-                log.exception("applying a fetch response from broker %d failed", leader_id)
-                progressed = False
-            if not progressed:
-                await asyncio.sleep(backoff)
-
-    def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
-        """Apply a fetch response; False when every partition failed (back off).
-
-        A partition that failed sits out of the session for
-        `replica_fetch_backoff_ms`: its error makes the leader answer at once,
-        so keeping it in would turn every long-poll into an immediate return
-        (a busy loop for the whole session while one partition is broken)."""
-        progressed = False
-        retry_at = self.lag_clock() + self.settings.replica_fetch_backoff_ms
-        for r in responses:
-            tp = TopicPartition(r.topic, r.partition)
-            part = self.partitions.get(tp)
-            if part is None or part.role is not Role.FOLLOWER:
-                continue
-            if r.error is not None:
-                log.debug("fetch of %s failed: %s", tp, r.error.message)
-                self._fetch_retry_at[tp] = retry_at
-                continue
-            try:
-                part.apply_fetch_response(
-                    r.data,
-                    leader_high_watermark=r.high_watermark,
-                    leader_log_start_offset=r.log_start_offset,
-                    diverging=r.diverging,
-                )
-            except LograftError as exc:
-                log.warning("could not apply fetched data of %s: %s", tp, exc.message)
-                self._fetch_retry_at[tp] = retry_at
-                continue
-            except Exception as exc:
-                # A bug meeting this partition's data: the session's other
-                # partitions in this response must still be applied.
-                log.warning("could not apply fetched data of %s: %r", tp, exc, exc_info=exc)
-                self._fetch_retry_at[tp] = retry_at
-                continue
-            progressed = True
-            self._changes.notify(tp)
-        return progressed
 
     # -- ISR maintenance ---------------------------------------------------------------------
 

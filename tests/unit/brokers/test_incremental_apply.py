@@ -197,7 +197,7 @@ async def test_a_partition_that_fails_to_open_does_not_stop_the_others(tmp_path:
         rm._open_log = open_or_fail  # type: ignore[method-assign]
         rm.apply_metadata(wanted)
         assert rm.partitions[followed].role.value == "follower"
-        assert set(rm._fetchers) == {8}
+        assert rm.fetcher.leaders == {8}
         assert broken not in rm.partitions
         assert rm.failed_replicas() == {"w-1": "OSError: [Errno 5] Input/output error"}
         # Unchanged metadata is not tried again (no log line, no file work

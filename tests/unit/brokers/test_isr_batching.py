@@ -1,8 +1,6 @@
 """The leader sends the ISR changes one check finds as one batched
 AlterPartition (split at ALTER_PARTITION_BATCH_MAX), and applies each
-partition's answer on its own; a follower partition whose fetch failed sits
-out of its session for the back-off instead of making every long-poll return
-at once."""
+partition's answer on its own."""
 
 from __future__ import annotations
 
@@ -10,10 +8,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import pytest
-
 from lograft.brokers import replica_manager as rm_module
-from lograft.brokers.fetch_wire import FetchPartitionResponse
 from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import FencedLeaderEpochError, LograftError, NotLeaderOrFollowerError
@@ -122,31 +117,6 @@ async def test_a_failed_request_ends_every_in_flight_change(tmp_path):
         assert all(rm.partitions[tp].isr == (1, 2, 3) for tp in TPS)
     finally:
         await rm.stop()
-
-
-@pytest.mark.parametrize("failure", ["error answer", "bad data"])
-def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, failure):
-    clock = FakeClock()
-    rm = ReplicaManager(2, tmp_path / "b2", SETTINGS, lag_clock=clock)
-    rm.apply_metadata(
-        {tp: PartitionMeta("id", Assignment((1, 2, 3), (1, 2, 3), 1, 0, 0)) for tp in TPS[:2]}
-    )
-    bad, good = TPS[0], TPS[1]
-    following = rm._following(1)
-    assert {p.tp for p in rm._fetchable(following)} == {bad, good}
-    if failure == "error answer":
-        broken = FetchPartitionResponse(
-            bad.topic, bad.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
-        )
-    else:
-        broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
-    fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
-    assert rm._apply_responses([broken, fine]) is True
-    assert [p.tp for p in rm._fetchable(following)] == [good]
-    clock.now += SETTINGS.replica_fetch_backoff_ms
-    assert {p.tp for p in rm._fetchable(following)} == {bad, good}
-    for p in rm.partitions.values():
-        p.log.close()
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -132,7 +132,7 @@ async def test_one_fetch_session_per_leader_broker_carries_all_its_partitions(tm
         _publish(brokers, {tp: 2 + tp.partition % 2 for tp in tps})
         await asyncio.sleep(2 * WAIT_MS / 1000)
         follower = brokers[1]
-        assert sorted(follower._fetchers) == [2, 3]
+        assert sorted(follower.fetcher.leaders) == [2, 3]
         fetchers = [t for t in asyncio.all_tasks() if t.get_name().startswith("replica-fetcher-")]
         # 1 follows 2 and 3; 2 follows 3 and 3 follows 2 (1 leads nothing).
         assert len(fetchers) == 4

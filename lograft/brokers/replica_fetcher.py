@@ -1,0 +1,247 @@
+"""The follower side of replication: Kafka's ReplicaFetcherManager and
+ReplicaFetcherThread, as tasks on the broker's event loop.
+
+- One fetch session per leader broker carries every partition this broker
+  follows from that leader (one long-poll per broker pair, however many
+  partitions). `sync` starts and stops sessions to match the replicas'
+  roles; the replica manager calls it after an apply that changed a role or
+  a leader.
+- A session sends `ReplicaFetchRequest`s through the injected transport
+  (the node's HTTP client: this package knows nothing of HTTP) and applies
+  each answer to its partitions (`Partition.apply_fetch_response`: truncate
+  on a diverging epoch, else append what the leader sent and take its high
+  watermark).
+- A failed request backs the whole session off `backoff_ms`; a partition
+  whose answer carries an error, or whose data cannot be applied, sits out
+  of its session for `backoff_ms` (its error makes the leader answer at
+  once, so keeping it in would turn the session's long-poll into a busy
+  loop).
+- Nothing here ends a session but `stop` or its last partition leaving: a
+  bug or disk fault applying one answer is logged and the session goes on,
+  since nothing would restart it before the next metadata change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from lograft.brokers.fetch_wire import (
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    ReplicaFetchRequest,
+    decode_response,
+)
+from lograft.brokers.partition import Partition, Role, TopicPartition
+from lograft.errors import LograftError
+from lograft.storage.log import Clock
+
+log = logging.getLogger(__name__)
+
+# Sends one replica fetch (leader broker id, JSON request, timeout in s) and
+# returns the leader's encoded answer (`fetch_wire`).
+FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    # Long-poll the leader may hold a fetch, ms.
+    wait_max_ms: int = 500
+    # Bytes one answer may carry, in all and per partition.
+    max_bytes: int = 8 * 1024 * 1024
+    partition_max_bytes: int = 1024 * 1024
+    # Pause after a failed fetch (and a failing partition's time out), ms.
+    backoff_ms: int = 200
+
+
+class ReplicaFetcher:
+    """The fetch sessions of one broker, one per leader it follows."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        settings: FetcherSettings,
+        partitions: Mapping[TopicPartition, Partition],
+        transport: FetchTransport | None,
+        *,
+        on_applied: Callable[[TopicPartition], None],
+        lag_clock: Clock,
+    ) -> None:
+        self.broker_id = broker_id
+        self.settings = settings
+        # The replica manager's replicas (read only): who follows whom.
+        self._partitions = partitions
+        # None: this broker never fetches (tests of one broker).
+        self._transport = transport
+        # Called after fetched data or a new high watermark was applied to a
+        # partition (the replica manager wakes its long-polls).
+        self._on_applied = on_applied
+        self._lag_clock = lag_clock
+        self._sessions: dict[int, asyncio.Task[None]] = {}
+        # Partitions whose last fetch failed, left out of their session until
+        # this lag_clock time (ms).
+        self._retry_at: dict[TopicPartition, int] = {}
+        self._running = False
+
+    @property
+    def leaders(self) -> frozenset[int]:
+        """Leader brokers with a session (running or ended)."""
+        return frozenset(self._sessions)
+
+    @property
+    def needs_sync(self) -> bool:
+        """A session ended on its own (its last partition left, or it
+        crashed): `sync` starts it again if it is still wanted."""
+        return any(task.done() for task in self._sessions.values())
+
+    def start(self) -> None:
+        self._running = True
+
+    async def stop(self) -> None:
+        self._running = False
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for task in sessions:
+            task.cancel()
+        for task in sessions:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def sync(self) -> None:
+        """One session per leader of a partition this broker follows: end the
+        others, start the missing ones (only once started, with a transport)."""
+        leaders = {
+            p.leader_id
+            for p in self._partitions.values()
+            if p.role is Role.FOLLOWER and p.leader_id >= 0
+        }
+        for leader_id in list(self._sessions):
+            if leader_id not in leaders:
+                self._sessions.pop(leader_id).cancel()
+        if not self._running or self._transport is None:
+            return
+        for leader_id in leaders:
+            task = self._sessions.get(leader_id)
+            if task is None or task.done():
+                self._sessions[leader_id] = asyncio.create_task(
+                    self._session(leader_id), name=f"replica-fetcher-{leader_id}"
+                )
+
+    def forget(self, tp: TopicPartition) -> None:
+        """A replica left this broker: drop what the sessions kept of it."""
+        self._retry_at.pop(tp, None)
+
+    # -- one session ----------------------------------------------------------------------
+
+    def _following(self, leader_id: int) -> list[Partition]:
+        return [
+            p
+            for p in self._partitions.values()
+            if p.role is Role.FOLLOWER and p.leader_id == leader_id
+        ]
+
+    def _fetchable(self, parts: list[Partition]) -> list[Partition]:
+        """`parts` without those backing off after a failed fetch."""
+        if not self._retry_at:
+            return parts
+        now = self._lag_clock()
+        for tp in [tp for tp, at in self._retry_at.items() if at <= now]:
+            del self._retry_at[tp]
+        return [p for p in parts if p.tp not in self._retry_at]
+
+    def _request(self, parts: list[Partition]) -> ReplicaFetchRequest:
+        s = self.settings
+        return ReplicaFetchRequest(
+            replica_id=self.broker_id,
+            max_wait_ms=s.wait_max_ms,
+            min_bytes=1,
+            max_bytes=s.max_bytes,
+            partition_max_bytes=s.partition_max_bytes,
+            partitions=[
+                FetchPartitionRequest(p.tp.topic, p.tp.partition, p.follower_fetch_request())
+                for p in parts
+            ],
+        )
+
+    async def _session(self, leader_id: int) -> None:
+        """Every partition this broker follows from `leader_id`, until none is left."""
+        assert self._transport is not None
+        backoff = self.settings.backoff_ms / 1000
+        failing = False  # logged once per streak of failed fetches, not per retry
+        while self._running:
+            following = self._following(leader_id)
+            if not following:
+                return
+            parts = self._fetchable(following)
+            if not parts:
+                # Every partition is backing off after an error.
+                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
+                continue
+            req = self._request(parts)
+            timeout = self.settings.wait_max_ms / 1000 + 5
+            try:
+                body = await self._transport(leader_id, req.to_json(), timeout)
+                responses = decode_response(body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:
+                    log.warning("fetch from broker %d failed (retrying): %r", leader_id, exc)
+                failing = True
+                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
+                continue
+            if failing:
+                log.info("fetch from broker %d works again", leader_id)
+                failing = False
+            try:
+                progressed = self._apply_responses(responses)
+            except Exception:
+                # A bug or disk fault applying one response must not end the
+                # session: nothing restarts it until the next metadata change,
+                # so every partition it carries would silently fall out of ISR.
+                log.exception("applying a fetch response from broker %d failed", leader_id)
+                progressed = False
+            if not progressed:
+                await asyncio.sleep(backoff)
+
+    def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
+        """Apply a fetch response; False when every partition failed (back off).
+
+        A partition that failed sits out of the session for `backoff_ms`."""
+        progressed = False
+        retry_at = self._lag_clock() + self.settings.backoff_ms
+        for r in responses:
+            tp = TopicPartition(r.topic, r.partition)
+            part = self._partitions.get(tp)
+            if part is None or part.role is not Role.FOLLOWER:
+                continue
+            if r.error is not None:
+                log.debug("fetch of %s failed: %s", tp, r.error.message)
+                self._retry_at[tp] = retry_at
+                continue
+            try:
+                part.apply_fetch_response(
+                    r.data,
+                    leader_high_watermark=r.high_watermark,
+                    leader_log_start_offset=r.log_start_offset,
+                    diverging=r.diverging,
+                )
+            except LograftError as exc:
+                log.warning("could not apply fetched data of %s: %s", tp, exc.message)
+                self._retry_at[tp] = retry_at
+                continue
+            except Exception as exc:
+                # A bug meeting this partition's data: the session's other
+                # partitions in this response must still be applied.
+                log.warning("could not apply fetched data of %s: %r", tp, exc, exc_info=exc)
+                self._retry_at[tp] = retry_at
+                continue
+            progressed = True
+            self._on_applied(tp)
+        return progressed
+
+
+__all__ = ["FetchTransport", "FetcherSettings", "ReplicaFetcher"]

@@ -1,0 +1,158 @@
+"""The follower side on its own (`ReplicaFetcher`), over replicas and a
+transport of the test's making: one session per leader, started and ended by
+`sync`; fetched data applied; a failing partition sits out of its session for
+the back-off instead of making every long-poll return at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lograft.brokers.fetch_wire import (
+    FetchPartitionResponse,
+    ReplicaFetchRequest,
+    encode_response,
+)
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings, TopicPartition
+from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher
+from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.storage.config import LogConfig
+from lograft.storage.log import Log
+
+ME = 1
+SETTINGS = FetcherSettings(wait_max_ms=50, backoff_ms=200)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def follower(tmp_path: Path, tp: TopicPartition, leader: int, epoch: int = 0) -> Partition:
+    part = Partition(tp, Log(tmp_path / str(tp), LogConfig()), ME, PartitionSettings())
+    part.become_follower(Assignment((leader, ME), (leader, ME), leader, epoch, epoch))
+    return part
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[dict[TopicPartition, Partition]]:
+    parts: dict[TopicPartition, Partition] = {}
+    yield parts
+    for p in parts.values():
+        p.log.close()
+
+
+def fetcher_over(
+    replicas: dict[TopicPartition, Partition],
+    transport: Callable[[int, bytes, float], object] | None,
+    clock: FakeClock | None = None,
+) -> tuple[ReplicaFetcher, list[TopicPartition]]:
+    applied: list[TopicPartition] = []
+    fetcher = ReplicaFetcher(
+        ME,
+        SETTINGS,
+        replicas,
+        transport,  # type: ignore[arg-type]
+        on_applied=applied.append,
+        lag_clock=clock or FakeClock(),
+    )
+    return fetcher, applied
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_one_session_per_leader_started_and_ended_by_sync(tmp_path, replicas):
+    asked: list[tuple[int, list[str]]] = []
+
+    async def long_poll(leader: int, body: bytes, timeout_s: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        asked.append((leader, sorted(f"{p.topic}-{p.partition}" for p in req.partitions)))
+        await asyncio.Event().wait()  # a long-poll that never answers
+        return b""
+
+    for p, leader in enumerate([2, 3, 2]):
+        tp = TopicPartition("t", p)
+        replicas[tp] = follower(tmp_path, tp, leader)
+    fetcher, _applied = fetcher_over(replicas, long_poll)
+    fetcher.sync()
+    assert fetcher.leaders == frozenset()  # not started: no session
+    fetcher.start()
+    try:
+        fetcher.sync()
+        assert fetcher.leaders == {2, 3}
+        await wait_until(lambda: len(asked) == 2)
+        assert sorted(asked) == [(2, ["t-0", "t-2"]), (3, ["t-1"])]
+        # t-1 now follows broker 2 as well: broker 3's session ends.
+        replicas[TopicPartition("t", 1)].become_follower(Assignment((2, ME), (2, ME), 2, 1, 1))
+        fetcher.sync()
+        assert fetcher.leaders == {2}
+        assert not fetcher.needs_sync
+    finally:
+        await fetcher.stop()
+    assert fetcher.leaders == frozenset()
+
+
+async def test_a_session_applies_what_the_leader_sends_and_survives_a_failed_fetch(
+    tmp_path, replicas
+):
+    tp = TopicPartition("t", 0)
+    replicas[tp] = follower(tmp_path, tp, 2)
+    batch = build_batch([RecordInput(b"k", b"v")] * 3, timestamp_ms=1, partition_leader_epoch=0)
+    calls = 0
+
+    async def leader(leader_id: int, body: bytes, timeout_s: float) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise BrokerNotAvailableError("not yet")
+        req = ReplicaFetchRequest.from_json(body)
+        offset = req.partitions[0].fetch.fetch_offset
+        if offset > 0:
+            await asyncio.Event().wait()  # caught up: the long-poll waits
+        return encode_response([FetchPartitionResponse("t", 0, 3, 0, 3, batch)])
+
+    fetcher, applied = fetcher_over(replicas, leader)
+    fetcher.start()
+    try:
+        fetcher.sync()
+        await wait_until(lambda: applied == [tp])
+        assert replicas[tp].log.log_end_offset == 3
+        assert replicas[tp].high_watermark == 3
+    finally:
+        await fetcher.stop()
+
+
+@pytest.mark.parametrize("failure", ["error answer", "bad data"])
+def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, replicas, failure):
+    clock = FakeClock()
+    bad, good = TopicPartition("t", 0), TopicPartition("t", 1)
+    for tp in (bad, good):
+        replicas[tp] = follower(tmp_path, tp, 2)
+    fetcher, applied = fetcher_over(replicas, None, clock)
+    following = fetcher._following(2)
+    assert {p.tp for p in fetcher._fetchable(following)} == {bad, good}
+    if failure == "error answer":
+        broken = FetchPartitionResponse(
+            bad.topic, bad.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
+        )
+    else:
+        broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
+    fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
+    assert fetcher._apply_responses([broken, fine]) is True
+    assert applied == [good]
+    assert [p.tp for p in fetcher._fetchable(following)] == [good]
+    clock.now += SETTINGS.backoff_ms
+    assert {p.tp for p in fetcher._fetchable(following)} == {bad, good}
