@@ -309,7 +309,7 @@ def _dry_run(
 ) -> list[tuple[str, int, int | None, int]]:
     # The coordinator's own rules, imported here: they pull in the broker packages.
     from lograft.brokers.group_admin import OffsetResetStrategy, resolve_reset_offsets
-    from lograft.brokers.partition import TopicPartition
+    from lograft.protocol.topic_partition import TopicPartition
 
     described = coordinator.call("GET")
     members = described.get("members") or []

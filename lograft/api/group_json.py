@@ -19,9 +19,9 @@ from lograft.brokers.group_admin import GroupDescription
 from lograft.brokers.group_heartbeat import HeartbeatResponse
 from lograft.brokers.group_offsets import OffsetAndMetadata
 from lograft.brokers.group_records import Partitions
-from lograft.brokers.partition import TopicPartition
 from lograft.echo import shown
 from lograft.errors import InvalidRequestError
+from lograft.protocol.topic_partition import TopicPartition
 
 
 async def parse_body(request: web.Request, allowed: Collection[str]) -> dict[str, Any]:

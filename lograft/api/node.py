@@ -56,7 +56,7 @@ from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_topic_deletion import deleted_topics
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
-from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
+from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
@@ -65,6 +65,7 @@ from lograft.errors import (
     RequestTimedOutError,
     error_class_for,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore

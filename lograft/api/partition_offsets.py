@@ -38,7 +38,6 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
 from lograft.api.stream_polls import decode_error
 from lograft.brokers.group_admin import PartitionBounds
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
@@ -47,6 +46,7 @@ from lograft.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 PATH = "/internal/v1/partition-offsets"
 # Batched requests to partition leaders in flight at once for one caller.

@@ -26,7 +26,6 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.metadata_sync import ImageView
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
@@ -35,6 +34,7 @@ from lograft.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft import RaftAdapter
 from lograft.quorum.records import ConfigResourceType

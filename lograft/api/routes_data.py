@@ -8,7 +8,7 @@
 - `GET /v1/topics/{topic}/partitions/{p}/offsets`: earliest, latest, by time.
 - `POST /internal/v1/produce`: the partitions of one JSON produce that this
   broker leads, forwarded by the node that accepted it, in one request
-  (`lograft/brokers/produce_wire.py`).
+  (`lograft/protocol/produce_wire.py`).
 
 Limits (named, with units): `produce_records_max` records per JSON request,
 `produce_decompressed_bytes_max` bytes inflated per raw (or forwarded)
@@ -51,17 +51,7 @@ from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.partition import Acks, Partition, TopicPartition, check_batch_count
-from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
-from lograft.brokers.produce_wire import (
-    PartitionBatch,
-    PartitionOutcome,
-    ProduceRequest,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-)
+from lograft.brokers.partition import Partition, check_batch_count
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
@@ -80,6 +70,18 @@ from lograft.protocol.batch import (
 )
 from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
+from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.protocol.produce_wire import (
+    Acks,
+    PartitionBatch,
+    PartitionOutcome,
+    ProduceRequest,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import TimestampOffset
 
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"

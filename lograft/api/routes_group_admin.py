@@ -35,9 +35,9 @@ from lograft.api.routes_data import json_response
 from lograft.api.services import MetadataView
 from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.partition import TopicPartition
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 
 # How long describe waits for partition leaders' high watermarks (lag), ms.
 DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000

@@ -54,12 +54,12 @@ from lograft.brokers.group_heartbeat import (
 from lograft.brokers.group_offsets import AutoOffsetReset, CommittedOffset, resolve_start_offset
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     LograftError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 # How long fetching offsets with auto_offset_reset waits for partition leaders, ms.
 START_OFFSETS_TIMEOUT_MS = 5_000

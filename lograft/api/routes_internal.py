@@ -6,7 +6,7 @@ the one that is. The same `ControllerRpc` methods serve a node's own calls
 when it is the active controller, so both paths give the same answers.
 
 Replica fetch (`POST /internal/v1/replica-fetch`) is the follower-pull data
-path; see lograft/brokers/fetch_wire.py for its format.
+path; see lograft/protocol/fetch_wire.py for its format.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from aiohttp import web
 from lograft.api.http_errors import error_body
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, INT64_MIN, json_int
 from lograft.api.topic_configs import validate_topic_configs
-from lograft.brokers.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
+from lograft.protocol.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.internal_topics import check_topic_config_changes

@@ -74,13 +74,13 @@ from lograft.api.stream_session import (
     client_gone,
 )
 from lograft.api.stream_source import PartitionSource, SourceLimits
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
     StreamsLimitReachedError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 OFFSET_NAMES = ("earliest", "latest")
 # Logged as the status of a stream whose client left before its headers

@@ -12,7 +12,7 @@ Request (JSON)::
     {"max_wait_ms": 5000, "max_bytes": 4194304,
      "reads": [{"topic": "t", "partition": 0, "offset": 42, "max_bytes": 65536}, ...]}
 
-Response: the replica fetch's format (`lograft.brokers.fetch_wire`): a JSON
+Response: the replica fetch's format (`lograft.protocol.fetch_wire`): a JSON
 header with one entry per read, in request order, then the raw batches.
 The leader answers as soon as one read has data or an error, else after
 `max_wait_ms` (capped by the broker's `fetch_wait_max_ms`); `max_bytes` bounds
@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from lograft.brokers.fetch_wire import CONTENT_TYPE, encode_response
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ConsumerRead, ReplicaManager
 from lograft.errors import InvalidRequestError
+from lograft.protocol.fetch_wire import CONTENT_TYPE, encode_response
+from lograft.protocol.topic_partition import TopicPartition
 
 PATH = "/internal/v1/stream-fetch"
 # Largest integer a request field may hold (offsets, byte counts, waits).

@@ -42,8 +42,6 @@ import aiohttp
 import orjson
 
 from lograft.api.stream_fetch import PATH, StreamFetchRequest
-from lograft.brokers.fetch_wire import FetchPartitionResponse, decode_response
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ConsumerRead
 from lograft.errors import (
     BrokerNotAvailableError,
@@ -51,6 +49,8 @@ from lograft.errors import (
     LograftError,
     error_class_for,
 )
+from lograft.protocol.fetch_wire import FetchPartitionResponse, decode_response
+from lograft.protocol.topic_partition import TopicPartition
 
 # (partition, offset, max_bytes): reads that agree on all three share an answer.
 ReadKey = tuple[TopicPartition, int, int]

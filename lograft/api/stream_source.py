@@ -38,7 +38,6 @@ import orjson
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
 from lograft.api.stream_polls import RemoteReads, decode_error
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
@@ -47,6 +46,7 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
 

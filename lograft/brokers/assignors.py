@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from sortedcontainers import SortedList
 
 from lograft.brokers.group_records import Partitions
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import UnsupportedAssignorError
+from lograft.protocol.topic_partition import TopicPartition
 
 Subscriptions = Mapping[str, frozenset[str]]
 PartitionCounts = Mapping[str, int]

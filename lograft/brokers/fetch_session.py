@@ -50,8 +50,8 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from lograft.protocol.fetch_wire import UNDEFINED_EPOCH, EpochEndOffset, PartitionFetch
 
-UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
 # (epoch) -> (largest known epoch <= it, end offset of that epoch), as
@@ -66,21 +66,6 @@ class FetchOutcome(enum.Enum):
     UNKNOWN_LEADER_EPOCH = "UNKNOWN_LEADER_EPOCH"
     DIVERGING_EPOCH = "DIVERGING_EPOCH"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionFetch:
-    """One partition of a fetch request; -1 means "not sent" for the epochs."""
-
-    fetch_offset: int
-    last_fetched_epoch: int = UNDEFINED_EPOCH
-    current_leader_epoch: int = UNDEFINED_EPOCH
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    epoch: int
-    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)

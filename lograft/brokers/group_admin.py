@@ -39,8 +39,8 @@ from lograft.brokers.group_records import (
 from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_state import CoordinatorState, GroupState
 from lograft.brokers.group_validation import check_group_id
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
+from lograft.protocol.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,6 @@ from lograft.brokers.group_validation import (
     check_topic,
     check_topic_partition,
 )
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     FencedMemberEpochError,
     GroupMaxSizeReachedError,
@@ -98,6 +97,7 @@ from lograft.errors import (
     UnknownMemberIdError,
     UnsupportedAssignorError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1

@@ -40,7 +40,6 @@ from lograft.brokers.group_records import (
 from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_state import ConsumerGroup, CoordinatorState
 from lograft.brokers.group_validation import check_group_id, check_topic_partition
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     FencedMemberEpochError,
     GroupsLimitReachedError,
@@ -51,6 +50,7 @@ from lograft.errors import (
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,6 @@ from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_sessions import GroupSessions
 from lograft.brokers.group_state import CoordinatorState
-from lograft.brokers.partition import Acks, TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     CoordinatorLoadInProgressError,
@@ -51,6 +50,8 @@ from lograft.errors import (
     LograftError,
     NotCoordinatorError,
 )
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Clock
 
 log = logging.getLogger(__name__)

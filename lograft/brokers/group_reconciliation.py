@@ -48,7 +48,7 @@ from lograft.brokers.group_records import (
     MemberState,
     Partitions,
 )
-from lograft.brokers.partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 
 def _may_own_any(owned: Partitions | None, partitions: Partitions) -> bool:

@@ -56,8 +56,8 @@ from typing import Any, ClassVar
 
 import orjson
 
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import GroupRecordError
+from lograft.protocol.topic_partition import TopicPartition
 
 Partitions = frozenset[TopicPartition]
 NO_PARTITIONS: Partitions = frozenset()

@@ -48,7 +48,7 @@ from lograft.brokers.group_state import CoordinatorState, GroupState
 from lograft.brokers.group_topic_deletion import run_topic_deletion
 from lograft.brokers.group_validation import check_group_id
 from lograft.brokers.metadata_sync import TopicView
-from lograft.brokers.partition import Partition, TopicPartition
+from lograft.brokers.partition import Partition
 from lograft.brokers.replica_manager import ReplicaManager, monotonic_ms
 from lograft.errors import (
     CoordinatorLoadInProgressError,
@@ -57,6 +57,7 @@ from lograft.errors import (
     NonEmptyGroupError,
     NotCoordinatorError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Clock, wall_clock_ms
 
 log = logging.getLogger(__name__)

@@ -56,8 +56,8 @@ from lograft.brokers.group_records import (
     TargetAssignmentMetadataKey,
     TargetAssignmentMetadataValue,
 )
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import GroupRecordError
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = ["NEW_MEMBER_CURRENT", "ConsumerGroup", "CoordinatorState", "GroupState", "MemberState"]
 

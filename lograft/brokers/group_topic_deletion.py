@@ -27,8 +27,8 @@ from lograft.brokers.group_partition import PartitionCoordinator
 from lograft.brokers.group_records import GroupRecord, OffsetCommitKey
 from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_state import CoordinatorState
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,13 @@ length on the wire).
 from __future__ import annotations
 
 from lograft.brokers.group_config import TOPIC_NAME_CHARS_MAX, GroupCoordinatorConfig
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidTopicError,
     LograftError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 
 def _utf8_len(s: str) -> int:

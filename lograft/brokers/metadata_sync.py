@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import PartitionMeta
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.image import MetadataImage, PartitionState, TopicImage
 from lograft.quorum.records import ConfigResourceType
 

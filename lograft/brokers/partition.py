@@ -32,13 +32,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from lograft.brokers.fetch_session import (
-    EpochEndOffset,
-    FetchOutcome,
-    PartitionFetch,
-    decide_fetch,
-    truncation_offset,
-)
+from lograft.brokers.fetch_session import FetchOutcome, decide_fetch, truncation_offset
 from lograft.brokers.high_watermark import (
     compute_high_watermark,
     enough_replicas_for_acks_all,
@@ -50,7 +44,6 @@ from lograft.brokers.replica_state import FollowerStateTracker
 from lograft.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
-    InvalidRequestError,
     LograftError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -65,6 +58,9 @@ from lograft.protocol.batch import (
     validate_batch,
 )
 from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.fetch_wire import EpochEndOffset, PartitionFetch
+from lograft.protocol.produce_wire import Acks, AppendResult
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import TimestampType
 from lograft.storage.log import Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
@@ -83,31 +79,6 @@ _ALLOWED: dict[Role, set[Role]] = {
     Role.FOLLOWER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
     Role.STOPPED: set(),
 }
-
-
-class Acks(enum.Enum):
-    NONE = "0"
-    LEADER = "1"
-    ALL = "all"
-
-    @classmethod
-    def parse(cls, raw: object) -> Acks:
-        text = str(raw).lower()
-        if text in ("-1", "all"):
-            return cls.ALL
-        for a in cls:
-            if a.value == text:
-                return a
-        raise InvalidRequestError(f"acks={raw!r}; use 0, 1 or all")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +102,6 @@ class PartitionSettings:
     # Record batches one produce request may carry for this partition: each
     # costs the event loop its validation and write, whatever its size.
     produce_batches_max: int = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    first_offset: int
-    last_offset: int
-    log_append_time_ms: int
-    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,14 +29,15 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from lograft.brokers.fetch_wire import (
+from lograft.brokers.partition import Partition, Role
+from lograft.errors import LograftError
+from lograft.protocol.fetch_wire import (
     FetchPartitionRequest,
     FetchPartitionResponse,
     ReplicaFetchRequest,
     decode_response,
 )
-from lograft.brokers.partition import Partition, Role, TopicPartition
-from lograft.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Clock
 
 log = logging.getLogger(__name__)

@@ -56,16 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lograft.brokers.fetch_wire import FetchPartitionResponse, ReplicaFetchRequest
 from lograft.brokers.partition import (
-    Acks,
-    AppendResult,
     Assignment,
     IsrProposal,
     Partition,
     PartitionSettings,
     Role,
-    TopicPartition,
     check_batch_count,
 )
 from lograft.brokers.replica_fetcher import FetcherSettings, FetchTransport, ReplicaFetcher
@@ -78,6 +74,12 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.batch import iter_batches
+from lograft.protocol.fetch_wire import (
+    FetchPartitionResponse,
+    ReplicaFetchRequest,
+)
+from lograft.protocol.produce_wire import Acks, AppendResult
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage import checkpoint
 from lograft.storage.config import LogConfig, coerce_overrides, config_keys
 from lograft.storage.handles import FilePool

@@ -80,7 +80,8 @@ if TYPE_CHECKING:
     from lograft.client.sync_consumer import Consumer
     from lograft.client.sync_producer import Producer
     from lograft.client.transport import HttpResponse, HttpTransport, Transport
-    from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType, TopicPartition
+    from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType
+    from lograft.protocol.topic_partition import TopicPartition
 
 
 def __getattr__(name: str) -> Any:

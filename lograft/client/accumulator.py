@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from lograft.client.producer_batch import BatchState, Completion, ProducerBatch
-from lograft.client.types import TopicPartition
 from lograft.protocol.batch import RecordInput
+from lograft.protocol.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

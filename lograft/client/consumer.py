@@ -49,9 +49,10 @@ from lograft.client.group_protocol import RebalanceEvent
 from lograft.client.metadata import connect
 from lograft.client.serde import Deserializer
 from lograft.client.transport import Transport
-from lograft.client.types import ConsumerRecord, TopicPartition
+from lograft.client.types import ConsumerRecord
 from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
 from lograft.protocol.batch import Record
+from lograft.protocol.topic_partition import TopicPartition
 
 
 def _deserialize(

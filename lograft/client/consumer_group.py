@@ -43,8 +43,8 @@ from lograft.client.metadata import ClusterMetadata
 from lograft.client.offset_commits import OffsetCommitter
 from lograft.client.poll_timer import PollTimer
 from lograft.client.transport import Transport
-from lograft.client.types import TopicPartition
 from lograft.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

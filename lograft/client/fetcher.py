@@ -49,7 +49,7 @@ from lograft.client.transport import (
     NEXT_OFFSET_HEADER,
     Transport,
 )
-from lograft.client.types import TimestampType, TopicPartition
+from lograft.client.types import TimestampType
 from lograft.errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
@@ -66,6 +66,7 @@ from lograft.protocol.batch import (
     validate_batch,
 )
 from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.topic_partition import TopicPartition
 
 _METADATA_ERRORS = (
     NotLeaderOrFollowerError,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lograft.client.errors import UnexpectedResponseError
-from lograft.client.types import TopicPartition
 from lograft.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -27,6 +26,7 @@ from lograft.errors import (
     NotCoordinatorError,
     UnknownMemberIdError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 Partitions = frozenset[TopicPartition]
 NO_PARTITIONS: Partitions = frozenset()

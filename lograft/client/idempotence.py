@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from lograft.client.types import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 SEQUENCE_MASK = 0x7FFFFFFF
 

@@ -27,8 +27,8 @@ from typing import Any
 from lograft.client.config import CommonConfig
 from lograft.client.errors import ClusterUnreachableError, NetworkError, UnexpectedResponseError
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
-from lograft.client.types import TopicPartition
 from lograft.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 
 NO_LEADER = -1
 

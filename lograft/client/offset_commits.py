@@ -27,8 +27,8 @@ from lograft.client.group_protocol import (
     parse_committed,
 )
 from lograft.client.membership import GroupMembership
-from lograft.client.types import TopicPartition
 from lograft.errors import StaleMemberEpochError
+from lograft.protocol.topic_partition import TopicPartition
 
 
 class OffsetCommitter:

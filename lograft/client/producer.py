@@ -34,9 +34,10 @@ from lograft.client.producer_batch import Completion, estimate_size
 from lograft.client.sender import ProducerStats, Sender
 from lograft.client.serde import Serializer, bytes_serializer
 from lograft.client.transport import Transport
-from lograft.client.types import Header, RecordMetadata, TopicPartition
+from lograft.client.types import Header, RecordMetadata
 from lograft.errors import RecordTooLargeError
 from lograft.protocol.batch import HEADER_SIZE, RecordInput
+from lograft.protocol.topic_partition import TopicPartition
 
 HeadersInput = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 

@@ -25,7 +25,7 @@ import enum
 from collections.abc import Sequence
 from typing import Protocol
 
-from lograft.client.types import Header, RecordMetadata, TopicPartition
+from lograft.client.types import Header, RecordMetadata
 from lograft.protocol.batch import (
     HEADER_SIZE,
     NO_PRODUCER_EPOCH,
@@ -35,6 +35,7 @@ from lograft.protocol.batch import (
     build_batch,
 )
 from lograft.protocol.compression import Compression
+from lograft.protocol.topic_partition import TopicPartition
 
 # Worst-case varint overhead of one record's framing: length (5), attributes
 # (1), timestamp delta (10), offset delta (5), key and value lengths (5 + 5),

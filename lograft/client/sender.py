@@ -48,7 +48,6 @@ from lograft.client.idempotence import IdempotenceState
 from lograft.client.metadata import NO_LEADER, ClusterMetadata
 from lograft.client.producer_batch import BatchState, ProducerBatch
 from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
-from lograft.client.types import TopicPartition
 from lograft.errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
@@ -57,6 +56,7 @@ from lograft.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from lograft.client.consumer_group import RebalanceCallback, RebalanceListener
 from lograft.client.group_protocol import RebalanceEvent
 from lograft.client.loop_thread import LoopThread
 from lograft.client.transport import Transport
-from lograft.client.types import ConsumerRecord, TopicPartition
+from lograft.client.types import ConsumerRecord
+from lograft.protocol.topic_partition import TopicPartition
 
 
 class Consumer:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
+
+from lograft.protocol.topic_partition import TopicPartition
+
+__all__ = ["ConsumerRecord", "Header", "RecordMetadata", "TimestampType", "TopicPartition"]
 
 Header = tuple[str, bytes | None]
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class TimestampType(enum.IntEnum):

@@ -28,9 +28,9 @@ from lograft.client.config import ConsumerConfig
 from lograft.client.errors import UnexpectedResponseError
 from lograft.client.fetcher import Fetcher, Missing, PartitionState
 from lograft.client.metadata import connect
-from lograft.client.types import TopicPartition
 from lograft.errors import LograftError, UnknownTopicOrPartitionError
 from lograft.pipelines.options import SourceOptions, Subscription
+from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
 

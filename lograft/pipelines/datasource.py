@@ -57,7 +57,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from lograft.client.types import TopicPartition
 from lograft.errors import InvalidConfigError
 from lograft.pipelines.arrow_rows import spark_ddl, spark_fields
 from lograft.pipelines.cluster_lookup import ClusterLookup, TopicInfo
@@ -82,6 +81,7 @@ from lograft.pipelines.options import (
 )
 from lograft.pipelines.range_reader import ReadSettings, read_range, report_data_loss
 from lograft.pipelines.sink import SinkColumns, check_producer_settings, sink_columns, write_rows
+from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger("lograft.pipelines")
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lograft.client.types import TopicPartition
 from lograft.errors import InvalidConfigError
 from lograft.pipelines.cluster_lookup import Bounds, ClusterLookup
 from lograft.pipelines.offsets import PartitionOffsets
 from lograft.pipelines.options import EARLIEST, LATEST, OffsetSpec
+from lograft.protocol.topic_partition import TopicPartition
 
 EARLIEST_SPEC = OffsetSpec("earliest", option="startingOffsets")
 LATEST_SPEC = OffsetSpec("latest", option="endingOffsets")

@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lograft.client.types import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 PartitionOffsets = dict[TopicPartition, int]
 

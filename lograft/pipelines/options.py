@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lograft.client.config import parse_bootstrap
-from lograft.client.types import TopicPartition
 from lograft.errors import InvalidConfigError
+from lograft.protocol.topic_partition import TopicPartition
 
 # Spark's Kafka source special offsets in per-partition JSON.
 LATEST = -1

@@ -37,9 +37,10 @@ from lograft.api.cli import main
 from lograft.api.cli_common import Streams
 from lograft.api.routes_data import DataRoutes, json_response
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 
 # Any wait in these tests ends by this deadline, s.
 DEADLINE_S = 30.0

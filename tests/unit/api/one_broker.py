@@ -6,8 +6,9 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import PartitionMeta
+from lograft.protocol.topic_partition import TopicPartition
 
 BROKER = 1
 

@@ -33,18 +33,20 @@ from lograft.api.records_json import RenderLimits
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
 from lograft.api.routes_stream import StreamRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
-from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
-from lograft.brokers.produce_wire import (
+from lograft.brokers.partition import Assignment
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import LograftError
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.compression import Compression
+from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.protocol.produce_wire import (
+    Acks,
     PartitionBatch,
     ProduceRequest,
     decode_response,
     encode_request,
 )
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.errors import LograftError
-from lograft.protocol.batch import RecordInput, build_batch
-from lograft.protocol.compression import Compression
+from lograft.protocol.topic_partition import TopicPartition
 from tests.sse_support import SseParser
 
 MIB = 1024 * 1024

@@ -26,10 +26,11 @@ from lograft.api import routes_data
 from lograft.api.app import create_app
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.compression import Compression
+from lograft.protocol.topic_partition import TopicPartition
 
 ASSIGNMENT = Assignment((1,), (1,), 1, 1, 0)
 

@@ -26,10 +26,12 @@ from lograft.api.partition_offsets import (
 )
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError
 from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 
 WIDE = 2_000

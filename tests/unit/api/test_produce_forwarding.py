@@ -16,10 +16,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.partition import AppendResult, Assignment, TopicPartition
-from lograft.brokers.produce_wire import decode_request, encode_response
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import NotLeaderOrFollowerError
+from lograft.protocol.produce_wire import AppendResult, decode_request, encode_response
+from lograft.protocol.topic_partition import TopicPartition
 
 # Partition -> leader: this node (1) leads 0, broker 2 leads 1, 2 and 5,
 # broker 3 (unreachable) leads 3 and 4.

@@ -39,8 +39,7 @@ from hypothesis import strategies as st
 from lograft.api.app import create_app
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
-from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
+from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import (
     CRC_POS,
@@ -52,6 +51,8 @@ from lograft.protocol.batch import (
     iter_records,
 )
 from lograft.protocol.compression import Compression
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.topic_partition import TopicPartition
 
 TOPIC = "props"
 TP = TopicPartition(TOPIC, 0)

@@ -14,18 +14,21 @@ from kafka.record import MemoryRecords
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
 from lograft.api.services import TopicView
-from lograft.brokers.partition import Acks, AppendResult, Assignment, TopicPartition
-from lograft.brokers.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
-from lograft.brokers.produce_wire import (
+from lograft.brokers.partition import Assignment
+from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import LograftError
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.partitioner import partition_for_key
+from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.protocol.produce_wire import (
+    Acks,
+    AppendResult,
     PartitionBatch,
     ProduceRequest,
     decode_response,
     encode_request,
 )
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
-from lograft.errors import LograftError
-from lograft.protocol.batch import RecordInput, build_batch
-from lograft.protocol.partitioner import partition_for_key
+from lograft.protocol.topic_partition import TopicPartition
 
 PARTITIONS = 3
 

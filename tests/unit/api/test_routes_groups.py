@@ -23,10 +23,11 @@ from lograft.brokers.group_config import GroupCoordinatorConfig
 from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.partition import Acks, TopicPartition
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import NotControllerError
 from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.api.one_broker import BROKER, OneBrokerMetadata
 
 ORDERS = "orders"

@@ -25,9 +25,11 @@ from lograft.api.routes_stream import StreamLimits, StreamRoutes
 from lograft.api.services import TopicView
 from lograft.api.stream_session import StreamSession, memory_bound_bytes
 from lograft.api.stream_source import SourceLimits
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from tests.sse_support import SseEvent, SseParser, cursor_of
 
 PARTITIONS = 3

@@ -19,9 +19,9 @@ from aiohttp.test_utils import TestServer
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.stream_fetch import PATH, ServeLimits, add_stream_fetch_route
 from lograft.api.stream_polls import PollLimits, RemoteReads
-from lograft.brokers.partition import TopicPartition
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 from tests.raft_support import free_port
 from tests.unit.api.test_routes_stream import produce, start_replicas
 

@@ -32,7 +32,7 @@ from lograft.brokers.group_records import (
 from lograft.brokers.group_result import GroupResult
 from lograft.brokers.group_sessions import GroupSessions
 from lograft.brokers.group_state import CoordinatorState
-from lograft.brokers.partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
 

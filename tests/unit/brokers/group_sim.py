@@ -34,12 +34,12 @@ from typing import Any
 
 from lograft.brokers.group_config import GroupCoordinatorConfig
 from lograft.brokers.group_state import GroupState
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import (
     FencedMemberEpochError,
     OutOfOrderHeartbeatError,
     UnknownMemberIdError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.group_harness import Coordinator
 
 GROUP = "g"

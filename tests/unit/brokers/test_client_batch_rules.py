@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lograft.brokers.partition import Acks, Assignment, Partition, PartitionSettings, TopicPartition
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import (
     InvalidRecordError,
@@ -25,6 +25,8 @@ from lograft.errors import (
     UnsupportedCompressionError,
 )
 from lograft.protocol.batch import iter_records
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 from tests.batch_forge import forge, records_batch

@@ -15,15 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lograft.brokers.fetch_session import (
-    UNDEFINED_EPOCH,
-    EpochEndOffset,
     FetchOutcome,
-    PartitionFetch,
     decide_fetch,
     last_fetched_epoch,
     truncation_offset,
 )
 from lograft.errors import FencedLeaderEpochError, OffsetOutOfRangeError, UnknownLeaderEpochError
+from lograft.protocol.fetch_wire import UNDEFINED_EPOCH, EpochEndOffset, PartitionFetch
 from lograft.storage.epoch_cache import LeaderEpochCache
 
 Outcome = FetchOutcome

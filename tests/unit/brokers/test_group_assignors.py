@@ -18,8 +18,8 @@ from lograft.brokers.assignors import (
     uniform_assign,
 )
 from lograft.brokers.group_records import Partitions
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import UnsupportedAssignorError
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.group_harness import tps
 
 TOPICS = ("t0", "t1", "t2")

@@ -21,7 +21,7 @@ from lograft.brokers.group_records import (
     CurrentMemberAssignmentValue,
     MemberState,
 )
-from lograft.brokers.partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.group_harness import tps
 from tests.unit.brokers.group_sim import Simulation
 

@@ -33,8 +33,8 @@ from lograft.brokers.group_records import (
     encode_record,
     encode_value,
 )
-from lograft.brokers.partition import TopicPartition
 from lograft.errors import GroupRecordError
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.group_harness import tps
 
 

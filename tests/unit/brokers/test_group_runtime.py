@@ -22,7 +22,7 @@ from lograft.brokers.group_runtime import GroupCoordinatorRuntime
 from lograft.brokers.group_runtime_config import GroupRuntimeSettings
 from lograft.brokers.group_state import GroupState
 from lograft.brokers.metadata_sync import TopicView
-from lograft.brokers.partition import Acks, Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import (
     CoordinatorLoadInProgressError,
@@ -35,6 +35,8 @@ from lograft.errors import (
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 
 BROKER = 1
 OFFSETS_PARTITIONS = 3

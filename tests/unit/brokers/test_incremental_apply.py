@@ -14,8 +14,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from lograft.brokers.metadata_sync import hosted_partitions
-from lograft.brokers.partition import Assignment, Partition, TopicPartition
+from lograft.brokers.partition import Assignment, Partition
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.image import MetadataImage, PartitionState, TopicImage
 from lograft.quorum.records import ConfigResourceType
 

@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lograft.brokers import replica_manager as rm_module
-from lograft.brokers.partition import Assignment, IsrProposal, TopicPartition
+from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import FencedLeaderEpochError, LograftError, NotLeaderOrFollowerError
+from lograft.protocol.topic_partition import TopicPartition
 
 LAG_MS = 100
 SETTINGS = BrokerSettings(replica_lag_time_max_ms=LAG_MS, replica_fetch_backoff_ms=200)

@@ -8,7 +8,8 @@ from types import MappingProxyType
 import pytest
 
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
-from lograft.brokers.partition import Assignment, TopicPartition
+from lograft.brokers.partition import Assignment
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.image import MetadataImage, PartitionState, TopicImage
 from lograft.quorum.records import ConfigResourceType
 

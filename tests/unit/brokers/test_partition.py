@@ -6,16 +6,11 @@ import asyncio
 
 import pytest
 
-from lograft.brokers.partition import (
-    Acks,
-    Assignment,
-    Partition,
-    PartitionSettings,
-    Role,
-    TopicPartition,
-)
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings, Role
 from lograft.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Log
 
 TP = TopicPartition("t", 0)

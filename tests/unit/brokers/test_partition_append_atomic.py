@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lograft.brokers.partition import Acks, Assignment, Partition, PartitionSettings, TopicPartition
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -22,6 +22,8 @@ from lograft.errors import (
     RecordTooLargeError,
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from lograft.brokers import producer_state
-from lograft.brokers.partition import Acks, Assignment, Partition, PartitionSettings, TopicPartition
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.brokers.producer_state import ProducerBatch, ProducerStateManager
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Log
 from tests.batch_forge import forge, records_batch
 

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from lograft.brokers.fetch_wire import (
+from lograft.brokers.partition import Assignment, Partition, PartitionSettings
+from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher
+from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.fetch_wire import (
     FetchPartitionResponse,
     ReplicaFetchRequest,
     encode_response,
 )
-from lograft.brokers.partition import Assignment, Partition, PartitionSettings, TopicPartition
-from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher
-from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
-from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 

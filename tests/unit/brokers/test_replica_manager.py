@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
-from lograft.brokers.partition import Acks, Assignment, IsrProposal, TopicPartition
+from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
@@ -15,6 +14,9 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 0)
 FAST = BrokerSettings(

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from lograft.brokers.fetch_wire import ReplicaFetchRequest, encode_response
-from lograft.brokers.partition import Acks, Assignment, IsrProposal, TopicPartition
+from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 
 WAIT_MS = 200
 SETTINGS = BrokerSettings(

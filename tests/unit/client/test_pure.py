@@ -17,7 +17,7 @@ from lograft.client.errors import BufferFullError, UnexpectedResponseError, erro
 from lograft.client.producer import normalize_headers, prepare
 from lograft.client.producer_batch import BatchState, estimate_size
 from lograft.client.serde import deserializers, serializers
-from lograft.client.types import RecordMetadata, TopicPartition
+from lograft.client.types import RecordMetadata
 from lograft.errors import (
     InvalidConfigError,
     LograftError,
@@ -26,6 +26,7 @@ from lograft.errors import (
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_batches, iter_records
 from lograft.protocol.compression import Compression
+from lograft.protocol.topic_partition import TopicPartition
 
 # -- config ------------------------------------------------------------------------------
 

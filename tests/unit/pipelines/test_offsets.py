@@ -7,7 +7,6 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lograft.client.types import TopicPartition
 from lograft.pipelines.offsets import (
     OffsetRange,
     cap_total,
@@ -16,6 +15,7 @@ from lograft.pipelines.offsets import (
     to_spark,
     total_lag,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 

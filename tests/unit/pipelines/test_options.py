@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.client.types import TopicPartition
 from lograft.errors import InvalidConfigError
 from lograft.pipelines.options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
@@ -15,6 +14,7 @@ from lograft.pipelines.options import (
     parse_sink_options,
     parse_source_options,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 BOOT = {"bootstrap": "http://127.0.0.1:9091"}
 

@@ -17,11 +17,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
 )
 
-from lograft.client.types import TopicPartition
 from lograft.pipelines.cluster_lookup import Bounds, TopicInfo
 from lograft.pipelines.datasource import LograftStreamReader, RangePartition
 from lograft.pipelines.options import parse_source_options
 from lograft.pipelines.range_reader import DataLossError
+from lograft.protocol.topic_partition import TopicPartition
 
 
 class FakeCluster:

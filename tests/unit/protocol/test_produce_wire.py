@@ -7,20 +7,21 @@ import struct
 import orjson
 import pytest
 
-from lograft.brokers.partition import Acks, AppendResult
-from lograft.brokers.produce_wire import (
+from lograft.errors import (
+    InvalidRequestError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    RecordTooLargeError,
+)
+from lograft.protocol.produce_wire import (
+    Acks,
+    AppendResult,
     PartitionBatch,
     ProduceRequest,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
-)
-from lograft.errors import (
-    InvalidRequestError,
-    LograftError,
-    NotLeaderOrFollowerError,
-    RecordTooLargeError,
 )
 
 

@@ -24,13 +24,13 @@ named twice are refused with INVALID_REQUEST: both ends are one version.
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from lograft.brokers.partition import Acks, AppendResult
 from lograft.errors import InvalidRequestError, LograftError, error_class_for
 
 CONTENT_TYPE = "application/vnd.lograft.produce"
@@ -44,6 +44,30 @@ _RESULT_KEYS = frozenset(
     {"partition", "base_offset", "last_offset", "log_append_time", "duplicate"}
 )
 _ERROR_KEYS = frozenset({"partition", "error"})
+
+class Acks(enum.Enum):
+    NONE = "0"
+    LEADER = "1"
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, raw: object) -> Acks:
+        text = str(raw).lower()
+        if text in ("-1", "all"):
+            return cls.ALL
+        for a in cls:
+            if a.value == text:
+                return a
+        raise InvalidRequestError(f"acks={raw!r}; use 0, 1 or all")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    duplicate: bool = False
+
 
 PartitionOutcome = AppendResult | LograftError
 

@@ -28,13 +28,31 @@ from typing import Any
 
 import orjson
 
-from lograft.brokers.fetch_session import EpochEndOffset, PartitionFetch
 from lograft.errors import InvalidRequestError, LograftError, error_class_for
 
 CONTENT_TYPE = "application/vnd.lograft.fetch"
 _LEN = struct.Struct(">I")
 # A response header larger than this is refused as corrupt, bytes.
 HEADER_BYTES_MAX = 16 * 1024 * 1024
+
+
+# An epoch field the sender left out (Kafka's UNDEFINED_EPOCH).
+UNDEFINED_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """One partition of a fetch request; -1 means "not sent" for the epochs."""
+
+    fetch_offset: int
+    last_fetched_epoch: int = UNDEFINED_EPOCH
+    current_leader_epoch: int = UNDEFINED_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    epoch: int
+    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
