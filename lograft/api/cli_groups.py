@@ -39,7 +39,7 @@ from lograft.errors import (
 )
 
 if TYPE_CHECKING:
-    from lograft.brokers.group_admin import PartitionBounds
+    from lograft.brokers.groups.admin import PartitionBounds
 
 DEAD = "dead"
 # group_admin.OffsetResetStrategy's values, repeated so the CLI starts without
@@ -308,7 +308,7 @@ def _dry_run(
     body: Mapping[str, Any],
 ) -> list[tuple[str, int, int | None, int]]:
     # The coordinator's own rules, imported here: they pull in the broker packages.
-    from lograft.brokers.group_admin import OffsetResetStrategy, resolve_reset_offsets
+    from lograft.brokers.groups.admin import OffsetResetStrategy, resolve_reset_offsets
     from lograft.protocol.topic_partition import TopicPartition
 
     described = coordinator.call("GET")
@@ -352,7 +352,7 @@ def _topic_partitions(client: HttpClient, topic: str, only: list[int] | None) ->
 
 
 def _bounds(leaders: LeaderClient, partition: int, timestamp: int | None) -> PartitionBounds:
-    from lograft.brokers.group_admin import PartitionBounds
+    from lograft.brokers.groups.admin import PartitionBounds
 
     query = {} if timestamp is None else {"timestamp": timestamp}
     doc = leaders.get_json(Cursor(partition), "offsets", query)

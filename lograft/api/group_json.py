@@ -15,10 +15,10 @@ import orjson
 from aiohttp import web
 
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
-from lograft.brokers.group_admin import GroupDescription
-from lograft.brokers.group_heartbeat import HeartbeatResponse
-from lograft.brokers.group_offsets import OffsetAndMetadata
-from lograft.brokers.group_records import Partitions
+from lograft.brokers.groups.admin import GroupDescription
+from lograft.brokers.groups.heartbeat import HeartbeatResponse
+from lograft.brokers.groups.offsets import OffsetAndMetadata
+from lograft.brokers.groups.records import Partitions
 from lograft.echo import shown
 from lograft.errors import InvalidRequestError
 from lograft.protocol.topic_partition import TopicPartition

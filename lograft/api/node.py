@@ -52,9 +52,9 @@ from lograft.api.routes_internal import (
 )
 from lograft.api.routes_stream import StreamRoutes
 from lograft.api.stream_limits_config import stream_limits_from_config
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.group_topic_deletion import deleted_topics
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.topic_deletion import deleted_topics
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager

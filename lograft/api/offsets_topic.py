@@ -18,8 +18,8 @@ from typing import Any
 
 from lograft.api.controller_client import ControllerClient
 from lograft.api.routes_internal import ControllerRpc
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.errors import RequestTimedOutError, TopicAlreadyExistsError
 from lograft.quorum.raft import RaftAdapter
 

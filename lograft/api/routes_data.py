@@ -50,7 +50,7 @@ from lograft.api.records_json import (
 from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.partition import Partition, check_batch_count
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown

@@ -33,8 +33,8 @@ from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.services import MetadataView
-from lograft.brokers.group_admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition

@@ -46,14 +46,14 @@ from lograft.api.routes_group_admin import (
     topic_partitions,
 )
 from lograft.api.services import MetadataView
-from lograft.brokers.group_heartbeat import (
+from lograft.brokers.groups.heartbeat import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     HeartbeatRequest,
 )
-from lograft.brokers.group_offsets import AutoOffsetReset, CommittedOffset, resolve_start_offset
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.offsets import AutoOffsetReset, CommittedOffset, resolve_start_offset
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,

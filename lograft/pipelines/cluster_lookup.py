@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 # Kafka consumers leave internal topics out of pattern subscriptions
 # (exclude.internal.topics); so does this source. Equal to
-# lograft.brokers.group_placement.CONSUMER_OFFSETS_TOPIC (the client imports
+# lograft.brokers.groups.placement.CONSUMER_OFFSETS_TOPIC (the client imports
 # no server code).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 

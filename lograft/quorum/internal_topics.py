@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from lograft.errors import InternalTopicProtectedError
 
-# Equal to lograft.brokers.group_placement.CONSUMER_OFFSETS_TOPIC (the quorum
+# Equal to lograft.brokers.groups.placement.CONSUMER_OFFSETS_TOPIC (the quorum
 # package cannot import brokers; a test keeps the two equal).
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 CLEANUP_POLICY_KEY = "cleanup_policy"

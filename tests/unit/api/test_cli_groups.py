@@ -441,7 +441,7 @@ def test_an_incomplete_group_list_says_why_and_exits_1(monkeypatch):
 
 
 def test_the_cli_names_the_coordinators_reset_strategies():
-    from lograft.brokers.group_admin import OffsetResetStrategy
+    from lograft.brokers.groups.admin import OffsetResetStrategy
 
     names = (cli_groups.EARLIEST, cli_groups.LATEST, cli_groups.TIMESTAMP, cli_groups.OFFSET)
     assert sorted(names) == sorted(s.value for s in OffsetResetStrategy)

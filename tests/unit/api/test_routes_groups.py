@@ -19,10 +19,10 @@ from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import NotControllerError
 from lograft.protocol.batch import RecordInput, build_batch

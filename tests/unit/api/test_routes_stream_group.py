@@ -20,10 +20,10 @@ from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.routes_stream import StreamLimits, StreamRoutes
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks

@@ -14,24 +14,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-from lograft.brokers.group_admin import delete_group, reset_offsets
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_heartbeat import (
+from lograft.brokers.groups.admin import delete_group, reset_offsets
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.heartbeat import (
     HeartbeatRequest,
     HeartbeatResponse,
     expire_members,
     heartbeat,
 )
-from lograft.brokers.group_offsets import OffsetAndMetadata, commit_offsets
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.offsets import OffsetAndMetadata, commit_offsets
+from lograft.brokers.groups.records import (
     GroupRecord,
     Partitions,
     decode_record,
     encode_record,
 )
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_sessions import GroupSessions
-from lograft.brokers.group_state import CoordinatorState
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.sessions import GroupSessions
+from lograft.brokers.groups.state import CoordinatorState
 from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")

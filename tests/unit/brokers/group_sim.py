@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_state import GroupState
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.state import GroupState
 from lograft.errors import (
     FencedMemberEpochError,
     OutOfOrderHeartbeatError,

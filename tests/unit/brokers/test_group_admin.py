@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.brokers.group_admin import (
+from lograft.brokers.groups.admin import (
     OffsetResetStrategy,
     PartitionBounds,
     PartitionOffsetDescription,
@@ -12,9 +12,9 @@ from lograft.brokers.group_admin import (
     list_groups,
     resolve_reset_offsets,
 )
-from lograft.brokers.group_offsets import CommittedOffset, OffsetAndMetadata, fetch_offsets
-from lograft.brokers.group_records import MemberState
-from lograft.brokers.group_state import GroupState
+from lograft.brokers.groups.offsets import CommittedOffset, OffsetAndMetadata, fetch_offsets
+from lograft.brokers.groups.records import MemberState
+from lograft.brokers.groups.state import GroupState
 from lograft.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
 from tests.unit.brokers.group_harness import Coordinator, compact, replay_log, tp, tps
 

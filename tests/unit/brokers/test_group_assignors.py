@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lograft.brokers.assignors import (
+from lograft.brokers.groups.assignors import (
     assignor_for,
     check_assignment,
     range_assign,
     uniform_assign,
 )
-from lograft.brokers.group_records import Partitions
+from lograft.brokers.groups.records import Partitions
 from lograft.errors import UnsupportedAssignorError
 from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.group_harness import tps

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_heartbeat import HeartbeatRequest, heartbeat
-from lograft.brokers.group_records import MemberState
-from lograft.brokers.group_sessions import GroupSessions, MemberSession
-from lograft.brokers.group_state import GroupState
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.heartbeat import HeartbeatRequest, heartbeat
+from lograft.brokers.groups.records import MemberState
+from lograft.brokers.groups.sessions import GroupSessions, MemberSession
+from lograft.brokers.groups.state import GroupState
 from lograft.errors import (
     FencedMemberEpochError,
     GroupMaxSizeReachedError,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_offsets import (
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.offsets import (
     AutoOffsetReset,
     CommittedOffset,
     OffsetAndMetadata,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lograft.brokers.group_placement import (
+from lograft.brokers.groups.placement import (
     coordinator_partition,
     java_string_hashcode,
     kafka_abs,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lograft.brokers.group_reconciliation import reconcile
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.reconciliation import reconcile
+from lograft.brokers.groups.records import (
     NO_PARTITIONS,
     CurrentMemberAssignmentValue,
     MemberState,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.records import (
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,
     GroupMetadataKey,

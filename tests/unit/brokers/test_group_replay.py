@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.records import (
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,
     GroupMetadataKey,
@@ -26,7 +26,7 @@ from lograft.brokers.group_records import (
     decode_record,
     encode_record,
 )
-from lograft.brokers.group_state import CoordinatorState
+from lograft.brokers.groups.state import CoordinatorState
 from lograft.errors import (
     GroupRecordError,
     LograftError,

@@ -12,15 +12,15 @@ from types import MappingProxyType
 
 import pytest
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_heartbeat import HeartbeatRequest, HeartbeatResponse
-from lograft.brokers.group_offsets import OffsetAndMetadata
-from lograft.brokers.group_partition import EXPIRY_RETRY_BACKOFF_MS, CoordinatorPhase
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
-from lograft.brokers.group_records import NO_PARTITIONS
-from lograft.brokers.group_runtime import GroupCoordinatorRuntime
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.group_state import GroupState
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.heartbeat import HeartbeatRequest, HeartbeatResponse
+from lograft.brokers.groups.offsets import OffsetAndMetadata
+from lograft.brokers.groups.offsets_partition import EXPIRY_RETRY_BACKOFF_MS, CoordinatorPhase
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
+from lograft.brokers.groups.records import NO_PARTITIONS
+from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.state import GroupState
 from lograft.brokers.metadata_sync import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.errors import InvalidConfigError
 
 

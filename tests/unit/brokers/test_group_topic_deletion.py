@@ -3,8 +3,8 @@ names count as deleted, and the tombstones the handler writes."""
 
 from __future__ import annotations
 
-from lograft.brokers.group_offsets import CommittedOffset, fetch_offsets
-from lograft.brokers.group_topic_deletion import delete_topic_offsets, deleted_topics
+from lograft.brokers.groups.offsets import CommittedOffset, fetch_offsets
+from lograft.brokers.groups.topic_deletion import delete_topic_offsets, deleted_topics
 from tests.unit.brokers.group_harness import Coordinator, replay_log, tp
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC as BROKERS_NAME
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC as BROKERS_NAME
 from lograft.errors import InternalTopicProtectedError
 from lograft.quorum.configs import AlterConfigRequest, alter_config
 from lograft.quorum.internal_topics import CONSUMER_OFFSETS_TOPIC, check_topic_config_changes

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
+from lograft.brokers.groups.config import GroupCoordinatorConfig
 from lograft.errors import InvalidConfigError
 
 

@@ -36,13 +36,13 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from lograft.brokers.group_heartbeat import expire_members
-from lograft.brokers.group_log import encode_batch, load_state
-from lograft.brokers.group_offsets import expire_offsets
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.group_sessions import GroupSessions
-from lograft.brokers.group_state import CoordinatorState
+from lograft.brokers.groups.heartbeat import expire_members
+from lograft.brokers.groups.log import encode_batch, load_state
+from lograft.brokers.groups.offsets import expire_offsets
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.sessions import GroupSessions
+from lograft.brokers.groups.state import CoordinatorState
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     CoordinatorLoadInProgressError,

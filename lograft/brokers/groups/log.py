@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from lograft.brokers.group_records import GroupRecord, decode_record, encode_record
-from lograft.brokers.group_state import CoordinatorState
+from lograft.brokers.groups.records import GroupRecord, decode_record, encode_record
+from lograft.brokers.groups.state import CoordinatorState
 from lograft.errors import GroupRecordError
 from lograft.protocol.batch import RecordInput, build_batch, iter_batch_records, iter_batches
 from lograft.storage.log import Log

@@ -35,7 +35,7 @@ import enum
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.records import (
     NO_PARTITIONS,
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,

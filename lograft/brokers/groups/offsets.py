@@ -28,8 +28,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.records import (
     GroupMetadataKey,
     GroupPartitionMetadataKey,
     GroupRecord,
@@ -37,9 +37,9 @@ from lograft.brokers.group_records import (
     OffsetCommitValue,
     TargetAssignmentMetadataKey,
 )
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_state import ConsumerGroup, CoordinatorState
-from lograft.brokers.group_validation import check_group_id, check_topic_partition
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.state import ConsumerGroup, CoordinatorState
+from lograft.brokers.groups.validation import check_group_id, check_topic_partition
 from lograft.errors import (
     FencedMemberEpochError,
     GroupsLimitReachedError,

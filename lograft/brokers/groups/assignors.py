@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 
 from sortedcontainers import SortedList
 
-from lograft.brokers.group_records import Partitions
+from lograft.brokers.groups.records import Partitions
 from lograft.errors import UnsupportedAssignorError
 from lograft.protocol.topic_partition import TopicPartition
 

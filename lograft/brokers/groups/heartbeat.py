@@ -56,10 +56,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lograft.brokers.assignors import assignor_for
-from lograft.brokers.group_config import ASSIGNOR_NAMES, GroupCoordinatorConfig
-from lograft.brokers.group_reconciliation import reconcile
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.assignors import assignor_for
+from lograft.brokers.groups.config import ASSIGNOR_NAMES, GroupCoordinatorConfig
+from lograft.brokers.groups.reconciliation import reconcile
+from lograft.brokers.groups.records import (
     NO_PARTITIONS,
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,
@@ -77,10 +77,10 @@ from lograft.brokers.group_records import (
     TargetAssignmentMetadataKey,
     TargetAssignmentMetadataValue,
 )
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_sessions import GroupSessions, MemberSession
-from lograft.brokers.group_state import NEW_MEMBER_CURRENT, ConsumerGroup, CoordinatorState
-from lograft.brokers.group_validation import (
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.sessions import GroupSessions, MemberSession
+from lograft.brokers.groups.state import NEW_MEMBER_CURRENT, ConsumerGroup, CoordinatorState
+from lograft.brokers.groups.validation import (
     check_client_string,
     check_group_id,
     check_member_id,

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from lograft.brokers.group_records import GroupRecord
-from lograft.brokers.group_sessions import GroupSessions
+from lograft.brokers.groups.records import GroupRecord
+from lograft.brokers.groups.sessions import GroupSessions
 
 T = TypeVar("T")
 

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_records import MemberState
-from lograft.brokers.group_state import ConsumerGroup
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.records import MemberState
+from lograft.brokers.groups.state import ConsumerGroup
 
 
 @dataclass(frozen=True, slots=True)

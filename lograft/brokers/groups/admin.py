@@ -22,23 +22,23 @@ import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from lograft.brokers.group_config import GroupCoordinatorConfig
-from lograft.brokers.group_heartbeat import group_assignor
-from lograft.brokers.group_offsets import (
+from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.brokers.groups.heartbeat import group_assignor
+from lograft.brokers.groups.offsets import (
     OffsetAndMetadata,
     check_commit,
     group_metadata_tombstones,
     offset_commit_records,
 )
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.records import (
     GroupRecord,
     MemberState,
     OffsetCommitKey,
     Partitions,
 )
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_state import CoordinatorState, GroupState
-from lograft.brokers.group_validation import check_group_id
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.state import CoordinatorState, GroupState
+from lograft.brokers.groups.validation import check_group_id
 from lograft.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
 from lograft.protocol.topic_partition import TopicPartition
 

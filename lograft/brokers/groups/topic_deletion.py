@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
-from lograft.brokers.group_offsets import group_metadata_tombstones
-from lograft.brokers.group_partition import PartitionCoordinator
-from lograft.brokers.group_records import GroupRecord, OffsetCommitKey
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_state import CoordinatorState
+from lograft.brokers.groups.offsets import group_metadata_tombstones
+from lograft.brokers.groups.offsets_partition import PartitionCoordinator
+from lograft.brokers.groups.records import GroupRecord, OffsetCommitKey
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.state import CoordinatorState
 from lograft.errors import LograftError
 from lograft.protocol.topic_partition import TopicPartition
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from lograft.brokers.group_admin import (
+from lograft.brokers.groups.admin import (
     GroupDescription,
     GroupListing,
     dead_group,
@@ -33,20 +33,20 @@ from lograft.brokers.group_admin import (
     list_groups,
     reset_offsets,
 )
-from lograft.brokers.group_heartbeat import HeartbeatRequest, HeartbeatResponse, heartbeat
-from lograft.brokers.group_offsets import (
+from lograft.brokers.groups.heartbeat import HeartbeatRequest, HeartbeatResponse, heartbeat
+from lograft.brokers.groups.offsets import (
     CommittedOffset,
     OffsetAndMetadata,
     commit_offsets,
     fetch_offsets,
 )
-from lograft.brokers.group_partition import CoordinatorPhase, Handler, PartitionCoordinator
-from lograft.brokers.group_placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
-from lograft.brokers.group_result import GroupResult
-from lograft.brokers.group_runtime_config import GroupRuntimeSettings
-from lograft.brokers.group_state import CoordinatorState, GroupState
-from lograft.brokers.group_topic_deletion import run_topic_deletion
-from lograft.brokers.group_validation import check_group_id
+from lograft.brokers.groups.offsets_partition import CoordinatorPhase, Handler, PartitionCoordinator
+from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
+from lograft.brokers.groups.result import GroupResult
+from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
+from lograft.brokers.groups.state import CoordinatorState, GroupState
+from lograft.brokers.groups.topic_deletion import run_topic_deletion
+from lograft.brokers.groups.validation import check_group_id
 from lograft.brokers.metadata_sync import TopicView
 from lograft.brokers.partition import Partition
 from lograft.brokers.replica_manager import ReplicaManager, monotonic_ms

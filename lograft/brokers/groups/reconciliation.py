@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lograft.brokers.group_records import (
+from lograft.brokers.groups.records import (
     NO_PARTITIONS,
     CurrentMemberAssignmentValue,
     MemberState,

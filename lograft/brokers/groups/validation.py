@@ -7,7 +7,7 @@ length on the wire).
 
 from __future__ import annotations
 
-from lograft.brokers.group_config import TOPIC_NAME_CHARS_MAX, GroupCoordinatorConfig
+from lograft.brokers.groups.config import TOPIC_NAME_CHARS_MAX, GroupCoordinatorConfig
 from lograft.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
