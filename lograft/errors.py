@@ -288,7 +288,7 @@ class ProducerIdNotAllocatedError(LograftError):
     retriable = True
 
 
-# --- Raft quorum adapter (lograft.quorum.raft) ----------------------------------
+# --- Raft quorum adapter (lograft.quorum.raft.adapter) ----------------------------------
 
 
 @_register

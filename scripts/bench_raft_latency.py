@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lograft.quorum.raft_config import RaftConfig
+from lograft.quorum.raft.config import RaftConfig
 from tests.integration.raft_harness import ProcessCluster
 from tests.raft_support import FAST_TIMINGS
 

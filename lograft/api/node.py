@@ -69,7 +69,7 @@ from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
-from lograft.quorum.raft import RaftAdapter, RaftConfig
+from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.errors import RequestTimedOutError, TopicAlreadyExistsError
-from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.raft.adapter import RaftAdapter
 
 # How long creation waits for this node's metadata and replicas to include the topic, ms.
 OFFSETS_TOPIC_CATCH_UP_TIMEOUT_MS = 5_000

@@ -36,7 +36,7 @@ from lograft.errors import (
 )
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
-from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.raft.adapter import RaftAdapter
 from lograft.quorum.records import ConfigResourceType
 
 # How long an admin change waits for this node's metadata to catch up, ms.

@@ -36,7 +36,7 @@ from lograft.quorum.controller import (
 )
 from lograft.quorum.image import MetadataImage
 from lograft.quorum.metadata_store import MetadataStore
-from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.raft.adapter import RaftAdapter
 from lograft.quorum.records import encode_batch
 
 log = logging.getLogger(__name__)

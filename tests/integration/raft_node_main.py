@@ -31,7 +31,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lograft.errors import LograftError
-from lograft.quorum.raft import RaftAdapter, RaftConfig
+from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
 from tests.raft_support import ListStateMachine
 
 BENCH_COUNT_MAX = 10_000

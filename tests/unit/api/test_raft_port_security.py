@@ -32,7 +32,7 @@ from lograft.api.node import check_config, raft_config_for
 from lograft.api.node_config import parse_config
 from lograft.api.raft_password import SECRET_CHARS_MIN, derive_raft_password
 from lograft.errors import InvalidConfigError
-from lograft.quorum.raft import RaftAdapter
+from lograft.quorum.raft.adapter import RaftAdapter
 from tests.raft_support import (
     FAST_TIMINGS,
     ListStateMachine,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lograft.quorum.raft import RaftAdapter, RaftConfig
+from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
 from tests.raft_support import (
     FAST_TIMINGS,
     RAFT_TEST_PASSWORD,

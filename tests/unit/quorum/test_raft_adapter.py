@@ -20,9 +20,9 @@ from lograft.errors import (
     RecordTooLargeError,
     RequestTimedOutError,
 )
-from lograft.quorum.raft import AdapterState, RaftAdapter, RaftConfig
-from lograft.quorum.raft_snapshot import MAGIC
-from lograft.quorum.raft_status import RaftRole
+from lograft.quorum.raft.adapter import AdapterState, RaftAdapter, RaftConfig
+from lograft.quorum.raft.snapshot import MAGIC
+from lograft.quorum.raft.status import RaftRole
 from tests.raft_support import (
     FAST_TIMINGS,
     RAFT_TEST_PASSWORD,
@@ -334,7 +334,7 @@ def test_largest_entry_stays_below_pysyncobj_chunking_threshold(limit: int) -> N
 
     import pysyncobj.pickle as pysyncobj_pickle
 
-    from lograft.quorum.raft_core import build_syncobj_conf
+    from lograft.quorum.raft.core import build_syncobj_conf
 
     cfg = single_config(Path("/nonexistent"), port=1, max_batch_bytes=limit)
     conf = build_syncobj_conf(cfg, lambda *_: None, lambda *_: ())

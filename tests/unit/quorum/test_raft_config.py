@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lograft.errors import InvalidConfigError
-from lograft.quorum.raft_config import RaftConfig, parse_address
+from lograft.quorum.raft.config import RaftConfig, parse_address
 
 
 def voter(**overrides: Any) -> RaftConfig:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from lograft.quorum.raft import RaftAdapter, RaftConfig
-from lograft.quorum.raft_handshake import HandshakeLimits, guard_accepted
+from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
+from lograft.quorum.raft.handshake import HandshakeLimits, guard_accepted
 from tests.raft_support import (
     FAST_TIMINGS,
     RAFT_TEST_PASSWORD,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lograft.quorum.raft_snapshot import (
+from lograft.quorum.raft.snapshot import (
     MAGIC,
     Snapshot,
     SnapshotFormatError,

@@ -6,7 +6,7 @@ from typing import Any
 
 from pysyncobj.node import Node
 
-from lograft.quorum.raft_status import RaftRole, build_status, stopped_status
+from lograft.quorum.raft.status import RaftRole, build_status, stopped_status
 
 
 def raw_status(state: int, leader: str | None, **extra: Any) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from pysyncobj.poller import createPoller
 from pysyncobj.transport import TCPTransport
 
 from lograft.errors import NotControllerError
-from lograft.quorum.raft_handshake import HandshakeLimits
-from lograft.quorum.raft_status import RaftStatus
-from lograft.quorum.raft_transport import ObserverNode, PeerNode, PeerTCPTransport
+from lograft.quorum.raft.handshake import HandshakeLimits
+from lograft.quorum.raft.status import RaftStatus
+from lograft.quorum.raft.transport import ObserverNode, PeerNode, PeerTCPTransport
 from tests.raft_support import eventually_async, free_port
 from tests.unit.quorum.raft_inproc import InProcessCluster
 from tests.unit.quorum.tcp_forwarder import TcpForwarder

@@ -43,17 +43,17 @@ from typing import Any, Protocol, TypeVar
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from lograft.errors import RaftStartupError, RaftStoppedError
-from lograft.quorum.raft_config import RaftConfig, parse_address
-from lograft.quorum.raft_handshake import HandshakeLimits
-from lograft.quorum.raft_snapshot import (
+from lograft.quorum.raft.config import RaftConfig, parse_address
+from lograft.quorum.raft.handshake import HandshakeLimits
+from lograft.quorum.raft.snapshot import (
     Snapshot,
     as_entry,
     fsync_path,
     read_snapshot_file,
     write_snapshot_file,
 )
-from lograft.quorum.raft_status import RaftStatus, build_status
-from lograft.quorum.raft_transport import ObserverNode, PeerNode, transport_factory
+from lograft.quorum.raft.status import RaftStatus, build_status
+from lograft.quorum.raft.transport import ObserverNode, PeerNode, transport_factory
 
 log = logging.getLogger(__name__)
 

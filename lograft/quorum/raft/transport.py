@@ -45,8 +45,8 @@ from pysyncobj.node import Node
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
-from lograft.quorum.raft_config import parse_address
-from lograft.quorum.raft_handshake import (
+from lograft.quorum.raft.config import parse_address
+from lograft.quorum.raft.handshake import (
     HandshakeLimits,
     authenticated,
     guard_accepted,

@@ -49,9 +49,9 @@ from lograft.errors import (
     RecordTooLargeError,
     RequestTimedOutError,
 )
-from lograft.quorum.raft_config import RaftConfig
-from lograft.quorum.raft_core import RaftCore, StateMachine
-from lograft.quorum.raft_status import RaftStatus, stopped_status
+from lograft.quorum.raft.config import RaftConfig
+from lograft.quorum.raft.core import RaftCore, StateMachine
+from lograft.quorum.raft.status import RaftStatus, stopped_status
 
 __all__ = [
     "AdapterState",
