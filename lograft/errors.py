@@ -12,6 +12,8 @@ lograft.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 
@@ -39,6 +41,43 @@ class LograftError(Exception):
             body["details"] = dict(self.details)
         return body
 
+    @classmethod
+    def from_dict(cls, body: Any) -> LograftError:
+        """The error an error object describes: the inverse of `to_dict`, and
+        the one way back from an error body (`{"error": {...}}`'s inner object)
+        another node or a client reads.
+
+        The class is the registered one for `code`, whichever class this is
+        called on. A code this version does not know (a newer node's) becomes
+        a `LograftError` subclass that keeps the code and the body's
+        `retriable` flag. `message` and `details` are kept as sent. Raises
+        ValueError when `body` is not an error object: not a JSON object, or
+        no string `code`, or a `message` that is not a string, or `details`
+        that are not an object (the caller decides what such an answer means).
+        """
+        if not isinstance(body, Mapping):
+            raise ValueError(f"an error must be an object, got {_kind(body)}")
+        code = body.get("code")
+        if not isinstance(code, str) or not code:
+            raise ValueError(f"an error needs a non-empty string code, got {_kind(code)}")
+        message = body.get("message", code)
+        if not isinstance(message, str):
+            raise ValueError(f"error {code!r:.80}: message must be a string, got {_kind(message)}")
+        details = body.get("details")
+        if details is not None and not isinstance(details, Mapping):
+            raise ValueError(f"error {code!r:.80}: details must be an object, got {_kind(details)}")
+        known = _REGISTRY.get(code)
+        if known is None:
+            known = (
+                LograftError
+                if code == LograftError.code
+                else _remote_class(code, body.get("retriable") is True)
+            )
+        error = known(message)
+        # Assigned, not passed as keywords: a detail may be called `message`.
+        error.details = dict(details) if details else {}
+        return error
+
 
 _REGISTRY: dict[str, type[LograftError]] = {}
 
@@ -50,13 +89,22 @@ def _register(cls: type[LograftError]) -> type[LograftError]:
     return cls
 
 
-def error_class_for(code: str) -> type[LograftError]:
-    """The class for a stable code, so a client can re-raise a server's error."""
-    return _REGISTRY.get(code, LograftError)
-
-
 def all_error_classes() -> list[type[LograftError]]:
     return list(_REGISTRY.values())
+
+
+# Bounded: the codes come from the network, and each one makes a class.
+@functools.lru_cache(maxsize=64)
+def _remote_class(code: str, retriable: bool) -> type[LograftError]:
+    """A class for a code this version does not know, so the error keeps the
+    sender's code and retriable flag (one class per pair while cached)."""
+    return type("RemoteError", (LograftError,), {"code": code, "retriable": retriable})
+
+
+def _kind(value: Any) -> str:
+    """What `value` is, for a message about a malformed error body (never the
+    value itself, which may be large)."""
+    return "nothing" if value is None else type(value).__name__
 
 
 # --- input and request errors (not retriable) --------------------------------

@@ -247,10 +247,13 @@ def send_batch(
         if err is None:
             tally.acknowledged += 1
             continue
-        code = str(err.get("code", "UNKNOWN_SERVER_ERROR"))
+        try:
+            error = LograftError.from_dict(err)
+        except ValueError as exc:
+            error = LograftError(f"the node answered a malformed error: {exc}")
         where = f"partition {outcome.get('partition')}: " if "partition" in outcome else ""
-        tally.errors[(code, where + str(err.get("message", "")))] += 1
-        tally.failed_lines.append((rec.line_no, code))
+        tally.errors[(error.code, where + error.message)] += 1
+        tally.failed_lines.append((rec.line_no, error.code))
 
 
 def _outcomes(body: Any) -> Any:

@@ -23,7 +23,6 @@ from lograft.errors import (
     BrokerNotAvailableError,
     LograftError,
     NotControllerError,
-    error_class_for,
 )
 from lograft.quorum.controller_runtime import ControllerRuntime
 
@@ -112,8 +111,9 @@ class ControllerClient:
             raise BrokerNotAvailableError(f"controller at {base} is unreachable: {exc}") from None
         doc = orjson.loads(payload) if payload else {}
         if status >= 400:
-            err = doc.get("error", {})
-            raise error_class_for(err.get("code", ""))(
-                err.get("message", f"controller answered {status}"), **err.get("details", {})
-            )
+            try:
+                error = LograftError.from_dict(doc.get("error") if isinstance(doc, dict) else None)
+            except ValueError as exc:
+                error = LograftError(f"controller at {base} answered {status}: {exc}")
+            raise error
         return doc

@@ -14,9 +14,9 @@ one that answered. A node that cannot be reached is skipped; when none can be,
   appended; sending it again could write it twice).
 
 Error bodies (`{"error": {"code", "message", "retriable", "details"}}`) are
-decoded into the `lograft.errors` class for the code (`error_class_for`), with
-`details` and the HTTP status kept; a code this version does not know still
-keeps its text (a subclass is made for it).
+decoded into the `lograft.errors` class for the code (`LograftError.from_dict`),
+with `details` and the HTTP status kept; a code this version does not know
+still keeps its text (a subclass is made for it).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from lograft.errors import LograftError, error_class_for
+from lograft.errors import LograftError
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
 BOOTSTRAP_DEFAULT = "http://127.0.0.1:9091"
@@ -101,19 +101,11 @@ def default_bootstrap() -> str:
 
 def decode_error(status: int, body: Any, url: str) -> LograftError:
     """The typed error for an error answer, with `status` and `url` attached."""
-    err = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(err, dict) or not isinstance(err.get("code"), str):
-        text = body.decode(errors="replace")[:200] if isinstance(body, bytes) else repr(body)
-        exc: LograftError = BadResponseError(f"{url} answered HTTP {status}: {text}")
-    else:
-        code = err["code"]
-        cls = error_class_for(code)
-        if cls.code != code:
-            cls = type(code.title().replace("_", ""), (LograftError,), {"code": code})
-            cls.retriable = bool(err.get("retriable", False))
-        exc = cls(str(err.get("message") or f"HTTP {status}"))
-        details = err.get("details")
-        exc.details = dict(details) if isinstance(details, dict) else {}
+    try:
+        exc = LograftError.from_dict(body.get("error") if isinstance(body, dict) else None)
+    except ValueError:
+        text = body.decode(errors="replace")[:200] if isinstance(body, bytes) else repr(body)[:200]
+        exc = BadResponseError(f"{url} answered HTTP {status}: {text}")
     exc.status = status  # type: ignore[attr-defined]
     exc.url = url  # type: ignore[attr-defined]
     return exc

@@ -63,7 +63,6 @@ from lograft.errors import (
     InvalidConfigError,
     LograftError,
     RequestTimedOutError,
-    error_class_for,
 )
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller import ControllerConfig
@@ -496,9 +495,7 @@ class Node:
             tp, replicas = sent[(answer["topic_id"], int(answer["partition"]))]
             err = answer.get("error")
             if err is not None:
-                out[tp] = error_class_for(err.get("code", ""))(
-                    err.get("message", "refused"), **err.get("details", {})
-                )
+                out[tp] = LograftError.from_dict(err)
                 continue
             out[tp] = Assignment(
                 replicas,

@@ -243,7 +243,7 @@ def _answer(tp: TopicPartition, doc: Any) -> LeaderOffsets | LograftError:
     if not isinstance(doc, dict):
         raise ValueError(f"the answer for {tp} is not an object")
     if "error" in doc:
-        return decode_error(-1, 200, orjson.dumps(doc))
+        return LograftError.from_dict(doc["error"])  # ValueError if it is not one
     at = doc.get("offset_for_timestamp")
     return LeaderOffsets(
         int(doc["log_start_offset"]),

@@ -61,7 +61,6 @@ from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
-    error_class_for,
 )
 from lograft.protocol.batch import (
     RecordInput,
@@ -629,13 +628,10 @@ def _refusal(leader: int, status: int, body: bytes) -> LograftError:
         doc = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError:
         doc = {}
-    err = doc.get("error") if isinstance(doc, dict) else None
-    err = err if isinstance(err, dict) else {}
-    details = err.get("details")
-    return error_class_for(str(err.get("code", "")))(
-        str(err.get("message", f"broker {leader} answered {status}")),
-        **(details if isinstance(details, dict) else {}),
-    )
+    try:
+        return LograftError.from_dict(doc.get("error") if isinstance(doc, dict) else None)
+    except ValueError:
+        return LograftError(f"broker {leader} answered {status}")
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

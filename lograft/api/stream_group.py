@@ -45,7 +45,6 @@ from lograft.errors import (
     OutOfOrderHeartbeatError,
     StaleMemberEpochError,
     UnknownMemberIdError,
-    error_class_for,
 )
 
 log = logging.getLogger(__name__)
@@ -320,18 +319,18 @@ class GroupMember:
                 f"group {self.group_id!r}: {url} answered HTTP {status}: {raw[:200]!r}"
             ) from None
         if status >= 400:
-            raise _error_of(doc.get("error", {}) if isinstance(doc, dict) else {})
+            raise _error_of(doc.get("error") if isinstance(doc, dict) else None)
         assert isinstance(doc, dict)
         return doc
 
 
-def _error_of(err: Mapping[str, Any]) -> LograftError:
-    cls = error_class_for(str(err.get("code", "")))
-    exc = cls(str(err.get("message", "the coordinator refused the request")))
-    details = err.get("details")
-    if isinstance(details, dict):
-        exc.details = dict(details)
-    return exc
+def _error_of(err: Any) -> LograftError:
+    """The coordinator's error as it raised it (UNKNOWN_SERVER_ERROR when the
+    answer carries no error object)."""
+    try:
+        return LograftError.from_dict(err)
+    except ValueError as exc:
+        return LograftError(f"the coordinator refused the request: {exc}")
 
 
 __all__ = ["AUTO_OFFSET_RESETS", "GroupLimits", "GroupMember"]

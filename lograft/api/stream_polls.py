@@ -47,7 +47,6 @@ from lograft.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
     LograftError,
-    error_class_for,
 )
 from lograft.protocol.fetch_wire import FetchPartitionResponse, decode_response
 from lograft.protocol.topic_partition import TopicPartition
@@ -262,9 +261,8 @@ class _LeaderPolls:
 def decode_error(leader: int, status: int, body: bytes) -> LograftError:
     """The error a leader answered with (its JSON error body), else BROKER_NOT_AVAILABLE."""
     try:
-        err = orjson.loads(body)["error"]
-        return error_class_for(err["code"])(err["message"], **err.get("details", {}))
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return LograftError.from_dict(orjson.loads(body)["error"])
+    except (KeyError, TypeError, ValueError):  # orjson.JSONDecodeError is a ValueError
         return BrokerNotAvailableError(
             f"broker {leader} answered HTTP {status}: {body[:200]!r}", leader_id=leader
         )

@@ -1,10 +1,10 @@
 """Errors the client raises, and the decoding of the server's error bodies.
 
 Server errors (`{"error": {"code", "message", "retriable", "details"}}`) are
-re-raised as the `lograft.errors` class for their code (`error_class_for`),
-with `details` kept and the HTTP status in `details["http_status"]`; a code
-this version does not know becomes a `LograftError` subclass carrying that
-code and the server's `retriable` flag.
+re-raised as the `lograft.errors` class for their code
+(`LograftError.from_dict`), with `details` kept and the HTTP status in
+`details["http_status"]`; a code this version does not know becomes a
+`LograftError` subclass carrying that code and the server's `retriable` flag.
 
 The classes below are client-side conditions with no server code. They are
 deliberately not registered in `lograft.errors`' registry: no server sends
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from lograft.errors import LograftError, error_class_for
+from lograft.errors import LograftError
 
 
 class NetworkError(LograftError):
@@ -96,38 +96,20 @@ class UnexpectedResponseError(LograftError):
     code = "UNEXPECTED_RESPONSE"
 
 
-_unknown_codes: dict[tuple[str, bool], type[LograftError]] = {}
-
-
-def _class_for(code: str, retriable: bool) -> type[LograftError]:
-    cls = error_class_for(code)
-    if cls is not LograftError or code == LograftError.code:
-        return cls
-    key = (code, retriable)
-    made = _unknown_codes.get(key)
-    if made is None:
-        # A code newer than this client: keep the server's code and retriable flag.
-        made = type("RemoteError", (LograftError,), {"code": code, "retriable": retriable})
-        _unknown_codes[key] = made
-    return made
-
-
 def error_from_response(status: int, body: bytes, url: str) -> LograftError:
     """The typed error for an HTTP answer with status >= 400."""
     try:
         doc: Any = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
         doc = None
-    err = doc.get("error") if isinstance(doc, dict) else None
-    if not isinstance(err, dict) or not isinstance(err.get("code"), str):
+    try:
+        error = LograftError.from_dict(doc.get("error") if isinstance(doc, dict) else None)
+    except ValueError:
         snippet = body[:200].decode("utf-8", errors="replace")
         return UnexpectedResponseError(
             f"{url} answered HTTP {status} without an API error body: {snippet!r}",
             http_status=status,
             url=url,
         )
-    details = err.get("details")
-    details = dict(details) if isinstance(details, dict) else {}
-    details.setdefault("http_status", status)
-    cls = _class_for(err["code"], bool(err.get("retriable", False)))
-    return cls(str(err.get("message", f"HTTP {status} from {url}")), **details)
+    error.details.setdefault("http_status", status)
+    return error

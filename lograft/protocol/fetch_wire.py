@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from lograft.errors import InvalidRequestError, LograftError, error_class_for
+from lograft.errors import InvalidRequestError, LograftError
 
 CONTENT_TYPE = "application/vnd.lograft.fetch"
 _LEN = struct.Struct(">I")
@@ -170,9 +170,10 @@ def decode_response(body: bytes) -> list[FetchPartitionResponse]:
         pos += size
         div = p.get("diverging")
         err = p.get("error")
-        error = None
-        if err is not None:
-            error = error_class_for(err["code"])(err["message"], **err.get("details", {}))
+        try:
+            error = None if err is None else LograftError.from_dict(err)
+        except ValueError as exc:
+            raise InvalidRequestError(f"replica fetch response: {exc}") from None
         out.append(
             FetchPartitionResponse(
                 p["topic"],

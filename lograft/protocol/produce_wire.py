@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from lograft.errors import InvalidRequestError, LograftError, error_class_for
+from lograft.errors import InvalidRequestError, LograftError
 
 CONTENT_TYPE = "application/vnd.lograft.produce"
 _LEN = struct.Struct(">I")
@@ -215,12 +215,10 @@ def _outcome(entry: dict[str, Any]) -> PartitionOutcome:
 
 def _error_from(err: Any) -> LograftError:
     """The error as the leader raised it: same class, message and details."""
-    if not isinstance(err, dict) or not isinstance(err.get("code"), str):
-        raise _bad(f"error must be an object with a code, got {err!r}", "response")
-    details = err.get("details", {})
-    if not isinstance(details, dict):
-        raise _bad(f"error details must be an object, got {details!r}", "response")
-    return error_class_for(err["code"])(str(err.get("message", "")), **details)
+    try:
+        return LograftError.from_dict(err)
+    except ValueError as exc:
+        raise _bad(str(exc), "response") from None
 
 
 # -- shared ----------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
-"""The typed error hierarchy: every code maps back to its class."""
+"""The typed error hierarchy: every code maps back to its class, and
+`LograftError.from_dict` is the one way back from an error body."""
 
 from __future__ import annotations
 
 import inspect
+from typing import Any
+
+import pytest
 
 from lograft import errors
 from lograft.api import http_errors
@@ -17,15 +21,90 @@ def _defined() -> list[type[errors.LograftError]]:
 
 
 def test_every_error_class_is_found_again_by_its_code() -> None:
-    """A node re-raises another node's answer through `error_class_for`; a
-    class left out comes back as UNKNOWN_SERVER_ERROR (CLUSTER_AUTHORIZATION_FAILED
-    once did, from a forwarded produce)."""
+    """A node re-raises another node's answer through `from_dict`; a class
+    left out of the registry comes back as something else (UNKNOWN_SERVER_ERROR
+    for CLUSTER_AUTHORIZATION_FAILED once, from a forwarded produce)."""
     defined = _defined()
     assert len(defined) == len({cls.code for cls in defined}), "a code used twice"
-    missing = [cls.__name__ for cls in defined if errors.error_class_for(cls.code) is not cls]
-    assert not missing, f"not registered: {missing}"
-    assert errors.error_class_for("CLUSTER_AUTHORIZATION_FAILED") is http_errors.UnauthorizedError
+    assert sorted(c.code for c in errors.all_error_classes()) == sorted(c.code for c in defined)
+    back = errors.LograftError.from_dict({"code": "CLUSTER_AUTHORIZATION_FAILED"})
+    assert type(back) is http_errors.UnauthorizedError
 
 
-def test_an_unknown_code_is_the_generic_error() -> None:
-    assert errors.error_class_for("NO_SUCH_CODE") is errors.LograftError
+@pytest.mark.parametrize("cls", errors.all_error_classes(), ids=lambda cls: cls.code)
+def test_to_dict_and_from_dict_round_trip(cls: type[errors.LograftError]) -> None:
+    sent = cls("what happened", topic="t", partition=3, nested={"a": [1, 2]})
+    back = errors.LograftError.from_dict(sent.to_dict())
+    assert type(back) is cls
+    assert back.message == "what happened" and back.retriable is cls.retriable
+    assert back.details == {"topic": "t", "partition": 3, "nested": {"a": [1, 2]}}
+    assert back.to_dict() == sent.to_dict()
+
+
+def test_the_class_comes_from_the_code_whichever_class_is_asked() -> None:
+    body = errors.NotLeaderOrFollowerError("go to 2", leader_id=2).to_dict()
+    assert type(errors.InvalidRequestError.from_dict(body)) is errors.NotLeaderOrFollowerError
+
+
+def test_the_generic_code_is_the_base_class() -> None:
+    back = errors.LograftError.from_dict({"code": "UNKNOWN_SERVER_ERROR", "message": "boom"})
+    assert type(back) is errors.LograftError and back.message == "boom"
+
+
+def test_an_unknown_code_keeps_its_code_and_retriable_flag() -> None:
+    """A newer node's code: the client still sees the code and whether to retry."""
+    new = errors.LograftError.from_dict(
+        {"code": "SOMETHING_NEW", "message": "m", "retriable": True, "details": {"x": 1}}
+    )
+    assert isinstance(new, errors.LograftError)
+    assert (new.code, new.message, new.retriable, new.details) == (
+        "SOMETHING_NEW",
+        "m",
+        True,
+        {"x": 1},
+    )
+    again = errors.LograftError.from_dict({"code": "SOMETHING_NEW", "retriable": True})
+    assert type(again) is type(new)
+    assert not errors.LograftError.from_dict({"code": "SOMETHING_NEW"}).retriable
+    # A registered code keeps its class's flag, whatever the body says.
+    assert (
+        errors.LograftError.from_dict({"code": "INVALID_REQUEST", "retriable": True}).retriable
+        is False
+    )
+
+
+def test_unknown_codes_make_a_bounded_number_of_classes() -> None:
+    """Codes come from the network: each distinct one must not be kept forever."""
+    for i in range(1000):
+        errors.LograftError.from_dict({"code": f"FLOOD_{i}"})
+    info = errors._remote_class.cache_info()
+    assert info.maxsize is not None and info.currsize <= info.maxsize
+
+
+def test_a_missing_message_is_the_code_and_details_are_copied() -> None:
+    details: dict[str, Any] = {"message": "a detail may be called message", "leader_id": 2}
+    back = errors.LograftError.from_dict({"code": "NOT_CONTROLLER", "details": details})
+    assert back.message == "NOT_CONTROLLER"
+    assert back.details == details and back.details is not details
+    assert errors.LograftError.from_dict({"code": "NOT_CONTROLLER", "details": None}).details == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        [],
+        "NOT_CONTROLLER",
+        {},
+        {"code": ""},
+        {"code": 6},
+        {"message": "no code"},
+        {"code": "NOT_CONTROLLER", "message": ["not", "a", "string"]},
+        {"code": "NOT_CONTROLLER", "details": ["not", "an", "object"]},
+        {"code": "X" * 10_000, "details": 1},
+    ],
+)
+def test_what_is_not_an_error_object_is_a_value_error(body: Any) -> None:
+    with pytest.raises(ValueError) as info:
+        errors.LograftError.from_dict(body)
+    assert len(str(info.value)) < 200, "the message must not echo a large body"

@@ -58,12 +58,18 @@ def test_a_response_round_trips_results_and_errors() -> None:
     assert got[2].to_dict() == err.to_dict()
 
 
-def test_an_unknown_error_code_comes_back_as_the_base_error() -> None:
+def test_an_unknown_error_code_keeps_its_code_and_retriable_flag() -> None:
+    """A newer leader's code (LograftError.from_dict): not UNKNOWN_SERVER_ERROR."""
     body = orjson.dumps(
-        {"partitions": [{"partition": 1, "error": {"code": "NEW", "message": "m"}}]}
+        {
+            "partitions": [
+                {"partition": 1, "error": {"code": "NEW", "message": "m", "retriable": True}}
+            ]
+        }
     )
     (got,) = decode_response(body, [1])
-    assert type(got) is LograftError and got.message == "m"
+    assert isinstance(got, LograftError) and got.message == "m"
+    assert got.code == "NEW" and got.retriable
 
 
 @pytest.mark.parametrize(
@@ -146,7 +152,7 @@ def test_bad_acks_are_refused() -> None:
         ),
         (
             orjson.dumps({"partitions": [{"partition": 0, "error": {"message": "m"}}]}),
-            "must be an object with a code",
+            "needs a non-empty string code",
         ),
         (
             orjson.dumps({"partitions": [{"partition": 0, "error": {"code": "X"}, "more": 1}]}),
