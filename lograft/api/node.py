@@ -50,8 +50,8 @@ from lograft.api.routes_internal import (
     add_controller_routes,
     add_replica_fetch_route,
 )
-from lograft.api.routes_stream import StreamRoutes
-from lograft.api.stream_limits_config import stream_limits_from_config
+from lograft.api.stream.limits_config import stream_limits_from_config
+from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.groups.topic_deletion import deleted_topics

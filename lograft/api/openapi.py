@@ -27,8 +27,8 @@ from lograft.api.openapi_schemas import (
 from lograft.api.records_json import READ_FORMATS
 from lograft.api.request_ints import QUERY_INT_MAX
 from lograft.api.routes_data import BATCH_CONTENT_TYPE
-from lograft.api.sse import CONTENT_TYPE as EVENT_STREAM
-from lograft.api.stream_group import AUTO_OFFSET_RESETS
+from lograft.api.stream.group import AUTO_OFFSET_RESETS
+from lograft.api.stream.sse import CONTENT_TYPE as EVENT_STREAM
 
 JSON = "application/json"
 BINARY: Schema = {"type": "string", "format": "binary"}
@@ -89,7 +89,7 @@ ACKS = _query("acks", {"enum": ["0", "1", "all", "-1"]})
 FORMAT = _query("format", {"enum": list(READ_FORMATS)})
 KEY_FORMAT = _query("key_format", {"enum": list(READ_FORMATS)})
 AUTO_OFFSET_RESET = _query("auto_offset_reset", {"enum": list(AUTO_OFFSET_RESETS)})
-# A stream cursor, `partition:offset` pairs (lograft.api.sse); empty: none
+# A stream cursor, `partition:offset` pairs (lograft.api.stream.sse); empty: none
 # (what an EventSource sends before it saw an id).
 CURSOR: Schema = {"type": "string", "pattern": "^([0-9]+:[0-9]+(,[0-9]+:[0-9]+)*)?$"}
 

@@ -36,7 +36,7 @@ from aiohttp import web
 from lograft.api.http_errors import error_body
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
-from lograft.api.stream_polls import decode_error
+from lograft.api.stream.polls import decode_error
 from lograft.brokers.groups.admin import PartitionBounds
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (

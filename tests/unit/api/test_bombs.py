@@ -31,8 +31,8 @@ from lograft.api.loop_lag import LoopLagProbe
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import RenderLimits
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
-from lograft.api.routes_stream import StreamRoutes
 from lograft.api.services import TopicView
+from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import LograftError

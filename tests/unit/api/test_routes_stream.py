@@ -21,10 +21,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataRoutes
-from lograft.api.routes_stream import StreamLimits, StreamRoutes
 from lograft.api.services import TopicView
-from lograft.api.stream_session import StreamSession, memory_bound_bytes
-from lograft.api.stream_source import SourceLimits
+from lograft.api.stream.routes import StreamLimits, StreamRoutes
+from lograft.api.stream.session import StreamSession, memory_bound_bytes
+from lograft.api.stream.source import SourceLimits
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch

@@ -19,7 +19,7 @@ from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
-from lograft.api.routes_stream import StreamLimits, StreamRoutes
+from lograft.api.stream.routes import StreamLimits, StreamRoutes
 from lograft.brokers.groups.config import GroupCoordinatorConfig
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime

@@ -25,8 +25,8 @@ from aiohttp.test_utils import TestServer
 
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataRoutes
-from lograft.api.routes_stream import StreamLimits, StreamRoutes
-from lograft.api.stream_session import memory_bound_bytes
+from lograft.api.stream.routes import StreamLimits, StreamRoutes
+from lograft.api.stream.session import memory_bound_bytes
 from lograft.brokers.replica_manager import ReplicaManager
 from tests.raft_support import free_port
 from tests.unit.api.test_routes_stream import (

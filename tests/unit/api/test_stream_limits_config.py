@@ -6,8 +6,8 @@ import pytest
 
 from lograft.api.node import check_config
 from lograft.api.node_config import parse_config
-from lograft.api.routes_stream import StreamLimits
-from lograft.api.stream_limits_config import stream_limits_from_config
+from lograft.api.stream.limits_config import stream_limits_from_config
+from lograft.api.stream.routes import StreamLimits
 from lograft.errors import InvalidConfigError
 
 

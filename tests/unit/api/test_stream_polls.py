@@ -17,8 +17,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from lograft.api.app import SECRET_HEADER, create_app
-from lograft.api.stream_fetch import PATH, ServeLimits, add_stream_fetch_route
-from lograft.api.stream_polls import PollLimits, RemoteReads
+from lograft.api.stream.fetch import PATH, ServeLimits, add_stream_fetch_route
+from lograft.api.stream.polls import PollLimits, RemoteReads
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from lograft.api.routes_stream import StreamLimits
+from lograft.api.stream.routes import StreamLimits
 from lograft.errors import InvalidConfigError
 
 T = TypeVar("T")

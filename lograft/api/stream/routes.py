@@ -17,7 +17,7 @@ Query parameters (named after the fetch endpoint's):
   `latest` (default), `none`), and delivered positions are committed every
   `commit_interval_ms`; `partitions` and `offset` do not apply then.
 
-Each record is one event whose `id:` is the cursor (`lograft.api.sse`) and whose
+Each record is one event whose `id:` is the cursor (`lograft.api.stream.sse`) and whose
 `data:` is the record object of the fetch endpoint; `: keep-alive` comments
 keep quiet connections open. Errors before the stream starts are ordinary JSON
 error answers; an error after it started is sent as `event: error` with the
@@ -56,24 +56,24 @@ from typing import TypeVar
 import aiohttp
 from aiohttp import web
 
-from lograft.api import sse
 from lograft.api.app import SECRET_HEADER
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
 from lograft.api.services import MetadataView, TopicView
-from lograft.api.stream_fetch import ServeLimits, add_stream_fetch_route
-from lograft.api.stream_group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
-from lograft.api.stream_polls import PollLimits, RemoteReads
-from lograft.api.stream_session import (
+from lograft.api.stream import sse
+from lograft.api.stream.fetch import ServeLimits, add_stream_fetch_route
+from lograft.api.stream.group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
+from lograft.api.stream.polls import PollLimits, RemoteReads
+from lograft.api.stream.session import (
     GroupBinding,
     SessionSettings,
     StreamSession,
     cancel_and_wait,
     client_gone,
 )
-from lograft.api.stream_source import PartitionSource, SourceLimits
+from lograft.api.stream.source import PartitionSource, SourceLimits
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,

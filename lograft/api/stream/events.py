@@ -2,7 +2,7 @@
 
 Each record at or after the partition's position and below the high
 watermark becomes one event: `id:` is the stream cursor with this partition
-just past the record (`lograft.api.sse`), `data:` the same JSON object the
+just past the record (`lograft.api.stream.sse`), `data:` the same JSON object the
 fetch endpoint returns for it. Records before the position (a batch may start
 earlier) and at or past the high watermark are skipped, so a record is never
 delivered twice and never before it is committed.
@@ -24,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lograft.api import sse
 from lograft.api.records_json import (
     RenderLimits,
     records_to_render,
     render_record_json,
     sections_to_render,
 )
+from lograft.api.stream import sse
 from lograft.errors import RecordTooLargeError
 
 

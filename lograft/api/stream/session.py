@@ -35,13 +35,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from lograft.api import sse
 from lograft.api.http_errors import error_body
 from lograft.api.record_work import RecordWork, worth_a_thread
 from lograft.api.records_json import RenderLimits
-from lograft.api.stream_events import Block, RenderSpec, render_blocks
-from lograft.api.stream_group import GroupMember
-from lograft.api.stream_source import Chunk, PartitionSource
+from lograft.api.stream import sse
+from lograft.api.stream.events import Block, RenderSpec, render_blocks
+from lograft.api.stream.group import GroupMember
+from lograft.api.stream.source import Chunk, PartitionSource
 from lograft.errors import LograftError
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from lograft.api.stream_fetch import PATH, StreamFetchRequest
+from lograft.api.stream.fetch import PATH, StreamFetchRequest
 from lograft.brokers.replica_manager import ConsumerRead
 from lograft.errors import (
     BrokerNotAvailableError,

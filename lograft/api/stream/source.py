@@ -37,7 +37,7 @@ import orjson
 
 from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
-from lograft.api.stream_polls import RemoteReads, decode_error
+from lograft.api.stream.polls import RemoteReads, decode_error
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
