@@ -2,7 +2,7 @@
 
 A `LograftCluster` owns N nodes. Each node gets random free HTTP and Raft
 ports, a data dir and a TOML config under the cluster's work dir, and logs to
-`<workdir>/node-<id>.log`. Nodes run as `sys.executable -m lograft.api.cli
+`<workdir>/node-<id>.log`. Nodes run as `sys.executable -m lograft.cli.main
 node --config FILE`, each in its own session (process group), so a signal
 sent to the test runner never reaches them and teardown can prove that
 nothing of a node's group survived.
@@ -291,7 +291,7 @@ class ClusterNode:
                 [
                     sys.executable,
                     "-m",
-                    "lograft.api.cli",
+                    "lograft.cli.main",
                     "node",
                     "--config",
                     str(self.config_path),

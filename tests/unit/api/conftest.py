@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.unit.api.cli_support import Broker, FakeCluster, LoopThread, Result, run_cli
+from tests.unit.cli.cli_support import Broker, FakeCluster, LoopThread, Result, run_cli
 
 PARTITIONS = 3
 

@@ -327,8 +327,8 @@ async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch
 def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, body: str, key: str
 ):
-    from lograft.api.cli import main
     from lograft.api.node import check_config
+    from lograft.cli.main import main
 
     data_dir = tmp_path / "data"
     text = (

@@ -183,7 +183,7 @@ def test_a_node_without_a_strong_secret_refuses_to_start(
     raft_password: str,
     key: str,
 ) -> None:
-    from lograft.api.cli import main
+    from lograft.cli.main import main
 
     raw = node_config_raw(tmp_path, free_port(), **top)
     if raft_password:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from lograft.api.cli_common import (
+from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     Streams,
@@ -29,9 +29,9 @@ from lograft.api.cli_common import (
     print_lines,
     table,
 )
-from lograft.api.cli_consume import Cursor, LeaderClient
-from lograft.api.cli_coordinator import CoordinatorClient
-from lograft.api.http_client import HttpClient
+from lograft.cli.consume import Cursor, LeaderClient
+from lograft.cli.coordinator import CoordinatorClient
+from lograft.cli.http_client import HttpClient
 from lograft.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,

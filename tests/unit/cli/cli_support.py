@@ -33,12 +33,12 @@ import aiohttp
 from aiohttp import web
 
 from lograft.api.app import create_app
-from lograft.api.cli import main
-from lograft.api.cli_common import Streams
 from lograft.api.routes_data import DataRoutes, json_response
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.cli.common import Streams
+from lograft.cli.main import main
 from lograft.errors import UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -266,7 +266,7 @@ min_insync_replicas = 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGRAFT_")}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lograft.api.cli", "node", "--config", str(config)],
+                [sys.executable, "-m", "lograft.cli.main", "node", "--config", str(config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -20,9 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lograft import __version__
-from lograft.api import cli_cluster, cli_consume, cli_groups, cli_produce, cli_topics
-from lograft.api.cli_common import EXIT_FAILURE, Streams, error_text
-from lograft.api.http_client import default_bootstrap, parse_bootstrap
+from lograft.cli import cluster as cli_cluster
+from lograft.cli import consume as cli_consume
+from lograft.cli import groups as cli_groups
+from lograft.cli import produce as cli_produce
+from lograft.cli import topics as cli_topics
+from lograft.cli.common import EXIT_FAILURE, Streams, error_text
+from lograft.cli.http_client import default_bootstrap, parse_bootstrap
 from lograft.errors import LograftError
 
 

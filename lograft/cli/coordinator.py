@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from lograft.api.http_client import ClusterUnreachableError, HttpClient, decode_error
+from lograft.cli.http_client import ClusterUnreachableError, HttpClient, decode_error
 from lograft.errors import CoordinatorNotAvailableError, LograftError, NotCoordinatorError
 
 # NOT_COORDINATOR answers followed for one request before looking up again

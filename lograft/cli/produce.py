@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from lograft.api.cli_common import (
+from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     Streams,
@@ -44,8 +44,8 @@ from lograft.api.cli_common import (
     non_negative_int,
     positive_int,
 )
-from lograft.api.cli_progress import Progress
-from lograft.api.http_client import HttpClient, decode_error
+from lograft.cli.http_client import HttpClient, decode_error
+from lograft.cli.progress import Progress
 from lograft.errors import LograftError
 
 BATCH_RECORDS_DEFAULT = 500

@@ -15,10 +15,11 @@ import pytest
 from aiohttp import web
 
 from lograft.api import records_json
-from lograft.api.cli_consume import READ_FORMATS, Cursor, StartAt, _consume, render, start_at
-from lograft.api.http_client import HttpClient
+from lograft.cli.consume import READ_FORMATS, Cursor, StartAt, _consume, render, start_at
+from lograft.cli.http_client import HttpClient
 from lograft.protocol.partitioner import partition_for_key
-from tests.unit.api.cli_support import (
+from tests.unit.api.conftest import PARTITIONS
+from tests.unit.cli.cli_support import (
     DEADLINE_S,
     Broker,
     LineWatch,
@@ -26,7 +27,6 @@ from tests.unit.api.cli_support import (
     dead_urls,
     run_cli,
 )
-from tests.unit.api.conftest import PARTITIONS
 
 
 def seed(srv, lines: list[str], *extra: str) -> None:
@@ -142,7 +142,7 @@ def test_follow_ends_with_exit_0_on_ctrl_c(srv):
         [
             sys.executable,
             "-m",
-            "lograft.api.cli",
+            "lograft.cli.main",
             "consume",
             "orders",
             "--follow",

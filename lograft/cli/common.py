@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TextIO
 
-from lograft.api.http_client import (
+from lograft.cli.http_client import (
     BOOTSTRAP_DEFAULT,
     BOOTSTRAP_ENV,
     REQUEST_TIMEOUT_MS_DEFAULT,

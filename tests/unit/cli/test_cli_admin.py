@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from lograft.api.cli_cluster import render_status
-from lograft.api.cli_common import table
-from lograft.api.http_client import HttpClient, decode_error, parse_bootstrap
+from lograft.cli.cluster import render_status
+from lograft.cli.common import table
+from lograft.cli.http_client import HttpClient, decode_error, parse_bootstrap
 from lograft.errors import TopicAlreadyExistsError
 from lograft.protocol.partitioner import partition_for_key
-from tests.unit.api.cli_support import RealNode, Result, dead_urls, run_cli
+from tests.unit.cli.cli_support import RealNode, Result, dead_urls, run_cli
 
 
 @pytest.fixture(scope="module")

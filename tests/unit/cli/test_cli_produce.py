@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from lograft.api.cli_produce import InputError, LineRecord, Pending, _line_ranges, parse_line
-from lograft.api.cli_progress import Progress
-from lograft.api.http_client import HttpClient
+from lograft.cli.http_client import HttpClient
+from lograft.cli.produce import InputError, LineRecord, Pending, _line_ranges, parse_line
+from lograft.cli.progress import Progress
 from lograft.protocol.partitioner import partition_for_key
-from tests.unit.api.cli_support import dead_urls, run_cli
 from tests.unit.api.conftest import PARTITIONS
+from tests.unit.cli.cli_support import dead_urls, run_cli
 
 
 def records_of(url: str, topic: str, partition: int) -> list[dict[str, Any]]:

@@ -13,16 +13,17 @@ from typing import Any
 import orjson
 import pytest
 
-from lograft.api import cli_coordinator, cli_groups
-from lograft.api.cli_coordinator import CoordinatorClient
-from lograft.api.cli_groups import incomplete_list_text, partitions_text
-from lograft.api.http_client import HttpClient, Reply
+from lograft.cli import coordinator as cli_coordinator
+from lograft.cli import groups as cli_groups
+from lograft.cli.coordinator import CoordinatorClient
+from lograft.cli.groups import incomplete_list_text, partitions_text
+from lograft.cli.http_client import HttpClient, Reply
 from lograft.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     RequestTimedOutError,
 )
-from tests.unit.api.cli_support import DEADLINE_S, RealNode, Result, run_cli
+from tests.unit.cli.cli_support import DEADLINE_S, RealNode, Result, run_cli
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from lograft.api.cli_common import (
+from lograft.cli.common import (
     EXIT_OK,
     Streams,
     add_connection_args,

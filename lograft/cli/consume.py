@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from lograft.api.cli_common import (
+from lograft.cli.common import (
     EXIT_OK,
     Streams,
     add_connection_args,
@@ -41,7 +41,7 @@ from lograft.api.cli_common import (
     non_negative_int,
     positive_int,
 )
-from lograft.api.http_client import JSON, ClusterUnreachableError, HttpClient, Reply, decode_error
+from lograft.cli.http_client import JSON, ClusterUnreachableError, HttpClient, Reply, decode_error
 from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
