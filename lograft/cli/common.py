@@ -19,10 +19,10 @@ from lograft.cli.http_client import (
     BOOTSTRAP_DEFAULT,
     BOOTSTRAP_ENV,
     REQUEST_TIMEOUT_MS_DEFAULT,
-    ClusterUnreachableError,
     HttpClient,
     parse_bootstrap,
 )
+from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import LograftError
 
 EXIT_OK = 0

@@ -41,7 +41,8 @@ from lograft.cli.common import (
     non_negative_int,
     positive_int,
 )
-from lograft.cli.http_client import JSON, ClusterUnreachableError, HttpClient, Reply, decode_error
+from lograft.cli.http_client import JSON, HttpClient, Reply, decode_error
+from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,

@@ -17,7 +17,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from lograft.cli.http_client import ClusterUnreachableError, HttpClient, decode_error
+from lograft.cli.http_client import HttpClient, decode_error
+from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import CoordinatorNotAvailableError, LograftError, NotCoordinatorError
 
 # NOT_COORDINATOR answers followed for one request before looking up again

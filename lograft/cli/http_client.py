@@ -16,7 +16,9 @@ one that answered. A node that cannot be reached is skipped; when none can be,
 Error bodies (`{"error": {"code", "message", "retriable", "details"}}`) are
 decoded into the `lograft.errors` class for the code (`LograftError.from_dict`),
 with `details` and the HTTP status kept; a code this version does not know
-still keeps its text (a subclass is made for it).
+still keeps its text (a subclass is made for it). The client-side errors
+(`ClusterUnreachableError`, `OutcomeUnknownError`, `UnexpectedResponseError`)
+are `lograft.client.errors`', the same classes the Python client raises.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ from typing import Any
 
 import orjson
 
+from lograft.client.errors import (
+    ClusterUnreachableError,
+    OutcomeUnknownError,
+    UnexpectedResponseError,
+)
 from lograft.errors import LograftError
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
@@ -42,26 +49,6 @@ REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 # Largest response body read, bytes (a fetch is bounded by the server's limits).
 RESPONSE_BYTES_MAX = 64 * 1024 * 1024
 JSON = "application/json"
-
-
-class ClusterUnreachableError(LograftError):
-    """No URL of the bootstrap list (or the one named) could be reached."""
-
-    code = "CLUSTER_UNREACHABLE"
-    retriable = True
-
-
-class OutcomeUnknownError(LograftError):
-    """A non-idempotent request was sent but its answer never came back."""
-
-    code = "OUTCOME_UNKNOWN"
-    retriable = False
-
-
-class BadResponseError(LograftError):
-    """The server answered something that is not the API's JSON."""
-
-    code = "BAD_RESPONSE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +92,7 @@ def decode_error(status: int, body: Any, url: str) -> LograftError:
         exc = LograftError.from_dict(body.get("error") if isinstance(body, dict) else None)
     except ValueError:
         text = body.decode(errors="replace")[:200] if isinstance(body, bytes) else repr(body)[:200]
-        exc = BadResponseError(f"{url} answered HTTP {status}: {text}")
+        exc = UnexpectedResponseError(f"{url} answered HTTP {status}: {text}")
     exc.status = status  # type: ignore[attr-defined]
     exc.url = url  # type: ignore[attr-defined]
     return exc
@@ -221,7 +208,7 @@ class HttpClient:
 def _reply(status: int, resp: Any, base: str) -> Reply:
     raw = resp.read(RESPONSE_BYTES_MAX + 1)
     if len(raw) > RESPONSE_BYTES_MAX:
-        raise BadResponseError(f"{base} answered more than {RESPONSE_BYTES_MAX} bytes")
+        raise UnexpectedResponseError(f"{base} answered more than {RESPONSE_BYTES_MAX} bytes")
     headers = {k.lower(): v for k, v in resp.headers.items()}
     body: Any = None
     if raw:
@@ -230,7 +217,9 @@ def _reply(status: int, resp: Any, base: str) -> Reply:
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError:
-                raise BadResponseError(f"{base} answered HTTP {status} with bad JSON") from None
+                raise UnexpectedResponseError(
+                    f"{base} answered HTTP {status} with bad JSON"
+                ) from None
     return Reply(status, body, base, headers)
 
 
@@ -249,10 +238,7 @@ def _reason(exc: BaseException | str) -> str:
 __all__ = [
     "BOOTSTRAP_DEFAULT",
     "BOOTSTRAP_ENV",
-    "BadResponseError",
-    "ClusterUnreachableError",
     "HttpClient",
-    "OutcomeUnknownError",
     "Reply",
     "decode_error",
     "default_bootstrap",

@@ -6,9 +6,10 @@ re-raised as the `lograft.errors` class for their code
 `details["http_status"]`; a code this version does not know becomes a
 `LograftError` subclass carrying that code and the server's `retriable` flag.
 
-The classes below are client-side conditions with no server code. They are
-deliberately not registered in `lograft.errors`' registry: no server sends
-them.
+The classes below are client-side conditions with no server code, for this
+package and for the `lograft` command line alike (each is defined once,
+here). They are deliberately not registered in `lograft.errors`' registry: no
+server sends them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class NetworkError(LograftError):
 
 class ClusterUnreachableError(LograftError):
     """None of the nodes tried (bootstrap URLs and known brokers) could be reached.
-    The message and `details["errors"]` name every URL and why it failed."""
+    The message and `details` (`errors` here, `tried` from the command line)
+    name every URL tried."""
 
     code = "CLUSTER_UNREACHABLE"
     retriable = True
@@ -87,6 +89,15 @@ class CommitFailedError(LograftError):
     CommitFailedException). The server's error is chained."""
 
     code = "COMMIT_FAILED"
+
+
+class OutcomeUnknownError(LograftError):
+    """A request that is not safe to repeat (a produce, an admin change) was
+    sent, but its answer never came back: it may or may not have taken effect.
+    Not retriable: repeating it could apply it twice. (The producer instead
+    retries under idempotence; see NetworkError.)"""
+
+    code = "OUTCOME_UNKNOWN"
 
 
 class UnexpectedResponseError(LograftError):

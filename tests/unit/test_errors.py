@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 import pytest
 
+import lograft
 from lograft import errors
 from lograft.api import http_errors
 
@@ -108,3 +111,17 @@ def test_what_is_not_an_error_object_is_a_value_error(body: Any) -> None:
     with pytest.raises(ValueError) as info:
         errors.LograftError.from_dict(body)
     assert len(str(info.value)) < 200, "the message must not echo a large body"
+
+
+def test_every_error_code_is_one_class_across_lograft() -> None:
+    """Each error is defined once: the command line's client-side errors are
+    `lograft.client.errors`' (a second CLUSTER_UNREACHABLE, and a
+    BAD_RESPONSE beside UNEXPECTED_RESPONSE, once lived in api/http_client.py)."""
+    defined: dict[str, list[str]] = {}
+    for info in pkgutil.walk_packages(lograft.__path__, "lograft."):
+        module = importlib.import_module(info.name)
+        for _name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and issubclass(cls, errors.LograftError):
+                defined.setdefault(cls.code, []).append(f"{cls.__module__}.{cls.__qualname__}")
+    twice = {code: where for code, where in defined.items() if len(where) > 1}
+    assert not twice, f"codes defined more than once: {twice}"

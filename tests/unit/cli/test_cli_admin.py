@@ -210,7 +210,7 @@ def test_decode_error_keeps_class_code_details_and_unknown_codes():
     odd = decode_error(404, {"error": {"code": "NOT_FOUND", "message": "no route"}}, "u")
     assert odd.code == "NOT_FOUND" and odd.message == "no route"
     junk = decode_error(502, b"<html>bad gateway</html>", "u")
-    assert junk.code == "BAD_RESPONSE" and "bad gateway" in junk.message
+    assert junk.code == "UNEXPECTED_RESPONSE" and "bad gateway" in junk.message
 
 
 def test_table_aligns_columns():
