@@ -95,7 +95,7 @@ ATTACKS = (
 # what was written, ISR checks) settles and is not charged to the next round.
 SETTLE_S = 1.0
 PROBE_TIMEOUT_S = 60.0
-# The node reports its worst loop lag over this window (lograft/api/loop_lag.py);
+# The node reports its worst loop lag over this window (lograft/node/loop_lag.py);
 # a round starts once that is at most QUIET_LAG_MS, ms.
 LAG_WINDOW_S = 10
 QUIET_LAG_MS = 50.0

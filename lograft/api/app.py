@@ -1,7 +1,7 @@
 """The aiohttp application: middleware, limits and route groups.
 
 Public API under `/v1`, health at `/healthz` (the process is up, and how
-late its event loop runs: `loop_lag_ms`, lograft/api/loop_lag.py) and
+late its event loop runs: `loop_lag_ms`, lograft/node/loop_lag.py) and
 `/readyz` (it can serve: metadata caught up, broker registered and unfenced,
 every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret

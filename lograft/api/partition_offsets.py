@@ -34,7 +34,6 @@ import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_body
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
 from lograft.api.stream.polls import decode_error
 from lograft.brokers.groups.admin import PartitionBounds
@@ -46,6 +45,7 @@ from lograft.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 PATH = "/internal/v1/partition-offsets"

@@ -20,9 +20,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from lograft.api.controller_client import ControllerClient
 from lograft.api.partition_offsets import LeaderOffsets, PartitionOffsets
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.metadata_sync import ImageView
@@ -34,6 +32,8 @@ from lograft.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from lograft.node.controller_client import ControllerClient
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter

@@ -39,7 +39,6 @@ from aiohttp import web
 
 from lograft.api.fetch_json import PageRequest, render_page, response_body
 from lograft.api.http_errors import error_dict
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.record_work import INLINE_BYTES_MAX, RecordWork, worth_a_thread
 from lograft.api.records_json import (
     READ_FORMATS,
@@ -62,6 +61,7 @@ from lograft.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.batch import (
     RecordInput,
     build_batch,

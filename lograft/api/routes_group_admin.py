@@ -30,13 +30,13 @@ from lograft.api.group_json import (
     topics_from_json,
 )
 from lograft.api.partition_offsets import PartitionOffsets
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import json_response
 from lograft.api.services import MetadataView
 from lograft.brokers.groups.admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 # How long describe waits for partition leaders' high watermarks (lag), ms.

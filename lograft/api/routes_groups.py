@@ -36,7 +36,6 @@ from lograft.api.group_json import (
 )
 from lograft.api.http_errors import error_dict
 from lograft.api.partition_offsets import PartitionOffsets
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, optional_query_int
 from lograft.api.routes_data import json_response
 from lograft.api.routes_group_admin import (
@@ -59,6 +58,7 @@ from lograft.errors import (
     InvalidRequestError,
     LograftError,
 )
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 # How long fetching offsets with auto_offset_reset waits for partition leaders, ms.

@@ -54,8 +54,8 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 def _cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
-    from lograft.api.node import check_config, configure_logging, run_node
-    from lograft.api.node_config import load_config
+    from lograft.node.config import load_config
+    from lograft.node.server import check_config, configure_logging, run_node
 
     try:
         config = load_config(args.config)

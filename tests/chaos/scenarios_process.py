@@ -253,7 +253,7 @@ register(
         "pause-controller",
         "SIGSTOP the active controller until it is fenced and replaced, then SIGCONT",
         pause_controller,
-        # the regression test of the heartbeat timeout (lograft/api/broker_agent.py)
+        # the regression test of the heartbeat timeout (lograft/node/broker_agent.py)
         fast=True,
     )
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.node import check_config
-from lograft.api.node_config import load_config
+from lograft.node.config import load_config
+from lograft.node.server import check_config
 from tests.integration.cluster_harness import (
     LograftCluster,
     NodeSpec,

@@ -30,12 +30,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from lograft.api import node as node_module
-from lograft.api.controller_client import ControllerClient
-from lograft.api.node import Node
-from lograft.api.node_config import parse_config
 from lograft.api.openapi import PATHS, document
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.node import server as node_module
+from lograft.node.config import parse_config
+from lograft.node.controller_client import ControllerClient
+from lograft.node.server import Node
 from lograft.protocol.batch import CRC_POS, HEADER, RecordInput, build_batch
 from lograft.protocol.batch import compute_crc as batch_crc
 from lograft.quorum.controller_runtime import ControllerRuntime

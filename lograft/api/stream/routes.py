@@ -57,7 +57,6 @@ import aiohttp
 from aiohttp import web
 
 from lograft.api.app import SECRET_HEADER
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
@@ -80,6 +79,7 @@ from lograft.errors import (
     StreamsLimitReachedError,
     UnknownTopicOrPartitionError,
 )
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 OFFSET_NAMES = ("earliest", "latest")

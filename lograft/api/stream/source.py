@@ -35,7 +35,6 @@ from typing import TypeVar
 import aiohttp
 import orjson
 
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import MetadataView
 from lograft.api.stream.polls import RemoteReads, decode_error
 from lograft.brokers.replica_manager import ReplicaManager
@@ -46,6 +45,7 @@ from lograft.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")

@@ -27,7 +27,6 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import SECRET_HEADER, create_app
-from lograft.api.loop_lag import LoopLagProbe
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import RenderLimits
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataLimits, DataRoutes
@@ -36,6 +35,7 @@ from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import LograftError
+from lograft.node.loop_lag import LoopLagProbe
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.compression import Compression
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE

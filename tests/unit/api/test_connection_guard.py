@@ -16,7 +16,7 @@ from aiohttp import web
 
 from lograft.api.app import create_app
 from lograft.api.http_server import HttpServer
-from lograft.api.node_config import HttpConfig
+from lograft.node.config import HttpConfig
 from tests.raft_support import free_port
 
 DEADLINE_S = 0.3

@@ -11,7 +11,7 @@ import pytest
 
 from lograft.api.routes_internal import ControllerRpc
 from lograft.errors import InvalidRequestError
-from tests.unit.api.test_heartbeat_contact import Clock, SlowRaft, runtime
+from tests.unit.node.test_heartbeat_contact import Clock, SlowRaft, runtime
 
 
 def alter(item: dict[str, Any], **body: Any) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from lograft.api.partition_offsets import (
     PartitionOffsets,
     add_partition_offsets_route,
 )
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition

@@ -16,7 +16,6 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import create_app
 from lograft.api.partition_offsets import PartitionOffsets
-from lograft.api.peer_urls import PeerUrls
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.stream.routes import StreamLimits, StreamRoutes
@@ -25,6 +24,7 @@ from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition

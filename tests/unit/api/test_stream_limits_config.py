@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.node import check_config
-from lograft.api.node_config import parse_config
 from lograft.api.stream.limits_config import stream_limits_from_config
 from lograft.api.stream.routes import StreamLimits
 from lograft.errors import InvalidConfigError
+from lograft.node.config import parse_config
+from lograft.node.server import check_config
 
 
 def test_empty_section_gives_the_defaults() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.node_config import load_config, parse_config
 from lograft.errors import InvalidConfigError
+from lograft.node.config import load_config, parse_config
 
 GOOD = """
 node_id = 2
@@ -278,7 +278,7 @@ def test_a_bad_advertised_url_names_the_key(url):
 
 async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch):
     """The endpoint a broker registers with the controller is the advertised URL."""
-    from lograft.api import node as node_module
+    from lograft.node import server as node_module
 
     registered: list[dict[str, str]] = []
 
@@ -327,8 +327,8 @@ async def test_the_node_registers_its_advertised_url(tmp_path: Path, monkeypatch
 def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, body: str, key: str
 ):
-    from lograft.api.node import check_config
     from lograft.cli.main import main
+    from lograft.node.server import check_config
 
     data_dir = tmp_path / "data"
     text = (

@@ -38,8 +38,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from lograft.api.controller_client import CONTROLLER_REQUEST_TIMEOUT_MS, ControllerClient
-from lograft.api.heartbeat_thread import (
+from lograft.errors import LograftError
+from lograft.node.controller_client import CONTROLLER_REQUEST_TIMEOUT_MS, ControllerClient
+from lograft.node.heartbeat_thread import (
     ClientFactory,
     HeartbeatAnswer,
     HeartbeatSpec,
@@ -47,7 +48,6 @@ from lograft.api.heartbeat_thread import (
     Outcome,
     Registered,
 )
-from lograft.errors import LograftError
 
 log = logging.getLogger(__name__)
 

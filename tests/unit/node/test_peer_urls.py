@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.controller_client import ControllerClient
-from lograft.api.node_config import Voter, load_config, parse_config
-from lograft.api.peer_urls import PeerUrls
 from lograft.errors import InvalidConfigError
+from lograft.node.config import Voter, load_config, parse_config
+from lograft.node.controller_client import ControllerClient
+from lograft.node.peer_urls import PeerUrls
 from tests.integration.cluster_harness import NodeSpec, node_config_toml
 
 VOTERS = [

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.node import check_config
-from lograft.api.node_config import parse_config
 from lograft.errors import InvalidConfigError
+from lograft.node.config import parse_config
+from lograft.node.server import check_config
 
 
 def config(tmp_path: Path, groups: dict[str, object]) -> dict[str, object]:

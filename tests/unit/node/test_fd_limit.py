@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lograft.api.fd_limit import ensure_fd_limit
+from lograft.node.fd_limit import ensure_fd_limit
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lograft.api.broker_agent import AgentState, BrokerAgent
-from lograft.api.controller_client import ControllerClient
-from lograft.api.heartbeat_thread import Outcome
-from lograft.api.node_config import NodeConfig, parse_config
+from lograft.node.broker_agent import AgentState, BrokerAgent
+from lograft.node.config import NodeConfig, parse_config
+from lograft.node.controller_client import ControllerClient
+from lograft.node.heartbeat_thread import Outcome
 
 INTERVAL_MS = 500  # the defaults of [controller]
 SESSION_MS = 1500

@@ -29,17 +29,8 @@ from typing import Any
 import aiohttp
 
 from lograft.api.app import SECRET_HEADER, create_app
-from lograft.api.broker_agent import BrokerAgent
-from lograft.api.controller_client import ControllerClient
-from lograft.api.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.api.http_server import HttpServer
-from lograft.api.loop_lag import LoopLagProbe
-from lograft.api.node_config import NodeConfig
-from lograft.api.offsets_topic import create_offsets_topic, offsets_topic_request
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
-from lograft.api.peer_urls import PeerUrls
-from lograft.api.producer_ids import ProducerIdManager, add_producer_routes
-from lograft.api.raft_password import raft_password_for
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import RenderLimits
 from lograft.api.routes_admin import AdminRoutes
@@ -64,6 +55,15 @@ from lograft.errors import (
     LograftError,
     RequestTimedOutError,
 )
+from lograft.node.broker_agent import BrokerAgent
+from lograft.node.config import NodeConfig
+from lograft.node.controller_client import ControllerClient
+from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
+from lograft.node.loop_lag import LoopLagProbe
+from lograft.node.offsets_topic import create_offsets_topic, offsets_topic_request
+from lograft.node.peer_urls import PeerUrls
+from lograft.node.producer_ids import ProducerIdManager, add_producer_routes
+from lograft.node.raft_password import raft_password_for
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime

@@ -22,8 +22,8 @@ import base64
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from lograft.api.node_config import NodeConfig
 from lograft.errors import InvalidConfigError
+from lograft.node.config import NodeConfig
 
 # Versioned: a change of derivation must change this label.
 RAFT_PASSWORD_INFO = b"lograft raft password v1"

@@ -1,8 +1,8 @@
-"""What /readyz adds about a broker's replicas (lograft.api.node.broker_unready)."""
+"""What /readyz adds about a broker's replicas (lograft.node.server.broker_unready)."""
 
 from __future__ import annotations
 
-from lograft.api.node import READY_FAILED_REPLICAS_SHOWN, broker_unready
+from lograft.node.server import READY_FAILED_REPLICAS_SHOWN, broker_unready
 
 
 def test_all_well_adds_nothing() -> None:

@@ -40,8 +40,8 @@ from typing import Any
 
 import aiohttp
 
-from lograft.api.controller_client import ControllerClient
 from lograft.errors import BrokerIdNotRegisteredError, LograftError, StaleBrokerEpochError
+from lograft.node.controller_client import ControllerClient
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ import aiohttp
 import orjson
 
 from lograft.api.app import SECRET_HEADER
-from lograft.api.node_config import NodeConfig
-from lograft.api.peer_urls import PeerUrls
 from lograft.errors import (
     BrokerNotAvailableError,
     LograftError,
     NotControllerError,
 )
+from lograft.node.config import NodeConfig
+from lograft.node.peer_urls import PeerUrls
 from lograft.quorum.controller_runtime import ControllerRuntime
 
 CONTROLLER_PREFIX = "/internal/v1/controller"

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from lograft.api import loop_lag
 from lograft.api.app import create_app
-from lograft.api.loop_lag import LoopLagProbe
+from lograft.node import loop_lag
+from lograft.node.loop_lag import LoopLagProbe
 
 
 def test_the_worst_lag_is_that_of_the_last_window():
@@ -29,7 +29,7 @@ def test_the_worst_lag_is_that_of_the_last_window():
 
 def test_a_long_stall_is_logged(caplog):
     probe = LoopLagProbe()
-    with caplog.at_level("WARNING", logger="lograft.api.loop_lag"):
+    with caplog.at_level("WARNING", logger="lograft.node.loop_lag"):
         probe.record(loop_lag.WARN_MS - 1, now=1.0)
         probe.record(loop_lag.WARN_MS + 500, now=2.0)
     assert [r.getMessage() for r in caplog.records] == [

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from lograft.api.node import check_config, raft_config_for
-from lograft.api.node_config import parse_config
-from lograft.api.raft_password import SECRET_CHARS_MIN, derive_raft_password
 from lograft.errors import InvalidConfigError
+from lograft.node.config import parse_config
+from lograft.node.raft_password import SECRET_CHARS_MIN, derive_raft_password
+from lograft.node.server import check_config, raft_config_for
 from lograft.quorum.raft.adapter import RaftAdapter
 from tests.raft_support import (
     FAST_TIMINGS,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lograft.api.node_config import Voter
 from lograft.api.services import MetadataView
+from lograft.node.config import Voter
 
 
 class PeerUrls:

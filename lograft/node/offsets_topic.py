@@ -16,11 +16,11 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lograft.api.controller_client import ControllerClient
 from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.errors import RequestTimedOutError, TopicAlreadyExistsError
+from lograft.node.controller_client import ControllerClient
 from lograft.quorum.raft.adapter import RaftAdapter
 
 # How long creation waits for this node's metadata and replicas to include the topic, ms.
