@@ -18,33 +18,79 @@ A leaf like `errors`: it imports nothing of lograft but `errors`.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import re
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from lograft.errors import LograftError
 
-__all__ = ["Record", "build", "decode_json", "encode_json", "field_path", "to_builtins"]
+__all__ = [
+    "FieldError",
+    "NonNegative",
+    "Positive",
+    "Record",
+    "build",
+    "decode_json",
+    "encode_json",
+    "field_path",
+    "to_builtins",
+    "type_at",
+]
 
 T = TypeVar("T")
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """Base of every validated value: immutable, keyword-built, strict about keys."""
+    """Base of every validated value: immutable, keyword-built, strict about keys.
+
+    Constraints (`Meta`) are checked when a Record is built from data
+    (`build`, `decode_json`), not when code calls the constructor with values
+    it already trusts; rules between fields go in `__post_init__` (raising
+    `FieldError`), which runs either way.
+    """
+
+
+# The integer constraints most settings share.
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class FieldError(ValueError):
+    """A rule between fields broken, raised by a Record's `__post_init__`:
+    `build` reports it as the caller's error at the path of `field`."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
 
 
 def build(
-    value: Any, into: type[T], *, error: type[LograftError], where: str = "", strict: bool = True
+    value: Any,
+    into: type[T],
+    *,
+    error: type[LograftError],
+    where: str = "",
+    strict: bool = True,
+    detail: str | None = None,
 ) -> T:
     """`value` (builtins: dicts, lists, str, int, ...) as an `into`, or `error`.
 
     `strict=False` lets strings stand for numbers and booleans, for sources
     that only have strings (environment variables); JSON and TOML use strict.
+    `detail` names the error detail that carries the dotted path of the bad
+    field (configs: "key"), so a caller can point at it without parsing text.
+    A `pathlib.Path` field takes a string.
     """
     try:
-        return msgspec.convert(value, into, strict=strict)
+        return msgspec.convert(value, into, strict=strict, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
-        raise error(_message(exc, where)) from None
+        place, reason = _explain(exc, where, value, into)
+        details = {detail: place} if detail is not None else {}
+        raise error(f"{place}: {reason}" if place else reason, **details) from None
 
 
 def decode_json(
@@ -52,9 +98,10 @@ def decode_json(
 ) -> T:
     """JSON bytes as an `into`, or `error` (bad JSON and bad values alike)."""
     try:
-        return msgspec.json.decode(data, type=into)
+        return msgspec.json.decode(data, type=into, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
-        raise error(_message(exc, where)) from None
+        place, reason = _explain(exc, where, _MISSING, into)
+        raise error(f"{place}: {reason}" if place else reason) from None
     except msgspec.DecodeError as exc:
         raise error(f"{where + ': ' if where else ''}not valid JSON ({exc})") from None
 
@@ -66,7 +113,115 @@ def encode_json(value: Any) -> bytes:
 
 def to_builtins(value: Any) -> Any:
     """`value` with every Record turned into a dict (for rendering, TOML, logs)."""
-    return msgspec.to_builtins(value)
+    return msgspec.to_builtins(value, enc_hook=_enc_hook)
+
+
+def type_at(into: Any, path: list[str]) -> msgspec.inspect.Type | None:
+    """The declared type of the field at `path` (names of nested fields or
+    dict keys) inside `into`, or None when `into` declares no such field.
+    Optional fields (`X | None`) give X."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(into)
+    for part in path:
+        info = _unwrap(info)
+        if isinstance(info, msgspec.inspect.StructType):
+            named = [f for f in info.fields if f.encode_name == part]
+            if not named:
+                return None
+            info = named[0].type
+        elif isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+        elif isinstance(info, _SEQUENCES) and (part.isdigit() or part == "..."):
+            info = info.item_type
+        else:
+            return None
+    return _unwrap(info)
+
+
+_SEQUENCES = (msgspec.inspect.ListType, msgspec.inspect.VarTupleType, msgspec.inspect.SetType)
+
+
+def _unwrap(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    if isinstance(info, msgspec.inspect.UnionType):
+        rest = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if len(rest) == 1:
+            return rest[0]
+    return info
+
+
+def _dec_hook(into: type, value: Any) -> Any:
+    if into is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError
+
+
+def _enc_hook(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise NotImplementedError
+
+
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `([^`]*)`")
+_SHOWN_CHARS_MAX = 80
+
+
+def _explain(exc: msgspec.ValidationError, where: str, value: Any, into: Any) -> tuple[str, str]:
+    """(dotted path of the bad field, what is wrong with it), with msgspec's
+    text made as precise as a hand-written check: an unknown or missing field
+    is part of the path and an unknown one lists the known names, and a value
+    out of bounds is shown."""
+    text = str(exc)
+    cut = text.rfind(" - at `$")
+    reason = text[:cut] if cut >= 0 else text
+    path = field_path(exc)
+    steps = [m.group(1) or m.group(2) for m in _STEP.finditer("." + path)] if path else []
+    named = _NAMED_FIELD.match(reason)
+    cause = exc.__cause__
+    if isinstance(cause, FieldError):
+        path = f"{path}.{cause.field}" if path else cause.field
+        reason = cause.rule
+    elif named is not None:
+        if reason.startswith("Object contains unknown"):
+            known = _known_fields(into, steps)
+            reason = f"unknown field; known: {', '.join(known)}" if known else "unknown field"
+        else:
+            reason = "required"
+        path = f"{path}.{named.group(1)}" if path else named.group(1)
+    elif "got" not in reason:
+        found = _value_at(value, steps)
+        if found is not _MISSING:
+            shown = repr(found)
+            if len(shown) > _SHOWN_CHARS_MAX:
+                shown = shown[:_SHOWN_CHARS_MAX] + "..."
+            reason = f"{reason}, got {shown}"
+    place = ".".join(p for p in (where, path) if p)
+    return place, reason
+
+
+def _known_fields(into: Any, steps: list[str]) -> list[str]:
+    try:
+        info = type_at(into, steps)
+    except TypeError:
+        return []
+    if isinstance(info, msgspec.inspect.StructType):
+        return sorted(f.encode_name for f in info.fields)
+    return []
+
+
+_MISSING = object()
+
+
+def _value_at(value: Any, steps: list[str]) -> Any:
+    if value is _MISSING:
+        return _MISSING
+    for step in steps:
+        if isinstance(value, dict) and step in value:
+            value = value[step]
+        elif isinstance(value, list | tuple) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return _MISSING
+    return value
 
 
 def field_path(exc: msgspec.ValidationError) -> str:
@@ -77,12 +232,3 @@ def field_path(exc: msgspec.ValidationError) -> str:
     if at < 0:
         return ""
     return text[at + len(marker) :].rstrip("`").lstrip(".")
-
-
-def _message(exc: msgspec.ValidationError, where: str) -> str:
-    text = str(exc)
-    path = field_path(exc)
-    cut = text.rfind(" - at `$")
-    reason = text[:cut] if cut >= 0 else text
-    place = ".".join(p for p in (where, path) if p)
-    return f"{place}: {reason}" if place else reason

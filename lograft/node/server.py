@@ -23,7 +23,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -69,6 +69,7 @@ from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
+from lograft.typed import build
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,13 @@ def raft_config_for(config: NodeConfig) -> RaftConfig:
 
 
 def controller_config_for(config: NodeConfig) -> ControllerConfig:
-    known = {f.name for f in fields(ControllerConfig)}
-    for key in config.controller:
-        if key not in known:
-            raise InvalidConfigError(
-                f"unknown setting controller.{key}; known: {', '.join(sorted(known))}",
-                key=f"controller.{key}",
-            )
-    return ControllerConfig(**dict(config.controller))
+    return build(
+        dict(config.controller),
+        ControllerConfig,
+        error=InvalidConfigError,
+        where="controller",
+        detail="key",
+    )
 
 
 def check_config(config: NodeConfig) -> None:

@@ -27,44 +27,38 @@ per rebalance round).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated
 
-from lograft.errors import InvalidConfigError
+from msgspec import Meta
+
+from lograft.typed import FieldError, Positive, Record
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    broker_heartbeat_interval_ms: int = 500
-    broker_session_timeout_ms: int = 1500
-    fence_check_interval_ms: int = 250
+class ControllerConfig(Record):
+    """`[controller]` in the node config; built with `lograft.typed.build`."""
+
+    broker_heartbeat_interval_ms: Positive = 500
+    broker_session_timeout_ms: Positive = 1500
+    fence_check_interval_ms: Positive = 250
     # Kafka's leader.imbalance.per.broker.percentage (10%): a broker whose share
     # of preferred partitions led by someone else exceeds this is rebalanced.
-    leader_imbalance_ratio_max: float = 0.10
+    leader_imbalance_ratio_max: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.10
     # Kafka checks every 300 s; a small cluster recovers balance sooner with 30 s,
     # and the check is one pass over the image.
-    leader_imbalance_check_interval_ms: int = 30_000
+    leader_imbalance_check_interval_ms: Positive = 30_000
     # Bounds one rebalance batch; the next round moves the rest.
-    preferred_elections_per_round_max: int = 1_000
+    preferred_elections_per_round_max: Positive = 1_000
     # Kafka's block size for producer-id allocation.
-    producer_id_block_size: int = 1_000
+    producer_id_block_size: Positive = 1_000
     # A topic is created in one atomic batch of 1 + partitions (+ configs)
     # records; this bounds that batch (~150 bytes per partition record).
-    partitions_per_topic_max: int = 2_000
-    configs_per_request_max: int = 100
-    config_value_bytes_max: int = 4_096
+    partitions_per_topic_max: Positive = 2_000
+    configs_per_request_max: Positive = 100
+    config_value_bytes_max: Positive = 4_096
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if name != "leader_imbalance_ratio_max" and (type(value) is not int or value <= 0):
-                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}", key=name)
-        if not 0.0 <= self.leader_imbalance_ratio_max <= 1.0:
-            raise InvalidConfigError(
-                "leader_imbalance_ratio_max must be within [0, 1]", key="leader_imbalance_ratio_max"
-            )
         # A session shorter than two heartbeats would fence a broker on one lost heartbeat.
         if self.broker_session_timeout_ms < 2 * self.broker_heartbeat_interval_ms:
-            raise InvalidConfigError(
-                "broker_session_timeout_ms must be at least 2 * broker_heartbeat_interval_ms",
-                key="broker_session_timeout_ms",
+            raise FieldError(
+                "broker_session_timeout_ms", "must be at least 2 * broker_heartbeat_interval_ms"
             )

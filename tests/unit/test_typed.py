@@ -26,8 +26,9 @@ def test_defaults_and_values_are_built():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ({"http": {"port": 0}}, "config.http.port: Expected `int` >= 1"),
-        ({"http": {"prt": 1}}, "config.http: Object contains unknown field `prt`"),
+        ({"http": {"port": 0}}, "config.http.port: Expected `int` >= 1, got 0"),
+        ({"http": {"prt": 1}}, "config.http.prt: unknown field; known: host, port"),
+        ({"http": 1}, "config.http: Expected `object`, got `int`"),
         ({"http": {"port": "12"}}, "config.http.port: Expected `int`, got `str`"),
     ],
 )
@@ -46,3 +47,51 @@ def test_json_round_trips_and_bad_json_is_the_callers_error():
     assert decode_json(encode_json(Config()), Config, error=InvalidRequestError) == Config()
     with pytest.raises(InvalidRequestError, match="not valid JSON"):
         decode_json(b"{", Config, error=InvalidRequestError)
+
+
+class Node(Record):
+    node_id: int
+    http: Http = Http()
+
+
+def test_a_missing_field_is_named_and_the_detail_carries_the_path():
+    with pytest.raises(InvalidConfigError) as caught:
+        build({}, Node, error=InvalidConfigError, detail="key")
+    assert (str(caught.value), caught.value.details) == ("node_id: required", {"key": "node_id"})
+    with pytest.raises(InvalidConfigError) as caught:
+        build({"node_id": 1, "http": {"port": 70000}}, Node, error=InvalidConfigError, detail="key")
+    assert caught.value.details == {"key": "http.port"}
+    assert str(caught.value) == "http.port: Expected `int` <= 65535, got 70000"
+
+
+def test_a_path_field_takes_a_string():
+    from pathlib import Path
+
+    class Where(Record):
+        data_dir: Path
+
+    assert build({"data_dir": "d"}, Where, error=InvalidConfigError).data_dir == Path("d")
+
+
+class Window(Record):
+    low: int = 0
+    high: int = 1
+
+    def __post_init__(self) -> None:
+        if self.high <= self.low:
+            from lograft.typed import FieldError
+
+            raise FieldError("high", "must exceed low")
+
+
+class Outer(Record):
+    window: Window = Window()
+
+
+def test_a_rule_between_fields_names_the_field_at_fault():
+    with pytest.raises(InvalidConfigError) as caught:
+        build({"window": {"low": 5}}, Outer, error=InvalidConfigError, detail="key")
+    assert (str(caught.value), caught.value.details) == (
+        "window.high: must exceed low",
+        {"key": "window.high"},
+    )

@@ -6,6 +6,7 @@ from lograft.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from lograft.quorum.configs import AlterConfigRequest, alter_config, effective_topic_config
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.records import ConfigResourceType
+from lograft.typed import build
 
 from .metadata_cluster import cluster_of
 
@@ -35,8 +36,9 @@ def test_defaults_replace_a_dead_leader_in_about_two_seconds_without_flapping():
 )
 def test_bad_limits_are_refused_naming_the_key(changes):
     with pytest.raises(InvalidConfigError) as raised:
-        ControllerConfig(**changes)
+        build(changes, ControllerConfig, error=InvalidConfigError, detail="key")
     assert raised.value.details["key"] in changes
+    assert raised.value.details["key"] in raised.value.message
 
 
 def test_topic_config_falls_back_to_the_cluster():
