@@ -12,6 +12,8 @@ export JAVA_HOME
 
 echo "[test] ruff check"
 "$PY" -m ruff check lograft tests scripts
+echo "[test] lint-imports (the layering: [tool.importlinter] in pyproject.toml)"
+"$ROOT/.venv/bin/lint-imports" --no-logo
 echo "[test] pytest"
 set +e
 "$PY" -m pytest -q -p no:cacheprovider "$@"
