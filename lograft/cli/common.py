@@ -111,8 +111,8 @@ def error_text(exc: LograftError) -> str:
             f"${BOOTSTRAP_ENV}) at a node's HTTP address."
         )
     text = f"{exc.code}: {exc.message}"
-    url = getattr(exc, "url", None)
-    return f"{text} (from {url})" if url else text
+    url = exc.details.get("url") or getattr(exc, "url", None)
+    return f"{text} (from {url})" if isinstance(url, str) and url else text
 
 
 def count(n: int, what: str) -> str:

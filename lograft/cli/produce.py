@@ -3,28 +3,29 @@
 Each non-empty input line is one record. With `--key-separator SEP` the text
 before the first SEP is the key and the rest the value (a line without SEP is
 a value with no key, as kcat -K does). `--value-format string` sends the line
-as a UTF-8 string; `json` parses it as JSON first (a bad line stops the run
-and names its line number).
+as a UTF-8 string; `json` parses it as JSON first and sends it as compact
+JSON text (a bad line stops the run and names its line number).
 
-Lines are read on a thread into a bounded queue and sent in batches of at
-most `--batch-records` records and about `--batch-bytes` bytes per request;
-a batch also goes out once its first line has waited `--linger-ms`, so
-`tail -f app.log | lograft produce logs` delivers lines as they come.
+The records go through `lograft.client.Producer`: batches per partition of at
+most `--batch-records` records and about `--batch-bytes` bytes, a partial
+batch sent once it has waited `--linger-ms` (so `tail -f app.log | lograft
+produce logs` delivers lines as they come), keyed records on their murmur2
+partition, retries of retriable errors within `--timeout-ms`, idempotence
+with acks=all (a retried batch is never written twice).
 
-The first batch that fails stops the run (sending more could reorder what
-follows it): the command then says which records failed and why, how many
-were acknowledged, and exits 1.
+The first record that fails stops the run: its callback aborts the producer
+(`Producer.abort`, Kafka's `close(0)` from a callback), so no record after it
+is sent; requests already in flight finish. The command then says which
+records failed and why, how many were acknowledged, and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import queue
 import stat
 import threading
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,27 +39,26 @@ from lograft.cli.common import (
     EXIT_OK,
     Streams,
     add_connection_args,
-    client_for,
     count,
     error_text,
     non_negative_int,
     positive_int,
 )
-from lograft.cli.http_client import HttpClient, decode_error
 from lograft.cli.progress import Progress
 from lograft.errors import LograftError
 
 BATCH_RECORDS_DEFAULT = 500
-# The server's produce_records_max default; a larger batch would be refused.
+# The server's produce_records_max default: a batch of more is not useful.
 BATCH_RECORDS_MAX = 10_000
 BATCH_BYTES_DEFAULT = 1024 * 1024
 LINGER_MS_DEFAULT = 100
-# One input line may be at most this long, bytes (the request limit is 16 MiB).
+# One input line may be at most this long, bytes.
 LINE_BYTES_MAX = 8 * 1024 * 1024
-# Lines read ahead of the sender, at most.
-READ_AHEAD_LINES_MAX = 2 * BATCH_RECORDS_MAX
-# JSON framing per record in a request, bytes (an estimate for --batch-bytes).
-RECORD_OVERHEAD_BYTES = 32
+# The producer's memory for records not yet acknowledged, bytes (at least two
+# batches' worth: see _producer_settings).
+BUFFER_BYTES_MIN = 32 * 1024 * 1024
+# How long Ctrl-C waits for the requests in flight before the summary, ms.
+INTERRUPT_CLOSE_MS = 5_000
 
 
 class InputError(LograftError):
@@ -135,12 +135,12 @@ def _batch_records(text: str) -> int:
 @dataclass(frozen=True, slots=True)
 class LineRecord:
     line_no: int
-    key: str | None
-    value: Any
-    size: int
+    key: bytes | None
+    value: bytes
 
 
 def parse_line(line_no: int, raw: bytes, key_sep: str | None, value_format: str) -> LineRecord:
+    """One line (without its line end) as a record's key and value bytes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -152,128 +152,104 @@ def parse_line(line_no: int, raw: bytes, key_sep: str | None, value_format: str)
         head, sep, tail = text.partition(key_sep)
         if sep:
             key, text = head, tail
-    value: Any = text
+    value = text.encode("utf-8")
     if value_format == "json":
         try:
-            value = orjson.loads(text)
+            value = orjson.dumps(orjson.loads(value))
         except orjson.JSONDecodeError as exc:
             raise InputError(
                 f"line {line_no} is not JSON ({exc}); use --value-format string"
             ) from None
-    return LineRecord(line_no, key, value, len(raw) + RECORD_OVERHEAD_BYTES)
+    return LineRecord(line_no, None if key is None else key.encode("utf-8"), value)
 
 
-_EOF = object()
-_TIMEOUT = object()
-
-
-class LineSource:
-    """Reads lines on a daemon thread into a bounded queue (so a batch can be sent
-    while the input is idle, and reading overlaps sending)."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self.stream = stream
-        self.bytes_read = 0
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=READ_AHEAD_LINES_MAX)
-        self._thread = threading.Thread(target=self._read, name="produce-input", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
+def read_lines(stream: BinaryIO) -> Any:
+    """(line number, line without its line end) for every non-empty line;
+    InputError for a line over LINE_BYTES_MAX or a read that fails."""
+    line_no = 0
+    while True:
+        line_no += 1
         try:
-            for line_no in range(1, 1 << 62):
-                raw = self.stream.readline(LINE_BYTES_MAX + 1)
-                if not raw:
-                    break
-                if len(raw) > LINE_BYTES_MAX:
-                    raise InputError(f"line {line_no} is longer than {LINE_BYTES_MAX} bytes")
-                self._queue.put((line_no, raw))
-            self._queue.put(_EOF)
-        except (OSError, InputError) as exc:
-            self._queue.put(exc)
-
-    def get(self, timeout_s: float | None) -> Any:
-        """(line_no, line bytes), _EOF, or _TIMEOUT; raises what reading raised."""
-        try:
-            item = self._queue.get(timeout=timeout_s)
-        except queue.Empty:
-            return _TIMEOUT
-        if isinstance(item, InputError):
-            raise item
-        if isinstance(item, OSError):
-            raise InputError(f"reading the input failed: {item}")
-        if isinstance(item, tuple):
-            self.bytes_read += len(item[1])
-        return item
+            raw = stream.readline(LINE_BYTES_MAX + 1)
+        except OSError as exc:
+            raise InputError(f"reading the input failed: {exc}") from None
+        if not raw:
+            return
+        if len(raw) > LINE_BYTES_MAX:
+            raise InputError(f"line {line_no} is longer than {LINE_BYTES_MAX} bytes")
+        line = raw.rstrip(b"\r\n")
+        if line:
+            yield line_no, line, len(raw)
 
 
-# -- sending ----------------------------------------------------------------------------------
+# -- outcomes ---------------------------------------------------------------------------------
 
 
 @dataclass
 class Tally:
-    sent: int = 0
+    """Record outcomes, counted by the producer's callbacks (its loop thread)."""
+
+    sent: int = 0  # records whose request is done (acknowledged or failed)
     acknowledged: int = 0
-    failed_lines: list[tuple[int, str]] = field(default_factory=list)
+    failed_lines: list[int] = field(default_factory=list)
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def done(self, line_no: int, error: BaseException | None) -> bool:
+        """Count one record's outcome; True if it is the first failure."""
+        with self.lock:
+            if error is None:
+                self.sent += 1
+                self.acknowledged += 1
+                return False
+            if isinstance(error, LograftError) and error.details.get("sent") is False:
+                return False  # aborted after an earlier failure: never sent
+            self.sent += 1
+            first = not self.failed_lines
+            self.failed_lines.append(line_no)
+            self.errors[_reason(error)] += 1
+            return first
 
 
-def request_body(batch: list[LineRecord], args: argparse.Namespace) -> dict[str, Any]:
-    records = []
-    for rec in batch:
-        item: dict[str, Any] = {"value": rec.value}
-        if rec.key is not None:
-            item["key"] = rec.key
-        if args.partition is not None:
-            item["partition"] = args.partition
-        records.append(item)
-    return {"value_format": args.value_format, "key_format": "string", "records": records}
-
-
-def send_batch(
-    client: HttpClient, batch: list[LineRecord], args: argparse.Namespace, tally: Tally
-) -> None:
-    """Send one request; count what was acknowledged and what failed (and why)."""
-    path = f"/v1/topics/{urllib.parse.quote(args.topic, safe='')}/records"
-    reply = client.send("POST", path, query={"acks": args.acks}, json=request_body(batch, args))
-    tally.sent += len(batch)
-    if reply.status == 202 and args.acks == "0":
-        return
-    offsets = _outcomes(reply.body)
-    if not isinstance(offsets, list) or len(offsets) != len(batch):
-        # The whole request was refused (unknown topic, bad request, ...).
-        raise decode_error(reply.status, reply.body, reply.url)
-    for rec, outcome in zip(batch, offsets, strict=True):
-        err = outcome.get("error") if isinstance(outcome, dict) else None
-        if err is None:
-            tally.acknowledged += 1
-            continue
-        try:
-            error = LograftError.from_dict(err)
-        except ValueError as exc:
-            error = LograftError(f"the node answered a malformed error: {exc}")
-        where = f"partition {outcome.get('partition')}: " if "partition" in outcome else ""
-        tally.errors[(error.code, where + error.message)] += 1
-        tally.failed_lines.append((rec.line_no, error.code))
-
-
-def _outcomes(body: Any) -> Any:
-    """Per-record outcomes: `offsets`, or, when every record failed, the error's
-    `details.offsets` (that answer is an ordinary error body)."""
-    if not isinstance(body, dict):
-        return None
-    if "offsets" in body:
-        return body["offsets"]
-    error = body.get("error")
-    details = error.get("details") if isinstance(error, dict) else None
-    return details.get("offsets") if isinstance(details, dict) else None
+def _reason(error: BaseException) -> tuple[str, str]:
+    """(code, message) of a failed record; a delivery timeout is shown by the
+    last error it retried (its cause), which says why."""
+    if not isinstance(error, LograftError):
+        return "ERROR", str(error) or type(error).__name__
+    shown = error
+    cause = error.__cause__
+    if error.code == "DELIVERY_TIMEOUT" and isinstance(cause, LograftError):
+        shown = cause
+    partition = error.details.get("partition")
+    where = f"partition {partition}: " if isinstance(partition, int) else ""
+    tail = " (retried until --timeout-ms ran out)" if shown is not error else ""
+    return shown.code, where + shown.message + tail
 
 
 # -- the command ------------------------------------------------------------------------------
 
 
+def _producer_settings(args: argparse.Namespace) -> dict[str, Any]:
+    request_bytes = max(args.batch_bytes, 1024 * 1024)
+    return {
+        "acks": args.acks,
+        "batch_bytes": args.batch_bytes,
+        "batch_records": args.batch_records,
+        "linger_ms": args.linger_ms,
+        "max_request_bytes": request_bytes,
+        "buffer_memory_bytes": max(BUFFER_BYTES_MIN, 2 * request_bytes),
+        "request_timeout_ms": args.timeout_ms,
+        "delivery_timeout_ms": args.timeout_ms + args.linger_ms,
+        "max_block_ms": args.timeout_ms,
+        "client_id": "lograft-cli",
+    }
+
+
 def cmd_produce(
     args: argparse.Namespace, streams: Streams, clock: Callable[[], float] = time.monotonic
 ) -> int:
+    from lograft.client import Producer
+
     if args.file is not None:
         try:
             stream: BinaryIO = args.file.open("rb")
@@ -285,119 +261,89 @@ def cmd_produce(
     progress = Progress(streams.stderr, mode=args.progress, total_bytes=_size(stream), clock=clock)
     tally = Tally()
     try:
-        failure = _run(client_for(args), LineSource(stream), args, tally, progress, clock)
-    except KeyboardInterrupt:
-        progress.clear()
-        _summary(args, tally, progress, streams, interrupted=True)
-        return 130
+        producer = Producer(args.bootstrap, **_producer_settings(args))
+        try:
+            failure = _run(producer, stream, args, tally, progress)
+        except KeyboardInterrupt:
+            producer.abort()
+            producer.close(INTERRUPT_CLOSE_MS)
+            progress.clear()
+            _summary(args, tally, progress, streams, interrupted=True)
+            return 130
+        except BaseException:
+            producer.abort()
+            producer.close(INTERRUPT_CLOSE_MS)
+            raise
+        producer.close()
     finally:
         if args.file is not None:
             stream.close()
     progress.clear()
+    if failure is None and tally.failed_lines:
+        failure = _failure_text(tally)
     if failure is not None:
         streams.stderr.write(f"lograft produce: {failure}\n")
     _summary(args, tally, progress, streams)
     return EXIT_OK if failure is None else EXIT_FAILURE
 
 
-class Pending:
-    """The batch being filled: bounded by records and bytes, and by how long its
-    first record may wait (`linger_s`)."""
-
-    def __init__(self, records_max: int, bytes_max: int, linger_s: float) -> None:
-        self.records_max = records_max
-        self.bytes_max = bytes_max
-        self.linger_s = linger_s
-        self.records: list[LineRecord] = []
-        self.bytes = 0
-        self.first_at = 0.0
-
-    def add(self, rec: LineRecord, now: float) -> None:
-        if not self.records:
-            self.first_at = now
-        self.records.append(rec)
-        self.bytes += rec.size
-
-    def full(self) -> bool:
-        return len(self.records) >= self.records_max or self.bytes >= self.bytes_max
-
-    def wait_s(self, now: float) -> float | None:
-        """How long the next read may block: forever while empty."""
-        return None if not self.records else max(0.0, self.first_at + self.linger_s - now)
-
-    def take(self) -> list[LineRecord]:
-        batch, self.records, self.bytes = self.records, [], 0
-        return batch
-
-
 def _run(
-    client: HttpClient,
-    source: LineSource,
-    args: argparse.Namespace,
-    tally: Tally,
-    progress: Progress,
-    clock: Callable[[], float],
+    producer: Any, stream: BinaryIO, args: argparse.Namespace, tally: Tally, progress: Progress
 ) -> str | None:
-    """Read, batch and send until the input ends; the failure text, or None."""
-    pending = Pending(args.batch_records, args.batch_bytes, args.linger_ms / 1000)
+    """Read and send until the input ends or a record fails; the failure text of
+    what stopped it before sending (a bad line, a refused send), or None."""
+    stopped = threading.Event()
+    bytes_read = 0
 
-    def flush() -> str | None:
-        batch = pending.take()
-        try:
-            send_batch(client, batch, args, tally)
-        except LograftError as exc:
-            return _error_text(exc, batch)
-        progress.update(tally.sent, source.bytes_read)
-        return _failure_text(tally) if tally.errors else None
+    def on_done(line_no: int) -> Callable[[Any], None]:
+        def done(fut: Any) -> None:
+            if tally.done(line_no, fut.exception()):
+                stopped.set()
+                producer.abort()  # on the loop thread: nothing after this is sent
 
-    while True:
-        try:
-            item = source.get(pending.wait_s(clock()))
-            rec = _record(item, args)
-        except InputError as exc:
-            # What came before the bad line still goes out, as it would have anyway.
-            failure = flush() if pending.records else None
-            return failure or f"{exc.message}\nstopped: the rest of the input was not sent."
-        if rec is not None:
-            pending.add(rec, clock())
-        if pending.records and (item is _EOF or item is _TIMEOUT or pending.full()):
-            failure = flush()
-            if failure is not None:
-                return failure
-        if item is _EOF:
+        return done
+
+    try:
+        for line_no, line, size in read_lines(stream):
+            if stopped.is_set():
+                return None
+            rec = parse_line(line_no, line, args.key_separator, args.value_format)
+            try:
+                fut = producer.send(args.topic, rec.value, key=rec.key, partition=args.partition)
+            except LograftError as exc:
+                if stopped.is_set():
+                    return None  # aborted after a failure: that failure is the story
+                producer.flush()
+                return f"{error_text(exc)}\n(while sending input line {line_no}; {_STOPPED})"
+            fut.add_done_callback(on_done(line_no))
+            bytes_read += size
+            progress.update(tally.sent, bytes_read)
+    except InputError as exc:
+        # What came before the bad line still goes out, as it would have anyway.
+        producer.flush()
+        if tally.failed_lines:
             return None
+        return f"{exc.message}\n{_STOPPED}"
+    producer.flush()
+    progress.update(tally.sent, bytes_read)
+    return None
 
 
-def _record(item: Any, args: argparse.Namespace) -> LineRecord | None:
-    if item is _EOF or item is _TIMEOUT:
-        return None
-    line_no, raw = item
-    line = raw.rstrip(b"\r\n")
-    if not line:
-        return None
-    return parse_line(line_no, line, args.key_separator, args.value_format)
+_STOPPED = "stopped: the rest of the input was not sent."
 
 
 def _failure_text(tally: Tally) -> str:
     failed = len(tally.failed_lines)
     lines = [
-        f"{count(failed, 'record')} failed in the last request (input line(s) "
-        f"{_line_ranges([n for n, _ in tally.failed_lines])}):"
+        f"{count(failed, 'record')} failed (input line(s) "
+        f"{_line_ranges(sorted(tally.failed_lines))}):"
     ]
     lines += [
         f"  {code} ({count(n, 'record')}): {message}"
         for (code, message), n in tally.errors.most_common()
     ]
-    lines.append("stopped: the rest of the input was not sent.")
+    lines.append(_STOPPED)
     return "\n".join(lines)
-
-
-def _error_text(exc: LograftError, batch: list[LineRecord]) -> str:
-    lines = _line_ranges([r.line_no for r in batch])
-    return (
-        f"{error_text(exc)}\n(while sending input line(s) {lines}; "
-        "stopped: the rest of the input was not sent.)"
-    )
 
 
 def _line_ranges(numbers: list[int]) -> str:

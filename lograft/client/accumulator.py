@@ -4,7 +4,7 @@ Invariants:
 - Each partition has a FIFO of batches; only the last one may be OPEN, and
   records enter a partition in `send` order, so batches leave in that order.
 - A batch is ready to send when any holds: it is not the last of its queue
-  or has reached `batch_bytes` (full); it is `linger_ms` old; a flush or
+  or has reached `batch_bytes` or `batch_records` (full); it is `linger_ms` old; a flush or
   close is in progress; or the buffer pool has waiters (send what we have to
   free memory). `ready()` also says when the next lingering batch will be.
 - Every batch not yet DONE is in `incomplete`, for flush().
@@ -37,8 +37,10 @@ class RecordAccumulator:
         batch_bytes: int,
         linger_ms: int,
         loop: asyncio.AbstractEventLoop,
+        batch_records: int | None = None,
     ) -> None:
         self.batch_bytes = batch_bytes
+        self.batch_records = batch_records
         self.linger_s = linger_ms / 1000
         self._loop = loop
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -64,8 +66,12 @@ class RecordAccumulator:
         q = self.queues.get(tp)
         if q is None:
             q = self.queues[tp] = deque()
-        if q and q[-1].try_append(record, size, completion, self.batch_bytes):
-            return AppendOutcome(True, batch_full=q[-1].is_full(self.batch_bytes))
+        if (
+            q
+            and self._has_room(q[-1])
+            and q[-1].try_append(record, size, completion, self.batch_bytes)
+        ):
+            return AppendOutcome(True, batch_full=self._is_full(q[-1]))
         if abort_on_new_batch:
             return AppendOutcome(False)
         if q and q[-1].state is BatchState.OPEN:
@@ -75,7 +81,13 @@ class RecordAccumulator:
         assert appended, "an empty batch takes any record"
         q.append(batch)
         self.incomplete.add(batch)
-        return AppendOutcome(True, new_batch=True, batch_full=batch.is_full(self.batch_bytes))
+        return AppendOutcome(True, new_batch=True, batch_full=self._is_full(batch))
+
+    def _has_room(self, batch: ProducerBatch) -> bool:
+        return self.batch_records is None or batch.record_count < self.batch_records
+
+    def _is_full(self, batch: ProducerBatch) -> bool:
+        return batch.is_full(self.batch_bytes) or not self._has_room(batch)
 
     def head_ready(
         self, tp: TopicPartition, *, force: bool, now: float
@@ -87,7 +99,7 @@ class RecordAccumulator:
         head = q[0]
         if force or len(q) > 1 or head.state is not BatchState.OPEN:
             return True, 0.0
-        if head.is_full(self.batch_bytes):
+        if self._is_full(head):
             return True, 0.0
         wait = head.created + self.linger_s - now
         return (wait <= 0), max(wait, 0.0)

@@ -132,6 +132,9 @@ class ProducerConfig(CommonConfig):
     # of the requests of 16 KiB and was as fast or faster; 256 KiB and 1 MiB
     # were not faster (docs/benchmarks.md, "Python client").
     batch_bytes: int = 64 * 1024
+    # Records per batch, at most; None: only batch_bytes bounds a batch. (Not a
+    # Kafka setting: the `lograft produce` command's --batch-records.)
+    batch_records: int | None = None
     linger_ms: int = 5
     # Requests in flight per partition. 1 keeps order under retries; with
     # idempotence it must be 1 (a retry is always the partition's newest batch,
@@ -188,6 +191,8 @@ class ProducerConfig(CommonConfig):
             _positive(n, getattr(self, n))
         _positive("linger_ms", self.linger_ms, zero_ok=True)
         _positive("max_block_ms", self.max_block_ms, zero_ok=True)
+        if self.batch_records is not None:
+            _positive("batch_records", self.batch_records)
         if idempotent and self.max_in_flight_per_partition != 1:
             raise InvalidConfigError(
                 "max_in_flight_per_partition must be 1 with idempotence (got "

@@ -2,9 +2,10 @@
 
 Server errors (`{"error": {"code", "message", "retriable", "details"}}`) are
 re-raised as the `lograft.errors` class for their code
-(`LograftError.from_dict`), with `details` kept and the HTTP status in
-`details["http_status"]`; a code this version does not know becomes a
-`LograftError` subclass carrying that code and the server's `retriable` flag.
+(`LograftError.from_dict`), with `details` kept, the HTTP status in
+`details["http_status"]` and the node that answered in `details["url"]`; a
+code this version does not know becomes a `LograftError` subclass carrying
+that code and the server's `retriable` flag.
 
 The classes below are client-side conditions with no server code, for this
 package and for the `lograft` command line alike (each is defined once,
@@ -15,6 +16,7 @@ server sends them.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -123,4 +125,11 @@ def error_from_response(status: int, body: bytes, url: str) -> LograftError:
             url=url,
         )
     error.details.setdefault("http_status", status)
+    error.details.setdefault("url", node_url(url))
     return error
+
+
+def node_url(url: str) -> str:
+    """`http://h:1/v1/topics/t` -> `http://h:1`: the node that answered."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else url

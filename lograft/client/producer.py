@@ -170,7 +170,10 @@ class AsyncProducer:
             await self.metadata.bootstrap_brokers()
             self._loop = loop
             self._acc = RecordAccumulator(
-                batch_bytes=self.config.batch_bytes, linger_ms=self.config.linger_ms, loop=loop
+                batch_bytes=self.config.batch_bytes,
+                linger_ms=self.config.linger_ms,
+                loop=loop,
+                batch_records=self.config.batch_records,
             )
             idem = IdempotenceState(self._init_producer_id) if self.config.idempotent else None
             self._sender = Sender(
@@ -338,6 +341,17 @@ class AsyncProducer:
         self._sender_task = None
         await self.metadata.close()
         await self._transport.close()
+
+    def abort_unsent(self) -> None:
+        """Stop at once, on the producer's loop (a record's callback runs there):
+        records not yet sent fail with ClientClosedError (`details["sent"]`
+        False), later sends raise it; requests in flight finish and resolve
+        their records. Kafka's `close(0)` from a callback, the way to keep the
+        records after a failed one out of the log. close() still waits for
+        what is in flight and releases the connections."""
+        self._closed = True
+        if self._sender is not None:
+            self._sender.abort_queued()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -353,8 +353,8 @@ class Sender:
 
     # -- shutdown -------------------------------------------------------------------------
 
-    async def abort(self) -> None:
-        """Fail every queued batch and cancel every send in progress."""
+    def abort_queued(self) -> None:
+        """Fail every batch not yet sent (ClientClosedError); sends in progress go on."""
         for batch in self.acc.abort_all():
             self._finish(
                 batch,
@@ -363,8 +363,14 @@ class Sender:
                     f"{batch.tp} were sent",
                     topic=batch.tp.topic,
                     partition=batch.tp.partition,
+                    sent=False,
                 ),
             )
+        self.wakeup()
+
+    async def abort(self) -> None:
+        """Fail every queued batch and cancel every send in progress."""
+        self.abort_queued()
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()

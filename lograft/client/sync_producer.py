@@ -48,6 +48,7 @@ class Producer:
         self._queue: list[tuple[PreparedRecord, FutureRecordMetadata]] = []
         self._drain_scheduled = False
         self._closed = False
+        self._aborted = False
         self._thread.start_client(self._async.start, self._async.close)
 
     @property
@@ -70,7 +71,7 @@ class Producer:
         """Queue one record; the future resolves to its RecordMetadata. Raises at
         once as `AsyncProducer.send` does (closed, serialization, too large,
         unknown topic or partition, BufferFullError after `max_block_ms`)."""
-        if self._closed:
+        if self._closed or self._aborted:
             raise ClientClosedError("the producer is closed; records can no longer be sent")
         cfg = self.config
         rec = prepare(cfg, topic, value, key, headers, partition, timestamp_ms)
@@ -113,6 +114,10 @@ class Producer:
                     self._drain_scheduled = False
                     return
             for rec, fut in items:
+                if self._aborted:
+                    self._async.pool.release(rec.size)
+                    fut.set_exception(_not_sent())
+                    continue
                 # The caller saw the topic's metadata; entries are replaced, never removed.
                 meta = self._async.metadata.cached(rec.topic)
                 try:
@@ -126,6 +131,25 @@ class Producer:
     async def _drained(self) -> None:
         """Runs on the loop after every earlier call_soon(_drain): the queue is empty."""
         self._drain()
+
+    def abort(self) -> None:
+        """Stop sending at once, from any thread, a record's callback included
+        (see `AsyncProducer.abort_unsent`): records not yet sent fail with
+        ClientClosedError, later sends raise it, requests in flight finish.
+        Call close() afterwards to wait for those and release everything."""
+        with self._lock:
+            self._aborted = True
+        if self._thread.in_loop_thread():
+            self._abort_on_loop()
+        elif not self._closed:
+            self._thread.run(self._abort())
+
+    async def _abort(self) -> None:
+        self._abort_on_loop()
+
+    def _abort_on_loop(self) -> None:
+        self._drain()  # fails what was handed over and not yet appended
+        self._async.abort_unsent()
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything and wait until every record sent so far is acknowledged
@@ -164,3 +188,9 @@ class Producer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _not_sent() -> ClientClosedError:
+    return ClientClosedError(
+        "the producer was stopped (abort) before this record was sent", sent=False
+    )

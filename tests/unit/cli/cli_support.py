@@ -69,6 +69,7 @@ class FakeCluster:
     def __init__(self) -> None:
         self.topics: dict[str, TopicView] = {}
         self.urls: dict[int, str] = {}
+        self.producer_ids = 1000
 
     def add_topic(
         self, name: str, partitions: int, leader: int = 1, config: dict[str, Any] | None = None
@@ -119,6 +120,8 @@ class Broker:
         app = create_app(cluster_secret="s", request_bytes_max=1 << 22, ready=lambda: (True, {}))
         DataRoutes(self.replicas, _MetadataView(self.cluster), self.session).add_to(app)
         app.router.add_get("/v1/topics/{topic}", self._describe)
+        app.router.add_get("/v1/brokers", self._brokers)
+        app.router.add_post("/v1/producers", self._init_producer)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -139,6 +142,19 @@ class Broker:
             self.replicas.apply_metadata(hosted)
 
         self.loop.run(apply())
+
+    async def _brokers(self, _request: web.Request) -> web.Response:
+        """routes_admin.brokers' shape: every broker of the FakeCluster."""
+        brokers = [
+            {"id": b, "fenced": False, "endpoints": {"http": url}}
+            for b, url in sorted(self.cluster.urls.items())
+        ]
+        return json_response({"brokers": brokers})
+
+    async def _init_producer(self, _request: web.Request) -> web.Response:
+        """node/producer_ids' shape: a fresh producer id per call."""
+        self.cluster.producer_ids += 1
+        return json_response({"producer_id": self.cluster.producer_ids, "producer_epoch": 0})
 
     async def _describe(self, request: web.Request) -> web.Response:
         """routes_admin.describe_topic's shape (offsets left out)."""

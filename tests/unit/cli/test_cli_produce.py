@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lograft.cli.http_client import HttpClient
-from lograft.cli.produce import InputError, LineRecord, Pending, _line_ranges, parse_line
+from lograft.cli.produce import InputError, _line_ranges, parse_line
 from lograft.cli.progress import Progress
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
@@ -93,8 +93,11 @@ def test_acks_zero_counts_records_as_sent_not_acknowledged(srv):
 
 
 def test_failed_records_stop_the_run_and_say_how_many_were_acknowledged(srv):
-    # strict needs 2 in-sync replicas for acks=all and has 1.
-    r = srv.cli("produce", "strict", "--batch-records", "2", stdin=b"a\nb\nc\n")
+    # strict needs 2 in-sync replicas for acks=all and has 1; the producer retries
+    # that (it is retriable) until --timeout-ms runs out.
+    r = srv.cli(
+        "produce", "strict", "--batch-records", "2", "--timeout-ms", "1000", stdin=b"a\nb\nc\n"
+    )
     assert r.code == 1
     assert "NOT_ENOUGH_REPLICAS" in r.err
     assert "2 records failed" in r.err and "input line(s) 1-2" in r.err
@@ -170,7 +173,8 @@ def test_bad_options_are_usage_errors(argv):
 
 def test_parse_line_splits_at_the_first_separator_only():
     rec = parse_line(7, b"k=v=w", "=", "string")
-    assert (rec.line_no, rec.key, rec.value) == (7, "k", "v=w")
+    assert (rec.line_no, rec.key, rec.value) == (7, b"k", b"v=w")
+    assert parse_line(8, b'{"a": [1, 2]}', None, "json").value == b'{"a":[1,2]}'
 
 
 def test_parse_line_refuses_bad_utf8_and_bad_json_naming_the_line():
@@ -178,17 +182,6 @@ def test_parse_line_refuses_bad_utf8_and_bad_json_naming_the_line():
         parse_line(3, b"\xff\xfe", None, "string")
     with pytest.raises(InputError, match="line 4 is not JSON"):
         parse_line(4, b"{oops", None, "json")
-
-
-def test_pending_batch_is_full_by_records_or_bytes_and_lingers():
-    p = Pending(records_max=3, bytes_max=100, linger_s=0.5)
-    assert p.wait_s(10.0) is None
-    p.add(LineRecord(1, None, "a", 10), now=10.0)
-    assert p.wait_s(10.2) == pytest.approx(0.3) and p.wait_s(11.0) == 0.0
-    assert not p.full()
-    p.add(LineRecord(2, None, "b", 95), now=10.1)
-    assert p.full()
-    assert [r.line_no for r in p.take()] == [1, 2] and not p.records
 
 
 def test_line_ranges_compacts_runs():

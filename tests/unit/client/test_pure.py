@@ -183,7 +183,12 @@ def test_error_bodies_become_typed_errors():
     )
     err = error_from_response(421, body, "http://a:1/x")
     assert isinstance(err, NotLeaderOrFollowerError)
-    assert err.details == {"leader_id": 2, "leader_url": "http://b:2", "http_status": 421}
+    assert err.details == {
+        "leader_id": 2,
+        "leader_url": "http://b:2",
+        "http_status": 421,
+        "url": "http://a:1",
+    }
     future = orjson.dumps({"error": {"code": "SOMETHING_NEW", "message": "m", "retriable": True}})
     err = error_from_response(503, future, "u")
     assert err.code == "SOMETHING_NEW" and err.retriable and isinstance(err, LograftError)
@@ -333,3 +338,15 @@ def test_record_future_wakes_a_waiting_thread_and_runs_callbacks():
     assert failed.failed() and isinstance(failed.exception(0), RecordTooLargeError)
     with pytest.raises(RecordTooLargeError):
         failed.result(0)
+
+
+async def test_accumulator_batches_by_record_count_too():
+    loop = asyncio.get_running_loop()
+    acc = RecordAccumulator(batch_bytes=10_000, linger_ms=60_000, loop=loop, batch_records=2)
+    tp = TopicPartition("t", 0)
+    outcomes = [
+        acc.append(tp, RecordInput(b"x", None, (), 1), 40, loop.create_future()) for _ in range(5)
+    ]
+    assert [o.batch_full for o in outcomes] == [False, True, False, True, False]
+    assert [b.record_count for b in acc.queues[tp]] == [2, 2, 1]
+    assert acc.head_ready(tp, force=False, now=loop.time())[0]  # full: no lingering

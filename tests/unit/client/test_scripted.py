@@ -15,7 +15,7 @@ from lograft.client import (
     DeliveryTimeoutError,
     TopicPartition,
 )
-from lograft.client.errors import NetworkError
+from lograft.client.errors import ClientClosedError, NetworkError
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.transport import HttpResponse
 from lograft.errors import (
@@ -507,3 +507,27 @@ async def test_consumer_reads_a_partition_added_after_the_layout_was_cached():
         assert [r.value for r in got[TopicPartition("t", 1)]] == [
             b"/v1/topics/t/partitions/1/records"
         ]
+
+
+async def test_abort_from_a_failed_records_callback_keeps_its_successors_unsent():
+    """Kafka's close(0) from a callback: nothing queued behind a failed batch goes
+    out, and sends after the abort are refused."""
+
+    def on_batch(call: Call):
+        return error_response(call, 400, "CORRUPT_MESSAGE", False)
+
+    t = GatedTransport(cluster_handler([1], on_batch))
+    async with AsyncProducer(A, transport=t, batch_records=1, **FAST) as p:
+        first = await p.send("t", b"1")
+        first.add_done_callback(lambda _f: p.abort_unsent())
+        later = [await p.send("t", bytes([i])) for i in range(3)]  # queued behind it
+        t.gate.set()
+        with pytest.raises(CorruptRecordError):
+            await first
+        for fut in later:
+            with pytest.raises(ClientClosedError) as info:
+                await fut
+            assert info.value.details["sent"] is False
+        with pytest.raises(ClientClosedError):
+            await p.send("t", b"after")
+    assert len(t.to("/batches")) == 1
