@@ -62,7 +62,11 @@ async def test_a_heartbeat_queued_behind_a_commit_extends_the_session_on_arrival
     rpc = ControllerRpc(rt)
     # A request whose commit is slow holds the runtime (a batched AlterPartition, say).
     busy = asyncio.create_task(
-        rt.run(lambda img, s, now: ControllerResult((RegisterBroker(3, "b", 1, (), None),), None))
+        rt.run(
+            lambda img, s, now: ControllerResult(
+                (RegisterBroker(3, "b", 1, endpoints_from({}), None),), None
+            )
+        )
     )
     await asyncio.sleep(0)  # let it take the lock and wait on the commit
     clock.now = CONFIG.broker_session_timeout_ms - 10

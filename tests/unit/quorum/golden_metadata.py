@@ -39,7 +39,11 @@ EVERY_TYPE = [
         fenced=False,
     ),
     RegisterBroker(
-        broker_id=2, incarnation_id="inc-2", broker_epoch=2**62, endpoints=(), rack=None
+        broker_id=2,
+        incarnation_id="inc-2",
+        broker_epoch=2**62,
+        endpoints=endpoints_from({}),
+        rack=None,
     ),
     BrokerRegistrationChange(broker_id=1, broker_epoch=7, action=BrokerAction.FENCE),
     BrokerRegistrationChange(broker_id=1, broker_epoch=7, action=BrokerAction.UNFENCE),
