@@ -29,9 +29,17 @@ Value bytes start with an int16 value version.
   3, offset int64, leader_epoch int32, metadata string, commit_timestamp
   int64 (wall-clock ms).
 - The group values (types 3 to 8) are lograft's own: version 1, then a UTF-8
-  JSON object (orjson, sorted keys) holding every field of the dataclass,
-  where a set of partitions is {topic: [partition, ...]} sorted. They are not
-  Kafka's binary ConsumerGroup*Value schemas.
+  JSON object (sorted keys) holding every field of the value, where a set of
+  partitions is {topic: [partition, ...]} sorted and a topic list is
+  {topic: partition count}. They are not Kafka's binary ConsumerGroup*Value
+  schemas.
+
+Keys and values are msgspec Structs (`lograft.typed.Record`). A value whose
+JSON form is its fields decodes straight into its Struct; the three holding
+partition sets or counts decode into a Struct of their JSON shape
+(`_JSON_SHAPES`) and are converted. Bytes written before the Structs
+(tests/fixtures/golden) decode to the same values and re-encode to the same
+bytes.
 
 Decoding is strict: an unknown key type, an unknown value version, trailing
 bytes, a missing or extra JSON field or a field of the wrong type raise
@@ -50,12 +58,12 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-import orjson
+import msgspec
 
+from lograft import typed
 from lograft.errors import GroupRecordError
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -80,11 +88,15 @@ class MemberState(enum.StrEnum):
     UNRELEASED_PARTITIONS = "unreleased_partitions"
 
 
+class _GroupRecordStruct(typed.Record, kw_only=False, frozen=True, gc=False):
+    """Base of keys and values: positional, immutable, hashable; `gc=False`
+    because they hold only strings, ints and frozensets, never a cycle."""
+
+
 # --- keys ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitKey:
+class OffsetCommitKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 1
 
     group_id: str
@@ -96,45 +108,39 @@ class OffsetCommitKey:
         return TopicPartition(self.topic, self.partition)
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataKey:
+class GroupMetadataKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 3
 
     group_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPartitionMetadataKey:
+class GroupPartitionMetadataKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 4
 
     group_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class MemberMetadataKey:
+class MemberMetadataKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 5
 
     group_id: str
     member_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMetadataKey:
+class TargetAssignmentMetadataKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 6
 
     group_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMemberKey:
+class TargetAssignmentMemberKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 7
 
     group_id: str
     member_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentMemberAssignmentKey:
+class CurrentMemberAssignmentKey(_GroupRecordStruct):
     TYPE: ClassVar[int] = 8
 
     group_id: str
@@ -161,8 +167,7 @@ def _check_partitions(parts: Partitions, what: str) -> None:
             raise GroupRecordError(f"{what}: invalid partition {tp}")
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitValue:
+class OffsetCommitValue(_GroupRecordStruct):
     VERSION: ClassVar[int] = 3
 
     offset: int
@@ -177,8 +182,7 @@ class OffsetCommitValue:
             raise GroupRecordError(f"invalid offset commit {self}")
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataValue:
+class GroupMetadataValue(_GroupRecordStruct):
     VERSION: ClassVar[int] = 1
 
     # Bumped on every change of membership, subscriptions or partition counts.
@@ -189,8 +193,7 @@ class GroupMetadataValue:
             raise GroupRecordError(f"negative group epoch {self.epoch}")
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPartitionMetadataValue:
+class GroupPartitionMetadataValue(_GroupRecordStruct):
     """Partition counts of the subscribed topics the target was computed from
     (existing topics only), sorted by topic name."""
 
@@ -211,8 +214,7 @@ class GroupPartitionMetadataValue:
         return dict(self.topics)
 
 
-@dataclass(frozen=True, slots=True)
-class MemberMetadataValue:
+class MemberMetadataValue(_GroupRecordStruct):
     VERSION: ClassVar[int] = 1
 
     client_id: str
@@ -230,8 +232,7 @@ class MemberMetadataValue:
             raise GroupRecordError("rebalance_timeout_ms must be positive")
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMetadataValue:
+class TargetAssignmentMetadataValue(_GroupRecordStruct):
     VERSION: ClassVar[int] = 1
 
     # The group epoch the target assignment was computed for.
@@ -242,8 +243,7 @@ class TargetAssignmentMetadataValue:
             raise GroupRecordError(f"negative assignment epoch {self.assignment_epoch}")
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMemberValue:
+class TargetAssignmentMemberValue(_GroupRecordStruct):
     VERSION: ClassVar[int] = 1
 
     partitions: Partitions
@@ -252,8 +252,7 @@ class TargetAssignmentMemberValue:
         _check_partitions(self.partitions, "target assignment")
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentMemberAssignmentValue:
+class CurrentMemberAssignmentValue(_GroupRecordStruct):
     """A member's place in reconciliation. The member OWNS `assigned` and
     `pending_revocation` as far as the coordinator knows: no other member may be
     given any of them."""
@@ -308,8 +307,7 @@ _VALUE_FOR_KEY: dict[type, type] = {
 _KEY_BY_TYPE: dict[int, type] = {k.TYPE: k for k in _VALUE_FOR_KEY}
 
 
-@dataclass(frozen=True, slots=True)
-class GroupRecord:
+class GroupRecord(typed.Record, kw_only=False, frozen=True, gc=False):
     """One `__consumer_offsets` record; `value` None is a tombstone."""
 
     key: GroupKey
@@ -358,35 +356,85 @@ def _partitions_json(parts: Iterable[TopicPartition]) -> dict[str, list[int]]:
     by_topic: dict[str, list[int]] = {}
     for tp in parts:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return {t: sorted(ps) for t, ps in sorted(by_topic.items())}
+    return {t: sorted(ps) for t, ps in by_topic.items()}
 
 
-def _value_json(value: GroupValue) -> dict[str, Any]:
-    if isinstance(value, GroupMetadataValue):
-        return {"epoch": value.epoch}
-    if isinstance(value, GroupPartitionMetadataValue):
-        return {"topics": dict(value.topics)}
-    if isinstance(value, MemberMetadataValue):
-        return {
-            "client_id": value.client_id,
-            "client_host": value.client_host,
-            "subscribed_topics": list(value.subscribed_topics),
-            "assignor": value.assignor,
-            "rebalance_timeout_ms": value.rebalance_timeout_ms,
-        }
-    if isinstance(value, TargetAssignmentMetadataValue):
-        return {"assignment_epoch": value.assignment_epoch}
-    if isinstance(value, TargetAssignmentMemberValue):
-        return {"partitions": _partitions_json(value.partitions)}
-    if isinstance(value, CurrentMemberAssignmentValue):
-        return {
-            "member_epoch": value.member_epoch,
-            "previous_member_epoch": value.previous_member_epoch,
-            "state": value.state.value,
-            "assigned": _partitions_json(value.assigned),
-            "pending_revocation": _partitions_json(value.pending_revocation),
-        }
-    raise GroupRecordError(f"not a group value: {value!r}")
+# The values whose JSON object is not their fields: the object's shape as a
+# Struct, and the conversions both ways. The other values are their own shape.
+class _TopicCountsJson(typed.Record, frozen=True):
+    topics: dict[str, int]
+
+
+class _TargetMemberJson(typed.Record, frozen=True):
+    partitions: dict[str, list[int]]
+
+
+class _CurrentAssignmentJson(typed.Record, frozen=True):
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned: dict[str, list[int]]
+    pending_revocation: dict[str, list[int]]
+
+
+def _partitions_from(shape: dict[str, list[int]], what: str) -> Partitions:
+    out = frozenset(TopicPartition(t, p) for t, ps in shape.items() for p in ps)
+    if len(out) != sum(len(ps) for ps in shape.values()):
+        raise GroupRecordError(f"{what}: a partition is listed twice")
+    return out
+
+
+def _topic_counts_to(value: GroupPartitionMetadataValue) -> _TopicCountsJson:
+    return _TopicCountsJson(topics=dict(value.topics))
+
+
+def _topic_counts_from(shape: _TopicCountsJson) -> GroupPartitionMetadataValue:
+    return GroupPartitionMetadataValue(tuple(sorted(shape.topics.items())))
+
+
+def _target_member_to(value: TargetAssignmentMemberValue) -> _TargetMemberJson:
+    return _TargetMemberJson(partitions=_partitions_json(value.partitions))
+
+
+def _target_member_from(shape: _TargetMemberJson) -> TargetAssignmentMemberValue:
+    return TargetAssignmentMemberValue(
+        _partitions_from(shape.partitions, "TargetAssignmentMemberValue")
+    )
+
+
+def _current_to(value: CurrentMemberAssignmentValue) -> _CurrentAssignmentJson:
+    return _CurrentAssignmentJson(
+        member_epoch=value.member_epoch,
+        previous_member_epoch=value.previous_member_epoch,
+        state=value.state,
+        assigned=_partitions_json(value.assigned),
+        pending_revocation=_partitions_json(value.pending_revocation),
+    )
+
+
+def _current_from(shape: _CurrentAssignmentJson) -> CurrentMemberAssignmentValue:
+    what = "CurrentMemberAssignmentValue"
+    return CurrentMemberAssignmentValue(
+        shape.member_epoch,
+        shape.previous_member_epoch,
+        shape.state,
+        _partitions_from(shape.assigned, what),
+        _partitions_from(shape.pending_revocation, what),
+    )
+
+
+_JSON_SHAPES: dict[type, tuple[type, Callable[[Any], Any], Callable[[Any], GroupValue]]] = {
+    GroupPartitionMetadataValue: (_TopicCountsJson, _topic_counts_to, _topic_counts_from),
+    TargetAssignmentMemberValue: (_TargetMemberJson, _target_member_to, _target_member_from),
+    CurrentMemberAssignmentValue: (_CurrentAssignmentJson, _current_to, _current_from),
+}
+# Sorted keys at every level: equal values are equal bytes.
+_JSON_ENCODER = msgspec.json.Encoder(order="sorted")
+_JSON_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
+    cls: msgspec.json.Decoder(_JSON_SHAPES[cls][0] if cls in _JSON_SHAPES else cls)
+    for cls in _VALUE_FOR_KEY.values()
+    if cls is not OffsetCommitValue
+}
 
 
 def encode_value(value: GroupValue) -> bytes:
@@ -395,7 +443,8 @@ def encode_value(value: GroupValue) -> bytes:
         _put_string(out, value.metadata)
         out += _I64.pack(value.commit_timestamp_ms)
         return bytes(out)
-    body = orjson.dumps(_value_json(value), option=orjson.OPT_SORT_KEYS)
+    shape = _JSON_SHAPES.get(type(value))
+    body = _JSON_ENCODER.encode(value if shape is None else shape[1](value))
     return _I16.pack(value.VERSION) + body
 
 
@@ -467,95 +516,6 @@ def decode_key(data: bytes) -> GroupKey:
     return key
 
 
-def _fields(body: Any, names: tuple[str, ...], what: str) -> dict[str, Any]:
-    if not isinstance(body, dict) or set(body) != set(names):
-        got = sorted(body) if isinstance(body, dict) else type(body).__name__
-        raise GroupRecordError(f"{what}: expected fields {sorted(names)}, got {got}")
-    return body
-
-
-def _int(v: Any, what: str) -> int:
-    if type(v) is not int:
-        raise GroupRecordError(f"{what}: expected an integer, got {v!r}")
-    return v
-
-
-def _str(v: Any, what: str) -> str:
-    if not isinstance(v, str):
-        raise GroupRecordError(f"{what}: expected a string, got {v!r}")
-    return v
-
-
-def _partitions_from(v: Any, what: str) -> Partitions:
-    if not isinstance(v, dict):
-        raise GroupRecordError(f"{what}: expected {{topic: [partitions]}}")
-    out: set[TopicPartition] = set()
-    for topic, parts in v.items():
-        if not isinstance(parts, list):
-            raise GroupRecordError(f"{what}: partitions of {topic!r} are not a list")
-        for p in parts:
-            tp = TopicPartition(topic, _int(p, what))
-            if tp in out:
-                raise GroupRecordError(f"{what}: {tp} listed twice")
-            out.add(tp)
-    return frozenset(out)
-
-
-def _decode_json_value(cls: type, body: Any) -> GroupValue:
-    name = cls.__name__
-    if cls is GroupMetadataValue:
-        f = _fields(body, ("epoch",), name)
-        return GroupMetadataValue(_int(f["epoch"], name))
-    if cls is GroupPartitionMetadataValue:
-        f = _fields(body, ("topics",), name)
-        if not isinstance(f["topics"], dict):
-            raise GroupRecordError(f"{name}: topics must be an object")
-        return GroupPartitionMetadataValue(
-            tuple(sorted((_str(t, name), _int(n, name)) for t, n in f["topics"].items()))
-        )
-    if cls is MemberMetadataValue:
-        f = _fields(
-            body,
-            ("client_id", "client_host", "subscribed_topics", "assignor", "rebalance_timeout_ms"),
-            name,
-        )
-        topics = f["subscribed_topics"]
-        if not isinstance(topics, list):
-            raise GroupRecordError(f"{name}: subscribed_topics must be a list")
-        assignor = f["assignor"]
-        return MemberMetadataValue(
-            client_id=_str(f["client_id"], name),
-            client_host=_str(f["client_host"], name),
-            subscribed_topics=tuple(_str(t, name) for t in topics),
-            assignor=None if assignor is None else _str(assignor, name),
-            rebalance_timeout_ms=_int(f["rebalance_timeout_ms"], name),
-        )
-    if cls is TargetAssignmentMetadataValue:
-        f = _fields(body, ("assignment_epoch",), name)
-        return TargetAssignmentMetadataValue(_int(f["assignment_epoch"], name))
-    if cls is TargetAssignmentMemberValue:
-        f = _fields(body, ("partitions",), name)
-        return TargetAssignmentMemberValue(_partitions_from(f["partitions"], name))
-    if cls is CurrentMemberAssignmentValue:
-        f = _fields(
-            body,
-            ("member_epoch", "previous_member_epoch", "state", "assigned", "pending_revocation"),
-            name,
-        )
-        try:
-            state = MemberState(_str(f["state"], name))
-        except ValueError:
-            raise GroupRecordError(f"{name}: unknown member state {f['state']!r}") from None
-        return CurrentMemberAssignmentValue(
-            member_epoch=_int(f["member_epoch"], name),
-            previous_member_epoch=_int(f["previous_member_epoch"], name),
-            state=state,
-            assigned=_partitions_from(f["assigned"], name),
-            pending_revocation=_partitions_from(f["pending_revocation"], name),
-        )
-    raise GroupRecordError(f"no decoder for {name}")  # pragma: no cover - table is closed
-
-
 def _decode_value(cls: type, data: bytes) -> GroupValue:
     r = _Reader(data)
     version = r.i16()
@@ -568,10 +528,13 @@ def _decode_value(cls: type, data: bytes) -> GroupValue:
         r.done()
         return value
     try:
-        body = orjson.loads(r.rest())
-    except orjson.JSONDecodeError as e:
+        decoded = _JSON_DECODERS[cls].decode(r.rest())
+    except msgspec.ValidationError as e:
+        raise GroupRecordError(f"{cls.__name__}: {e}") from None
+    except msgspec.DecodeError as e:
         raise GroupRecordError(f"{cls.__name__}: bad JSON: {e}") from None
-    return _decode_json_value(cls, body)
+    shape = _JSON_SHAPES.get(cls)
+    return decoded if shape is None else shape[2](decoded)
 
 
 def decode_record(key: bytes, value: bytes | None) -> GroupRecord:
