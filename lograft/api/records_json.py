@@ -43,11 +43,15 @@ from lograft.protocol.batch import (
     Record,
     RecordInput,
     decode_records,
-    header_key_bytes,
     iter_batches,
     records_section,
 )
 from lograft.protocol.compression import Compression, DecompressionBudget
+
+# The read formats and the record renderer are the protocol's (`lograft consume`
+# renders what it fetches raw the same way); re-exported for the routes.
+from lograft.protocol.record_json import READ_FORMATS as READ_FORMATS
+from lograft.protocol.record_json import render_record
 
 VALUE_FORMATS = ("json", "string", "base64")
 RAW_CONTENT_TYPE = "application/vnd.lograft.batch"
@@ -65,7 +69,6 @@ class RenderLimits:
     fetch_decompressed_bytes_max: int = 64 * 1024 * 1024
 
 
-READ_FORMATS = ("auto", "json", "string", "base64")
 _RECORD_KEYS = {"key", "value", "headers", "partition", "timestamp"}
 _BODY_KEYS = {"records", "value_format", "key_format", "header_format", "acks"}
 
@@ -187,62 +190,6 @@ def _parse_headers(raw: Any, fmt: str, where: str) -> tuple[Header, ...]:
             raise InvalidRequestError(f"{where}.{name} must be a string or null")
         out.append((name, encode_value(value, fmt, f"{where}.{name}")))
     return tuple(out)
-
-
-def render_value(data: bytes | None, fmt: str) -> tuple[Any, str | None]:
-    """(JSON-ready value, encoding marker or None)."""
-    if data is None:
-        return None, None
-    if fmt == "base64":
-        return base64.b64encode(data).decode(), None
-    if fmt in ("json", "auto"):
-        try:
-            return orjson.loads(data), None
-        except orjson.JSONDecodeError:
-            if fmt == "json":
-                return base64.b64encode(data).decode(), "base64"
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode(), "base64"
-
-
-def _header_name(name: str) -> str:
-    """A header key that is not valid UTF-8 (decoded with surrogateescape by
-    the codec) is shown with replacement characters, as JSON needs."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return header_key_bytes(name).decode("utf-8", errors="replace")
-    return name
-
-
-def render_record(
-    rec: Record, partition: int, value_format: str, key_format: str
-) -> dict[str, Any]:
-    value, value_enc = render_value(rec.value, value_format)
-    key, key_enc = render_value(rec.key, key_format)
-    out: dict[str, Any] = {
-        "partition": partition,
-        "offset": rec.offset,
-        "timestamp": rec.timestamp,
-        "key": key,
-        "value": value,
-    }
-    if key_enc:
-        out["key_encoding"] = key_enc
-    if value_enc:
-        out["value_encoding"] = value_enc
-    if rec.headers:
-        headers = []
-        for name, hv in rec.headers:
-            text, enc = render_value(hv, "string")
-            item: dict[str, Any] = {"key": _header_name(name), "value": text}
-            if enc:
-                item["encoding"] = enc
-            headers.append(item)
-        out["headers"] = headers
-    return out
 
 
 def record_size(rec: Record) -> int:

@@ -5,29 +5,25 @@ Where it starts (`--from`), per partition: `earliest` (the log start),
 `@TIMESTAMP_MS` (the first record at or after that time; the high watermark
 if there is none yet).
 
-Without `--follow` the command reads each partition from its start up to the
-high watermark it saw when it started, then exits: a snapshot, so it ends
-even while producers keep writing. With `--follow` it keeps long-polling
-(`max_wait_ms`) for new records until Ctrl-C (exit 0) or `--max-records`.
+Without `--follow` the command reads each partition from its start up to
+the high watermark it saw when it started, then exits: a snapshot, so it ends
+even while producers keep writing. With `--follow` it keeps reading until
+Ctrl-C (exit 0) or `--max-records`.
 
-Partitions are read round-robin, up to FETCH_RECORDS_MAX records each per
-turn. In follow mode, a turn that finds nothing anywhere is followed by one
-where each partition long-polls for its share of `--max-wait-ms`, so a new
-record shows up within about that long whichever partition it lands on.
-
-Every request goes to the partition's leader: the first goes to a bootstrap
-node, and a NOT_LEADER_OR_FOLLOWER answer names the leader
-(`details.leader_url`), which the next attempt uses. While leadership moves
-(no leader, leader unreachable) requests are retried with backoff for up to
-LEADER_RETRY_TIMEOUT_MS.
+The reading is `lograft.client.Consumer`'s (assigned partitions, no group):
+raw RecordBatch v2 fetched from each partition's leader, every partition
+long-polling (`--max-wait-ms`) at once, leaders found from the metadata and
+followed through NOT_LEADER_OR_FOLLOWER, retriable errors retried with
+backoff, compacted-away offsets stepped over. The records are rendered as the
+JSON fetch API renders them (`lograft.protocol.record_json`), with the same
+`--key-format` / `--value-format` choices.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -37,46 +33,24 @@ from lograft.cli.common import (
     EXIT_OK,
     Streams,
     add_connection_args,
-    client_for,
     non_negative_int,
     positive_int,
 )
-from lograft.cli.http_client import JSON, HttpClient, Reply, decode_error
-from lograft.client.errors import ClusterUnreachableError
-from lograft.errors import (
-    LograftError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    UnknownTopicOrPartitionError,
-)
+from lograft.errors import LograftError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from lograft.protocol.record_json import READ_FORMATS, render_record
 
-# Records asked for per partition per turn (the server's fetch_records_default).
+# Records handed out per poll, at most (the server's fetch_records_default).
 FETCH_RECORDS_MAX = 500
 FOLLOW_WAIT_MS_DEFAULT = 1_000
-# Shortest long-poll per partition in follow mode, ms.
-FOLLOW_WAIT_MS_MIN = 10
-# Redirects followed for one request before backing off (stale metadata can ping-pong).
-LEADER_HOPS_MAX = 3
-LEADER_RETRY_TIMEOUT_MS = 30_000
-RETRY_BACKOFF_MS_MIN = 100
-RETRY_BACKOFF_MS_MAX = 2_000
-# Codes that mean "leadership is moving": retry, at the bootstrap nodes, after a pause.
-RETRIABLE_CODES = frozenset(
-    {
-        "NOT_LEADER_OR_FOLLOWER",
-        "LEADER_NOT_AVAILABLE",
-        "BROKER_NOT_AVAILABLE",
-        "FENCED_LEADER_EPOCH",
-        "UNKNOWN_LEADER_EPOCH",
-        "REQUEST_TIMED_OUT",
-        "CLUSTER_UNREACHABLE",
-    }
-)
 OUTPUT_FORMATS = ("value", "json", "kv")
-# records_json.READ_FORMATS, repeated so the CLI starts without the record codec
-# (a test keeps the two equal).
-READ_FORMATS = ("auto", "json", "string", "base64")
-BATCH = "application/vnd.lograft.batch"
+
+
+class StalledError(LograftError):
+    """Without --follow: no partition got nearer its end for --timeout-ms
+    (its leader is gone, or keeps failing)."""
+
+    code = "NO_PROGRESS"
+    retriable = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,226 +107,140 @@ def add_parser(sub: Any) -> None:
         help="value: the value (default); json: one JSON object per record; kv: key<TAB>value",
     )
     p.add_argument(
-        "--key-format", choices=READ_FORMATS, default="auto", help="how the server renders keys"
+        "--key-format", choices=READ_FORMATS, default="auto", help="how keys are rendered"
     )
     p.add_argument(
         "--value-format",
         choices=READ_FORMATS,
         default="auto",
-        help="how the server renders values (auto: JSON if it parses, else text, else base64)",
+        help="how values are rendered (auto: JSON if it parses, else text, else base64)",
     )
     p.add_argument(
         "--max-wait-ms",
         type=positive_int,
         default=FOLLOW_WAIT_MS_DEFAULT,
         metavar="MS",
-        help=f"--follow: longest wait for new records per round (default {FOLLOW_WAIT_MS_DEFAULT})",
+        help=f"longest wait of one fetch for new records (default {FOLLOW_WAIT_MS_DEFAULT})",
     )
     add_connection_args(p)
     p.set_defaults(func=cmd_consume, cmd_name="consume")
-
-
-# -- talking to partition leaders ---------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Cursor:
-    partition: int
-    offset: int = 0
-    end: int | None = None  # without --follow: stop here (the HW seen at the start)
-    leader_url: str | None = None  # None: ask a bootstrap node
-
-
-class LeaderClient:
-    """GETs for one topic's partitions, sent to each partition's leader."""
-
-    def __init__(
-        self,
-        client: HttpClient,
-        topic: str,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.topic = topic
-        self.sleep = sleep
-        self.clock = clock
-
-    def path(self, partition: int, what: str) -> str:
-        return f"/v1/topics/{urllib.parse.quote(self.topic, safe='')}/partitions/{partition}/{what}"
-
-    def get(
-        self,
-        cur: Cursor,
-        what: str,
-        query: dict[str, Any],
-        *,
-        extra_timeout_ms: int = 0,
-        accept: str = JSON,
-    ) -> Reply:
-        deadline = self.clock() + LEADER_RETRY_TIMEOUT_MS / 1000
-        backoff_ms = RETRY_BACKOFF_MS_MIN
-        while True:
-            try:
-                return self._follow_redirects(cur, what, query, extra_timeout_ms, accept)
-            except LograftError as exc:
-                if exc.code not in RETRIABLE_CODES or self.clock() >= deadline:
-                    raise
-                if isinstance(exc, ClusterUnreachableError) and cur.leader_url is None:
-                    raise  # every bootstrap node is down: say so now
-            cur.leader_url = None
-            self.sleep(backoff_ms / 1000)
-            backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
-
-    def get_json(self, cur: Cursor, what: str, query: dict[str, Any], **kwargs: Any) -> Any:
-        return self.get(cur, what, query, **kwargs).body
-
-    def _follow_redirects(
-        self, cur: Cursor, what: str, query: dict[str, Any], extra_timeout_ms: int, accept: str
-    ) -> Reply:
-        for _hop in range(LEADER_HOPS_MAX + 1):
-            reply = self.client.send(
-                "GET",
-                self.path(cur.partition, what),
-                query=query,
-                base=cur.leader_url,
-                extra_timeout_ms=extra_timeout_ms,
-                accept=accept,
-            )
-            if reply.status < 400:
-                return reply
-            exc = decode_error(reply.status, reply.body, reply.url)
-            url = exc.details.get("leader_url")
-            if not isinstance(exc, NotLeaderOrFollowerError) or not isinstance(url, str):
-                raise exc
-            if not url or url.rstrip("/") == cur.leader_url:
-                raise exc
-            cur.leader_url = url.rstrip("/")
-        raise NotLeaderOrFollowerError(
-            f"{self.topic}-{cur.partition}: still not at the leader after "
-            f"{LEADER_HOPS_MAX} redirects (metadata is moving)"
-        )
-
-    def next_batch_offset(self, cur: Cursor) -> int:
-        """The offset after the batch holding `cur.offset`, read from a raw fetch's
-        X-Lograft-Next-Offset (the JSON answer cannot step over a batch whose tail
-        records were compacted away)."""
-        reply = self.get(cur, "records", {"offset": cur.offset, "max_bytes": 1}, accept=BATCH)
-        return int(reply.headers.get("x-lograft-next-offset", cur.offset))
 
 
 # -- the command --------------------------------------------------------------------------------
 
 
 def cmd_consume(args: argparse.Namespace, streams: Streams) -> int:
-    client = client_for(args)
-    leaders = LeaderClient(client, args.topic)
+    from lograft.client import Consumer
+
+    consumer = Consumer(
+        args.bootstrap,
+        client_id="lograft-cli",
+        auto_offset_reset="none",  # every partition is placed by --from
+        fetch_max_wait_ms=args.max_wait_ms,
+        request_timeout_ms=args.timeout_ms + args.max_wait_ms,
+        default_api_timeout_ms=args.timeout_ms,
+        max_poll_records=FETCH_RECORDS_MAX,
+    )
     try:
-        cursors = [
-            _start(leaders, Cursor(p), args.start, args.follow)
-            for p in _partitions(client, args.topic, args.partition)
-        ]
-        _consume(leaders, cursors, args, streams.stdout)
+        tps = _partitions(consumer, args.topic, args.partition)
+        consumer.assign(tps)
+        ends = None if args.follow else consumer.end_offsets(tps)
+        _seek(consumer, tps, args.start)
+        _consume(consumer, ends, args, streams.stdout)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow ends: not a failure
+    finally:
+        consumer.close()
     streams.stdout.flush()
     return EXIT_OK
 
 
-def _partitions(client: HttpClient, topic: str, only: int | None) -> list[int]:
-    doc = client.get(f"/v1/topics/{urllib.parse.quote(topic, safe='')}")
-    numbers = sorted(int(p["partition"]) for p in doc.get("partitions") or [])
+def _partitions(consumer: Any, topic: str, only: int | None) -> list[Any]:
+    from lograft.client import TopicPartition
+
+    count = len(consumer.partitions_for_topic(topic))
     if only is None:
-        return numbers
-    if only not in numbers:
+        return [TopicPartition(topic, p) for p in range(count)]
+    if only >= count:
         raise UnknownTopicOrPartitionError(
-            f"topic {topic!r} has no partition {only}; it has {len(numbers)} "
-            f"(0..{len(numbers) - 1})",
+            f"topic {topic!r} has no partition {only}; it has {count} (0..{count - 1})",
             topic=topic,
             partition=only,
         )
-    return [only]
+    return [TopicPartition(topic, only)]
 
 
-def _start(leaders: LeaderClient, cur: Cursor, start: StartAt, follow: bool) -> Cursor:
-    query = {"timestamp": start.value} if start.kind == "timestamp" else {}
-    doc = leaders.get_json(cur, "offsets", query)
-    earliest, latest, leo = int(doc["earliest"]), int(doc["latest"]), int(doc["log_end_offset"])
+def _seek(consumer: Any, tps: list[Any], start: StartAt) -> None:
     if start.kind == "earliest":
-        cur.offset = earliest
+        consumer.seek_to_beginning(*tps)
     elif start.kind == "latest":
-        cur.offset = latest
+        consumer.seek_to_end(*tps)
     elif start.kind == "timestamp":
-        found = doc.get("offset_for_timestamp")
-        cur.offset = int(found["offset"]) if found else latest
+        found = consumer.offsets_for_times({tp: start.value for tp in tps})
+        missing = [tp for tp, hit in found.items() if hit is None]
+        latest = consumer.end_offsets(missing) if missing else {}
+        for tp, hit in found.items():
+            consumer.seek(tp, hit[0] if hit is not None else latest[tp])
     else:
-        if not earliest <= start.value <= leo:
-            raise OffsetOutOfRangeError(
-                f"{leaders.topic}-{cur.partition}: offset {start.value} is outside the log's "
-                f"range [{earliest}, {leo}]",
-                offset=start.value,
-                log_start_offset=earliest,
-                log_end_offset=leo,
-            )
-        cur.offset = start.value
-    cur.end = None if follow else latest
-    return cur
+        earliest, latest = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        for tp in tps:
+            if not earliest[tp] <= start.value <= latest[tp]:
+                raise OffsetOutOfRangeError(
+                    f"{tp.topic}-{tp.partition}: offset {start.value} is outside the log's "
+                    f"range [{earliest[tp]}, {latest[tp]}] (log start, high watermark)",
+                    offset=start.value,
+                    log_start_offset=earliest[tp],
+                    high_watermark=latest[tp],
+                )
+            consumer.seek(tp, start.value)
 
 
 def _consume(
-    leaders: LeaderClient, cursors: list[Cursor], args: argparse.Namespace, out: TextIO
+    consumer: Any,
+    ends: dict[Any, int] | None,
+    args: argparse.Namespace,
+    out: TextIO,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
+    """Print records until every partition reached its end (`ends`; None:
+    follow), --max-records, or Ctrl-C."""
     remaining: int | None = args.max_records
-    active = [c for c in cursors if c.end is None or c.offset < c.end]
-    idle_round = False
+    active = _unfinished(consumer, ends, consumer.assignment())
+    positions = {tp: consumer.position(tp) for tp in active}
+    progressed_at = clock()
     while active and remaining != 0:
-        wait_ms = 0
-        if args.follow and idle_round:
-            wait_ms = max(args.max_wait_ms // len(active), FOLLOW_WAIT_MS_MIN)
-        got_any = False
-        for cur in list(active):
-            limit = FETCH_RECORDS_MAX if remaining is None else min(remaining, FETCH_RECORDS_MAX)
-            records = _fetch(leaders, cur, limit, wait_ms, args)
+        limit = FETCH_RECORDS_MAX if remaining is None else min(remaining, FETCH_RECORDS_MAX)
+        got = consumer.poll(timeout_ms=args.max_wait_ms, max_records=limit)
+        for tp, records in got.items():
+            end = None if ends is None else ends[tp]
             for rec in records:
-                out.write(render(rec, args.output, leaders.topic) + "\n")
-            out.flush()
-            got_any = got_any or bool(records)
-            if remaining is not None:
-                remaining -= len(records)
-                if remaining == 0:
-                    return
-            if cur.end is not None and cur.offset >= cur.end:
-                active.remove(cur)
-        idle_round = not got_any
+                if end is not None and rec.offset >= end:
+                    break
+                out.write(render(rec, tp, args) + "\n")
+                if remaining is not None:
+                    remaining -= 1
+        out.flush()
+        if ends is None:
+            continue
+        now_at = {tp: consumer.position(tp) for tp in active}
+        if now_at != positions:
+            positions, progressed_at = now_at, clock()
+        elif clock() - progressed_at > args.timeout_ms / 1000:
+            stuck = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(active))
+            raise StalledError(
+                f"{stuck}: no progress towards the high watermark seen at the start for "
+                f"{args.timeout_ms} ms (--timeout-ms); is a partition leader down?"
+            )
+        still = _unfinished(consumer, ends, active)
+        if still != active:
+            active = still
+            consumer.assign(sorted(active))  # stop fetching what is done; positions kept
 
 
-def _fetch(
-    leaders: LeaderClient, cur: Cursor, limit: int, wait_ms: int, args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    """The next records of one partition (below its end); moves the cursor past them."""
-    query = {
-        "offset": cur.offset,
-        "max_records": limit,
-        "max_wait_ms": wait_ms,
-        "format": args.value_format,
-        "key_format": args.key_format,
-    }
-    doc = leaders.get_json(cur, "records", query, extra_timeout_ms=wait_ms)
-    got = doc.get("records") or []
-    records = [r for r in got if cur.end is None or r["offset"] < cur.end]
-    next_offset = int(doc.get("next_offset", cur.offset))
-    if len(records) < len(got):
-        next_offset = cur.end if cur.end is not None else next_offset
-    elif not got and next_offset == cur.offset < int(doc.get("high_watermark", 0)):
-        next_offset = leaders.next_batch_offset(cur)
-    if next_offset < cur.offset:
-        raise LograftError(
-            f"{leaders.topic}-{cur.partition}: the server moved the position back from "
-            f"{cur.offset} to {next_offset}"
-        )
-    cur.offset = next_offset
-    return records
+def _unfinished(consumer: Any, ends: dict[Any, int] | None, tps: Iterable[Any]) -> set[Any]:
+    if ends is None:
+        return set(tps)
+    return {tp for tp in tps if consumer.position(tp) < ends[tp]}
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -365,9 +253,16 @@ def text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def render(rec: dict[str, Any], output: str, topic: str) -> str:
+def render(rec: Any, tp: Any, args: argparse.Namespace) -> str:
+    """One record (a ConsumerRecord, bytes key and value) as one output line."""
+    doc = render_record(rec, tp.partition, args.value_format, args.key_format)
+    return render_line(doc, args.output, tp.topic)
+
+
+def render_line(doc: dict[str, Any], output: str, topic: str) -> str:
+    """A record as the JSON API shows it, as one line of `--format` output."""
     if output == "json":
-        return orjson.dumps({"topic": topic, **rec}).decode()
+        return orjson.dumps({"topic": topic, **doc}).decode()
     if output == "kv":
-        return f"{text(rec.get('key'))}\t{text(rec.get('value'))}"
-    return text(rec.get("value"))
+        return f"{text(doc.get('key'))}\t{text(doc.get('value'))}"
+    return text(doc.get("value"))

@@ -12,7 +12,6 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
-import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,6 @@ from lograft.cli.common import (
     print_lines,
     table,
 )
-from lograft.cli.consume import Cursor, LeaderClient
 from lograft.cli.coordinator import CoordinatorClient
 from lograft.cli.http_client import HttpClient
 from lograft.errors import (
@@ -309,7 +307,6 @@ def _dry_run(
 ) -> list[tuple[str, int, int | None, int]]:
     # The coordinator's own rules, imported here: they pull in the broker packages.
     from lograft.brokers.groups.admin import OffsetResetStrategy, resolve_reset_offsets
-    from lograft.protocol.topic_partition import TopicPartition
 
     described = coordinator.call("GET")
     members = described.get("members") or []
@@ -324,10 +321,7 @@ def _dry_run(
         (o["topic"], o["partition"]): o.get("committed_offset")
         for o in described.get("offsets") or []
     }
-    partitions = _topic_partitions(client, args.topic, args.partitions)
-    leaders = LeaderClient(client, args.topic)
-    timestamp = body.get("timestamp")
-    bounds = {TopicPartition(args.topic, p): _bounds(leaders, p, timestamp) for p in partitions}
+    bounds = _bounds(args, body.get("timestamp"))
     new = resolve_reset_offsets(OffsetResetStrategy(body["strategy"]), bounds, body.get("offset"))
     return [
         (tp.topic, tp.partition, current.get((tp.topic, tp.partition)), offset)
@@ -335,30 +329,34 @@ def _dry_run(
     ]
 
 
-def _topic_partitions(client: HttpClient, topic: str, only: list[int] | None) -> list[int]:
-    doc = client.get(f"/v1/topics/{urllib.parse.quote(topic, safe='')}")
-    numbers = sorted(int(p["partition"]) for p in doc.get("partitions") or [])
-    if only is None:
-        return numbers
-    missing = sorted(set(only) - set(numbers))
-    if missing:
-        raise UnknownTopicOrPartitionError(
-            f"topic {topic!r} has no partition {','.join(map(str, missing))}; it has "
-            f"{len(numbers)} (0..{len(numbers) - 1})",
-            topic=topic,
-            partition=missing[0],
-        )
-    return only
-
-
-def _bounds(leaders: LeaderClient, partition: int, timestamp: int | None) -> PartitionBounds:
+def _bounds(args: argparse.Namespace, timestamp: int | None) -> dict[Any, PartitionBounds]:
+    """Per partition of --topic (or --partitions): log start, high watermark and
+    the offset for --to-timestamp, from each partition's leader."""
     from lograft.brokers.groups.admin import PartitionBounds
+    from lograft.client import Consumer, TopicPartition
 
-    query = {} if timestamp is None else {"timestamp": timestamp}
-    doc = leaders.get_json(Cursor(partition), "offsets", query)
-    found = doc.get("offset_for_timestamp")
-    return PartitionBounds(
-        log_start_offset=int(doc["earliest"]),
-        high_watermark=int(doc["latest"]),
-        offset_for_timestamp=int(found["offset"]) if found else None,
-    )
+    with Consumer(args.bootstrap, client_id="lograft-cli", request_timeout_ms=args.timeout_ms,
+                  default_api_timeout_ms=args.timeout_ms) as consumer:  # fmt: skip
+        numbers = sorted(consumer.partitions_for_topic(args.topic))
+        only = args.partitions
+        missing = sorted(set(only or ()) - set(numbers))
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"topic {args.topic!r} has no partition {','.join(map(str, missing))}; it has "
+                f"{len(numbers)} (0..{len(numbers) - 1})",
+                topic=args.topic,
+                partition=missing[0],
+            )
+        tps = [TopicPartition(args.topic, p) for p in (only if only is not None else numbers)]
+        starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        found: dict[Any, tuple[int, int] | None] = {}
+        if timestamp is not None:
+            found = consumer.offsets_for_times({tp: timestamp for tp in tps})
+    return {
+        tp: PartitionBounds(
+            log_start_offset=starts[tp],
+            high_watermark=ends[tp],
+            offset_for_timestamp=hit[0] if (hit := found.get(tp)) is not None else None,
+        )
+        for tp in tps
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import queue
 import signal
 import subprocess
@@ -14,9 +13,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from lograft.api import records_json
-from lograft.cli.consume import READ_FORMATS, Cursor, StartAt, _consume, render, start_at
+from lograft.cli.consume import StartAt, render_line, start_at
 from lograft.cli.http_client import HttpClient
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
 from tests.unit.cli.cli_support import (
@@ -216,25 +215,33 @@ def test_requests_follow_not_leader_to_the_leader(srv, tmp_path):
 
 
 def test_a_position_inside_a_compacted_batch_is_stepped_over():
-    """The JSON fetch cannot move past a batch whose last records were compacted
-    away (its next_offset stays put); the CLI learns the batch end from a raw fetch."""
+    """A batch whose last records were compacted away ends past its last record;
+    the consumer moves on to X-Lograft-Next-Offset instead of asking again."""
+    batch = build_batch(
+        [RecordInput(f"v{o}".encode(), None, (), 1_000) for o in range(6)],
+        timestamp_ms=1_000,
+        last_offset_delta=9,
+    )
+    fetched_at: list[int] = []
+
+    async def brokers(_request: web.Request) -> web.Response:
+        return web.json_response({"brokers": [{"id": 1, "endpoints": {"http": url}}]})
 
     async def describe(_request: web.Request) -> web.Response:
-        return web.json_response({"name": "t", "partitions": [{"partition": 0}]})
+        return web.json_response({"name": "t", "partitions": [{"partition": 0, "leader": 1}]})
 
     async def offsets(_request: web.Request) -> web.Response:
         return web.json_response({"earliest": 0, "latest": 10, "log_end_offset": 10})
 
     async def records(request: web.Request) -> web.Response:
         offset = int(request.query["offset"])
-        if "vnd.lograft.batch" in request.headers.get("Accept", ""):
-            assert offset == 6
-            return web.Response(body=b"batch", headers={"X-Lograft-Next-Offset": "10"})
-        got = [{"offset": o, "key": None, "value": f"v{o}"} for o in range(offset, 6)]
-        nxt = got[-1]["offset"] + 1 if got else offset
-        return web.json_response({"records": got, "next_offset": nxt, "high_watermark": 10})
+        fetched_at.append(offset)
+        assert "vnd.lograft.batch" in request.headers.get("Accept", "")
+        body = batch if offset < 10 else b""
+        return web.Response(body=body, headers={"X-Lograft-Next-Offset": "10"})
 
     app = web.Application()
+    app.router.add_get("/v1/brokers", brokers)
     app.router.add_get("/v1/topics/t", describe)
     app.router.add_get("/v1/topics/t/partitions/0/offsets", offsets)
     app.router.add_get("/v1/topics/t/partitions/0/records", records)
@@ -252,7 +259,9 @@ def test_a_position_inside_a_compacted_batch_is_stepped_over():
         t.start()
         t.join(DEADLINE_S)
         assert not t.is_alive(), "consume never got past offset 6"
+        assert done["r"].code == 0, done["r"].err
         assert done["r"].lines == [f"v{o}" for o in range(6)]
+        assert fetched_at[0] == 0 and set(fetched_at) <= {0, 10}  # never from 6
     finally:
         loop.run(runner.cleanup())
         loop.close()
@@ -270,39 +279,17 @@ def test_start_at_parses_every_form():
 
 def test_render_formats():
     rec = {"partition": 1, "offset": 5, "key": "k", "value": {"a": [1, 2]}}
-    assert render(rec, "value", "t") == '{"a":[1,2]}'
-    assert render(rec, "kv", "t") == 'k\t{"a":[1,2]}'
-    assert orjson.loads(render(rec, "json", "t")) == {"topic": "t", **rec}
-    assert render({"key": None, "value": "text"}, "kv", "t") == "null\ttext"
+    assert render_line(rec, "value", "t") == '{"a":[1,2]}'
+    assert render_line(rec, "kv", "t") == 'k\t{"a":[1,2]}'
+    assert orjson.loads(render_line(rec, "json", "t")) == {"topic": "t", **rec}
+    assert render_line({"key": None, "value": "text"}, "kv", "t") == "null\ttext"
 
 
-def test_read_formats_match_the_servers():
-    assert READ_FORMATS == records_json.READ_FORMATS
-
-
-def test_follow_long_polls_once_a_round_found_nothing():
-    """Rounds with data ask for no wait; after an empty round each partition long-polls
-    for its share of --max-wait-ms."""
-
-    class Leaders:
-        topic = "t"
-
-        def __init__(self) -> None:
-            self.waits: list[tuple[int, int]] = []
-            self.script = {0: [[], [], [], [{"offset": 0, "value": "late"}]], 1: [[]] * 4}
-
-        def get_json(self, cur, what, query, **_kwargs):
-            self.waits.append((cur.partition, query["max_wait_ms"]))
-            got = self.script[cur.partition].pop(0)
-            end = cur.offset + len(got)
-            return {"records": got, "next_offset": end, "high_watermark": end}
-
-    leaders = Leaders()
-    args = argparse.Namespace(
-        max_records=1, follow=True, max_wait_ms=1000, output="value",
-        value_format="auto", key_format="auto",
-    )  # fmt: skip
-    out = LineWatch()
-    _consume(leaders, [Cursor(0), Cursor(1)], args, out)  # type: ignore[arg-type]
-    assert out.lines() == ["late"]
-    assert leaders.waits == [(0, 0), (1, 0), (0, 500), (1, 500), (0, 500), (1, 500), (0, 500)]
+def test_a_partition_without_a_reachable_leader_fails_after_timeout_ms(srv):
+    """Broker 7 leads `orphan` but has no address: the consumer retries (as
+    kafka-console-consumer does) and, without --follow, gives up after --timeout-ms."""
+    srv.cluster.add_topic("orphan", 1, leader=7)
+    r = srv.cli("consume", "orphan", "--timeout-ms", "500")
+    assert r.code == 1
+    assert r.err.startswith("lograft consume: ")
+    assert "LEADER_NOT_AVAILABLE" in r.err or "NO_PROGRESS" in r.err, r.err
