@@ -2,15 +2,15 @@
 #
 #   docker build -t lograft .
 #   docker run -p 9091:9091 -v lograft-data:/var/lib/lograft \
-#       -e LOGRAFT_CLUSTER_SECRET=$(openssl rand -hex 16) lograft        # one node
+#       -e LOGRAFT_CFG_CLUSTER_SECRET=$(openssl rand -hex 16) lograft        # one node
 #   docker compose up -d                                                 # three (compose.yaml)
 #
 # The config format is the same TOML as outside a container (see
-# lograft/api/node_config.py); LOGRAFT_* environment variables override it.
+# lograft/node/config.py); LOGRAFT_CFG_* environment variables override it.
 # Inside a container set [http] host = "0.0.0.0" and advertised_url to the URL
 # the other nodes dial (e.g. "http://node-1:9091"): a broker registers that
 # URL, not its listen address. A node refuses to start without a cluster secret
-# of 16+ characters (LOGRAFT_CLUSTER_SECRET): it keys the Raft links.
+# of 16+ characters (LOGRAFT_CFG_CLUSTER_SECRET): it keys the Raft links.
 #
 # BASE_IMAGE must be a Debian-based image with Python 3.11+ (python3 -m venv
 # and apt-get). Without a registry, build from a local one:

@@ -19,6 +19,8 @@ A leaf like `errors`: it imports nothing of lograft but `errors`.
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -88,7 +90,7 @@ def build(
     try:
         return msgspec.convert(value, into, strict=strict, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
-        place, reason = _explain(exc, where, value, into)
+        place, reason = _explain(exc, where, value, into, strict)
         details = {detail: place} if detail is not None else {}
         raise error(f"{place}: {reason}" if place else reason, **details) from None
 
@@ -149,7 +151,7 @@ def _unwrap(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
 
 
 def _dec_hook(into: type, value: Any) -> Any:
-    if into is Path and isinstance(value, str):
+    if into is Path and isinstance(value, str | Path):
         return Path(value)
     raise NotImplementedError
 
@@ -165,16 +167,28 @@ _NAMED_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field 
 _SHOWN_CHARS_MAX = 80
 
 
-def _explain(exc: msgspec.ValidationError, where: str, value: Any, into: Any) -> tuple[str, str]:
+def _explain(
+    exc: msgspec.ValidationError, where: str, value: Any, into: Any, strict: bool = True
+) -> tuple[str, str]:
     """(dotted path of the bad field, what is wrong with it), with msgspec's
     text made as precise as a hand-written check: an unknown or missing field
     is part of the path and an unknown one lists the known names, and a value
     out of bounds is shown."""
     text = str(exc)
-    cut = text.rfind(" - at `$")
-    reason = text[:cut] if cut >= 0 else text
-    path = field_path(exc)
+    in_key = _IN_KEY.search(text)
+    if in_key is not None:  # a dict key: "... - at `key` in `$.http.dial`"
+        reason, path = text[: in_key.start()], in_key.group(1).lstrip(".")
+        path = f"{path}[...]" if path else "[...]"
+    else:
+        cut = text.rfind(" - at `$")
+        reason = text[:cut] if cut >= 0 else text
+        path = field_path(exc)
     steps = [m.group(1) or m.group(2) for m in _STEP.finditer("." + path)] if path else []
+    if "..." in steps:  # msgspec does not say which entry of a dict: find it
+        key = _failing_key(value, into, steps, strict)
+        if key is not None:
+            path = path.replace("[...]", f".{key}", 1).lstrip(".")
+            steps[steps.index("...")] = key
     named = _NAMED_FIELD.match(reason)
     cause = exc.__cause__
     if isinstance(cause, FieldError):
@@ -196,6 +210,53 @@ def _explain(exc: msgspec.ValidationError, where: str, value: Any, into: Any) ->
             reason = f"{reason}, got {shown}"
     place = ".".join(p for p in (where, path) if p)
     return place, reason
+
+
+_IN_KEY = re.compile(r" - at `key` in `\$([^`]*)`$")
+
+
+def _failing_key(value: Any, into: Any, steps: list[str], strict: bool) -> str | None:
+    """The key of the first dict entry (the `...` step) that does not convert,
+    found by converting each entry on its own."""
+    at = steps.index("...")
+    table = _value_at(value, steps[:at])
+    declared = _python_type_at(into, steps[:at])
+    if not isinstance(table, dict) or declared is None:
+        return None
+    for key, item in table.items():
+        try:
+            msgspec.convert({key: item}, declared, strict=strict, dec_hook=_dec_hook)
+        except msgspec.ValidationError:
+            return str(key)
+    return None
+
+
+def _python_type_at(into: Any, steps: list[str]) -> Any:
+    declared = into
+    for step in steps:
+        declared = _strip(declared)
+        if isinstance(declared, type) and issubclass(declared, msgspec.Struct):
+            named = [f for f in msgspec.structs.fields(declared) if f.encode_name == step]
+            if not named:
+                return None
+            declared = named[0].type
+        elif typing.get_origin(declared) is dict:
+            declared = typing.get_args(declared)[1]
+        elif typing.get_origin(declared) in (list, tuple) and step.isdigit():
+            declared = typing.get_args(declared)[0]
+        else:
+            return None
+    return _strip(declared)
+
+
+def _strip(declared: Any) -> Any:
+    """`X` of `Annotated[X, ...]` and of `X | None`."""
+    if typing.get_origin(declared) is Annotated:
+        declared = typing.get_args(declared)[0]
+    args = [a for a in typing.get_args(declared) if a is not type(None)]
+    if typing.get_origin(declared) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _strip(args[0])
+    return declared
 
 
 def _known_fields(into: Any, steps: list[str]) -> list[str]:

@@ -29,10 +29,10 @@ from aiohttp import web
 
 from lograft.api.client_faults import ClientFaultLog, ServerLogger
 from lograft.api.connection_guard import ConnectionGuard
+from lograft.api.http_config import HttpConfig
 from lograft.api.http_errors import CLIENT_FAULTS_KEY
 from lograft.api.protocol_errors import JsonErrorRequestHandler, json_http_errors
 from lograft.api.request_bodies import UNCOUNTED_BODY_BYTES_MAX, RequestBodies
-from lograft.node.config import HttpConfig
 
 log = logging.getLogger(__name__)
 

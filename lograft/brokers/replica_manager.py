@@ -85,6 +85,7 @@ from lograft.storage.config import LogConfig, coerce_overrides, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms
 from lograft.storage.maintenance import LogMaintainer
+from lograft.typed import Positive, Record
 
 log = logging.getLogger(__name__)
 
@@ -115,50 +116,37 @@ ALTER_PARTITION_BATCH_MAX = 500
 RoleListener = Callable[[Partition], None]
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerSettings:
+class BrokerSettings(Record):
+    """`[broker]` in the node config; every value a positive integer."""
+
     # acks=all needs this many in-sync replicas (topic config may override).
-    min_insync_replicas: int = 2
+    min_insync_replicas: Positive = 2
     # A follower not caught up for this long leaves the ISR, ms.
-    replica_lag_time_max_ms: int = 10_000
-    isr_check_interval_ms: int = 500
+    replica_lag_time_max_ms: Positive = 10_000
+    isr_check_interval_ms: Positive = 500
     # Follower fetch long-poll, ms, and sizes, bytes.
-    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_wait_max_ms: Positive = 500
     # Longest long-poll a leader grants a follower's fetch (whatever it asks), ms.
-    replica_fetch_serve_wait_max_ms: int = 5_000
-    replica_fetch_max_bytes: int = 8 * 1024 * 1024
-    replica_fetch_partition_max_bytes: int = 1024 * 1024
+    replica_fetch_serve_wait_max_ms: Positive = 5_000
+    replica_fetch_max_bytes: Positive = 8 * 1024 * 1024
+    replica_fetch_partition_max_bytes: Positive = 1024 * 1024
     # Pause after a failed follower fetch, ms.
-    replica_fetch_backoff_ms: int = 200
+    replica_fetch_backoff_ms: Positive = 200
     # How long an acks=all produce waits for the ISR, ms.
-    produce_timeout_ms: int = 30_000
+    produce_timeout_ms: Positive = 30_000
     # Longest consumer fetch long-poll a client may ask for, ms.
-    fetch_wait_max_ms: int = 30_000
-    hw_checkpoint_interval_ms: int = 2_000
+    fetch_wait_max_ms: Positive = 30_000
+    hw_checkpoint_interval_ms: Positive = 2_000
     # acks=all produce requests waiting on one partition at once.
-    ack_waiters_max: int = 10_000
+    ack_waiters_max: Positive = 10_000
     # Record batches one produce request may carry for one partition.
-    produce_batches_max: int = 1_000
+    produce_batches_max: Positive = 1_000
     # Sealed-segment descriptors held open at once across all logs.
-    max_open_files: int = 1024
+    max_open_files: Positive = 1024
     # A produce naming a producer id this broker's metadata does not show
     # allocated waits this long for the metadata to catch up before it is
     # refused (an id handed out by another broker a moment ago), ms.
-    producer_id_wait_max_ms: int = 5_000
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> BrokerSettings:
-        from dataclasses import fields
-
-        from lograft.errors import InvalidConfigError
-
-        known = {f.name for f in fields(cls)}
-        for key, value in raw.items():
-            if key not in known:
-                raise InvalidConfigError(f"broker.{key}: unknown broker setting", key=key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidConfigError(f"broker.{key}: must be a positive integer", key=key)
-        return cls(**dict(raw))
+    producer_id_wait_max_ms: Positive = 5_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,14 +41,12 @@ from lograft.api.routes_internal import (
     add_controller_routes,
     add_replica_fetch_route,
 )
-from lograft.api.stream.limits_config import stream_limits_from_config
 from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
-from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.groups.topic_deletion import deleted_topics
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal
-from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
+from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -65,7 +63,6 @@ from lograft.node.peer_urls import PeerUrls
 from lograft.node.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.node.raft_password import raft_password_for
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
@@ -104,7 +101,7 @@ def raft_config_for(config: NodeConfig) -> RaftConfig:
         for v in config.voters
         if v.node_id != config.node_id
     }
-    return RaftConfig.from_dict(
+    return build(
         {
             "node_id": str(config.node_id),
             "data_dir": config.data_dir / "metadata",
@@ -112,42 +109,23 @@ def raft_config_for(config: NodeConfig) -> RaftConfig:
             "listen_address": me.raft if (config.is_controller and me) else None,
             "voter": config.is_controller,
             "password": raft_password_for(config),
-            **dict(config.raft.tuning),
-        }
-    )
-
-
-def controller_config_for(config: NodeConfig) -> ControllerConfig:
-    return build(
-        dict(config.controller),
-        ControllerConfig,
+            **config.raft.tuning(),
+        },
+        RaftConfig,
         error=InvalidConfigError,
-        where="controller",
+        where="raft",
         detail="key",
     )
 
 
 def check_config(config: NodeConfig) -> None:
-    """Validate the sections other modules own ([raft], [controller], [broker]) before
-    anything starts, so a bad key stops the node with a message naming it."""
+    """What parsing a config cannot check on its own, before anything starts:
+    the Raft password (derived from cluster_secret) and the Raft identity
+    derived from node_id, data_dir and voters. Every section's settings were
+    checked when the config was built."""
     # First: its errors name top-level settings (cluster_secret), not [raft] ones.
     raft_password_for(config)
-    checks: list[tuple[str, Callable[[], object]]] = [
-        ("raft", lambda: raft_config_for(config)),
-        ("controller", lambda: controller_config_for(config)),
-        ("broker", lambda: BrokerSettings.from_dict(dict(config.broker))),
-        ("groups", lambda: GroupRuntimeSettings.from_dict(dict(config.groups))),
-        ("stream", lambda: stream_limits_from_config(config.stream)),
-    ]
-    for section, check in checks:
-        try:
-            check()
-        except InvalidConfigError as exc:
-            key = str(exc.details.get("key", ""))
-            if key and not key.startswith(f"{section}."):
-                key = f"{section}.{key.removeprefix(f'{section}.')}"
-                raise InvalidConfigError(f"[{section}] {exc.message}", key=key) from None
-            raise
+    raft_config_for(config)
 
 
 class Node:
@@ -155,7 +133,7 @@ class Node:
         self.config = config
         self.store = MetadataStore()
         self.raft = RaftAdapter(raft_config_for(config), self.store)
-        self.controller_config = controller_config_for(config)
+        self.controller_config = config.controller
         # The one place node-to-node HTTP calls get a peer's URL ([http.dial]).
         self.peers = PeerUrls(config.http.dial)
         self.runtime: ControllerRuntime | None = None
@@ -185,7 +163,7 @@ class Node:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        broker_settings = BrokerSettings.from_dict(dict(cfg.broker))
+        broker_settings = cfg.broker
         ensure_fd_limit(
             cfg.http.connections_max
             + (broker_settings.max_open_files if cfg.is_broker else 0)
@@ -305,7 +283,7 @@ class Node:
             StreamRoutes(
                 self.replicas,
                 _BrokerImageView(self),
-                limits=stream_limits_from_config(self.config.stream),
+                limits=self.config.stream,
                 peers=self.peers,
                 cluster_secret=cfg.cluster_secret,
                 work=self.record_work,
@@ -512,7 +490,7 @@ class Node:
             self.groups = GroupCoordinatorRuntime(
                 self.replicas,
                 _BrokerImageView(self),
-                GroupRuntimeSettings.from_dict(dict(self.config.groups)),
+                self.config.groups,
             )
         return self.groups
 

@@ -51,6 +51,7 @@ PROCESS_EXIT_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 60
 
+
 def port_is_free(port: int) -> bool:
     """True if a new listener can bind `port` (TIME_WAIT leftovers do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -283,7 +284,7 @@ class ClusterNode:
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         self.write_config()
         self.starts += 1
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGRAFT_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGRAFT_CFG_")}
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts} of node {self.node_id} =====\n".encode())
             log.flush()

@@ -30,8 +30,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from lograft.errors import LograftError
+from lograft.errors import InvalidConfigError, LograftError
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
+from lograft.typed import build
 from tests.raft_support import ListStateMachine
 
 BENCH_COUNT_MAX = 10_000
@@ -83,7 +84,7 @@ def build_app(adapter: RaftAdapter, sm: ListStateMachine) -> web.Application:
 
 async def run(config_path: Path) -> None:
     raw = json.loads(config_path.read_text())
-    config = RaftConfig.from_dict(raw["raft"])
+    config = build(raw["raft"], RaftConfig, error=InvalidConfigError, detail="key")
     sm = ListStateMachine()
     adapter = RaftAdapter(config, sm)
     await adapter.start()

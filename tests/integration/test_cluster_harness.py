@@ -11,6 +11,7 @@ import pytest
 
 from lograft.node.config import load_config
 from lograft.node.server import check_config
+from lograft.quorum.raft.config import RaftTuning
 from tests.integration.cluster_harness import (
     LograftCluster,
     NodeSpec,
@@ -46,17 +47,14 @@ def test_generated_config_carries_overrides_and_dial_addresses(tmp_path: Path) -
         (n.node_id, n.spec.raft_address, n.spec.http_address) for n in cluster
     ]
     assert dict(config.raft.dial) == {1: "127.0.0.1:1111", 3: "127.0.0.1:3333"}
-    assert dict(config.raft.tuning) == {
-        "election_timeout_min_ms": 500,
-        "log_compaction_min_entries": 7,
-    }
-    assert dict(config.controller) == {"broker_session_timeout_ms": 3000}
-    assert dict(config.broker) == {"replica_lag_time_max_ms": 1234}
+    raft = config.raft
+    assert (raft.election_timeout_min_ms, raft.log_compaction_min_entries) == (500, 7)
+    assert config.controller.broker_session_timeout_ms == 3000
+    assert config.broker.replica_lag_time_max_ms == 1234
     # Node 1 got only the cluster-wide settings.
     other = load_config(cluster[1].write_config(), env={})
-    assert dict(other.raft.dial) == {} and dict(other.raft.tuning) == {
-        "election_timeout_min_ms": 500
-    }
+    assert dict(other.raft.dial) == {} and other.raft.election_timeout_min_ms == 500
+    assert other.raft.log_compaction_min_entries == RaftTuning().log_compaction_min_entries
     # Every port is distinct.
     assert len(cluster.ports) == 6
 

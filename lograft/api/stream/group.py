@@ -31,13 +31,13 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 import yarl
 
+from lograft.api.stream.limits import GroupLimits
 from lograft.errors import (
     BrokerNotAvailableError,
     FencedMemberEpochError,
@@ -50,21 +50,6 @@ from lograft.errors import (
 log = logging.getLogger(__name__)
 
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
-
-
-@dataclass(frozen=True, slots=True)
-class GroupLimits:
-    # How often a group stream commits its delivered positions by default, ms
-    # (Kafka's auto.commit.interval.ms).
-    commit_interval_ms_default: int = 5_000
-    # The shortest commit interval a client may ask for, ms.
-    commit_interval_ms_min: int = 100
-    # One call to the coordinator, retries on a moving coordinator included, ms.
-    request_timeout_ms: int = 10_000
-    # Pause between retries of a call to the coordinator, ms.
-    retry_backoff_ms: int = 200
-    # When the stream ends: the last commit and the leave together, ms.
-    leave_timeout_ms: int = 5_000
 
 
 class GroupMember:

@@ -50,7 +50,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
@@ -63,7 +63,8 @@ from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, 
 from lograft.api.services import MetadataView, TopicView
 from lograft.api.stream import sse
 from lograft.api.stream.fetch import ServeLimits, add_stream_fetch_route
-from lograft.api.stream.group import AUTO_OFFSET_RESETS, GroupLimits, GroupMember
+from lograft.api.stream.group import AUTO_OFFSET_RESETS, GroupMember
+from lograft.api.stream.limits import StreamLimits
 from lograft.api.stream.polls import PollLimits, RemoteReads
 from lograft.api.stream.session import (
     GroupBinding,
@@ -72,7 +73,7 @@ from lograft.api.stream.session import (
     cancel_and_wait,
     client_gone,
 )
-from lograft.api.stream.source import PartitionSource, SourceLimits
+from lograft.api.stream.source import PartitionSource
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
@@ -88,43 +89,6 @@ OFFSET_NAMES = ("earliest", "latest")
 CLIENT_CLOSED_REQUEST = 499
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class StreamLimits:
-    # Streams one node serves at once.
-    streams_max: int = 100
-    # Raw batch bytes one round of fetches reads, all partitions together, bytes.
-    chunk_bytes_default: int = 256 * 1024
-    # Largest `max_bytes` a client may ask for, bytes.
-    chunk_bytes_max: int = 1024 * 1024
-    # Rendered events written to the client at once, bytes.
-    write_block_bytes: int = 64 * 1024
-    # A stream that wrote nothing for this long sends `: keep-alive`, ms.
-    heartbeat_interval_ms: int = 15_000
-    # A running stream whose client took none of the bytes sent to it for this long
-    # is closed (Linux TCP_USER_TIMEOUT): a client gone without closing (a dropped
-    # network) would otherwise hold its slot until TCP gives up, ~15 minutes, ms.
-    client_stalled_timeout_ms: int = 300_000
-    # How often an idle stream checks that its client is still connected, ms.
-    liveness_check_ms: int = 1_000
-    # Finding a stream's start positions takes at most this long; retriable errors
-    # (no leader yet) are retried within it, ms.
-    start_retry_timeout_ms: int = 10_000
-    # Connections for this node's streams' short calls to other nodes (start offsets,
-    # group coordinator calls), all streams together.
-    remote_connections_max: int = 64
-    # Long-polls (one connection each) this node's streams keep in flight to one
-    # other leader, all streams together; each carries many partitions' reads.
-    remote_polls_per_leader_max: int = 2
-    # Partition reads one such long-poll carries (more wait for the next one); also
-    # the most this node serves in one request from another node.
-    remote_poll_partitions_max: int = 1_000
-    # Batch bytes one long-poll's answer brings, all its reads together (the first
-    # read with data may exceed it by one batch); also the most this node serves, bytes.
-    remote_poll_bytes_max: int = 4 * 1024 * 1024
-    source: SourceLimits = field(default_factory=SourceLimits)
-    group: GroupLimits = field(default_factory=GroupLimits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ import aiohttp
 import orjson
 
 from lograft.api.services import MetadataView
+from lograft.api.stream.limits import SourceLimits
 from lograft.api.stream.polls import RemoteReads, decode_error
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -49,19 +50,6 @@ from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class SourceLimits:
-    # Longest long-poll of one fetch for a stream, ms (a local one is also capped
-    # by the broker's fetch_wait_max_ms).
-    fetch_wait_ms: int = 5_000
-    # Pause between attempts after a retriable error, ms.
-    retry_backoff_ms: int = 200
-    # A partition failing retriably for this long ends the stream with the error, ms.
-    retry_timeout_ms: int = 60_000
-    # A request to a remote leader may take its long-poll (if any) plus this long, ms.
-    remote_timeout_margin_ms: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)

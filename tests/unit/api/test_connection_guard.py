@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from lograft.api.app import create_app
+from lograft.api.http_config import HttpConfig
 from lograft.api.http_server import HttpServer
-from lograft.node.config import HttpConfig
 from tests.raft_support import free_port
 
 DEADLINE_S = 0.3

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from lograft.api.app import create_app
+from lograft.api.http_config import HttpConfig
 from lograft.api.http_server import HEADER_FIELD_BYTES_MAX, HttpServer
 from lograft.api.protocol_errors import MESSAGE_CHARS_MAX, protocol_error
-from lograft.node.config import HttpConfig
 from tests.raft_support import free_port
 
 MALFORMED = {

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from lograft.api.app import SECRET_HEADER, create_app
+from lograft.api.http_config import HttpConfig
 from lograft.api.http_server import UNREAD_BODY_DRAIN_MS, HttpServer
 from lograft.api.request_bodies import UNCOUNTED_BODY_BYTES_MAX
 from lograft.errors import InvalidRequestError
-from lograft.node.config import HttpConfig
 from tests.raft_support import free_port
 
 BODY_MAX = 256 * 1024

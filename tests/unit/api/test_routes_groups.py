@@ -67,9 +67,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     replicas = ReplicaManager(BROKER, tmp_path, BrokerSettings(min_insync_replicas=1))
     await replicas.start()
     replicas.apply_metadata(metadata.wanted())
-    settings = GroupRuntimeSettings(
-        offsets_topic_num_partitions=1, coordinator=GroupCoordinatorConfig()
-    )
+    settings = GroupRuntimeSettings(offsets_topic_num_partitions=1)
     runtime = GroupCoordinatorRuntime(replicas, metadata, settings)
 
     async def create_offsets_topic() -> None:

@@ -11,20 +11,21 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from msgspec.structs import replace
 
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataRoutes
 from lograft.api.services import TopicView
-from lograft.api.stream.routes import StreamLimits, StreamRoutes
+from lograft.api.stream.limits import SourceLimits, StreamLimits
+from lograft.api.stream.routes import StreamRoutes
 from lograft.api.stream.session import StreamSession, memory_bound_bytes
-from lograft.api.stream.source import SourceLimits
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch

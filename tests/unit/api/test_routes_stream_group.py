@@ -18,8 +18,8 @@ from lograft.api.app import create_app
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
-from lograft.api.stream.routes import StreamLimits, StreamRoutes
-from lograft.brokers.groups.config import GroupCoordinatorConfig
+from lograft.api.stream.limits import StreamLimits
+from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
@@ -71,9 +71,8 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     replicas.apply_metadata(metadata.wanted())
     settings = GroupRuntimeSettings(
         offsets_topic_num_partitions=1,
-        coordinator=GroupCoordinatorConfig(
-            group_heartbeat_interval_ms=HEARTBEAT_MS, session_timeout_ms=5_000
-        ),
+        group_heartbeat_interval_ms=HEARTBEAT_MS,
+        session_timeout_ms=5_000,
     )
     runtime = GroupCoordinatorRuntime(replicas, metadata, settings)
 

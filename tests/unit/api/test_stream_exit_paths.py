@@ -14,7 +14,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from msgspec.structs import replace
 
 from lograft.api.app import create_app
 from lograft.api.routes_data import DataRoutes
-from lograft.api.stream.routes import StreamLimits, StreamRoutes
+from lograft.api.stream.limits import StreamLimits
+from lograft.api.stream.routes import StreamRoutes
 from lograft.api.stream.session import memory_bound_bytes
 from lograft.brokers.replica_manager import ReplicaManager
 from tests.raft_support import free_port

@@ -4,11 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from lograft.api.stream.limits_config import stream_limits_from_config
 from lograft.api.stream.routes import StreamLimits
 from lograft.errors import InvalidConfigError
 from lograft.node.config import parse_config
-from lograft.node.server import check_config
+from lograft.typed import build
+
+
+def stream_limits_from_config(raw: object) -> StreamLimits:
+    return build(raw, StreamLimits, error=InvalidConfigError, where="stream", detail="key")
 
 
 def test_empty_section_gives_the_defaults() -> None:
@@ -45,17 +48,18 @@ def test_bad_values_name_the_key(raw: dict[str, object], key: str) -> None:
     assert key in err.value.message
 
 
-def test_node_config_check_refuses_a_bad_stream_key(tmp_path: Path) -> None:
-    config = parse_config(
-        {
-            "node_id": 1,
-            "data_dir": str(tmp_path),
-            "cluster_secret": "unit-test-cluster-secret",
-            "voters": [{"id": 1, "raft": "127.0.0.1:19091", "http": "127.0.0.1:9091"}],
-            "stream": {"streams_max": -1},
-        }
-    )
-    assert config.stream == {"streams_max": -1}
+def test_node_config_refuses_a_bad_stream_key(tmp_path: Path) -> None:
+    raw = {
+        "node_id": 1,
+        "data_dir": str(tmp_path),
+        "cluster_secret": "unit-test-cluster-secret",
+        "voters": [{"id": 1, "raft": "127.0.0.1:19091", "http": "127.0.0.1:9091"}],
+        "stream": {"streams_max": -1},
+    }
     with pytest.raises(InvalidConfigError) as err:
-        check_config(config)
-    assert "streams_max" in err.value.message
+        parse_config(raw)
+    assert err.value.details["key"] == "stream.streams_max"
+    assert "stream.streams_max" in err.value.message
+    raw["stream"] = {"streams_max": 7, "source": {"fetch_wait_ms": 250}}
+    config = parse_config(raw)
+    assert (config.stream.streams_max, config.stream.source.fetch_wait_ms) == (7, 250)

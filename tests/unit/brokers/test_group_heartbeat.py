@@ -378,12 +378,24 @@ def test_expire_gives_a_session_to_a_member_without_one() -> None:
     assert c.sessions["g"].next_deadline_ms() == 110_000
 
 
-def test_config_validation() -> None:
-    with pytest.raises(ValueError):
-        GroupCoordinatorConfig(group_heartbeat_interval_ms=10_000, session_timeout_ms=10_000)
-    with pytest.raises(ValueError):
-        GroupCoordinatorConfig(assignor_default="sticky")
-    with pytest.raises(ValueError):
-        GroupCoordinatorConfig(group_max_size=0)
-    with pytest.raises(ValueError):
-        GroupCoordinatorConfig(rebalance_timeout_ms=400_000)
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (
+            {"group_heartbeat_interval_ms": 10_000, "session_timeout_ms": 10_000},
+            "group_heartbeat_interval_ms",
+        ),
+        ({"assignor_default": "sticky"}, "assignor_default"),
+        ({"group_max_size": 0}, "group_max_size"),
+        ({"rebalance_timeout_ms": 400_000}, "rebalance_timeout_ms"),
+        ({"group_id_bytes_max": 32_768}, "group_id_bytes_max"),
+        ({"offset_metadata_bytes_max": -1}, "offset_metadata_bytes_max"),
+    ],
+)
+def test_config_validation(raw: dict[str, object], key: str) -> None:
+    from lograft.errors import InvalidConfigError
+    from lograft.typed import build
+
+    with pytest.raises(InvalidConfigError) as caught:
+        build(raw, GroupCoordinatorConfig, error=InvalidConfigError, detail="key")
+    assert caught.value.details["key"] == key

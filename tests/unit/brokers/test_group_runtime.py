@@ -12,7 +12,6 @@ from types import MappingProxyType
 
 import pytest
 
-from lograft.brokers.groups.config import GroupCoordinatorConfig
 from lograft.brokers.groups.heartbeat import HeartbeatRequest, HeartbeatResponse
 from lograft.brokers.groups.offsets import OffsetAndMetadata
 from lograft.brokers.groups.offsets_partition import EXPIRY_RETRY_BACKOFF_MS, CoordinatorPhase
@@ -104,7 +103,7 @@ class Broker:
 
 
 def settings(**coordinator: int) -> GroupRuntimeSettings:
-    return GroupRuntimeSettings(coordinator=GroupCoordinatorConfig(**coordinator))
+    return GroupRuntimeSettings(**coordinator)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ http = "127.0.0.1:9093"
 
 [raft]
 password = "a-raft-password-long-enough"
-election_timeout_min_ms = 300
+election_timeout_min_ms = 350
 
 [raft.dial]
 1 = "127.0.0.1:29021"
@@ -56,8 +56,9 @@ def test_a_full_config_parses(tmp_path: Path):
     assert cfg.voter(3).http_url == "http://127.0.0.1:9093"
     assert cfg.raft.dial == {1: "127.0.0.1:29021"}
     assert cfg.raft.password == "a-raft-password-long-enough"
-    assert cfg.raft.tuning == {"election_timeout_min_ms": 300}
-    assert cfg.controller == {"broker_session_timeout_ms": 1500}
+    assert cfg.raft.election_timeout_min_ms == 350
+    assert cfg.raft.tuning()["election_timeout_min_ms"] == 350
+    assert cfg.controller.broker_session_timeout_ms == 1500
     assert cfg.http.port == 9092
     assert cfg.http_url == "http://127.0.0.1:9092"
     assert cfg.log_defaults == {"segment_bytes": 1048576}
@@ -66,24 +67,32 @@ def test_a_full_config_parses(tmp_path: Path):
 def test_environment_overrides_win(tmp_path: Path):
     f = tmp_path / "node.toml"
     f.write_text(GOOD)
-    cfg = load_config(f, env={"LOGRAFT_HTTP__PORT": "9999", "LOGRAFT_NODE_ID": "3", "OTHER": "x"})
+    cfg = load_config(
+        f, env={"LOGRAFT_CFG_HTTP__PORT": "9999", "LOGRAFT_CFG_NODE_ID": "3", "OTHER": "x"}
+    )
     assert cfg.http.port == 9999
     assert cfg.http.forward_connections_max == 100
-    env = {"LOGRAFT_HTTP__FORWARD_CONNECTIONS_MAX": "8"}
+    env = {"LOGRAFT_CFG_HTTP__FORWARD_CONNECTIONS_MAX": "8"}
     assert load_config(f, env=env).http.forward_connections_max == 8
     # Connection limits: defaults, and overridable like any [http] key.
     assert (cfg.http.connections_max, cfg.http.connections_per_ip_max) == (4096, 1024)
     assert (cfg.http.header_read_timeout_ms, cfg.http.keepalive_timeout_ms) == (10_000, 75_000)
     assert cfg.http.client_fault_log_interval_ms == 10_000
-    env = {"LOGRAFT_HTTP__CONNECTIONS_PER_IP_MAX": "7", "LOGRAFT_HTTP__KEEPALIVE_TIMEOUT_MS": "9"}
+    env = {
+        "LOGRAFT_CFG_HTTP__CONNECTIONS_PER_IP_MAX": "7",
+        "LOGRAFT_CFG_HTTP__KEEPALIVE_TIMEOUT_MS": "9",
+    }
     http = load_config(f, env=env).http
     assert (http.connections_per_ip_max, http.keepalive_timeout_ms) == (7, 9)
     # Request bodies: defaults (request_bodies.py), and overridable.
     assert cfg.http.request_bytes_inflight_max == 256 * 1024 * 1024
     assert cfg.http.request_bytes_inflight_wait_ms == 5_000
     assert cfg.http.body_read_timeout_ms == 30_000
-    env = {"LOGRAFT_HTTP__BODY_READ_TIMEOUT_MS": "7", "LOGRAFT_HTTP__REQUEST_BYTES_MAX": "2048"}
-    env["LOGRAFT_HTTP__REQUEST_BYTES_INFLIGHT_MAX"] = "4096"
+    env = {
+        "LOGRAFT_CFG_HTTP__BODY_READ_TIMEOUT_MS": "7",
+        "LOGRAFT_CFG_HTTP__REQUEST_BYTES_MAX": "2048",
+    }
+    env["LOGRAFT_CFG_HTTP__REQUEST_BYTES_INFLIGHT_MAX"] = "4096"
     http = load_config(f, env=env).http
     assert (http.body_read_timeout_ms, http.request_bytes_inflight_max) == (7, 4096)
     assert cfg.node_id == 3
@@ -98,10 +107,10 @@ def test_record_work_limits_have_defaults_and_can_be_set(tmp_path):
     assert http.record_render_bytes_max == 8 * 1024 * 1024
     assert http.record_threads_max == 2
     env = {
-        "LOGRAFT_HTTP__PRODUCE_DECOMPRESSED_BYTES_MAX": "2048",
-        "LOGRAFT_HTTP__FETCH_DECOMPRESSED_BYTES_MAX": "4096",
-        "LOGRAFT_HTTP__RECORD_RENDER_BYTES_MAX": "8192",
-        "LOGRAFT_HTTP__RECORD_THREADS_MAX": "4",
+        "LOGRAFT_CFG_HTTP__PRODUCE_DECOMPRESSED_BYTES_MAX": "2048",
+        "LOGRAFT_CFG_HTTP__FETCH_DECOMPRESSED_BYTES_MAX": "4096",
+        "LOGRAFT_CFG_HTTP__RECORD_RENDER_BYTES_MAX": "8192",
+        "LOGRAFT_CFG_HTTP__RECORD_THREADS_MAX": "4",
     }
     http = load_config(f, env=env).http
     assert (
@@ -172,7 +181,8 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
                 ("record_threads_max", 0),
             )
         ),
-        ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "roles": ["leader"]}, "roles[0]"),
+        ({"node_id": 1, "data_dir": "d", "voters": V, "roles": []}, "roles"),
         ({"node_id": 1, "data_dir": "d"}, "voters"),
         ({"node_id": 1, "data_dir": "d", "voters": [{"id": 1, "raft": "h:1"}]}, "voters[0].http"),
         (
@@ -245,8 +255,8 @@ def test_advertised_url_is_what_the_broker_registers(tmp_path: Path):
     cfg = load_config(
         f,
         env={
-            "LOGRAFT_HTTP__HOST": "0.0.0.0",
-            "LOGRAFT_HTTP__ADVERTISED_URL": "http://node-2:9092/",
+            "LOGRAFT_CFG_HTTP__HOST": "0.0.0.0",
+            "LOGRAFT_CFG_HTTP__ADVERTISED_URL": "http://node-2:9092/",
         },
     )
     assert cfg.http.host == "0.0.0.0"
@@ -338,10 +348,12 @@ def test_sections_owned_by_other_modules_are_checked_before_the_node_starts(
     )
     path = tmp_path / "node.toml"
     path.write_text(text)
-    config = load_config(path, env={})
+    # Every section is checked as the config is built (the Raft identity, which
+    # comes from several sections, by check_config).
     with pytest.raises(InvalidConfigError) as exc:
-        check_config(config)
+        check_config(load_config(path, env={}))
     assert exc.value.details["key"] == key
+    assert key in exc.value.message
     # `lograft node` stops with the message, before binding or writing anything.
     assert main(["node", "--config", str(path)]) == 1
     assert key.split(".")[1] in capsys.readouterr().err
@@ -354,3 +366,79 @@ def test_min_insync_replicas_may_not_exceed_the_replication_factor():
     assert validate_topic_configs({"min_insync_replicas": 3}, 3) == {"min_insync_replicas": "3"}
     with pytest.raises(InvalidConfigError, match="exceeds the replication factor 1"):
         validate_topic_configs({"min_insync_replicas": 2}, 1)
+
+
+def test_other_lograft_variables_are_not_settings(tmp_path: Path):
+    """A harness's LOGRAFT_SRC or setup.sh's LOGRAFT_EXTRAS does not stop a node."""
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD)
+    env = {
+        "LOGRAFT_SRC": "/src/lograft",
+        "LOGRAFT_EXTRAS": "dev,spark",
+        "LOGRAFT_SKIP_TOXIPROXY": "1",
+        "LOGRAFT_HTTP__PORT": "1",  # the old spelling: no longer an override
+    }
+    assert load_config(f, env=env) == load_config(f, env={})
+
+
+def test_a_digits_only_secret_stays_a_string(tmp_path: Path):
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD)
+    secret = "0123456789012345678901234567890123"
+    cfg = load_config(
+        f,
+        env={
+            "LOGRAFT_CFG_CLUSTER_SECRET": secret,
+            "LOGRAFT_CFG_RAFT__PASSWORD": "1e5",
+            "LOGRAFT_CFG_CLUSTER_ID": "true",
+        },
+    )
+    assert (cfg.cluster_secret, cfg.raft.password, cfg.cluster_id) == (secret, "1e5", "true")
+
+
+def test_overrides_are_typed_by_the_setting(tmp_path: Path):
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD)
+    cfg = load_config(
+        f,
+        env={
+            "LOGRAFT_CFG_RAFT__SEND_ENTRIES_IMMEDIATELY": "false",
+            "LOGRAFT_CFG_STREAM__SOURCE__FETCH_WAIT_MS": "250",
+            "LOGRAFT_CFG_GROUPS__ASSIGNOR_DEFAULT": "range",
+            "LOGRAFT_CFG_ROLES": "controller,broker",
+            "LOGRAFT_CFG_HTTP__DIAL__3": "127.0.0.1:29023",
+            "LOGRAFT_CFG_LOG_DEFAULTS__RETENTION_MS": "1000",
+        },
+    )
+    assert cfg.raft.send_entries_immediately is False
+    assert cfg.stream.source.fetch_wait_ms == 250
+    assert cfg.groups.assignor_default == "range"
+    assert cfg.roles == ("controller", "broker")
+    assert cfg.http.dial == {3: "127.0.0.1:29023"}
+    assert cfg.log_defaults["retention_ms"] == 1000
+    roles = load_config(f, env={"LOGRAFT_CFG_ROLES": '["controller"]'}).roles
+    assert roles == ("controller",)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        ("LOGRAFT_CFG_HTTP__PORT", "ninety", "http.port"),
+        ("LOGRAFT_CFG_HTTP__PORT", "70000", "http.port"),
+        ("LOGRAFT_CFG_HTTP__PROT", "1", "http.prot"),
+        ("LOGRAFT_CFG_BROKER__MIN_INSYNC_REPLICAS", "0", "broker.min_insync_replicas"),
+        (
+            "LOGRAFT_CFG_CONTROLLER__BROKER_SESSION_TIMEOUT_MS",
+            "100",
+            "controller.broker_session_timeout_ms",
+        ),
+        ("LOGRAFT_CFG_NODE_ID__X", "1", "node_id"),
+    ],
+)
+def test_a_bad_override_names_the_key_and_the_variable(tmp_path: Path, name, text, key):
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD)
+    with pytest.raises(InvalidConfigError) as info:
+        load_config(f, env={name: text})
+    assert info.value.details.get("key") == key
+    assert name in info.value.message

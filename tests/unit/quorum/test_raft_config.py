@@ -9,6 +9,7 @@ import pytest
 
 from lograft.errors import InvalidConfigError
 from lograft.quorum.raft.config import RaftConfig, parse_address
+from lograft.typed import build
 
 
 def voter(**overrides: Any) -> RaftConfig:
@@ -19,7 +20,7 @@ def voter(**overrides: Any) -> RaftConfig:
         "listen_address": "127.0.0.1:7001",
         "password": "pw",
     }
-    return RaftConfig(**{**base, **overrides})
+    return build({**base, **overrides}, RaftConfig, error=InvalidConfigError, detail="key")
 
 
 def key_of(overrides: dict[str, Any]) -> str:
@@ -65,7 +66,7 @@ def test_bad_values_name_their_key(overrides: dict[str, Any], key: str) -> None:
     assert key_of(overrides) == key
 
 
-def test_from_dict_rejects_unknown_and_missing_keys() -> None:
+def test_build_rejects_unknown_and_missing_keys() -> None:
     raw = {
         "node_id": "1",
         "data_dir": "/tmp/x",
@@ -73,18 +74,22 @@ def test_from_dict_rejects_unknown_and_missing_keys() -> None:
         "listen_address": "127.0.0.1:1",
         "password": "pw",
     }
-    assert RaftConfig.from_dict(raw).data_dir == Path("/tmp/x")
+    assert from_dict(raw).data_dir == Path("/tmp/x")
     with pytest.raises(InvalidConfigError) as info:
-        RaftConfig.from_dict({**raw, "electon_timeout_ms": 5})
+        from_dict({**raw, "electon_timeout_ms": 5})
     assert info.value.details["key"] == "electon_timeout_ms"
     with pytest.raises(InvalidConfigError) as info:
-        RaftConfig.from_dict({"node_id": "1", "peers": {}})
+        from_dict({"node_id": "1", "peers": {}})
     assert info.value.details["key"] == "data_dir"
     # No password is no default: a Raft node never runs without one.
     without_password = {k: v for k, v in raw.items() if k != "password"}
     with pytest.raises(InvalidConfigError) as info:
-        RaftConfig.from_dict(without_password)
+        from_dict(without_password)
     assert info.value.details["key"] == "password"
+
+
+def from_dict(raw: dict[str, Any]) -> RaftConfig:
+    return build(raw, RaftConfig, error=InvalidConfigError, detail="key")
 
 
 def test_parse_address() -> None:
