@@ -45,7 +45,7 @@ from lograft.client.errors import (
     SerializationError,
 )
 from lograft.client.fetcher import Fetcher, Missing, PartitionState
-from lograft.client.group_protocol import RebalanceEvent
+from lograft.client.membership import RebalanceEvent
 from lograft.client.metadata import connect
 from lograft.client.serde import Deserializer
 from lograft.client.transport import Transport

@@ -37,13 +37,18 @@ from typing import Any
 from lograft.client.config import ConsumerConfig
 from lograft.client.coordinator import CoordinatorClient
 from lograft.client.fetcher import Fetcher, PartitionState
-from lograft.client.group_protocol import Partitions, RebalanceEvent, RebalanceKind
-from lograft.client.membership import GroupMembership, MembershipHooks
+from lograft.client.membership import (
+    GroupMembership,
+    MembershipHooks,
+    RebalanceEvent,
+    RebalanceKind,
+)
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.offset_commits import OffsetCommitter
 from lograft.client.poll_timer import PollTimer
 from lograft.client.transport import Transport
 from lograft.errors import LograftError
+from lograft.protocol.group_wire import Partitions
 from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)

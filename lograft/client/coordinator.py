@@ -25,10 +25,10 @@ import orjson
 from lograft.client.backoff import backoff_ms
 from lograft.client.config import ConsumerConfig
 from lograft.client.errors import ClientTimeoutError, NetworkError
-from lograft.client.group_protocol import COORDINATOR_ERRORS, group_path
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.transport import Transport
 from lograft.errors import CoordinatorNotAvailableError, LograftError, NotCoordinatorError
+from lograft.protocol.group_wire import COORDINATOR_ERRORS, group_path
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 

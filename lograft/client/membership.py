@@ -1,8 +1,12 @@
 """A consumer's membership of its group: the heartbeat loop in the background.
 
-The loop joins (epoch 0), then heartbeats every `heartbeat_interval_ms` (the
-coordinator's, from each answer) with the partitions the member holds, and
-turns each answer into rebalance events that `poll` works through:
+The member's rules (what to send, what an answer or a refusal means, when a
+partition may be given up) are the sans-IO `GroupMemberCore` of
+`lograft/protocol/group_member.py`, which the SSE group stream drives too;
+this module is its driver for the client: it sends the core's requests through
+the `CoordinatorClient`, keeps its timers (heartbeat interval, session,
+`max_poll_interval_ms`), and turns each answer into rebalance events that
+`poll` works through:
 
 - partitions newly assigned are held from then on (listed as owned) and an
   ASSIGN event is queued: poll looks up their committed offsets, calls
@@ -21,9 +25,10 @@ turns each answer into rebalance events that `poll` works through:
   committed: the application may be mid-processing) so the others can take
   them, and stays out until the next poll, which joins again (same id).
 
-Invariants: `revoking <= owned`; an event carries the generation it was made
-in, and a loss starts a new generation, so work begun for an old generation
-changes nothing; every request carries a `sequence` above all earlier ones.
+Invariants: `revoking <= owned` (asserted by the core); an event carries the
+generation it was made in, and a loss starts a new generation, so work begun
+for an old generation changes nothing; every request carries a `sequence`
+above all earlier ones.
 
 Loop-bound.
 """
@@ -32,37 +37,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lograft.client.backoff import backoff_ms
 from lograft.client.config import ConsumerConfig
 from lograft.client.coordinator import CoordinatorClient
-from lograft.client.group_protocol import (
-    JOIN_EPOCH,
-    NO_PARTITIONS,
-    REJOIN_ERRORS,
-    HeartbeatAnswer,
-    Partitions,
-    RebalanceEvent,
-    RebalanceKind,
-    group_path,
-    member_path,
-    parse_heartbeat,
-    partitions_json,
-    reconcile,
-    session_deadline,
-)
+from lograft.client.errors import UnexpectedResponseError
 from lograft.client.poll_timer import PollTimer
-from lograft.errors import LograftError, OutOfOrderHeartbeatError
+from lograft.errors import LograftError
+from lograft.protocol.group_member import ErrorAction, GroupMemberCore, MemberRequest
+from lograft.protocol.group_wire import HeartbeatAnswer, Partitions, parse_heartbeat
 
 log = logging.getLogger(__name__)
 
-# Until the first answer tells the coordinator's interval, ms.
-INITIAL_HEARTBEAT_INTERVAL_MS = 1_000
+
+class RebalanceKind(enum.Enum):
+    ASSIGN = "assign"  # partitions added: look up committed offsets, then on_assign
+    REVOKE = "revoke"  # partitions to give up: commit, on_revoke, then acknowledge
+    LOST = "lost"  # partitions already gone (fenced or session lost): on_lost
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceEvent:
+    kind: RebalanceKind
+    partitions: Partitions
+    # The membership generation it belongs to; a loss ends a generation and
+    # makes its pending events void.
+    generation: int
 
 
 @dataclass(slots=True)
@@ -87,27 +92,62 @@ class GroupMembership:
         self.poll_timer = poll_timer
         self.coordinator = coordinator
         self.group_id = coordinator.group_id
-        self.topics = topics
         self.hooks = hooks
-        self.member_id = ""
-        self.member_epoch = JOIN_EPOCH
-        self.sequence = 0
-        self.owned: Partitions = NO_PARTITIONS
-        self.revoking: Partitions = NO_PARTITIONS
-        self.generation = 0
+        self.core = GroupMemberCore(
+            self.group_id,
+            topics,
+            client_id=config.client_id,
+            assignor=config.group_assignor,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
+            session_timeout_ms=config.session_timeout_ms,
+        )
         self.events: deque[RebalanceEvent] = deque()
         self.error: LograftError | None = None  # a refusal to raise from poll, once
-        self.heartbeat_interval_ms = INITIAL_HEARTBEAT_INTERVAL_MS
-        self.session_timeout_ms: int | None = None  # the coordinator's, once known
-        self.heartbeats = 0  # answered joins and heartbeats
         self.poll_timeouts = 0  # leaves because poll was not called in time
         self.left_for_poll = False  # out of the group until the next poll
-        self._subscription_changed = False
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()
         self._lost = asyncio.Event()  # set (and replaced) at each loss
         self._session_timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+
+    # -- the core's state, as the consumer reads it -------------------------------------
+
+    @property
+    def member_id(self) -> str:
+        return self.core.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self.core.member_epoch
+
+    @property
+    def generation(self) -> int:
+        return self.core.generation
+
+    @property
+    def owned(self) -> Partitions:
+        return self.core.owned
+
+    @property
+    def revoking(self) -> Partitions:
+        return self.core.revoking
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return self.core.topics
+
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return self.core.heartbeat_interval_ms
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        return self.core.session_timeout_ms
+
+    @property
+    def heartbeats(self) -> int:
+        return self.core.heartbeats
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -117,9 +157,7 @@ class GroupMembership:
 
     def subscribe(self, topics: frozenset[str]) -> None:
         """Change the subscription; the next heartbeat carries it."""
-        if topics != self.topics:
-            self.topics = topics
-            self._subscription_changed = True
+        if self.core.subscribe(topics):
             self._wake.set()
 
     async def stop(self) -> None:
@@ -137,21 +175,18 @@ class GroupMembership:
         partition at once. Best effort until `deadline` (loop time): a member
         that cannot reach its coordinator is removed after its session."""
         await self.stop()
-        joined = self.member_epoch != JOIN_EPOCH and self.member_id
-        self.owned = self.revoking = NO_PARTITIONS
-        self.member_epoch = JOIN_EPOCH
-        self._new_generation()
-        if joined:
-            await self._send_leave(deadline)
+        joined = self.core.joined and self.core.member_id
+        request = self.core.leave()
+        self.core.dropped()  # the consumer is closing: it uses none of them again
+        self._generation_ended()
+        if joined and request is not None:
+            await self._send_leave(request, deadline)
 
-    async def _send_leave(self, deadline: float) -> None:
+    async def _send_leave(self, request: MemberRequest, deadline: float) -> None:
         """The leave request (epoch -1 in Kafka's terms), best effort."""
         try:
             await self.coordinator.call(
-                "DELETE",
-                member_path(self.group_id, self.member_id),
-                params={"sequence": str(self._next_sequence())},
-                deadline=deadline,
+                request.method, request.path, params=request.params, deadline=deadline
             )
         except LograftError as exc:
             log.warning("group %s: leave failed (%s); its session will expire", self.group_id, exc)
@@ -177,8 +212,7 @@ class GroupMembership:
         listing the partitions, and say so at once."""
         if event.generation != self.generation:
             return
-        self.owned -= event.partitions
-        self.revoking -= event.partitions
+        self.core.revoked(event.partitions, event.generation)
         self._wake.set()
 
     async def wait_lost(self, generation: int) -> None:
@@ -224,33 +258,34 @@ class GroupMembership:
                 await self._wait_for_poll()
                 continue
             self._wake.clear()
-            generation = self.generation
+            request = self.core.next_request()
+            # The client drops lost partitions at once (`lose`): it always may join.
+            assert request is not None, "a lost partition is still held"
             sent_at = loop.time()
             try:
-                answer = await self._exchange()
-            except REJOIN_ERRORS as exc:
-                log.info("group %s: %s; joining again", self.group_id, exc.code)
-                self.lose(exc.code)
-                failures += 1
-                if failures > 1:  # a join refused right after a fence: do not spin
+                answer = await self._exchange(request)
+            except LograftError as exc:
+                action = self.core.on_error(exc)
+                if action is ErrorAction.REJOIN:
+                    log.info("group %s: %s; joining again", self.group_id, exc.code)
+                    self._after_loss(exc.code)
+                    failures += 1
+                    if failures > 1:  # a join refused right after a fence: do not spin
+                        await self._sleep(self._backoff_s(failures))
+                elif action is ErrorAction.SKIP:
+                    # A delayed copy of an earlier request was processed after
+                    # ours: nothing changed; the next heartbeat carries on.
+                    await self._sleep(self.heartbeat_interval_ms / 1000)
+                else:
+                    failures += 1
+                    if action is ErrorAction.FATAL:
+                        log.warning("group %s: %s", self.group_id, exc)
+                        self.error = exc
+                        self.hooks.notify()
                     await self._sleep(self._backoff_s(failures))
                 continue
-            except OutOfOrderHeartbeatError:
-                # A delayed copy of an earlier request was processed after ours:
-                # nothing changed; the next heartbeat carries on.
-                await self._sleep(self.heartbeat_interval_ms / 1000)
-                continue
-            except LograftError as exc:
-                failures += 1
-                if not exc.retriable:
-                    log.warning("group %s: %s", self.group_id, exc)
-                    self.error = exc
-                    self.hooks.notify()
-                await self._sleep(self._backoff_s(failures))
-                continue
             failures = 0
-            if generation == self.generation:
-                self._apply(answer, sent_at)
+            self._apply(request, answer, sent_at)
             await self._sleep(self.heartbeat_interval_ms / 1000)
 
     def _backoff_s(self, failures: int) -> float:
@@ -297,8 +332,10 @@ class GroupMembership:
         # Dropped before the leave is sent, so no record of these partitions is
         # handed out once another member may own them.
         self.lose("POLL_TIMEOUT")
-        if self.member_id:  # idempotent on the server: also for a join whose answer was lost
-            await self._send_leave(self._leave_deadline())
+        # Idempotent on the server: also for a join whose answer was lost.
+        request = self.core.leave()
+        if request is not None:
+            await self._send_leave(request, self._leave_deadline())
 
     def _leave_deadline(self) -> float:
         """Past the session the coordinator has removed the member anyway."""
@@ -314,81 +351,47 @@ class GroupMembership:
             await self._wake.wait()
         self.left_for_poll = False
 
-    def _next_sequence(self) -> int:
-        self.sequence += 1
-        return self.sequence
-
-    async def _exchange(self) -> HeartbeatAnswer:
+    async def _exchange(self, request: MemberRequest) -> HeartbeatAnswer:
         """One join or heartbeat. Bounded by the session: an answer later than
         that is worthless (the member would have dropped its partitions)."""
         timeout_ms = self.config.request_timeout_ms
         if self.session_timeout_ms is not None:
             timeout_ms = min(timeout_ms, self.session_timeout_ms)
-        body: dict[str, Any] = {"sequence": self._next_sequence()}
-        if self.member_epoch == JOIN_EPOCH:
-            body["subscribed_topics"] = sorted(self.topics)
-            body["client_id"] = self.config.client_id
-            if self.member_id:
-                body["member_id"] = self.member_id  # rejoining after a fence keeps its id
-            if self.config.group_assignor is not None:
-                body["assignor"] = self.config.group_assignor
-            if self.config.rebalance_timeout_ms is not None:
-                body["rebalance_timeout_ms"] = self.config.rebalance_timeout_ms
-            self._subscription_changed = False
-            doc = await self.coordinator.send(
-                "POST", group_path(self.group_id, "/members"), body=body, timeout_ms=timeout_ms
-            )
-        else:
-            body["member_epoch"] = self.member_epoch
-            body["owned_partitions"] = partitions_json(self.owned)
-            if self._subscription_changed:
-                body["subscribed_topics"] = sorted(self.topics)
-                self._subscription_changed = False
-            doc = await self.coordinator.send(
-                "POST",
-                member_path(self.group_id, self.member_id, "/heartbeat"),
-                body=body,
-                timeout_ms=timeout_ms,
-            )
-        return parse_heartbeat(doc)
+        doc = await self.coordinator.send(
+            request.method, request.path, body=request.body, timeout_ms=timeout_ms
+        )
+        return parse_heartbeat(doc, UnexpectedResponseError)
 
-    def _apply(self, answer: HeartbeatAnswer, sent_at: float) -> None:
-        self.heartbeats += 1
-        self.member_id = answer.member_id
-        self.member_epoch = answer.member_epoch
-        self.heartbeat_interval_ms = answer.heartbeat_interval_ms
-        self.session_timeout_ms = answer.session_timeout_ms
-        self._renew_session(sent_at)
-        plan = reconcile(self.owned, self.revoking, answer.assignment)
+    def _apply(self, request: MemberRequest, answer: HeartbeatAnswer, sent_at: float) -> None:
+        plan = self.core.on_answer(request, answer, sent_at)
+        if plan is None:
+            return  # sent before a loss: the answer is void
+        self._renew_session()
+        generation = self.generation
         if plan.revoked:
-            self.revoking |= plan.revoked
             self.hooks.pause(plan.revoked)
-            self.events.append(RebalanceEvent(RebalanceKind.REVOKE, plan.revoked, self.generation))
+            self.events.append(RebalanceEvent(RebalanceKind.REVOKE, plan.revoked, generation))
         if plan.added:
-            self.owned |= plan.added
-            self.events.append(RebalanceEvent(RebalanceKind.ASSIGN, plan.added, self.generation))
-        if plan.revoked or plan.added:
+            self.events.append(RebalanceEvent(RebalanceKind.ASSIGN, plan.added, generation))
+        if plan:
             self.hooks.notify()
         self._answered.set()
         self._answered = asyncio.Event()
 
-    def _new_generation(self) -> None:
-        self.generation += 1
+    def _generation_ended(self) -> None:
         self._lost.set()
         self._lost = asyncio.Event()
 
-    def _renew_session(self, sent_at: float) -> None:
-        assert self.session_timeout_ms is not None
+    def _renew_session(self) -> None:
+        deadline = self.core.session_deadline
+        assert deadline is not None
         if self._session_timer is not None:
             self._session_timer.cancel()
-        deadline = session_deadline(
-            sent_at, self.session_timeout_ms, self.config.session_timeout_ms
-        )
         self._session_timer = asyncio.get_running_loop().call_at(deadline, self._session_lost)
 
     def _session_lost(self) -> None:
         self._session_timer = None
-        if self.member_epoch != JOIN_EPOCH:
+        if self.core.joined:
             log.warning(
                 "group %s: no heartbeat answered within the session; dropping %d partition(s)",
                 self.group_id,
@@ -399,11 +402,16 @@ class GroupMembership:
     def lose(self, reason: str) -> None:
         """Drop every partition now (another member may own them already) and
         join again at epoch 0 with the same member id."""
-        self._new_generation()
-        self.member_epoch = JOIN_EPOCH
-        self.owned = self.revoking = NO_PARTITIONS
+        self.core.lose()
+        self._after_loss(reason)
+
+    def _after_loss(self, reason: str) -> None:
+        """The core lost every partition: drop them from the fetcher at once
+        (so the member may join again), void pending events, tell on_lost."""
+        self._generation_ended()
         self.events.clear()
         had = self.hooks.drop_all()
+        self.core.dropped()
         if had:
             log.info("group %s: lost %d partition(s) (%s)", self.group_id, len(had), reason)
             self.events.append(RebalanceEvent(RebalanceKind.LOST, had, self.generation))

@@ -18,16 +18,16 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 
 from lograft.client.coordinator import CoordinatorClient
-from lograft.client.errors import ClientTimeoutError, CommitFailedError
-from lograft.client.group_protocol import (
+from lograft.client.errors import ClientTimeoutError, CommitFailedError, UnexpectedResponseError
+from lograft.client.membership import GroupMembership
+from lograft.errors import StaleMemberEpochError
+from lograft.protocol.group_wire import (
     JOIN_EPOCH,
     REJOIN_ERRORS,
     commit_body,
     group_path,
     parse_committed,
 )
-from lograft.client.membership import GroupMembership
-from lograft.errors import StaleMemberEpochError
 from lograft.protocol.topic_partition import TopicPartition
 
 
@@ -103,6 +103,7 @@ class OffsetCommitter:
             raise ClientTimeoutError(
                 f"committed offsets of group {self.group_id} not read in time"
             ) from None
-        found = {tp: off for tp, off in parse_committed(doc).items() if tp in tps}
+        committed = parse_committed(doc, UnexpectedResponseError)
+        found = {tp: off for tp, off in committed.items() if tp in tps}
         self.last.update(found)
         return found

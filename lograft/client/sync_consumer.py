@@ -22,8 +22,8 @@ from typing import Any
 
 from lograft.client.consumer import AsyncConsumer
 from lograft.client.consumer_group import RebalanceCallback, RebalanceListener
-from lograft.client.group_protocol import RebalanceEvent
 from lograft.client.loop_thread import LoopThread
+from lograft.client.membership import RebalanceEvent
 from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord
 from lograft.protocol.topic_partition import TopicPartition

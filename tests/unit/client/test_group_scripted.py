@@ -1,8 +1,8 @@
 """The consumer's group side against a scripted coordinator (no sockets):
 re-discovery of a moved coordinator, fencing (everything dropped, on_lost,
 rejoin with the same member id), the order of a revocation (commit, then
-on_revoke, then the heartbeat that gives the partition up), and the pure
-decisions (reconcile, session deadline, wire shapes)."""
+on_revoke, then the heartbeat that gives the partition up). The member's pure
+decisions are tested on their own in tests/unit/protocol/test_group_member.py."""
 
 from __future__ import annotations
 
@@ -14,15 +14,8 @@ import pytest
 
 from lograft.client import AsyncConsumer, NoOffsetForPartitionError, TopicPartition
 from lograft.client.errors import NetworkError
-from lograft.client.group_protocol import (
-    commit_body,
-    member_path,
-    partitions_from_json,
-    partitions_json,
-    reconcile,
-    session_deadline,
-)
 from lograft.client.transport import HttpResponse
+from lograft.protocol.group_wire import partitions_json
 from tests.raft_support import eventually_async
 from tests.unit.client.fakes import (
     Call,
@@ -37,33 +30,6 @@ A, B = "http://a:1", "http://b:2"
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 FAST = {"retry_backoff_ms": 5, "retry_backoff_max_ms": 10, "auto_offset_reset": "earliest"}
 WAIT_S = 10.0
-
-
-def test_reconcile_takes_new_partitions_and_gives_up_missing_ones():
-    owned = frozenset({T0, T1})
-    plan = reconcile(owned, frozenset(), frozenset({T1, TopicPartition("t", 2)}))
-    assert plan.added == {TopicPartition("t", 2)} and plan.revoked == {T0}
-    # A partition already being given up is not revoked twice, nor re-added.
-    again = reconcile(owned, frozenset({T0}), frozenset({T0, T1}))
-    assert again.added == frozenset() and again.revoked == frozenset()
-
-
-def test_session_deadline_never_outlives_the_coordinators_session():
-    assert session_deadline(100.0, 2_000, None) == 102.0
-    assert session_deadline(100.0, 2_000, 500) == 100.5
-    assert session_deadline(100.0, 2_000, 9_000) == 102.0
-
-
-def test_wire_shapes():
-    tps = {T1, T0, TopicPartition("u", 3)}
-    assert partitions_json(tps) == {"t": [0, 1], "u": [3]}
-    assert partitions_from_json(partitions_json(tps)) == tps
-    assert commit_body("", 0, {T0: 5}) == {
-        "member_id": "",
-        "offsets": [{"topic": "t", "partition": 0, "offset": 5}],
-    }
-    assert commit_body("m", 3, {T0: 5})["member_epoch"] == 3
-    assert member_path("a/b", "{m}", "/heartbeat") == "/v1/groups/a%2Fb/members/%7Bm%7D/heartbeat"
 
 
 class FakeCoordinator:
