@@ -4,23 +4,30 @@ A stream opened with `group=` is one member of the group, and a client of the
 group endpoints like any other (the contract in docs/api.md, "Consumer
 groups"): it finds the coordinator, joins with the stream's topic as its
 subscription, heartbeats every `heartbeat_interval_ms` reporting the
-partitions the stream holds, commits the positions it has delivered every
+partitions it holds, commits the positions it has delivered every
 `commit_interval_ms`, and leaves when the stream ends. The coordinator may be
 any broker, this one included; calls go over HTTP either way.
+
+The member's rules are the sans-IO `GroupMemberCore`
+(`lograft/protocol/group_member.py`), the one the Python client drives too:
+what to send, what an answer or a refusal means, which partitions to take and
+to give up. This module is its driver for a stream: the HTTP calls (found
+again and retried while the coordinator moves), the heartbeat schedule, the
+periodic commit. The stream's session (`session.py`) consumes `assigned`,
+reconciling what it reads to it whenever `changed` is set.
 
 Ownership rules kept here (the coordinator relies on them: no partition has
 two owners):
 
-- `assigned` is the latest assignment; the stream reconciles to it, and
-  `owned` is what it actually holds. A revoked partition's position is
-  committed first, then it leaves `owned`, and only then does a heartbeat
-  stop listing it.
+- A revoked partition's position is committed first, then the core is told
+  it was given up (`release`), and only then does a heartbeat stop listing it.
 - Commits and heartbeats go one at a time (a lock), so a periodic commit
   taken before a revocation cannot land after the heartbeat that gave the
   partition up.
 - Fenced (`UNKNOWN_MEMBER_ID`, `FENCED_MEMBER_EPOCH`): every partition is
   dropped without a commit, and the member joins again only once the stream
-  holds none.
+  holds none of them (`held`); a partition taken away while its start
+  position was looked up is not taken up (`hold`).
 """
 
 from __future__ import annotations
@@ -28,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,12 +46,17 @@ import yarl
 from lograft.api.stream.limits import GroupLimits
 from lograft.errors import (
     BrokerNotAvailableError,
-    FencedMemberEpochError,
     LograftError,
-    OutOfOrderHeartbeatError,
     StaleMemberEpochError,
-    UnknownMemberIdError,
 )
+from lograft.protocol.group_member import ErrorAction, GroupMemberCore
+from lograft.protocol.group_wire import (
+    Partitions,
+    commit_body,
+    group_path,
+    parse_heartbeat,
+)
+from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -70,39 +81,47 @@ class GroupMember:
         self.topic = topic
         self.auto_offset_reset = auto_offset_reset
         self.limits = limits
-        # Our own id (KIP-1082): a join retried after a lost answer is the same member.
-        self.member_id = str(uuid.uuid4())
-        self.member_epoch = 0
-        self.heartbeat_interval_ms = 1_000
-        self.assigned: frozenset[int] = frozenset()
-        self.owned: set[int] = set()
+        self.core = GroupMemberCore(
+            group_id,
+            [topic],
+            # Our own id (KIP-1082): a join retried after a lost answer is the same member.
+            member_id=str(uuid.uuid4()),
+            client_id="lograft-stream",
+        )
+        self.held: set[int] = set()  # partitions the stream reads now
         self.changed = asyncio.Event()  # `assigned` differs from what the stream last saw
-        self.fenced = False
         # The node is stopping: one attempt per call, no waiting for a coordinator
         # that may be this very node, whose listener is already closed.
         self.closing = False
-        self._sequence = 0
         self._committed: dict[int, int] = {}
         self._coordinator: str | None = None
         self._lock = asyncio.Lock()
-        self._path = f"/v1/groups/{urllib.parse.quote(group_id, safe='')}"
+
+    @property
+    def member_id(self) -> str:
+        return self.core.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self.core.member_epoch
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """The partitions the stream should read now."""
+        return self._numbers(self.core.consuming)
+
+    def _numbers(self, tps: Partitions) -> frozenset[int]:
+        return frozenset(tp.partition for tp in tps if tp.topic == self.topic)
+
+    def _tps(self, partitions: set[int] | frozenset[int]) -> Partitions:
+        return frozenset(TopicPartition(self.topic, p) for p in partitions)
 
     # -- membership ---------------------------------------------------------------------
 
     async def join(self) -> None:
+        """The first join; what it is refused with is the caller's to answer."""
         async with self._lock:
-            doc = await self._call(
-                "POST",
-                f"{self._path}/members",
-                {
-                    "member_id": self.member_id,
-                    "subscribed_topics": [self.topic],
-                    "client_id": "lograft-stream",
-                    "sequence": self._next_sequence(),
-                },
-            )
-            self.fenced = False
-            self._apply(doc)
+            await self._exchange()
 
     async def run(
         self, positions: Callable[[], Mapping[int, int]], commit_interval_ms: int
@@ -112,74 +131,64 @@ class GroupMember:
         while True:
             # A schedule, not a synchronisation: the protocol asks for a
             # heartbeat every heartbeat_interval_ms.
-            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+            await asyncio.sleep(self.core.heartbeat_interval_ms / 1000)
             try:
-                if self.fenced:
-                    await self._rejoin()
+                joining = not self.core.joined
+                # A join again after a fence (once the stream holds nothing), else a heartbeat.
+                async with self._lock:
+                    await self._exchange()
+                if joining:
                     continue
-                await self.heartbeat()
                 if time.monotonic() >= next_commit:
                     await self.commit(positions())
                     next_commit = time.monotonic() + commit_interval_ms / 1000
-            except (UnknownMemberIdError, FencedMemberEpochError) as exc:
-                log.info("stream member %s of %s fenced: %s", self.member_id, self.group_id, exc)
-                self._fence()
-            except OutOfOrderHeartbeatError:
-                continue  # a delayed duplicate was refused; the next heartbeat carries on
             except LograftError as exc:
-                if not exc.retriable:
+                action = self.core.on_error(exc)
+                if action is ErrorAction.REJOIN:
+                    log.info(
+                        "stream member %s of %s fenced: %s", self.member_id, self.group_id, exc
+                    )
+                    self._lost()
+                elif action is ErrorAction.FATAL:
                     raise
-                # The coordinator is moving or loading: keep heartbeating. A
-                # member silent past its session is fenced, and then joins again.
-                log.info("stream member %s of %s: %s", self.member_id, self.group_id, exc)
+                elif action is ErrorAction.RETRY:
+                    # The coordinator is moving or loading: keep heartbeating. A
+                    # member silent past its session is fenced, and then joins again.
+                    log.info("stream member %s of %s: %s", self.member_id, self.group_id, exc)
+                # SKIP: a delayed duplicate was refused; the next heartbeat carries on.
 
-    async def heartbeat(self) -> None:
-        async with self._lock:
-            doc = await self._call(
-                "POST",
-                f"{self._path}/members/{urllib.parse.quote(self.member_id, safe='')}/heartbeat",
-                {
-                    "member_epoch": self.member_epoch,
-                    "owned_partitions": {self.topic: sorted(self.owned)},
-                    "sequence": self._next_sequence(),
-                },
-            )
-            self._apply(doc)
-
-    async def _rejoin(self) -> None:
-        # Every partition must be dropped before joining again: another member
-        # may own them by now.
-        if self.owned:
-            return
-        await self.join()
-
-    def _fence(self) -> None:
-        self.fenced = True
-        self.member_epoch = 0
-        self._set_assigned(frozenset())
-
-    def _apply(self, doc: Mapping[str, Any]) -> None:
-        self.member_epoch = int(doc["member_epoch"])
-        self.heartbeat_interval_ms = int(doc["heartbeat_interval_ms"])
-        self._set_assigned(frozenset(int(p) for p in doc["assignment"].get(self.topic, [])))
-
-    def _set_assigned(self, assigned: frozenset[int]) -> None:
-        if assigned != self.assigned:
-            self.assigned = assigned
+    async def _exchange(self) -> None:
+        """The core's next join or heartbeat, sent, and its answer applied."""
+        request = self.core.next_request()
+        if request is None:
+            return  # fenced, and the stream still reads some partitions: not yet
+        doc = await self._call(request.method, request.path, request.body)
+        answer = parse_heartbeat(doc, BrokerNotAvailableError)
+        plan = self.core.on_answer(request, answer)
+        if plan:
+            # Revoked before the stream read them (or looked up where to
+            # start, see `hold`): nothing to commit, given up at once.
+            unread = plan.revoked - self._tps(self.held)
+            if unread:
+                self.core.revoked(unread, request.generation)
             self.changed.set()
+
+    def _lost(self) -> None:
+        """The core dropped every partition: those the stream does not read
+        are gone at once; the session drops the rest (`release`)."""
+        self.core.dropped(self.core.dropping - self._tps(self.held))
+        self.changed.set()
 
     async def leave(self, positions: Mapping[int, int]) -> None:
         """Commit what was delivered and leave; bounded by `leave_timeout_ms`, never raises."""
         try:
             async with asyncio.timeout(self.limits.leave_timeout_ms / 1000):
-                if not self.fenced:
+                if self.core.joined:
                     await self.commit(positions)
                 async with self._lock:
-                    await self._call(
-                        "DELETE",
-                        f"{self._path}/members/{urllib.parse.quote(self.member_id, safe='')}",
-                        params={"sequence": self._next_sequence()},
-                    )
+                    request = self.core.leave()
+                    if request is not None:
+                        await self._call(request.method, request.path, params=request.params)
         except (LograftError, TimeoutError) as exc:
             # The coordinator removes a silent member after its session anyway.
             log.info("stream member %s could not leave %s: %s", self.member_id, self.group_id, exc)
@@ -189,36 +198,42 @@ class GroupMember:
     async def commit(self, positions: Mapping[int, int]) -> None:
         """Commit the positions of owned partitions that moved since their last commit."""
         async with self._lock:
+            owned = self._numbers(self.core.owned)
             todo = {
                 p: pos
                 for p, pos in positions.items()
-                if p in self.owned and self._committed.get(p) != pos
+                if p in owned and self._committed.get(p) != pos
             }
-            if not todo or self.fenced:
+            if not todo or not self.core.joined:
                 return
-            body = {
-                "member_id": self.member_id,
-                "member_epoch": self.member_epoch,
-                "offsets": [
-                    {"topic": self.topic, "partition": p, "offset": pos}
-                    for p, pos in sorted(todo.items())
-                ],
-            }
+            offsets = {TopicPartition(self.topic, p): pos for p, pos in todo.items()}
+            body = commit_body(self.core.member_id, self.core.member_epoch, offsets)
             try:
-                await self._call("POST", f"{self._path}/offsets", body)
+                await self._call("POST", group_path(self.group_id, "/offsets"), body)
             except StaleMemberEpochError:
                 return  # the next heartbeat brings the new epoch; the next commit carries these
             self._committed.update(todo)
 
-    async def release(self, partition: int, position: int) -> None:
-        """Give a revoked partition up: commit its position, then stop owning it."""
-        await self.commit({partition: position})
-        self.owned.discard(partition)
-        self._committed.pop(partition, None)
+    def hold(self, partition: int) -> bool:
+        """The stream starts reading `partition`, unless it was taken away
+        (revoked or lost) while its start position was looked up."""
+        if partition not in self.assigned:
+            return False
+        self.held.add(partition)
+        return True
 
-    def drop(self, partition: int) -> None:
-        """Stop owning a partition without a commit (fenced: the commit would be refused)."""
-        self.owned.discard(partition)
+    async def release(self, partition: int, position: int) -> None:
+        """The stream stopped reading `partition`: a revoked one's position is
+        committed, then the core is told it was given up; a lost one is only
+        dropped (the commit would be refused)."""
+        tp = frozenset({TopicPartition(self.topic, partition)})
+        if tp <= self.core.revoking:
+            generation = self.core.generation
+            await self.commit({partition: position})
+            self.core.revoked(tp, generation)
+        else:
+            self.core.dropped(tp)
+        self.held.discard(partition)
         self._committed.pop(partition, None)
 
     async def start_positions(self, partitions: set[int]) -> dict[int, int]:
@@ -227,7 +242,7 @@ class GroupMember:
         async with self._lock:
             doc = await self._call(
                 "GET",
-                f"{self._path}/offsets",
+                group_path(self.group_id, "/offsets"),
                 params={"topics": self.topic, "auto_offset_reset": self.auto_offset_reset},
             )
         out: dict[int, int] = {}
@@ -241,10 +256,6 @@ class GroupMember:
         return out
 
     # -- HTTP to the coordinator --------------------------------------------------------
-
-    def _next_sequence(self) -> int:
-        self._sequence += 1
-        return self._sequence
 
     async def _call(
         self,
@@ -271,7 +282,8 @@ class GroupMember:
         base = self.bootstrap()
         if base is None:
             raise BrokerNotAvailableError("this broker has no registered address yet")
-        doc = await self._send("GET", f"{base}{self._path}/coordinator", None, None)
+        path = group_path(self.group_id, "/coordinator")
+        doc = await self._send("GET", f"{base}{path}", None, None)
         url = self.dial(int(doc["coordinator_id"])) or doc.get("coordinator_url")
         if not url:
             raise BrokerNotAvailableError(

@@ -189,21 +189,22 @@ class StreamSession:
                     self._release_held(task)
             position = self.positions.pop(p)
             del self.sources[p]
-            if member.fenced:
-                member.drop(p)
-            else:
-                await member.release(p, position)
+            # A revoked partition's position is committed; a lost one's is not.
+            await member.release(p, position)
         added = wanted - set(self.sources)
+        taken = False
         if added:
             starts = await member.start_positions(set(added))
             for p in sorted(added):
+                if not member.hold(p):
+                    continue  # taken away meanwhile: `changed` is set again
                 # A cursor from this client (Last-Event-ID) may be ahead of the
                 # last commit: it has seen those records already.
                 self.positions[p] = max(starts[p], group.resume.get(p, -1))
                 self.sources[p] = group.make_source(p)
-                member.owned.add(p)
                 self._start_fetch(p)
-        if revoked or added:
+                taken = True
+        if revoked or taken:
             await self._write(self._assignment_event(group))
 
     def _assignment_event(self, group: GroupBinding) -> bytes:

@@ -112,10 +112,14 @@ class GroupStream:
         assert not errors, errors[0].data
         return [e.json() for e in self.events if e.name == "message" and e.data is not None]
 
+    def assignments(self) -> list[dict[str, Any]]:
+        """Every assignment event the stream sent, in order."""
+        return [e.json() for e in self.events if e.name == "assignment"]
+
     def partitions(self) -> list[int] | None:
         """The latest assignment the stream announced."""
-        found = [e.json()["partitions"] for e in self.events if e.name == "assignment"]
-        return found[-1] if found else None
+        found = self.assignments()
+        return found[-1]["partitions"] if found else None
 
     async def close(self) -> None:
         self.resp.close()
@@ -229,6 +233,34 @@ async def test_two_members_split_the_partitions_and_each_record_arrives_once(ser
     for p in second.partitions() or []:  # moved partitions went on where the first stopped
         assert [r["offset"] for r in second.records() if r["partition"] == p] == [1, 2]
     await close_all(server, first, second)
+
+
+async def test_a_fenced_member_drops_its_partitions_and_joins_again_with_its_id(server):
+    await server.produce(0, ["a"])
+    stream = await open_group_stream(server, "g5", auto_offset_reset="earliest")
+    await eventually(lambda: stream.partitions() == list(range(PARTITIONS)), "all partitions")
+    await eventually(lambda: len(stream.records()) == 1, "the first record")
+    expected = {**dict.fromkeys(range(PARTITIONS), 0), 0: 1}
+    await eventually_async(lambda: committed_is(server, "g5", expected), "positions committed")
+    member_id = stream.assignments()[-1]["member_id"]
+    # The coordinator forgets the member (as after a session it missed): its
+    # next heartbeat is refused with UNKNOWN_MEMBER_ID.
+    resp = await server.client.delete(f"/v1/groups/g5/members/{member_id}")
+    assert resp.status == 200, await resp.text()
+    seen = len(stream.assignments())
+
+    def rejoined() -> bool:
+        later = [a["partitions"] for a in stream.assignments()[seen:]]
+        return [] in later and later[-1] == list(range(PARTITIONS))
+
+    await eventually(rejoined, "every partition dropped, then assigned again")
+    last = stream.assignments()[-1]
+    assert last["member_id"] == member_id and last["member_epoch"] > 0
+    await server.produce(0, ["b"])
+    await eventually(lambda: len(stream.records()) == 2, "the record after the rejoin")
+    # Resumed from the commit: nothing delivered twice, nothing skipped.
+    assert [r["value"] for r in stream.records()] == ["a", "b"]
+    await close_all(server, stream)
 
 
 @pytest.mark.parametrize(
