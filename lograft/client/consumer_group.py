@@ -155,7 +155,7 @@ class ConsumerGroup:
         there is none. If that work fails the event stays first in line."""
         m = self.membership
         while m is not None and (event := m.take_event()) is not None:
-            if event.generation != m.generation:
+            if event.generation != m.core.generation:
                 continue  # made void by a loss
             try:
                 if event.kind is RebalanceKind.ASSIGN:
@@ -167,7 +167,7 @@ class ConsumerGroup:
             except BaseException:
                 m.put_back(event)
                 raise
-            if event.generation != m.generation:
+            if event.generation != m.core.generation:
                 continue  # lost meanwhile: the LOST event speaks for these partitions
             return event
         return None
@@ -178,12 +178,12 @@ class ConsumerGroup:
     def finish(self, event: RebalanceEvent) -> None:
         m = self.membership
         assert m is not None
-        if event.generation == m.generation:
+        if event.generation == m.core.generation:
             if event.kind is RebalanceKind.ASSIGN:
                 for tp in event.partitions:
                     st = self.fetcher.partitions.get(tp)
                     if st is not None:
-                        st.paused = tp in m.revoking
+                        st.paused = tp in m.core.revoking
             elif event.kind is RebalanceKind.REVOKE:
                 self.fetcher.remove(event.partitions)
                 m.revoked_done(event)
@@ -213,7 +213,7 @@ class ConsumerGroup:
         m = self.membership
         assert m is not None
         committed = await self.committer.fetch(event.partitions, self._deadline())
-        if event.generation != m.generation:
+        if event.generation != m.core.generation:
             return
         reset = self.config.auto_offset_reset
         for tp in sorted(event.partitions):
@@ -322,7 +322,7 @@ class ConsumerGroup:
         held = frozenset(self.fetcher.partitions)
         if m is None or not held:
             return None
-        return RebalanceEvent(RebalanceKind.REVOKE, held, m.generation)
+        return RebalanceEvent(RebalanceKind.REVOKE, held, m.core.generation)
 
     async def close(self, deadline: float) -> None:
         """Leave the group (releasing every partition at once) and stop."""

@@ -111,44 +111,6 @@ class GroupMembership:
         self._session_timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # -- the core's state, as the consumer reads it -------------------------------------
-
-    @property
-    def member_id(self) -> str:
-        return self.core.member_id
-
-    @property
-    def member_epoch(self) -> int:
-        return self.core.member_epoch
-
-    @property
-    def generation(self) -> int:
-        return self.core.generation
-
-    @property
-    def owned(self) -> Partitions:
-        return self.core.owned
-
-    @property
-    def revoking(self) -> Partitions:
-        return self.core.revoking
-
-    @property
-    def topics(self) -> frozenset[str]:
-        return self.core.topics
-
-    @property
-    def heartbeat_interval_ms(self) -> int:
-        return self.core.heartbeat_interval_ms
-
-    @property
-    def session_timeout_ms(self) -> int | None:
-        return self.core.session_timeout_ms
-
-    @property
-    def heartbeats(self) -> int:
-        return self.core.heartbeats
-
     # -- life cycle ---------------------------------------------------------------------
 
     def start(self) -> None:
@@ -204,20 +166,20 @@ class GroupMembership:
 
     def put_back(self, event: RebalanceEvent) -> None:
         """An event whose work failed goes first again (if still current)."""
-        if event.generation == self.generation:
+        if event.generation == self.core.generation:
             self.events.appendleft(event)
 
     def revoked_done(self, event: RebalanceEvent) -> None:
         """The revocation's callback ran and its offsets are committed: stop
         listing the partitions, and say so at once."""
-        if event.generation != self.generation:
+        if event.generation != self.core.generation:
             return
         self.core.revoked(event.partitions, event.generation)
         self._wake.set()
 
     async def wait_lost(self, generation: int) -> None:
         """Return once the generation `generation` has ended (a loss or leave)."""
-        while self.generation == generation:
+        while self.core.generation == generation:
             await self._lost.wait()
 
     def take_error(self) -> LograftError | None:
@@ -275,7 +237,7 @@ class GroupMembership:
                 elif action is ErrorAction.SKIP:
                     # A delayed copy of an earlier request was processed after
                     # ours: nothing changed; the next heartbeat carries on.
-                    await self._sleep(self.heartbeat_interval_ms / 1000)
+                    await self._sleep(self.core.heartbeat_interval_ms / 1000)
                 else:
                     failures += 1
                     if action is ErrorAction.FATAL:
@@ -286,7 +248,7 @@ class GroupMembership:
                 continue
             failures = 0
             self._apply(request, answer, sent_at)
-            await self._sleep(self.heartbeat_interval_ms / 1000)
+            await self._sleep(self.core.heartbeat_interval_ms / 1000)
 
     def _backoff_s(self, failures: int) -> float:
         cfg = self.config
@@ -339,7 +301,7 @@ class GroupMembership:
 
     def _leave_deadline(self) -> float:
         """Past the session the coordinator has removed the member anyway."""
-        limit_ms = self.session_timeout_ms or self.config.request_timeout_ms
+        limit_ms = self.core.session_timeout_ms or self.config.request_timeout_ms
         return asyncio.get_running_loop().time() + limit_ms / 1000
 
     async def _wait_for_poll(self) -> None:
@@ -355,8 +317,8 @@ class GroupMembership:
         """One join or heartbeat. Bounded by the session: an answer later than
         that is worthless (the member would have dropped its partitions)."""
         timeout_ms = self.config.request_timeout_ms
-        if self.session_timeout_ms is not None:
-            timeout_ms = min(timeout_ms, self.session_timeout_ms)
+        if self.core.session_timeout_ms is not None:
+            timeout_ms = min(timeout_ms, self.core.session_timeout_ms)
         doc = await self.coordinator.send(
             request.method, request.path, body=request.body, timeout_ms=timeout_ms
         )
@@ -367,7 +329,7 @@ class GroupMembership:
         if plan is None:
             return  # sent before a loss: the answer is void
         self._renew_session()
-        generation = self.generation
+        generation = self.core.generation
         if plan.revoked:
             self.hooks.pause(plan.revoked)
             self.events.append(RebalanceEvent(RebalanceKind.REVOKE, plan.revoked, generation))
@@ -395,7 +357,7 @@ class GroupMembership:
             log.warning(
                 "group %s: no heartbeat answered within the session; dropping %d partition(s)",
                 self.group_id,
-                len(self.owned),
+                len(self.core.owned),
             )
             self.lose("SESSION_TIMEOUT")
 
@@ -414,6 +376,6 @@ class GroupMembership:
         self.core.dropped()
         if had:
             log.info("group %s: lost %d partition(s) (%s)", self.group_id, len(had), reason)
-            self.events.append(RebalanceEvent(RebalanceKind.LOST, had, self.generation))
+            self.events.append(RebalanceEvent(RebalanceKind.LOST, had, self.core.generation))
             self.hooks.notify()
         self._wake.set()

@@ -60,8 +60,8 @@ class OffsetCommitter:
             while True:
                 member = self._membership()
                 member_id, epoch = "", JOIN_EPOCH
-                if member is not None and member.member_epoch != JOIN_EPOCH:
-                    member_id, epoch = member.member_id, member.member_epoch
+                if member is not None and member.core.joined:
+                    member_id, epoch = member.core.member_id, member.core.member_epoch
                 try:
                     await self.coordinator.call(
                         "POST",

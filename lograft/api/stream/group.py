@@ -98,14 +98,6 @@ class GroupMember:
         self._lock = asyncio.Lock()
 
     @property
-    def member_id(self) -> str:
-        return self.core.member_id
-
-    @property
-    def member_epoch(self) -> int:
-        return self.core.member_epoch
-
-    @property
     def assigned(self) -> frozenset[int]:
         """The partitions the stream should read now."""
         return self._numbers(self.core.consuming)
@@ -146,7 +138,7 @@ class GroupMember:
                 action = self.core.on_error(exc)
                 if action is ErrorAction.REJOIN:
                     log.info(
-                        "stream member %s of %s fenced: %s", self.member_id, self.group_id, exc
+                        "stream member %s of %s fenced: %s", self.core.member_id, self.group_id, exc
                     )
                     self._lost()
                 elif action is ErrorAction.FATAL:
@@ -154,7 +146,7 @@ class GroupMember:
                 elif action is ErrorAction.RETRY:
                     # The coordinator is moving or loading: keep heartbeating. A
                     # member silent past its session is fenced, and then joins again.
-                    log.info("stream member %s of %s: %s", self.member_id, self.group_id, exc)
+                    log.info("stream member %s of %s: %s", self.core.member_id, self.group_id, exc)
                 # SKIP: a delayed duplicate was refused; the next heartbeat carries on.
 
     async def _exchange(self) -> None:
@@ -191,7 +183,9 @@ class GroupMember:
                         await self._call(request.method, request.path, params=request.params)
         except (LograftError, TimeoutError) as exc:
             # The coordinator removes a silent member after its session anyway.
-            log.info("stream member %s could not leave %s: %s", self.member_id, self.group_id, exc)
+            log.info(
+                "stream member %s could not leave %s: %s", self.core.member_id, self.group_id, exc
+            )
 
     # -- offsets ------------------------------------------------------------------------
 

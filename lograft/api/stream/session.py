@@ -211,8 +211,8 @@ class StreamSession:
         member = group.member
         body = {
             "group_id": member.group_id,
-            "member_id": member.member_id,
-            "member_epoch": member.member_epoch,
+            "member_id": member.core.member_id,
+            "member_epoch": member.core.member_epoch,
             "topic": member.topic,
             "partitions": sorted(self.sources),
         }
