@@ -35,7 +35,8 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_status(args: argparse.Namespace, streams: Streams) -> int:
-    doc = client_for(args).get("/v1/cluster")
+    with client_for(args) as admin:
+        doc = admin.cluster()
     if args.json:
         streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK

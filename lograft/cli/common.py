@@ -10,20 +10,28 @@ exit code 1.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-from lograft.cli.http_client import (
-    BOOTSTRAP_DEFAULT,
-    BOOTSTRAP_ENV,
-    REQUEST_TIMEOUT_MS_DEFAULT,
-    HttpClient,
-    parse_bootstrap,
-)
+from lograft.client.config import parse_bootstrap
 from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import LograftError
+
+if TYPE_CHECKING:
+    from lograft.client.admin import Admin
+
+BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
+BOOTSTRAP_DEFAULT = "http://127.0.0.1:9091"
+# One request (connect + answer) may take this long, ms; long-polls add their wait.
+REQUEST_TIMEOUT_MS_DEFAULT = 30_000
+# How long a group command keeps retrying while the coordinator moves or loads, ms.
+COORDINATOR_RETRY_TIMEOUT_MS = 30_000
+# Backoff between those retries, ms: doubling from the first to the second.
+RETRY_BACKOFF_MS_MIN = 100
+RETRY_BACKOFF_MS_MAX = 2_000
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -46,9 +54,19 @@ class Streams:
 
 def bootstrap_arg(text: str) -> list[str]:
     try:
-        return parse_bootstrap(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"bad --bootstrap: {exc}") from None
+        return bootstrap_urls(text)
+    except LograftError as exc:
+        raise argparse.ArgumentTypeError(f"bad --bootstrap: {exc.message}") from None
+
+
+def bootstrap_urls(text: str) -> list[str]:
+    """`host:port,http://host:port/` -> ['http://host:port', ...] (the client's
+    rules); InvalidConfigError if one is not http(s)://host:port."""
+    return list(parse_bootstrap(text))
+
+
+def default_bootstrap() -> str:
+    return os.environ.get(BOOTSTRAP_ENV) or BOOTSTRAP_DEFAULT
 
 
 def positive_int(text: str) -> int:
@@ -96,8 +114,18 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def client_for(args: argparse.Namespace) -> HttpClient:
-    return HttpClient(args.bootstrap, timeout_ms=args.timeout_ms)
+def client_for(args: argparse.Namespace) -> Admin:
+    """The admin client of a cluster command (close it: `with client_for(args) as admin`)."""
+    from lograft.client.admin import Admin
+
+    return Admin(
+        args.bootstrap,
+        client_id="lograft-cli",
+        request_timeout_ms=args.timeout_ms,
+        default_api_timeout_ms=COORDINATOR_RETRY_TIMEOUT_MS,
+        retry_backoff_ms=RETRY_BACKOFF_MS_MIN,
+        retry_backoff_max_ms=RETRY_BACKOFF_MS_MAX,
+    )
 
 
 # -- messages -----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """`lograft groups list|describe|delete|reset-offsets`, as kafka-consumer-groups does.
 
 `list` asks any node (`GET /v1/groups`, which asks every live broker). The
-others concern one group and go to its coordinator, as the API requires
-(`cli_coordinator.CoordinatorClient`).
+others concern one group and go to its coordinator, as the API requires;
+both through `lograft.client.Admin`, which finds and follows the coordinator.
 
 `reset-offsets --dry-run` computes the new offsets the way the coordinator
 does (`resolve_reset_offsets` over each partition leader's offsets) and
@@ -28,8 +28,6 @@ from lograft.cli.common import (
     print_lines,
     table,
 )
-from lograft.cli.coordinator import CoordinatorClient
-from lograft.cli.http_client import HttpClient
 from lograft.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
@@ -138,7 +136,8 @@ def _dump(doc: Any, streams: Streams) -> None:
 
 
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
-    doc = client_for(args).get("/v1/groups")
+    with client_for(args) as admin:
+        doc = admin.list_groups()
     if args.json:
         _dump(doc, streams)
     else:
@@ -178,14 +177,15 @@ def incomplete_list_text(doc: Mapping[str, Any]) -> str | None:
 
 
 def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
-    coordinator = CoordinatorClient(client_for(args), args.group)
-    doc = coordinator.call("GET")
+    with client_for(args) as admin:
+        doc = admin.describe_group(args.group)
+        coordinator_url = admin.coordinator_url(args.group)
     if doc.get("state") == DEAD:
         raise GroupIdNotFoundError(f"group {args.group!r} does not exist", group_id=args.group)
     if args.json:
         _dump(doc, streams)
         return EXIT_OK
-    print_lines(render_describe(doc, coordinator.url), streams.stdout)
+    print_lines(render_describe(doc, coordinator_url), streams.stdout)
     return EXIT_OK
 
 
@@ -250,7 +250,8 @@ def partitions_text(parts: Mapping[str, list[int]] | None) -> str | None:
 
 
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
-    CoordinatorClient(client_for(args), args.group).call("DELETE")
+    with client_for(args) as admin:
+        admin.delete_group(args.group)
     streams.stdout.write(f"deleted group {args.group}\n")
     return EXIT_OK
 
@@ -277,11 +278,13 @@ def reset_request(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
-    client = client_for(args)
-    coordinator = CoordinatorClient(client, args.group)
     body = reset_request(args)
+    with client_for(args) as admin:
+        if args.dry_run:
+            rows = _dry_run(admin, args, body)
+        else:
+            doc = admin.reset_offsets(args.group, body)
     if args.dry_run:
-        rows = _dry_run(client, coordinator, args, body)
         print_lines(
             table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"], rows), streams.stdout
         )
@@ -289,7 +292,6 @@ def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
             f"dry run: group {args.group} unchanged; run without --dry-run to reset\n"
         )
         return EXIT_OK
-    doc = coordinator.call("POST", "/offsets/reset", json=body)
     offsets = doc.get("offsets") or []
     rows = [(o.get("topic"), o.get("partition"), o.get("offset")) for o in offsets]
     print_lines(table(["TOPIC", "PARTITION", "NEW-OFFSET"], rows), streams.stdout)
@@ -300,15 +302,14 @@ def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
 
 
 def _dry_run(
-    client: HttpClient,
-    coordinator: CoordinatorClient,
+    admin: Any,
     args: argparse.Namespace,
     body: Mapping[str, Any],
 ) -> list[tuple[str, int, int | None, int]]:
     # The coordinator's own rules, imported here: they pull in the broker packages.
     from lograft.brokers.groups.admin import OffsetResetStrategy, resolve_reset_offsets
 
-    described = coordinator.call("GET")
+    described = admin.describe_group(args.group)
     members = described.get("members") or []
     if members:
         # What the reset itself would answer: only a group without members may be reset.

@@ -2,10 +2,9 @@
 
 Commands: `node` (run a node), `dump-log` (inspect segment files), and the
 cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
-`groups ...`, `produce`, `consume` (modules `cli_cluster`, `cli_topics`,
-`cli_groups`, `cli_produce`, `cli_consume`; transport in `http_client`, the way to
-a group's coordinator in `cli_coordinator`). See
-docs/cli.md.
+`groups ...`, `produce`, `consume` (modules `cluster`, `topics`, `groups`,
+`produce`, `consume`), all built on `lograft.client` (`Admin`, `Producer`,
+`Consumer`). See docs/cli.md.
 
 Exit codes: 0 success, 1 a failure the message explains (missing file, server
 error with its code, unreachable cluster with the URLs tried), 2 bad usage
@@ -25,8 +24,13 @@ from lograft.cli import consume as cli_consume
 from lograft.cli import groups as cli_groups
 from lograft.cli import produce as cli_produce
 from lograft.cli import topics as cli_topics
-from lograft.cli.common import EXIT_FAILURE, Streams, error_text
-from lograft.cli.http_client import default_bootstrap, parse_bootstrap
+from lograft.cli.common import (
+    EXIT_FAILURE,
+    Streams,
+    bootstrap_urls,
+    default_bootstrap,
+    error_text,
+)
 from lograft.errors import LograftError
 
 
@@ -109,9 +113,9 @@ def main(argv: Sequence[str] | None = None, streams: Streams | None = None) -> i
         return int(args.func(args))
     if args.bootstrap is None:
         try:
-            args.bootstrap = parse_bootstrap(default_bootstrap())
-        except ValueError as exc:
-            parser.error(f"bad $LOGRAFT_BOOTSTRAP: {exc}")
+            args.bootstrap = bootstrap_urls(default_bootstrap())
+        except LograftError as exc:
+            parser.error(f"bad $LOGRAFT_BOOTSTRAP: {exc.message}")
     return _run_cluster_command(args, streams or Streams.system())
 
 

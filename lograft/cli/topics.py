@@ -1,14 +1,13 @@
 """`lograft topics create|list|describe|delete|alter`, as kafka-topics does.
 
-Each is one call to the admin API (`/v1/topics...`); changes are answered once
-committed by the controller, so a `describe` right after a `create` sees the
-topic on the node that made it.
+Each is one call of `lograft.client.Admin` (the admin API, `/v1/topics...`);
+changes are answered once committed by the controller, so a `describe` right
+after a `create` sees the topic on the node that made it.
 """
 
 from __future__ import annotations
 
 import argparse
-import urllib.parse
 from typing import Any
 
 import orjson
@@ -91,10 +90,6 @@ def _finish(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
     parser.set_defaults(func=func, cmd_name=name, parser=parser)
 
 
-def _path(name: str, suffix: str = "") -> str:
-    return f"/v1/topics/{urllib.parse.quote(name, safe='')}{suffix}"
-
-
 def _dump(doc: Any, streams: Streams) -> None:
     streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -103,14 +98,13 @@ def _dump(doc: Any, streams: Streams) -> None:
 
 
 def cmd_create(args: argparse.Namespace, streams: Streams) -> int:
-    body: dict[str, Any] = {"name": args.name}
-    if args.partitions is not None:
-        body["partitions"] = args.partitions
-    if args.replication_factor is not None:
-        body["replication_factor"] = args.replication_factor
-    if args.config:
-        body["configs"] = dict(args.config)
-    doc = client_for(args).call("POST", "/v1/topics", json=body)
+    with client_for(args) as admin:
+        doc = admin.create_topic(
+            args.name,
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+            configs=dict(args.config),
+        )
     parts = doc.get("partitions") or []
     rf = len(parts[0]["replicas"]) if parts else 0
     streams.stdout.write(
@@ -121,7 +115,8 @@ def cmd_create(args: argparse.Namespace, streams: Streams) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
-    client_for(args).call("DELETE", _path(args.name))
+    with client_for(args) as admin:
+        admin.delete_topic(args.name)
     streams.stdout.write(f"deleted topic {args.name}\n")
     return EXIT_OK
 
@@ -132,27 +127,32 @@ def cmd_alter(args: argparse.Namespace, streams: Streams) -> int:
     both = {k for k, _ in args.config} & set(args.delete_config)
     if both:
         args.parser.error(f"both set and deleted: {', '.join(sorted(both))}")
-    client = client_for(args)
+    with client_for(args) as admin:
+        _alter(admin, args, streams)
+    return EXIT_OK
+
+
+def _alter(admin: Any, args: argparse.Namespace, streams: Streams) -> None:
     # Configs first: they are the change more likely to be refused, and a refused
     # request then leaves the topic as it was (a partition increase cannot be undone).
     changes: dict[str, str | None] = dict(args.config)
     changes.update({k: None for k in args.delete_config})
     if changes:
-        client.call("PATCH", _path(args.name, "/configs"), json={"configs": changes})
+        admin.alter_topic_configs(args.name, changes)
         for key, value in changes.items():
             what = f"removed config {key}" if value is None else f"set config {key}={value}"
             streams.stdout.write(f"topic {args.name}: {what}\n")
     if args.partitions is not None:
-        client.call("POST", _path(args.name, "/partitions"), json={"partitions": args.partitions})
+        admin.create_partitions(args.name, args.partitions)
         streams.stdout.write(f"topic {args.name}: now {count(args.partitions, 'partition')}\n")
-    return EXIT_OK
 
 
 # -- list / describe ------------------------------------------------------------------------
 
 
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
-    doc = client_for(args).get("/v1/topics")
+    with client_for(args) as admin:
+        doc = admin.list_topics()
     if args.json:
         _dump(doc, streams)
         return EXIT_OK
@@ -169,7 +169,8 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
 
 
 def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
-    doc = client_for(args).get(_path(args.name))
+    with client_for(args) as admin:
+        doc = admin.describe_topic(args.name)
     if args.json:
         _dump(doc, streams)
         return EXIT_OK

@@ -9,7 +9,9 @@
   iteration over raw fetched batches; with a `group_id`, `subscribe` (the
   coordinator assigns partitions; rebalance callbacks), `commit` (manual and
   auto) and `committed`.
-- `ClusterMetadata`: the topic/leader/broker cache both use.
+- `Admin` / `AsyncAdmin`: the admin API (topics, cluster, consumer groups),
+  each call answered with the API's JSON.
+- `ClusterMetadata`: the topic/leader/broker cache all of them use.
 
 This package imports only `lograft.protocol.batch` / `.compression`,
 `lograft.protocol.partitioner` and `lograft.errors` of lograft: no server code.
@@ -25,6 +27,9 @@ from typing import TYPE_CHECKING, Any
 # (a Spark executor reading a range needs the fetcher and the transport, not
 # the producer or the group coordinator) does not pay for all of them.
 _EXPORTS: dict[str, str] = {
+    "Admin": "lograft.client.admin",
+    "AdminConfig": "lograft.client.admin",
+    "AsyncAdmin": "lograft.client.admin",
     "AsyncConsumer": "lograft.client.consumer",
     "AsyncProducer": "lograft.client.producer",
     "BufferFullError": "lograft.client.errors",
@@ -42,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "HttpTransport": "lograft.client.transport",
     "NetworkError": "lograft.client.errors",
     "NoOffsetForPartitionError": "lograft.client.errors",
+    "OutcomeUnknownError": "lograft.client.errors",
     "PartitionMetadata": "lograft.client.metadata",
     "Producer": "lograft.client.sync_producer",
     "ProducerConfig": "lograft.client.config",
@@ -58,6 +64,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from lograft.client.admin import Admin, AdminConfig, AsyncAdmin
     from lograft.client.config import ConsumerConfig, ProducerConfig
     from lograft.client.consumer import AsyncConsumer
     from lograft.client.errors import (
@@ -69,6 +76,7 @@ if TYPE_CHECKING:
         DeliveryTimeoutError,
         NetworkError,
         NoOffsetForPartitionError,
+        OutcomeUnknownError,
         SerializationError,
         UnexpectedResponseError,
     )
@@ -98,6 +106,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Admin",
+    "AdminConfig",
+    "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
     "BufferFullError",
@@ -115,6 +126,7 @@ __all__ = [
     "HttpTransport",
     "NetworkError",
     "NoOffsetForPartitionError",
+    "OutcomeUnknownError",
     "PartitionMetadata",
     "Producer",
     "ProducerConfig",

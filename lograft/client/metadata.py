@@ -25,7 +25,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lograft.client.config import CommonConfig
-from lograft.client.errors import ClusterUnreachableError, NetworkError, UnexpectedResponseError
+from lograft.client.errors import (
+    ClusterUnreachableError,
+    NetworkError,
+    OutcomeUnknownError,
+    UnexpectedResponseError,
+)
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
 from lograft.errors import LograftError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
@@ -174,9 +179,12 @@ class ClusterMetadata:
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         urls: list[str] | None = None,
+        idempotent: bool = True,
     ) -> HttpResponse:
         """Send to the first node that answers (any status). Only connection
-        failures move on to the next node; all failing is ClusterUnreachableError."""
+        failures move on to the next node; all failing is ClusterUnreachableError.
+        A request that is not `idempotent` (an admin change) is not sent again
+        once it may have reached a node: OutcomeUnknownError."""
         errors: dict[str, str] = {}
         for url in urls if urls is not None else self.candidates():
             try:
@@ -189,6 +197,8 @@ class ClusterMetadata:
                     timeout_ms=self._timeout_ms,
                 )
             except NetworkError as exc:
+                if not idempotent and exc.details.get("sent", True):
+                    raise outcome_unknown(method, url + path, exc) from exc
                 errors[url] = exc.message
                 continue
             self._last_good = url
@@ -293,6 +303,14 @@ def unreachable(errors: Mapping[str, str]) -> ClusterUnreachableError:
         f"could not reach any lograft node of {', '.join(urls) or '(none)'} ({reasons})",
         urls=urls,
         errors=dict(errors),
+    )
+
+
+def outcome_unknown(method: str, url: str, exc: LograftError) -> OutcomeUnknownError:
+    return OutcomeUnknownError(
+        f"{method} {url} was sent but no answer came back ({exc.message}); it may or may "
+        "not have taken effect: look before sending it again",
+        url=url,
     )
 
 

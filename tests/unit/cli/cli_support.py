@@ -24,12 +24,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from lograft.api.app import create_app
@@ -232,6 +234,20 @@ def run_cli(argv: Sequence[str], stdin: bytes = b"", stdout: io.StringIO | None 
     err = io.StringIO()
     code = main(list(argv), Streams(io.BytesIO(stdin), out, err))
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def http_json(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """One plain HTTP exchange (no client logic): (status, decoded JSON body)."""
+    data = None if body is None else orjson.dumps(body)
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE_S) as resp:
+            return resp.status, orjson.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, orjson.loads(exc.read() or b"null")
 
 
 def dead_urls(n: int = 2) -> list[str]:

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from lograft.cli.cluster import render_status
-from lograft.cli.common import table
-from lograft.cli.http_client import HttpClient, decode_error, parse_bootstrap
-from lograft.errors import TopicAlreadyExistsError
+from lograft.cli.common import bootstrap_urls, table
+from lograft.client import Admin
+from lograft.errors import InvalidConfigError
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.cli.cli_support import RealNode, Result, dead_urls, run_cli
 
@@ -188,29 +188,11 @@ def test_produce_and_consume_through_a_real_node(node):
 # -- pure pieces ------------------------------------------------------------------------------
 
 
-def test_parse_bootstrap_normalises_and_refuses():
-    assert parse_bootstrap(" a:1, http://b:2/ ,a:1") == ["http://a:1", "http://b:2"]
+def test_bootstrap_urls_normalise_and_refuse():
+    assert bootstrap_urls(" a:1, http://b:2/ ,a:1") == ["http://a:1", "http://b:2"]
     for bad in ("", ",", "ftp://a:1", "http://:1", "a:notaport"):
-        with pytest.raises(ValueError):
-            parse_bootstrap(bad)
-
-
-def test_decode_error_keeps_class_code_details_and_unknown_codes():
-    body = {
-        "error": {
-            "code": "TOPIC_ALREADY_EXISTS",
-            "message": "m",
-            "retriable": False,
-            "details": {"topic": "t"},
-        }
-    }
-    exc = decode_error(409, body, "http://n:1")
-    assert isinstance(exc, TopicAlreadyExistsError) and exc.details == {"topic": "t"}
-    assert exc.status == 409  # type: ignore[attr-defined]
-    odd = decode_error(404, {"error": {"code": "NOT_FOUND", "message": "no route"}}, "u")
-    assert odd.code == "NOT_FOUND" and odd.message == "no route"
-    junk = decode_error(502, b"<html>bad gateway</html>", "u")
-    assert junk.code == "UNEXPECTED_RESPONSE" and "bad gateway" in junk.message
+        with pytest.raises(InvalidConfigError):
+            bootstrap_urls(bad)
 
 
 def test_table_aligns_columns():
@@ -240,7 +222,7 @@ def test_render_status_counts_fenced_brokers():
     assert "node 2 (Raft follower)" in text
 
 
-def test_client_prefers_the_url_that_answered_last(node):
-    client = HttpClient([dead_urls(1)[0], node.url])
-    client.get("/v1/topics")
-    assert client._order()[0] == node.url
+def test_admin_prefers_the_url_that_answered_last(node):
+    with Admin([dead_urls(1)[0], node.url]) as admin:
+        admin.list_topics()
+        assert admin._async.metadata.candidates()[0] == node.url

@@ -14,7 +14,6 @@ import pytest
 from aiohttp import web
 
 from lograft.cli.consume import StartAt, render_line, start_at
-from lograft.cli.http_client import HttpClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
@@ -24,6 +23,7 @@ from tests.unit.cli.cli_support import (
     LineWatch,
     LoopThread,
     dead_urls,
+    http_json,
     run_cli,
 )
 
@@ -34,14 +34,15 @@ def seed(srv, lines: list[str], *extra: str) -> None:
 
 
 def produce_at(url: str, partition: int, value: str, timestamp: int) -> None:
-    HttpClient([url]).call(
+    status, doc = http_json(
         "POST",
-        "/v1/topics/orders/records",
-        json={
+        f"{url}/v1/topics/orders/records",
+        {
             "value_format": "string",
             "records": [{"value": value, "partition": partition, "timestamp": timestamp}],
         },
     )
+    assert status == 200, doc
 
 
 def json_lines(out: str) -> list[dict[str, Any]]:
@@ -205,8 +206,8 @@ def test_requests_follow_not_leader_to_the_leader(srv, tmp_path):
     seed(srv, [f"r{i}" for i in range(5)], "--partition", "0")
     other = Broker(srv.loop, srv.cluster, 2, tmp_path / "broker-2")
     try:
-        fetch = HttpClient([other.url]).send("GET", "/v1/topics/orders/partitions/0/offsets")
-        assert fetch.status == 421  # the setup does what the test needs
+        status, _ = http_json("GET", f"{other.url}/v1/topics/orders/partitions/0/offsets")
+        assert status == 421  # the setup does what the test needs
         r = run_cli(["consume", "orders", "--partition", "0", "--bootstrap", other.url])
         assert r.code == 0, r.err
         assert r.lines == [f"r{i}" for i in range(5)]

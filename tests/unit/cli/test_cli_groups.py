@@ -13,17 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from lograft.cli import coordinator as cli_coordinator
 from lograft.cli import groups as cli_groups
-from lograft.cli.coordinator import CoordinatorClient
 from lograft.cli.groups import incomplete_list_text, partitions_text
-from lograft.cli.http_client import HttpClient, Reply
-from lograft.errors import (
-    CoordinatorLoadInProgressError,
-    GroupIdNotFoundError,
-    RequestTimedOutError,
-)
-from tests.unit.cli.cli_support import DEADLINE_S, RealNode, Result, run_cli
+from tests.unit.cli.cli_support import DEADLINE_S, RealNode, Result, http_json, run_cli
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -70,30 +62,52 @@ def committed(doc: dict[str, Any]) -> dict[int, int | None]:
     return {o["partition"]: o["committed_offset"] for o in doc["offsets"]}
 
 
+def group_call(node: RealNode, group: str, method: str, suffix: str = "", body: Any = None) -> Any:
+    """A request to the group's coordinator (the one node), retried while the
+    coordinator loads (the first lookup of a cluster creates __consumer_offsets)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        status, doc = http_json(method, f"{node.url}/v1/groups/{group}{suffix}", body)
+        if status < 400:
+            return doc
+        assert doc["error"]["retriable"] and time.monotonic() < deadline, doc
+        time.sleep(0.05)  # polling a condition with a deadline
+
+
 class Member:
     """One group member over the HTTP API, joined until it holds `partitions`."""
 
     def __init__(self, node: RealNode, group: str, topic: str, partitions: int) -> None:
-        self.coordinator = CoordinatorClient(HttpClient([node.url]), group)
+        self.node = node
+        self.group = group
         self.sequence = 1
-        doc = self.coordinator.call(
+        doc = group_call(
+            node,
+            group,
             "POST",
             "/members",
-            json={"subscribed_topics": [topic], "client_id": "tester", "sequence": 1},
+            {"subscribed_topics": [topic], "client_id": "tester", "sequence": 1},
         )
         self.member_id = doc["member_id"]
         deadline = time.monotonic() + DEADLINE_S
         while len(doc["assignment"].get(topic, [])) < partitions:
             assert time.monotonic() < deadline, doc
             self.sequence += 1
-            doc = self.coordinator.call(
+            doc = group_call(
+                node,
+                group,
                 "POST",
                 f"/members/{self.member_id}/heartbeat",
-                json={"member_epoch": doc["member_epoch"], "sequence": self.sequence},
+                {"member_epoch": doc["member_epoch"], "sequence": self.sequence},
             )
 
     def leave(self) -> None:
-        self.coordinator.call("DELETE", f"/members/{self.member_id}?sequence={self.sequence + 1}")
+        group_call(
+            self.node,
+            self.group,
+            "DELETE",
+            f"/members/{self.member_id}?sequence={self.sequence + 1}",
+        )
 
 
 # -- the commands against a real node ----------------------------------------------------------
@@ -279,9 +293,7 @@ def test_a_recreated_topic_does_not_inherit_the_deleted_ones_offsets(node):
         assert time.monotonic() < deadline, describe(node, "g-gone")
         time.sleep(0.05)  # polling a condition with a deadline
     make_topic(node, "t-gone", 1, 10)
-    fetched = CoordinatorClient(HttpClient([node.url]), "g-gone").call(
-        "GET", "/offsets?topics=t-gone&auto_offset_reset=earliest"
-    )
+    fetched = group_call(node, "g-gone", "GET", "/offsets?topics=t-gone&auto_offset_reset=earliest")
     # Nothing committed: a consumer starts by auto_offset_reset, not at the old 3.
     assert [(o["offset"], o["start_offset"]) for o in fetched["offsets"]] == [(None, 0)]
     assert committed(describe(node, "g-gone")) == {0: 3}
@@ -315,121 +327,32 @@ def test_the_offsets_topic_cannot_be_deleted_grown_or_uncompacted(node):
     assert after["configs"] == before["configs"] == {"cleanup_policy": "compact"}
     assert committed(describe(node, "g-guard")) == {0: 1}
 
-    reply = HttpClient([node.url]).send("DELETE", f"/v1/topics/{OFFSETS_TOPIC}")
-    assert reply.status == 403
-    error = reply.body["error"]
+    status, body = http_json("DELETE", f"{node.url}/v1/topics/{OFFSETS_TOPIC}")
+    assert status == 403
+    error = body["error"]
     assert (error["code"], error["retriable"]) == ("INTERNAL_TOPIC_PROTECTED", False)
     assert error["details"] == {"topic": OFFSETS_TOPIC, "operation": "delete_topic"}
-    grow = HttpClient([node.url]).send(
-        "POST", f"/v1/topics/{OFFSETS_TOPIC}/partitions", json={"partitions": 50}
+    status, grow = http_json(
+        "POST", f"{node.url}/v1/topics/{OFFSETS_TOPIC}/partitions", {"partitions": 50}
     )
-    assert grow.status == 403 and "coordinator" in grow.body["error"]["message"]
-
-
-# -- the coordinator client against scripted answers -------------------------------------------
-
-
-class ScriptedHttp:
-    """An HttpClient stand-in: answers `send` from a script, records every request."""
-
-    def __init__(self, coordinator_url: str, answers: list[tuple[int, Any]]) -> None:
-        self.coordinator_url = coordinator_url
-        self.answers = answers
-        self.sent: list[tuple[str, str, str | None]] = []
-        self.lookups = 0
-
-    def get(self, path: str, **_kwargs: Any) -> Any:
-        assert path.endswith("/coordinator")
-        self.lookups += 1
-        return {"coordinator_id": 1, "coordinator_url": self.coordinator_url}
-
-    def send(self, method: str, path: str, *, base: str | None = None, **_kwargs: Any) -> Reply:
-        self.sent.append((method, path, base))
-        status, body = self.answers.pop(0)
-        return Reply(status, body, base or "bootstrap", {})
-
-
-def _error(code: str, **details: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": code.lower(), "retriable": True, "details": details}}
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-
-    def clock(self) -> float:
-        return self.now
-
-
-def test_coordinator_client_follows_not_coordinator_and_retries_while_loading():
-    http: Any = ScriptedHttp(
-        "http://a:1",
-        [
-            (421, _error("NOT_COORDINATOR", coordinator_url="http://b:2/")),
-            (503, _error("COORDINATOR_LOAD_IN_PROGRESS")),
-            (200, {"state": "empty"}),
-        ],
-    )
-    t = FakeTime()
-    client = CoordinatorClient(http, "g/1", sleep=t.sleep, clock=t.clock)
-    assert client.call("GET") == {"state": "empty"}
-    assert http.sent == [
-        ("GET", "/v1/groups/g%2F1", "http://a:1"),
-        ("GET", "/v1/groups/g%2F1", "http://b:2"),
-        ("GET", "/v1/groups/g%2F1", "http://a:1"),  # looked up again after the pause
-    ]
-    assert http.lookups == 2 and t.slept == [0.1]
-
-
-def test_coordinator_client_gives_up_at_its_deadline_and_on_other_errors():
-    loading = [(503, _error("COORDINATOR_LOAD_IN_PROGRESS"))] * 100
-    t = FakeTime()
-    fake: Any = ScriptedHttp("http://a:1", loading)
-    client = CoordinatorClient(fake, "g", sleep=t.sleep, clock=t.clock)
-    with pytest.raises(CoordinatorLoadInProgressError):
-        client.call("GET")
-    assert t.now >= cli_coordinator.COORDINATOR_RETRY_TIMEOUT_MS / 1000
-    assert (
-        t.now
-        < cli_coordinator.COORDINATOR_RETRY_TIMEOUT_MS / 1000
-        + 2 * cli_coordinator.RETRY_BACKOFF_MS_MAX / 1000
-    )
-
-    http: Any = ScriptedHttp("http://a:1", [(404, _error("GROUP_ID_NOT_FOUND"))])
-    with pytest.raises(GroupIdNotFoundError):
-        CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("DELETE")
-    assert len(http.sent) == 1
-
-
-def test_a_timed_out_change_is_not_repeated_but_a_timed_out_read_is():
-    t = FakeTime()
-    timed_out = (504, _error("REQUEST_TIMED_OUT"))
-    http: Any = ScriptedHttp("http://a:1", [timed_out])
-    with pytest.raises(RequestTimedOutError):
-        CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("DELETE")
-    assert len(http.sent) == 1
-    http = ScriptedHttp("http://a:1", [timed_out, (200, {"state": "empty"})])
-    assert CoordinatorClient(http, "g", sleep=t.sleep, clock=t.clock).call("GET") == {
-        "state": "empty"
-    }
-    assert len(http.sent) == 2
+    assert status == 403 and "coordinator" in grow["error"]["message"]
 
 
 def test_an_incomplete_group_list_says_why_and_exits_1(monkeypatch):
     doc = {"groups": [], "unreachable_brokers": [2, 3], "loading_partitions": [4]}
 
-    class ListingHttp:
-        def get(self, path: str) -> Any:
-            assert path == "/v1/groups"
+    class ListingAdmin:
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def list_groups(self) -> Any:
             return doc
 
     def client_for(_args: argparse.Namespace) -> Any:
-        return ListingHttp()
+        return ListingAdmin()
 
     monkeypatch.setattr(cli_groups, "client_for", client_for)
     r = run_cli(["groups", "list", "--bootstrap", "http://127.0.0.1:1"])

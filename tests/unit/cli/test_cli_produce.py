@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from lograft.cli.http_client import HttpClient
 from lograft.cli.produce import InputError, _line_ranges, parse_line
 from lograft.cli.progress import Progress
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
-from tests.unit.cli.cli_support import dead_urls, run_cli
+from tests.unit.cli.cli_support import dead_urls, http_json, run_cli
 
 
 def records_of(url: str, topic: str, partition: int) -> list[dict[str, Any]]:
-    doc = HttpClient([url]).get(
-        f"/v1/topics/{topic}/partitions/{partition}/records",
-        query={"offset": 0, "max_records": 10_000, "format": "string"},
+    query = "offset=0&max_records=10000&format=string"
+    status, doc = http_json(
+        "GET", f"{url}/v1/topics/{topic}/partitions/{partition}/records?{query}"
     )
+    assert status == 200, doc
     return doc["records"]
 
 
