@@ -4,16 +4,16 @@
 others concern one group and go to its coordinator, as the API requires;
 both through `lograft.client.Admin`, which finds and follows the coordinator.
 
-`reset-offsets --dry-run` computes the new offsets the way the coordinator
-does (`resolve_reset_offsets` over each partition leader's offsets) and
-changes nothing.
+`reset-offsets --dry-run` computes the new offsets with the coordinator's own
+rule (`protocol.offset_reset.resolve_reset_offsets` over each partition
+leader's offsets, read through the client's Consumer) and changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -33,14 +33,13 @@ from lograft.errors import (
     NonEmptyGroupError,
     UnknownTopicOrPartitionError,
 )
-
-if TYPE_CHECKING:
-    from lograft.brokers.groups.admin import PartitionBounds
+from lograft.protocol.offset_reset import (
+    OffsetResetStrategy,
+    PartitionBounds,
+    resolve_reset_offsets,
+)
 
 DEAD = "dead"
-# group_admin.OffsetResetStrategy's values, repeated so the CLI starts without
-# the broker packages (a test keeps the two equal); the dry run imports them.
-EARLIEST, LATEST, TIMESTAMP, OFFSET = "earliest", "latest", "timestamp", "offset"
 
 
 def add_parser(sub: Any) -> None:
@@ -263,13 +262,13 @@ def reset_request(args: argparse.Namespace) -> dict[str, Any]:
     """The body of `POST /v1/groups/{group}/offsets/reset` for the options given."""
     body: dict[str, Any]
     if args.to_earliest:
-        body = {"strategy": EARLIEST}
+        body = {"strategy": OffsetResetStrategy.EARLIEST.value}
     elif args.to_latest:
-        body = {"strategy": LATEST}
+        body = {"strategy": OffsetResetStrategy.LATEST.value}
     elif args.to_timestamp is not None:
-        body = {"strategy": TIMESTAMP, "timestamp": args.to_timestamp}
+        body = {"strategy": OffsetResetStrategy.TIMESTAMP.value, "timestamp": args.to_timestamp}
     else:
-        body = {"strategy": OFFSET, "offset": args.to_offset}
+        body = {"strategy": OffsetResetStrategy.OFFSET.value, "offset": args.to_offset}
     if args.partitions is None:
         body["topics"] = [args.topic]
     else:
@@ -306,9 +305,6 @@ def _dry_run(
     args: argparse.Namespace,
     body: Mapping[str, Any],
 ) -> list[tuple[str, int, int | None, int]]:
-    # The coordinator's own rules, imported here: they pull in the broker packages.
-    from lograft.brokers.groups.admin import OffsetResetStrategy, resolve_reset_offsets
-
     described = admin.describe_group(args.group)
     members = described.get("members") or []
     if members:
@@ -333,7 +329,6 @@ def _dry_run(
 def _bounds(args: argparse.Namespace, timestamp: int | None) -> dict[Any, PartitionBounds]:
     """Per partition of --topic (or --partitions): log start, high watermark and
     the offset for --to-timestamp, from each partition's leader."""
-    from lograft.brokers.groups.admin import PartitionBounds
     from lograft.client import Consumer, TopicPartition
 
     with Consumer(args.bootstrap, client_id="lograft-cli", request_timeout_ms=args.timeout_ms,

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -39,7 +38,13 @@ from lograft.brokers.groups.records import (
 from lograft.brokers.groups.result import GroupResult
 from lograft.brokers.groups.state import CoordinatorState, GroupState
 from lograft.brokers.groups.validation import check_group_id
-from lograft.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
+from lograft.errors import GroupIdNotFoundError, NonEmptyGroupError
+
+# The reset rules are the protocol's (the CLI's dry run applies them too);
+# re-exported here, where the coordinator's admin operations live.
+from lograft.protocol.offset_reset import OffsetResetStrategy as OffsetResetStrategy
+from lograft.protocol.offset_reset import PartitionBounds as PartitionBounds
+from lograft.protocol.offset_reset import resolve_reset_offsets as resolve_reset_offsets
 from lograft.protocol.topic_partition import TopicPartition
 
 
@@ -180,53 +185,6 @@ def delete_group(state: CoordinatorState, group_id: str) -> GroupResult[None]:
     ]
     records.extend(group_metadata_tombstones(group))
     return GroupResult(tuple(records), None)
-
-
-class OffsetResetStrategy(enum.StrEnum):
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    TIMESTAMP = "timestamp"
-    OFFSET = "offset"
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionBounds:
-    log_start_offset: int
-    high_watermark: int
-    # For TIMESTAMP: the first offset whose timestamp is >= the timestamp
-    # (the time index lookup), None when no record is that recent.
-    offset_for_timestamp: int | None = None
-
-
-def resolve_reset_offsets(
-    strategy: OffsetResetStrategy,
-    bounds: Mapping[TopicPartition, PartitionBounds],
-    offset: int | None = None,
-) -> dict[TopicPartition, int]:
-    """The offset each partition is reset to, always within [log start, HW].
-
-    TIMESTAMP with no record that recent resets to the high watermark, and
-    OFFSET outside the partition's range is clamped into it, as Kafka's
-    kafka-consumer-groups tool does.
-    """
-    if strategy is OffsetResetStrategy.OFFSET and (offset is None or offset < 0):
-        raise InvalidRequestError("reset to an offset needs a non-negative offset")
-    out: dict[TopicPartition, int] = {}
-    for tp, b in bounds.items():
-        if not 0 <= b.log_start_offset <= b.high_watermark:
-            raise ValueError(f"{tp}: bad bounds {b}")
-        if strategy is OffsetResetStrategy.EARLIEST:
-            target = b.log_start_offset
-        elif strategy is OffsetResetStrategy.LATEST:
-            target = b.high_watermark
-        elif strategy is OffsetResetStrategy.TIMESTAMP:
-            found = b.offset_for_timestamp
-            target = b.high_watermark if found is None else found
-        else:
-            assert offset is not None
-            target = offset
-        out[tp] = min(max(target, b.log_start_offset), b.high_watermark)
-    return out
 
 
 def reset_offsets(

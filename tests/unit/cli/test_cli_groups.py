@@ -364,13 +364,6 @@ def test_an_incomplete_group_list_says_why_and_exits_1(monkeypatch):
     )
 
 
-def test_the_cli_names_the_coordinators_reset_strategies():
-    from lograft.brokers.groups.admin import OffsetResetStrategy
-
-    names = (cli_groups.EARLIEST, cli_groups.LATEST, cli_groups.TIMESTAMP, cli_groups.OFFSET)
-    assert sorted(names) == sorted(s.value for s in OffsetResetStrategy)
-
-
 def test_partitions_text():
     assert partitions_text({"orders": [1, 0], "audit": [2]}) == "audit:2;orders:0,1"
     assert partitions_text({}) is None
