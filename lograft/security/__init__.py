@@ -1,4 +1,5 @@
-"""Security: the pure, network-free core of issue 12's authorization and quotas.
+"""Security: the pure, network-free core of issue 12's authentication,
+TLS settings, authorization and quotas.
 
 - `acls`: the ACL model as Kafka names it (principal, host, resource type,
   pattern type, operation, permission), as `lograft.typed.Record` Structs
@@ -8,10 +9,18 @@
   operations, wildcard principal/host/resource, prefixed patterns).
 - `quotas`: Kafka-style client quotas (entities and their precedence, the
   windowed rate, the throttle time) over an injected clock.
+- `failures`: `AuthenticationFailed` and its stable `AuthFailure` reasons
+  (expired, bad_signature, wrong_audience, ...), safe to log and to return.
+- `principals`: `User:<name>`, the principal every way in ends with.
+- `passwords`: SCRAM credential records (salt, iterations, StoredKey,
+  ServerKey; never the password), constant-time checks, HTTP Basic parsing.
+- `certificates`: a client certificate's principal from its subject with
+  Kafka's `ssl.principal.mapping.rules`.
 
 NOT YET WIRED INTO THE NODE: nothing in api/, brokers/ or node/ uses this
 package yet; no request is authenticated, authorized or throttled by it. The
 wiring (metadata records, routes, config sections) is the next step of
 issue 12. Layering: this package imports only `lograft.errors`,
-`lograft.typed` and third-party libraries.
+`lograft.typed` and stdlib / third-party libraries (import-linter's
+"security" contract).
 """

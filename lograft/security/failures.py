@@ -1,0 +1,54 @@
+"""Why an authentication failed: one stable reason per kind of failure.
+
+Every check in `tokens`, `passwords` and `certificates` that refuses a
+caller raises `AuthenticationFailed` with an `AuthFailure` reason. The reason
+is a stable lower-case string meant to become the `reason` detail of a 401
+answer (the HTTP mapping lives in `lograft.api`, not here); the message says
+what a person can fix and never contains the secret itself (no token, no
+password, no header value), so it is safe to log and to return.
+
+Not a `lograft.errors.LograftError` on purpose: every error class that can go
+on the wire is registered in `lograft.errors`, which this package does not
+change. The node wiring of issue 12 maps this exception to one registered
+error (e.g. SASL_AUTHENTICATION_FAILED, Kafka's code 58) carrying the reason.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["AuthFailure", "AuthenticationFailed"]
+
+
+class AuthFailure(enum.StrEnum):
+    """The stable reasons. Values are part of the API: never rename one."""
+
+    # The credential is absent, or the header has the wrong shape or scheme.
+    MISSING = "missing_credentials"
+    MALFORMED = "malformed"
+    TOO_LARGE = "too_large"
+    # Bearer tokens.
+    UNSUPPORTED_ALGORITHM = "unsupported_algorithm"
+    UNKNOWN_KEY = "unknown_key"
+    BAD_SIGNATURE = "bad_signature"
+    EXPIRED = "expired"
+    NOT_YET_VALID = "not_yet_valid"
+    WRONG_ISSUER = "wrong_issuer"
+    WRONG_AUDIENCE = "wrong_audience"
+    MISSING_CLAIM = "missing_claim"
+    KEYS_UNAVAILABLE = "keys_unavailable"
+    # Passwords: an unknown user and a wrong password are one reason, so an
+    # answer never tells which user names exist.
+    BAD_CREDENTIALS = "bad_credentials"
+    # Client certificates.
+    NO_CERTIFICATE = "no_certificate"
+    NO_MATCHING_RULE = "no_matching_rule"
+
+
+class AuthenticationFailed(Exception):
+    """A caller's credential was refused for `reason`; `message` is safe to show."""
+
+    def __init__(self, reason: AuthFailure, message: str) -> None:
+        super().__init__(f"{reason.value}: {message}")
+        self.reason = reason
+        self.message = message
