@@ -201,15 +201,22 @@ def _explain(
         else:
             reason = "required"
         path = f"{path}.{named.group(1)}" if path else named.group(1)
-    elif "got" not in reason:
+    elif "got" not in reason and not reason.startswith("Invalid enum value"):
         found = _value_at(value, steps)
         if found is not _MISSING:
-            shown = repr(found)
-            if len(shown) > _SHOWN_CHARS_MAX:
-                shown = shown[:_SHOWN_CHARS_MAX] + "..."
-            reason = f"{reason}, got {shown}"
+            reason = f"{reason}, got {_clip(repr(found))}"
+    # Names and values come from the data: never echo one of them whole.
+    reason = _QUOTED.sub(lambda m: _clip(m.group(0)[:-1]) + m.group(0)[-1], reason)
+    path = ".".join(_clip(step) for step in path.split("."))
     place = ".".join(p for p in (where, path) if p)
     return place, reason
+
+
+_QUOTED = re.compile(rf"'[^']{{{_SHOWN_CHARS_MAX},}}'|`[^`]{{{_SHOWN_CHARS_MAX},}}`")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _SHOWN_CHARS_MAX else text[:_SHOWN_CHARS_MAX] + "..."
 
 
 _IN_KEY = re.compile(r" - at `key` in `\$([^`]*)`$")

@@ -18,12 +18,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-from dataclasses import fields
 from pathlib import Path
+
+import msgspec.structs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lograft.quorum.raft.config import RaftConfig
+from lograft.quorum.raft.config import RaftTuning
 from tests.integration.raft_harness import ProcessCluster
 from tests.raft_support import FAST_TIMINGS
 
@@ -35,7 +36,9 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 # Production timings (RaftConfig defaults), not the tests' fast ones: the
 # batched mode's latency is tied to the heartbeat interval.
-DEFAULT_TIMINGS = {f.name: f.default for f in fields(RaftConfig) if f.name in FAST_TIMINGS}
+DEFAULT_TIMINGS = {
+    f.name: f.default for f in msgspec.structs.fields(RaftTuning) if f.name in FAST_TIMINGS
+}
 
 
 def measure(appends: int, send_entries_immediately: bool) -> list[float]:

@@ -3,10 +3,8 @@
 A topic config is committed to the metadata log and then applied by every
 broker that hosts the topic; a value a broker cannot use would break its
 replicas. So every key and value is checked here, at the edge, with the same
-code the broker uses (`lograft.storage.config.coerce_overrides` for log
-settings), and the whole resulting LogConfig is built once to apply its
-cross-field rules. (The pure controller cannot import storage; see
-docs/architecture.md.)
+code the broker uses (`lograft.storage.config.log_config` for log settings).
+(The pure controller cannot import storage; see docs/architecture.md.)
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 
 from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError
-from lograft.storage.config import LogConfig, coerce_overrides, config_keys
+from lograft.storage.config import config_keys, log_config
 
 # A replica count as text: at most 9 digits (int() of any of them is cheap).
 _SMALL_INT = re.compile(r"[0-9]{1,9}")
@@ -70,5 +68,5 @@ def validate_topic_configs(
         else:
             log_values[key] = text
         out[key] = text
-    LogConfig().with_overrides(coerce_overrides(log_values))
+    log_config(log_values)
     return out

@@ -81,7 +81,7 @@ from lograft.protocol.fetch_wire import (
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage import checkpoint
-from lograft.storage.config import LogConfig, coerce_overrides, config_keys
+from lograft.storage.config import LogConfig, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms
 from lograft.storage.maintenance import LogMaintainer
@@ -228,7 +228,7 @@ class ReplicaManager:
         data_dir: Path,
         settings: BrokerSettings,
         *,
-        log_defaults: Mapping[str, Any] | None = None,
+        log_defaults: LogConfig | None = None,
         alter_partition: AlterPartitionFn | None = None,
         alter_partitions: AlterPartitionsFn | None = None,
         fetch_transport: FetchTransport | None = None,
@@ -244,7 +244,8 @@ class ReplicaManager:
         self.logs_dir = self.data_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.settings = settings
-        self.log_defaults = dict(log_defaults or {})
+        # Topic configs override these (the node's [log_defaults]).
+        self.log_defaults = log_defaults or LogConfig()
         self.alter_partition = alter_partition
         # The batched form; without one, each change goes through `alter_partition`.
         self.alter_partitions = alter_partitions or (
@@ -539,10 +540,9 @@ class ReplicaManager:
     def _configs(
         self, topic_config: Mapping[str, Any], replication_factor: int
     ) -> tuple[LogConfig, PartitionSettings]:
-        merged = {**self.log_defaults, **topic_config}
         log_keys = set(config_keys())
-        log_cfg = LogConfig().with_overrides(
-            coerce_overrides({k: v for k, v in merged.items() if k in log_keys})
+        log_cfg = self.log_defaults.with_overrides(
+            {k: v for k, v in topic_config.items() if k in log_keys}
         )
         if "min_insync_replicas" in topic_config:
             min_isr = int(topic_config["min_insync_replicas"])

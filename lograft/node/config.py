@@ -83,6 +83,7 @@ from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.raft.config import RaftTuning
+from lograft.storage.config import LogConfig
 from lograft.typed import FieldError, NonNegative, Record, build, type_at
 
 ENV_PREFIX = "LOGRAFT_CFG_"
@@ -143,8 +144,9 @@ class NodeConfig(Record):
     groups: GroupRuntimeSettings = GroupRuntimeSettings()
     stream: StreamLimits = StreamLimits()
     log_level: str = "INFO"
-    # Topic-level log config defaults (segment_bytes, retention_ms, ...).
-    log_defaults: dict[str, Any] = {}
+    # Topic-level log config defaults (segment_bytes, retention_ms, ...);
+    # a topic's own configs override them.
+    log_defaults: LogConfig = LogConfig()
 
     def __post_init__(self) -> None:
         force_setattr(self, "log_level", self.log_level.upper())
@@ -159,9 +161,6 @@ class NodeConfig(Record):
                 f"http.host={self.http.host!r} listens on every interface, which is no "
                 'address to register: set http.advertised_url (e.g. "http://node-1:9091")',
             )
-        from lograft.storage.config import coerce_overrides
-
-        force_setattr(self, "log_defaults", coerce_overrides(dict(self.log_defaults)))
 
     @property
     def is_controller(self) -> bool:

@@ -190,7 +190,7 @@ class Node:
                 cfg.node_id,
                 cfg.data_dir,
                 broker_settings,
-                log_defaults=dict(cfg.log_defaults),
+                log_defaults=cfg.log_defaults,
                 alter_partitions=self._alter_partitions,
                 fetch_transport=self._fetch_transport,
                 ineligible_replicas=self._ineligible_replicas,

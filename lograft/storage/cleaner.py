@@ -67,7 +67,6 @@ Pure file I/O, no asyncio; time is passed in. One pass per log at a time.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -77,6 +76,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec.structs
 
 from lograft.errors import CorruptRecordError
 from lograft.protocol.batch import (
@@ -464,7 +465,7 @@ def _staging_config(config: LogConfig, input_bytes: int) -> LogConfig:
     # fit: the staged segment can never fail with a full index.
     per_entry = max(config.index_interval_bytes, HEADER_SIZE)
     entries = input_bytes // per_entry + 2
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         config, segment_index_bytes=max(4096, entries * _TIME_INDEX_ENTRY_BYTES)
     )
 

@@ -2,18 +2,27 @@
 
 Names and defaults follow Kafka's topic configs with `.` turned into `_`
 (segment.bytes -> segment_bytes). -1 means "unlimited" where Kafka says so.
+
+`LogConfig` is a typed Record (`lograft.typed`): each bound is in the field's
+type, every integer within Kafka's type for it (int32 or int64): a topic
+config is applied by every replica, and a value no file or mapping can have
+(an index of 2**62 bytes) would put each of them out of service. `log_config`
+builds one from overrides (topic configs are text, the node's log_defaults
+TOML values).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from msgspec import Meta
 
 from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError
+from lograft.typed import Record, build, to_builtins
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -22,14 +31,6 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
-# Kafka types these configs as int (32-bit); every other integer one is a long.
-_INT32_KEYS = frozenset(
-    {"segment_bytes", "segment_index_bytes", "index_interval_bytes", "max_message_bytes"}
-)
-# An integer setting written as text: ASCII digits, maybe a leading '-' (int()
-# would also take spaces, '_', '+' and other scripts' digits), at most 19 of
-# them: longer is out of range anyway, and int() of it costly.
-_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 
 
 class FlushPolicy(enum.StrEnum):
@@ -49,68 +50,42 @@ class TimestampType(enum.StrEnum):
     LOG_APPEND_TIME = "LogAppendTime"
 
 
-@dataclass(frozen=True, slots=True)
-class LogConfig:
+class LogConfig(Record):
+    # Every integer is within Kafka's type for it: int32 for segment_bytes,
+    # segment_index_bytes, index_interval_bytes and max_message_bytes, int64
+    # (long) for the rest.
     # A segment is rolled when it would grow past this many bytes (<= 2 GiB,
     # since index positions are 32-bit).
-    segment_bytes: int = 1 * GIB
+    segment_bytes: Annotated[int, Meta(ge=1024, le=INT32_MAX)] = 1 * GIB
     # ... or when its first batch is older than this many milliseconds.
-    segment_ms: int = 7 * DAY_MS
+    segment_ms: Annotated[int, Meta(ge=1, le=INT64_MAX)] = 7 * DAY_MS
     # Space preallocated for a segment's offset and time index files, bytes
     # (< 2 GiB: each file is created at this size and mapped into memory).
-    segment_index_bytes: int = 10 * MIB
+    segment_index_bytes: Annotated[int, Meta(ge=4096, le=INT32_MAX)] = 10 * MIB
     # One offset-index entry per this many bytes of log.
-    index_interval_bytes: int = 4 * KIB
+    index_interval_bytes: Annotated[int, Meta(ge=0, le=INT32_MAX)] = 4 * KIB
     # Largest record batch accepted, bytes (Kafka's default 1 MiB + overhead).
-    max_message_bytes: int = 1 * MIB + 12
+    max_message_bytes: Annotated[int, Meta(ge=61, le=INT32_MAX)] = 1 * MIB + 12
     flush_policy: FlushPolicy = FlushPolicy.NONE
-    flush_interval_ms: int = 1000
+    flush_interval_ms: Annotated[int, Meta(ge=1, le=INT64_MAX)] = 1000
     # Delete whole segments whose newest record is older than this, ms (-1: never).
-    retention_ms: int = 7 * DAY_MS
+    retention_ms: Annotated[int, Meta(ge=-1, le=INT64_MAX)] = 7 * DAY_MS
     # Delete oldest segments while the log is larger than this, bytes (-1: never).
-    retention_bytes: int = -1
+    retention_bytes: Annotated[int, Meta(ge=-1, le=INT64_MAX)] = -1
     cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
     # Tombstones survive compaction for at least this long, ms.
-    delete_retention_ms: int = 1 * DAY_MS
+    delete_retention_ms: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 1 * DAY_MS
     # Compact only once this share of the log is dirty (0..1).
-    min_cleanable_dirty_ratio: float = 0.5
+    min_cleanable_dirty_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
     # A record younger than this is never compacted away, ms.
-    min_compaction_lag_ms: int = 0
+    min_compaction_lag_ms: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
     message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
     # CreateTime: the leader refuses a record timestamp more than this far
     # before its clock, ms (Kafka's default: no limit; timestamps below 0 are
     # always refused) ...
-    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_before_max_ms: Annotated[int, Meta(ge=0, le=INT64_MAX)] = INT64_MAX
     # ... or more than this far after it, ms (Kafka 4.0's default, 1 hour).
-    message_timestamp_after_max_ms: int = HOUR_MS
-
-    def __post_init__(self) -> None:
-        _check(self.segment_bytes >= 1024, "segment_bytes", "must be >= 1024 bytes")
-        _check(self.segment_bytes <= 2 * GIB - 1, "segment_bytes", "must be < 2 GiB")
-        _check(self.segment_ms >= 1, "segment_ms", "must be >= 1 ms")
-        _check(self.segment_index_bytes >= 4096, "segment_index_bytes", "must be >= 4096 bytes")
-        # Every integer within Kafka's type for it: a topic config is applied by
-        # every replica, and a value no file or mapping can have (an index of
-        # 2**62 bytes) would put each of them out of service.
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if type(value) is int:
-                top = INT32_MAX if f.name in _INT32_KEYS else INT64_MAX
-                _check(value <= top, f.name, f"must be <= {top}")
-        _check(self.index_interval_bytes >= 0, "index_interval_bytes", "must be >= 0 bytes")
-        _check(self.max_message_bytes >= 61, "max_message_bytes", "must be >= 61 bytes")
-        _check(self.flush_interval_ms >= 1, "flush_interval_ms", "must be >= 1 ms")
-        _check(self.retention_ms >= -1, "retention_ms", "must be -1 or >= 0 ms")
-        _check(self.retention_bytes >= -1, "retention_bytes", "must be -1 or >= 0 bytes")
-        _check(self.delete_retention_ms >= 0, "delete_retention_ms", "must be >= 0 ms")
-        _check(
-            0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
-            "min_cleanable_dirty_ratio",
-            "must be between 0 and 1",
-        )
-        _check(self.min_compaction_lag_ms >= 0, "min_compaction_lag_ms", "must be >= 0 ms")
-        for key in ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms"):
-            _check(0 <= getattr(self, key) <= INT64_MAX, key, f"must be 0..{INT64_MAX} ms")
+    message_timestamp_after_max_ms: Annotated[int, Meta(ge=0, le=INT64_MAX)] = HOUR_MS
 
     @property
     def compact(self) -> bool:
@@ -120,59 +95,41 @@ class LogConfig:
     def delete(self) -> bool:
         return self.cleanup_policy in (CleanupPolicy.DELETE, CleanupPolicy.COMPACT_DELETE)
 
-    def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
         """A copy with topic-level overrides applied, validating names and types."""
-        return dataclasses.replace(self, **coerce_overrides(overrides))
+        return log_config(overrides, self)
 
 
-_ENUMS: dict[str, type[enum.StrEnum]] = {
-    "flush_policy": FlushPolicy,
-    "cleanup_policy": CleanupPolicy,
-    "message_timestamp_type": TimestampType,
-}
+# The integer settings: as text only ASCII digits, maybe a leading '-', at most
+# 19 of them (int() would also take spaces, '_', '+' and other scripts'
+# digits, msgspec '1e3' and '1.0'), so a stored topic config has one spelling
+# that every broker reads the same.
+_INT_KEYS = frozenset(
+    name
+    for name, value in zip(LogConfig.__struct_fields__, LogConfig.__struct_defaults__, strict=True)
+    if type(value) is int
+)
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 
 
 def config_keys() -> list[str]:
-    return [f.name for f in dataclasses.fields(LogConfig)]
+    return list(LogConfig.__struct_fields__)
 
 
-def coerce_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Check names and convert values (strings from configs, JSON numbers)."""
-    fields = {f.name: f for f in dataclasses.fields(LogConfig)}
-    out: dict[str, Any] = {}
-    for key, raw in overrides.items():
-        if key not in fields:
+def log_config(overrides: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
+    """`base` (the defaults if None) with `overrides` applied: text (topic configs)
+    or typed values (TOML); raises InvalidConfigError naming the key."""
+    for key, value in overrides.items():
+        if key in _INT_KEYS and not (
+            (type(value) is int) or (isinstance(value, str) and _INT_TEXT.fullmatch(value))
+        ):
             raise InvalidConfigError(
-                f"unknown log config {shown(key)}; known: {', '.join(sorted(fields))}",
+                f"{key}={shown(value)} must be an integer (ASCII digits, at most 19)", key=key
+            )
+        if key not in LogConfig.__struct_fields__:
+            raise InvalidConfigError(
+                f"unknown log config {shown(key)}; known: {', '.join(sorted(config_keys()))}",
                 key=clip(str(key)),
             )
-        out[key] = _coerce(key, raw)
-    return out
-
-
-def _coerce(key: str, raw: Any) -> Any:
-    if key in _ENUMS:
-        try:
-            return _ENUMS[key](str(raw))
-        except ValueError:
-            allowed = ", ".join(v.value for v in _ENUMS[key])
-            raise InvalidConfigError(
-                f"{key}={shown(raw)} is not one of {allowed}", key=key
-            ) from None
-    if key == "min_cleanable_dirty_ratio":
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise InvalidConfigError(f"{key}={shown(raw)} is not a number", key=key) from None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and _INT_TEXT.fullmatch(raw):
-        return int(raw)
-    raise InvalidConfigError(
-        f"{key}={shown(raw)} must be an integer (ASCII digits, at most 19)", key=key
-    )
-
-
-def _check(ok: bool, key: str, rule: str) -> None:
-    if not ok:
-        raise InvalidConfigError(f"{key} {rule}", key=key)
+    merged = {**(to_builtins(base) if base is not None else {}), **overrides}
+    return build(merged, LogConfig, error=InvalidConfigError, detail="key", strict=False)

@@ -14,7 +14,7 @@ from lograft.echo import ECHO_CHARS_MAX, clip, shown
 from lograft.errors import InvalidConfigError, InvalidRequestError
 from lograft.quorum.configs import validate_config_entry
 from lograft.quorum.controller_config import ControllerConfig
-from lograft.storage.config import coerce_overrides
+from lograft.storage.config import log_config
 
 # An error answer's message and details stay this short whatever was sent.
 ANSWER_CHARS_MAX = 600
@@ -53,7 +53,7 @@ def test_a_refused_topic_config_does_not_echo_its_value_whole(configs: dict[str,
 
 def test_log_and_controller_config_errors_are_short() -> None:
     with pytest.raises(InvalidConfigError) as refused:
-        coerce_overrides({"x" * 5000: 1})
+        log_config({"x" * 5000: 1})
     assert _size(refused.value) < ANSWER_CHARS_MAX
     with pytest.raises(InvalidConfigError) as refused:
         validate_config_entry("bad key " * 1000, "1", ControllerConfig())

@@ -1,6 +1,6 @@
 """lograft.typed: the one validation mechanism names the bad field and refuses unknown ones."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import pytest
@@ -95,3 +95,14 @@ def test_a_rule_between_fields_names_the_field_at_fault():
         "window.high: must exceed low",
         {"key": "window.high"},
     )
+
+
+def test_names_and_values_from_the_data_are_not_echoed_whole():
+    class Choice(Record):
+        mode: Literal["a", "b"] = "a"
+
+    for value in ({"mode": "9" * 5000}, {"x" * 5000: 1}, {"mode": ["9" * 5000]}):
+        with pytest.raises(InvalidConfigError) as caught:
+            build(value, Choice, error=InvalidConfigError, detail="key")
+        assert len(str(caught.value)) < 400
+        assert len(str(caught.value.details["key"])) < 100

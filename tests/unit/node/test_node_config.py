@@ -8,6 +8,7 @@ import pytest
 
 from lograft.errors import InvalidConfigError
 from lograft.node.config import load_config, parse_config
+from lograft.storage.config import LogConfig
 
 GOOD = """
 node_id = 2
@@ -61,7 +62,8 @@ def test_a_full_config_parses(tmp_path: Path):
     assert cfg.controller.broker_session_timeout_ms == 1500
     assert cfg.http.port == 9092
     assert cfg.http_url == "http://127.0.0.1:9092"
-    assert cfg.log_defaults == {"segment_bytes": 1048576}
+    assert cfg.log_defaults.segment_bytes == 1048576
+    assert cfg.log_defaults.retention_ms == LogConfig().retention_ms
 
 
 def test_environment_overrides_win(tmp_path: Path):
@@ -198,7 +200,7 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
         ({"node_id": 1, "data_dir": "d", "voters": V, "raft": {"peers": {}}}, "raft.peers"),
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "log_defaults": {"segment_bites": 1}},
-            "segment_bites",
+            "log_defaults.segment_bites",
         ),
     ],
 )
@@ -415,7 +417,7 @@ def test_overrides_are_typed_by_the_setting(tmp_path: Path):
     assert cfg.groups.assignor_default == "range"
     assert cfg.roles == ("controller", "broker")
     assert cfg.http.dial == {3: "127.0.0.1:29023"}
-    assert cfg.log_defaults["retention_ms"] == 1000
+    assert cfg.log_defaults.retention_ms == 1000
     roles = load_config(f, env={"LOGRAFT_CFG_ROLES": '["controller"]'}).roles
     assert roles == ("controller",)
 

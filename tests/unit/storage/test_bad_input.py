@@ -7,12 +7,12 @@ reopening."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import random
 import struct
 
+import msgspec.structs
 import pytest
 
 from lograft.errors import (
@@ -259,7 +259,7 @@ def test_disk_full_mid_append(harness, monkeypatch, mode, rolls, policy):
     h = harness
     if policy is not FlushPolicy.NONE:
         h.log.close()
-        h.config = dataclasses.replace(CONFIG, flush_policy=policy)
+        h.config = msgspec.structs.replace(CONFIG, flush_policy=policy)
         h.log = Log(h.directory, h.config, pool=h.pool, clock=h.clock)
     log = h.log
     if rolls:
@@ -444,7 +444,7 @@ def test_every_batch_fsync_failure_takes_the_append_back(harness, monkeypatch):
     whose fsync failed must not stay in the log for a retry to duplicate."""
     h = harness
     h.log.close()
-    h.config = dataclasses.replace(CONFIG, flush_policy=FlushPolicy.EVERY_BATCH)
+    h.config = msgspec.structs.replace(CONFIG, flush_policy=FlushPolicy.EVERY_BATCH)
     h.log = Log(h.directory, h.config, pool=h.pool, clock=h.clock)
     log = h.log
     leo, size, epochs = log.log_end_offset, log.size_bytes, log.epochs.entries()
