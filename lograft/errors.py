@@ -6,6 +6,11 @@ stable string `code`, Kafka's error number where Kafka has one (`kafka_code`,
 same request may succeed later. The mapping to HTTP status and JSON bodies
 lives only in `lograft.api`; this module knows nothing of HTTP.
 
+A few unregistered subclasses refine a registered class for the raising
+node's own code (`PeerUnreachableError` and its kin: which way a
+node-to-node call failed); they keep its code, so on the wire, and back
+through `from_dict`, they are that class.
+
 This is a leaf module: every package may import it, it imports nothing of
 lograft.
 """
@@ -286,6 +291,24 @@ class BrokerNotAvailableError(LograftError):
     code = "BROKER_NOT_AVAILABLE"
     kafka_code = 8
     retriable = True
+
+
+class PeerUnreachableError(BrokerNotAvailableError):
+    """A node-to-node call got no answer from its peer: the connection failed
+    or timed out, the peer has no address yet, or its answer broke the bounds.
+    Not registered: on the wire it is BROKER_NOT_AVAILABLE; the class lets a
+    caller tell "the peer did not answer" from "the peer answered with an
+    error" (which is raised as the peer raised it)."""
+
+
+class PeerAddressUnknownError(PeerUnreachableError):
+    """The peer has no address to call (a broker not registered yet)."""
+
+
+class PeerAnswerUnreadableError(BrokerNotAvailableError):
+    """A peer answered a node-to-node call with a status other than 2xx and a
+    body that is no lograft error (a proxy's page, a node stopping); `status`
+    in its details. Not registered: BROKER_NOT_AVAILABLE on the wire."""
 
 
 @_register

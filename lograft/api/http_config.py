@@ -55,6 +55,12 @@ class HttpConfig(Record):
     # Replica fetches and controller calls have pools of their own, so they
     # never wait behind these.
     forward_connections_max: Positive = 100
+    # Largest answer this node reads from another node in one node-to-node
+    # call, bytes; a larger one is BROKER_NOT_AVAILABLE and is not read. The
+    # largest legitimate answers are replica and stream fetches: whole batches
+    # up to the request's byte budget, one of which may pass it by up to the
+    # topic's max_message_bytes.
+    peer_answer_bytes_max: AtLeast1KiB = 1024 * 1024 * 1024
     # Client connections this node holds at once, over all addresses; more are
     # answered 503 CONNECTIONS_LIMIT_REACHED and closed (connection_guard.py).
     connections_max: Positive = 4096

@@ -29,13 +29,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_body
-from lograft.api.services import MetadataView
-from lograft.api.stream.polls import decode_error
+from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import PartitionBounds
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -43,9 +41,9 @@ from lograft.errors import (
     LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
+    PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 PATH = "/internal/v1/partition-offsets"
@@ -119,8 +117,7 @@ class PartitionOffsets:
         self,
         replicas: ReplicaManager | None,
         metadata: MetadataView,
-        session: aiohttp.ClientSession,
-        peers: PeerUrls,
+        calls: PeerCalls,
         *,
         broker_id: int | None = None,
     ) -> None:
@@ -128,8 +125,7 @@ class PartitionOffsets:
         `broker_id` is then its node id."""
         self.replicas = replicas
         self.metadata = metadata
-        self.session = session
-        self.peers = peers
+        self.calls = calls
         self.broker_id = replicas.broker_id if replicas is not None else broker_id
         # Observable: batched requests sent to each leader (tests count them).
         self.requests_sent: dict[int, int] = {}
@@ -156,7 +152,7 @@ class PartitionOffsets:
                     out[tp] = leader_offsets(self.replicas, self.metadata, tp, timestamp_ms)
                 except LograftError as exc:
                     out[tp] = exc
-            elif leader < 0 or self.peers.broker(self.metadata, leader) is None:
+            elif leader < 0 or self.calls.broker_url(leader) is None:
                 out[tp] = LeaderNotAvailableError(
                     f"{tp} has no reachable leader right now",
                     topic=tp.topic,
@@ -204,7 +200,6 @@ class PartitionOffsets:
         timestamp_ms: int | None,
     ) -> dict[TopicPartition, LeaderOffsets | LograftError]:
         """One batched request to one leader; any failure is every partition's error."""
-        url = self.peers.broker(self.metadata, leader)
         body: dict[str, Any] = {
             "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
         }
@@ -212,26 +207,16 @@ class PartitionOffsets:
             body["timestamp"] = timestamp_ms
         self.requests_sent[leader] = self.requests_sent.get(leader, 0) + 1
         try:
-            if url is None:
-                raise LeaderNotAvailableError(f"broker {leader} has no address right now")
-            async with self.session.post(
-                url + PATH,
-                data=orjson.dumps(body),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-            if status != 200:
-                raise decode_error(leader, status, raw)
+            raw = await self.calls.post(leader, PATH, orjson.dumps(body), timeout_ms=timeout_ms)
             answers = orjson.loads(raw)["partitions"]
             if not isinstance(answers, list) or len(answers) != len(tps):
                 raise ValueError(f"{len(answers)} answers for {len(tps)} partitions")
             return {tp: _answer(tp, a) for tp, a in zip(tps, answers, strict=True)}
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+        except (PeerUnreachableError, ValueError, KeyError, TypeError) as exc:
+            reason = exc.message if isinstance(exc, LograftError) else repr(exc)
             failure: LograftError = LeaderNotAvailableError(
                 f"could not ask broker {leader} for the offsets of {len(tps)} partition(s) "
-                f"it leads: {exc!r}",
+                f"it leads: {reason}",
                 leader_id=leader,
             )
         except LograftError as exc:

@@ -16,13 +16,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
 from lograft.api.partition_offsets import LeaderOffsets, PartitionOffsets
 from lograft.api.routes_data import json_response
-from lograft.api.routes_internal import ControllerRpc
+from lograft.api.services import ControllerCalls, PeerCalls
 from lograft.brokers.metadata_sync import ImageView
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
@@ -32,8 +31,6 @@ from lograft.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from lograft.node.controller_client import ControllerClient
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter
@@ -53,12 +50,10 @@ class AdminRoutes:
         cluster_id: str,
         store: MetadataStore,
         raft: RaftAdapter,
-        controller: ControllerClient,
-        rpc: ControllerRpc | None,
+        controller: ControllerCalls,
         replicas: ReplicaManager | None,
-        session: aiohttp.ClientSession,
+        calls: PeerCalls,
         replicas_caught_up: Callable[[int, int], Awaitable[None]] | None = None,
-        peers: PeerUrls | None = None,
         offsets: PartitionOffsets | None = None,
     ) -> None:
         self.node_id = node_id
@@ -66,16 +61,12 @@ class AdminRoutes:
         self.store = store
         self.raft = raft
         self.controller = controller
-        self.rpc = rpc
         self.replicas = replicas
-        self.session = session
         # (offset, timeout_ms): returns once the replicas follow that metadata.
         self.replicas_caught_up = replicas_caught_up
-        # Where to ask another leader for its offsets (node-to-node: [http.dial]).
-        self.peers = peers or PeerUrls()
         # Leaders' offsets for describe: one batched request per remote leader.
         self.offsets = offsets or PartitionOffsets(
-            replicas, _StoreView(store), session, self.peers, broker_id=node_id
+            replicas, _StoreView(store), calls, broker_id=node_id
         )
 
     def add_to(self, app: web.Application) -> None:
@@ -92,14 +83,7 @@ class AdminRoutes:
     # -- changes through the controller ----------------------------------------------------
 
     async def _change(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        local: Callable[[], Awaitable[dict[str, Any]]] | None = None
-        if self.rpc is not None:
-            method = self.rpc.methods[name]
-
-            async def local() -> dict[str, Any]:
-                return await method(body)
-
-        result = await self.controller.call(name, body, local=local)
+        result: dict[str, Any] = await self.controller.call(name, body)
         await self._catch_up(result.get("metadata_offset"))
         return result
 

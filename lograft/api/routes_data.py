@@ -33,7 +33,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -48,9 +47,10 @@ from lograft.api.records_json import (
 )
 from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
-from lograft.api.services import MetadataView, TopicView
+from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.partition import Partition, check_batch_count
+from lograft.brokers.peer_calls import NoPeers
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
@@ -59,9 +59,11 @@ from lograft.errors import (
     LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
+    PeerAddressUnknownError,
+    PeerAnswerUnreadableError,
+    PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.batch import (
     RecordInput,
     build_batch,
@@ -128,19 +130,18 @@ class DataRoutes:
         self,
         replicas: ReplicaManager,
         metadata: MetadataView,
-        session: aiohttp.ClientSession,
+        calls: PeerCalls | None = None,
         limits: DataLimits | None = None,
-        peers: PeerUrls | None = None,
         work: RecordWork | None = None,
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
-        self.session = session
+        # Where to forward a produce for another leader (node-to-node; None:
+        # a node alone, which forwards nothing).
+        self.calls = calls or NoPeers()
         self.limits = limits or DataLimits()
         # Threads for work that grows with what a request carries.
         self.work = work or RecordWork()
-        # Where to forward a produce for another leader (node-to-node: [http.dial]).
-        self.peers = peers or PeerUrls()
         self.keyless = KeylessPartitioner()
 
     def add_to(self, app: web.Application) -> None:
@@ -341,21 +342,23 @@ class DataRoutes:
         """One request carrying `req`'s partitions to their leader; each
         partition's outcome is the one the leader's raw produce would give."""
         partitions = [b.partition for b in req.partitions]
-        url = self.peers.broker(self.metadata, leader)
-        if url is None:
-            return {p: self._not_leader(view, TopicPartition(view.name, p)) for p in partitions}
         try:
-            async with self.session.post(
-                f"{url}{FORWARD_PATH}",
-                data=encode_request(req),
-                headers={"Content-Type": FORWARD_CONTENT_TYPE},
-            ) as resp:
-                body = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            body = await self.calls.post(
+                leader, FORWARD_PATH, encode_request(req), content_type=FORWARD_CONTENT_TYPE
+            )
+        except PeerAddressUnknownError:
+            return {p: self._not_leader(view, TopicPartition(view.name, p)) for p in partitions}
+        except PeerUnreachableError as exc:
             return {p: _unreachable(leader, TopicPartition(view.name, p), exc) for p in partitions}
-        if resp.status >= 400:
-            # The whole request was refused: every partition gets the error.
-            return {p: _refusal(leader, resp.status, body) for p in partitions}
+        except PeerAnswerUnreadableError as exc:
+            # Not retriable: the leader may have appended the records before
+            # whatever answered (a proxy) lost its answer.
+            status = exc.details.get("status")
+            return {p: LograftError(f"broker {leader} answered {status}") for p in partitions}
+        except LograftError as exc:
+            # The whole request was refused: every partition gets the error (a
+            # fresh instance each: the produce answer may still extend one's details).
+            return {p: LograftError.from_dict(exc.to_dict()) for p in partitions}
         try:
             return dict(zip(partitions, decode_response(body, partitions), strict=True))
         except InvalidRequestError as exc:
@@ -614,24 +617,11 @@ def _refuse_internal(topic: str) -> None:
         raise InvalidTopicError(f"cannot produce to the internal topic {topic}", topic=topic)
 
 
-def _unreachable(leader: int, tp: TopicPartition, exc: BaseException) -> LograftError:
+def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> LograftError:
     return LeaderNotAvailableError(
-        f"could not reach broker {leader}, the leader of {tp}: {exc}; retry shortly",
+        f"could not reach broker {leader}, the leader of {tp}: {exc.message}; retry shortly",
         leader_id=leader,
     )
-
-
-def _refusal(leader: int, status: int, body: bytes) -> LograftError:
-    """A leader's HTTP error answer as the error it raised (a fresh instance
-    per partition: the produce answer may still extend one's details)."""
-    try:
-        doc = orjson.loads(body) if body else {}
-    except orjson.JSONDecodeError:
-        doc = {}
-    try:
-        return LograftError.from_dict(doc.get("error") if isinstance(doc, dict) else None)
-    except ValueError:
-        return LograftError(f"broker {leader} answered {status}")
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

@@ -17,10 +17,9 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import aiohttp
+import orjson
 from aiohttp import web
 
-from lograft.api.app import SECRET_HEADER
 from lograft.api.group_json import (
     describe_json,
     optional_int,
@@ -31,12 +30,11 @@ from lograft.api.group_json import (
 )
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.routes_data import json_response
-from lograft.api.services import MetadataView
+from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 # How long describe waits for partition leaders' high watermarks (lag), ms.
@@ -52,15 +50,13 @@ class GroupAdminRoutes:
         self,
         runtime: GroupCoordinatorRuntime,
         metadata: MetadataView,
-        session: aiohttp.ClientSession,
+        calls: PeerCalls,
         offsets: PartitionOffsets,
-        peers: PeerUrls,
     ) -> None:
         self.runtime = runtime
         self.metadata = metadata
-        self.session = session
+        self.calls = calls
         self.offsets = offsets
-        self.peers = peers
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -110,20 +106,13 @@ class GroupAdminRoutes:
     async def _groups_of(self, broker_id: int) -> dict[str, Any] | None:
         if broker_id == self.runtime.replicas.broker_id:
             return self._local_groups()
-        url = self.peers.broker(self.metadata, broker_id)
-        if url is None:
-            return None
-        secret = self.session.headers.get(SECRET_HEADER, "")
         try:
-            async with self.session.get(
-                f"{url}/internal/v1/groups",
-                headers={SECRET_HEADER: secret},
-                timeout=aiohttp.ClientTimeout(total=LIST_GROUPS_TIMEOUT_MS / 1000),
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                doc = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+            raw = await self.calls.get(
+                broker_id, "/internal/v1/groups", timeout_ms=LIST_GROUPS_TIMEOUT_MS
+            )
+            doc = orjson.loads(raw)
+        except (LograftError, ValueError):
+            # Unreachable, refused or unreadable: listed as unreachable.
             return None
         return doc if isinstance(doc, dict) else None
 

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from lograft.api.group_json import (
@@ -44,7 +43,7 @@ from lograft.api.routes_group_admin import (
     check_partitions_exist,
     topic_partitions,
 )
-from lograft.api.services import MetadataView
+from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.heartbeat import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -58,7 +57,6 @@ from lograft.errors import (
     InvalidRequestError,
     LograftError,
 )
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 # How long fetching offsets with auto_offset_reset waits for partition leaders, ms.
@@ -72,17 +70,15 @@ class GroupRoutes:
         self,
         runtime: GroupCoordinatorRuntime,
         metadata: MetadataView,
-        session: aiohttp.ClientSession,
+        calls: PeerCalls,
         create_offsets_topic: CreateOffsetsTopic,
         offsets: PartitionOffsets,
-        peers: PeerUrls,
     ) -> None:
         self.runtime = runtime
         self.metadata = metadata
-        self.session = session
+        self.calls = calls
         self.create_offsets_topic = create_offsets_topic
         self.offsets = offsets
-        self.peers = peers
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -94,9 +90,7 @@ class GroupRoutes:
         r.add_delete("/v1/groups/{group:[^/]+}/members/{member:[^/]+}", self.leave)
         r.add_post("/v1/groups/{group:[^/]+}/offsets", self.commit)
         r.add_get("/v1/groups/{group:[^/]+}/offsets", self.fetch_offsets)
-        GroupAdminRoutes(
-            self.runtime, self.metadata, self.session, self.offsets, self.peers
-        ).add_to(app)
+        GroupAdminRoutes(self.runtime, self.metadata, self.calls, self.offsets).add_to(app)
 
     # -- coordinator --------------------------------------------------------------------
 

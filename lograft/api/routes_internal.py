@@ -1,6 +1,7 @@
 """Internal endpoints (`/internal/v1/...`, cluster secret required).
 
-Controller RPCs (`POST /internal/v1/controller/<name>`, JSON in and out) are
+Controller RPCs (`POST /internal/v1/controller/<name>`, JSON in and out: the
+broker's calls are declared in lograft/protocol/controller_wire.py) are
 served by the active controller; any other node answers NOT_CONTROLLER naming
 the one that is. The same `ControllerRpc` methods serve a node's own calls
 when it is the active controller, so both paths give the same answers.
@@ -18,11 +19,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from lograft.api.http_errors import error_body
-from lograft.api.request_ints import INT32_MAX, INT64_MAX, INT64_MIN, json_int
+from lograft.api.http_errors import error_dict
+from lograft.api.request_ints import INT64_MAX, INT64_MIN, json_int
 from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
+from lograft.protocol import controller_wire as w
 from lograft.protocol.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
@@ -30,6 +32,8 @@ from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import ConfigResourceType, endpoints_from
 
 Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+CONTROLLER_PREFIX = "/internal/v1/controller"
+REPLICA_FETCH_PATH = "/internal/v1/replica-fetch"
 
 
 def _get(body: dict[str, Any], key: str, kind: type) -> Any:
@@ -78,85 +82,99 @@ class ControllerRpc:
         return call
 
     async def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.RegisterBrokerRequest)
         req = c.RegisterBrokerRequest(
-            broker_id=_get(body, "broker_id", int),
-            incarnation_id=_get(body, "incarnation_id", str),
-            endpoints=endpoints_from(_get(body, "endpoints", dict)),
-            rack=body.get("rack"),
+            broker_id=wire.broker_id,
+            incarnation_id=wire.incarnation_id,
+            endpoints=endpoints_from(wire.endpoints),
+            rack=wire.rack,
         )
         res = await self.runtime.run(
             lambda img, s, now: c.register_broker(img, s, req, now, self.config)
         )
-        return {"broker_epoch": res.broker_epoch}
+        return w.body_of(
+            w.RegisterBrokerResponse(broker_epoch=res.broker_epoch, metadata_offset=self._offset())
+        )
 
     async def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.HeartbeatRequest)
         req = c.HeartbeatRequest(
-            broker_id=_get(body, "broker_id", int),
-            broker_epoch=_get(body, "broker_epoch", int),
-            metadata_offset=_get(body, "metadata_offset", int),
-            want_shutdown=bool(body.get("want_shutdown", False)),
+            broker_id=wire.broker_id,
+            broker_epoch=wire.broker_epoch,
+            metadata_offset=wire.metadata_offset,
+            want_shutdown=wire.want_shutdown,
         )
         self.runtime.touch(req.broker_id, req.broker_epoch)
         res = await self.runtime.run(
             lambda img, s, now: c.broker_heartbeat(img, s, req, now, self.config)
         )
-        return {
-            "fenced": res.fenced,
-            "in_controlled_shutdown": res.in_controlled_shutdown,
-            "should_shut_down": res.should_shut_down,
-            "metadata_offset": self.runtime.store.image.offset,
-        }
+        return w.body_of(
+            w.HeartbeatResponse(
+                fenced=res.fenced,
+                in_controlled_shutdown=res.in_controlled_shutdown,
+                should_shut_down=res.should_shut_down,
+                metadata_offset=self._offset(),
+            )
+        )
 
     async def alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Many partitions' ISR changes in one request and one metadata commit.
         Answers per partition, in request order: the partition after the
         change, or `{"error": {...}}` (the same form as an HTTP error body)."""
-        items = []
-        for raw in _get(body, "partitions", list):
-            if not isinstance(raw, dict):
-                raise InvalidRequestError("partitions must be a list of objects")
-            items.append(
-                c.AlterPartitionItem(
-                    topic_id=_get(raw, "topic_id", str),
-                    partition=_get(raw, "partition", int),
-                    leader_epoch=_get(raw, "leader_epoch", int),
-                    partition_epoch=_get(raw, "partition_epoch", int),
-                    new_isr=tuple(
-                        json_int(b, "new_isr", maximum=INT32_MAX)
-                        for b in _get(raw, "new_isr", list)
-                    ),
-                )
-            )
+        wire = w.request_of(body, w.AlterPartitionsRequest)
         req = c.AlterPartitionsRequest(
-            broker_id=_get(body, "broker_id", int),
-            broker_epoch=_get(body, "broker_epoch", int),
-            items=tuple(items),
+            broker_id=wire.broker_id,
+            broker_epoch=wire.broker_epoch,
+            items=tuple(
+                c.AlterPartitionItem(
+                    topic_id=item.topic_id,
+                    partition=item.partition,
+                    leader_epoch=item.leader_epoch,
+                    partition_epoch=item.partition_epoch,
+                    new_isr=tuple(item.new_isr),
+                )
+                for item in wire.partitions
+            ),
         )
         answers = await self.runtime.run(lambda img, _s, _n: c.alter_partitions(img, req))
-        out: list[dict[str, Any]] = []
+        out: list[w.AlterPartitionAnswer] = []
         for item, answer in zip(req.items, answers, strict=True):
-            where = {"topic_id": item.topic_id, "partition": item.partition}
             if isinstance(answer, LograftError):
-                out.append({**where, **error_body(answer)})
+                out.append(
+                    w.AlterPartitionAnswer(
+                        topic_id=item.topic_id, partition=item.partition, error=error_dict(answer)
+                    )
+                )
             else:
                 out.append(
-                    {
-                        **where,
-                        "leader": answer.leader,
-                        "leader_epoch": answer.leader_epoch,
-                        "partition_epoch": answer.partition_epoch,
-                        "isr": list(answer.isr),
-                    }
+                    w.AlterPartitionAnswer(
+                        topic_id=item.topic_id,
+                        partition=item.partition,
+                        leader=answer.leader,
+                        leader_epoch=answer.leader_epoch,
+                        partition_epoch=answer.partition_epoch,
+                        isr=list(answer.isr),
+                    )
                 )
-        return {"partitions": out}
+        return w.body_of(w.AlterPartitionsResponse(partitions=out, metadata_offset=self._offset()))
 
     async def producer_ids(self, body: dict[str, Any]) -> dict[str, Any]:
-        broker_id = _get(body, "broker_id", int)
-        epoch = _get(body, "broker_epoch", int)
+        wire = w.request_of(body, w.ProducerIdsRequest)
         res = await self.runtime.run(
-            lambda img, _s, _n: c.allocate_producer_ids(img, broker_id, epoch, self.config)
+            lambda img, _s, _n: c.allocate_producer_ids(
+                img, wire.broker_id, wire.broker_epoch, self.config
+            )
         )
-        return {"first_producer_id": res.first_producer_id, "size": res.size}
+        return w.body_of(
+            w.ProducerIdsResponse(
+                first_producer_id=res.first_producer_id,
+                size=res.size,
+                metadata_offset=self._offset(),
+            )
+        )
+
+    def _offset(self) -> int:
+        return self.runtime.store.image.offset
 
     async def create_topic(self, body: dict[str, Any]) -> dict[str, Any]:
         configs = body.get("configs") or {}
@@ -236,7 +254,7 @@ def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> No
         result = await method(body)
         return web.Response(body=orjson.dumps(result), content_type="application/json")
 
-    app.router.add_post("/internal/v1/controller/{name}", handle)
+    app.router.add_post(CONTROLLER_PREFIX + "/{name}", handle)
 
 
 def add_replica_fetch_route(app: web.Application, replicas: ReplicaManager) -> None:
@@ -245,4 +263,4 @@ def add_replica_fetch_route(app: web.Application, replicas: ReplicaManager) -> N
         parts = await replicas.replica_fetch(req)
         return web.Response(body=encode_response(parts), content_type=CONTENT_TYPE)
 
-    app.router.add_post("/internal/v1/replica-fetch", handle)
+    app.router.add_post(REPLICA_FETCH_PATH, handle)

@@ -36,10 +36,9 @@ import enum
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from lograft.errors import LograftError
-from lograft.node.controller_client import CONTROLLER_REQUEST_TIMEOUT_MS, ControllerClient
+from lograft.node.controller_client import ControllerClient
 from lograft.node.heartbeat_thread import (
     ClientFactory,
     HeartbeatAnswer,
@@ -48,6 +47,7 @@ from lograft.node.heartbeat_thread import (
     Outcome,
     Registered,
 )
+from lograft.protocol import controller_wire as w
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ class BrokerAgent:
         self.incarnation_id = str(uuid.uuid4())
         self.broker_epoch = -1
         self.state = AgentState.UNREGISTERED
-        # Builds the heartbeat thread's client around that thread's own session
-        # (`controller`'s session belongs to the main loop).
+        # Builds the heartbeat thread's own client, on that thread (`controller`'s
+        # pool belongs to the main loop).
         self.client_factory = client_factory
         self._thread: HeartbeatThread | None = None
 
@@ -149,33 +149,13 @@ class BrokerAgent:
             log.warning("broker %d must register again: %s", self.broker_id, outcome.reason)
             self._to(AgentState.UNREGISTERED)
 
-    async def _shutdown_heartbeat(self) -> dict[str, Any]:
+    async def _shutdown_heartbeat(self) -> w.HeartbeatResponse:
         """A want_shutdown heartbeat, from the main loop once the thread stopped."""
-        body = {
-            "broker_id": self.broker_id,
-            "broker_epoch": self.broker_epoch,
-            "metadata_offset": self.metadata_offset(),
-            "want_shutdown": True,
-        }
-        # It may wait for leaderships to move: the ordinary controller-call timeout.
-        result: dict[str, Any] = await self.controller.call(
-            "heartbeat",
-            body,
-            local=self._local("heartbeat", body),
-            timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+        request = w.heartbeat_request(
+            self.broker_id, self.broker_epoch, self.metadata_offset(), want_shutdown=True
         )
-        return result
-
-    def _local(self, name: str, body: dict[str, Any]) -> Any:
-        runtime = self.controller.runtime
-        if runtime is None:
-            return None
-        from lograft.api.routes_internal import ControllerRpc
-
-        async def call() -> dict[str, Any]:
-            return await ControllerRpc(runtime).methods[name](body)
-
-        return call
+        # It may wait for leaderships to move: the ordinary controller-call timeout.
+        return await self.controller.send("heartbeat", request, w.HeartbeatResponse)
 
     async def shutdown(self, timeout_ms: int) -> bool:
         """Controlled shutdown: hand leaderships off; True if the controller agreed in time."""
@@ -194,7 +174,7 @@ class BrokerAgent:
             while loop.time() < deadline:
                 try:
                     result = await self._shutdown_heartbeat()
-                    if result.get("should_shut_down"):
+                    if result.should_shut_down:
                         done = True
                         break
                 except LograftError as exc:

@@ -1,49 +1,79 @@
 """How a node reaches the active controller.
 
-If this node's own `ControllerRuntime` is active, calls go straight to it.
-Otherwise they are POSTed to the active controller's internal endpoint (the
-Raft leader's HTTP address from the voters list, or its `[http.dial]` entry:
-`PeerUrls`), with the cluster secret.
-When the leader is unknown or unreachable the other voters are tried in turn;
-a voter that is not the controller answers NOT_CONTROLLER naming the one that
-is, and the call follows that hint once.
+If this node's own `ControllerRuntime` is active, calls go straight to it, in
+process (`LocalController`: the same `ControllerRpc` methods the HTTP route
+serves, so both paths give the same answers). Otherwise they are POSTed to the
+active controller's internal endpoint through the node's `PeerClient` (the
+Raft leader's HTTP address from the voters list, or its `[http.dial]` entry,
+with the cluster secret). When the leader is unknown or unreachable the other
+voters are tried in turn; a voter that is not the controller answers
+NOT_CONTROLLER naming the one that is, and the call follows that hint once.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 
-from lograft.api.app import SECRET_HEADER
-from lograft.errors import (
-    BrokerNotAvailableError,
-    LograftError,
-    NotControllerError,
-)
+from lograft.api.routes_internal import CONTROLLER_PREFIX, ControllerRpc
+from lograft.errors import BrokerNotAvailableError, LograftError, NotControllerError
 from lograft.node.config import NodeConfig
-from lograft.node.peer_urls import PeerUrls
+from lograft.node.peer_client import PeerClient
+from lograft.protocol.controller_wire import body_of, response_of
 from lograft.quorum.controller_runtime import ControllerRuntime
+from lograft.typed import Record
 
-CONTROLLER_PREFIX = "/internal/v1/controller"
+R = TypeVar("R", bound=Record)
+
 # One controller RPC over HTTP may take this long, ms.
 CONTROLLER_REQUEST_TIMEOUT_MS = 10_000
+
+
+class LocalController:
+    """This node's own controller runtime, called in process.
+
+    `loop`: the event loop the runtime lives on, when the caller runs on
+    another (the heartbeat thread): the call is then run there and awaited
+    from here, without a timeout (cancelling a request inside the runtime,
+    mid-commit, made this node's followers fall out of ISRs; only stopping
+    the caller cancels it)."""
+
+    def __init__(
+        self, runtime: ControllerRuntime, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self.runtime = runtime
+        self.rpc = ControllerRpc(runtime)
+        self.loop = loop
+
+    @property
+    def active(self) -> bool:
+        return self.runtime.active
+
+    async def call(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        method = self.rpc.methods[name]
+
+        async def run() -> dict[str, Any]:
+            return await method(body)
+
+        if self.loop is None or self.loop is asyncio.get_running_loop():
+            return await run()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self.loop))
 
 
 class ControllerClient:
     def __init__(
         self,
         config: NodeConfig,
-        session: aiohttp.ClientSession,
-        runtime: ControllerRuntime | None,
-        leader_id: Any,
-        peers: PeerUrls | None = None,
+        calls: PeerClient,
+        local: LocalController | None,
+        leader_id: Callable[[], int | None],
     ) -> None:
         self.config = config
-        self.peers = peers or PeerUrls(config.http.dial)
-        self.session = session
-        self.runtime = runtime
+        self.calls = calls
+        self.local = local
         # A callable returning the Raft leader's node id as this node sees it.
         self._leader_id = leader_id
 
@@ -61,21 +91,20 @@ class ControllerClient:
         for nid in order:
             voter = self.config.voter(nid)
             if voter is not None and nid != self.config.node_id:
-                urls.append(self.peers.voter(voter))
+                urls.append(self.calls.voter_url(voter))
         return urls
 
     async def call(
         self,
         name: str,
         body: dict[str, Any],
-        local: Any = None,
         *,
         timeout_ms: int = CONTROLLER_REQUEST_TIMEOUT_MS,
     ) -> Any:
-        """Run `local()` on this node's active runtime, or POST `body` to `name`,
-        giving each voter tried `timeout_ms`."""
-        if self.runtime is not None and self.runtime.active and local is not None:
-            return await local()
+        """`name` on this node's active runtime, or POSTed to the active
+        controller, giving each voter tried `timeout_ms`."""
+        if self.local is not None and self.local.active:
+            return await self.local.call(name, body)
         hint: int | None = None
         last: LograftError | None = None
         for attempt in range(2):
@@ -94,26 +123,30 @@ class ControllerClient:
                 break
         raise last or NotControllerError("no active controller is reachable; retry shortly")
 
+    async def send(
+        self,
+        name: str,
+        request: Record,
+        into: type[R],
+        *,
+        timeout_ms: int = CONTROLLER_REQUEST_TIMEOUT_MS,
+    ) -> R:
+        """A broker's call (lograft/protocol/controller_wire.py): `request` out,
+        its answer read as `into`."""
+        doc = await self.call(name, body_of(request), timeout_ms=timeout_ms)
+        return response_of(doc, into, BrokerNotAvailableError)
+
     async def _post(self, base: str, name: str, body: dict[str, Any], timeout_ms: int) -> Any:
+        answer = await self.calls.call(
+            base,
+            "POST",
+            f"{CONTROLLER_PREFIX}/{name}",
+            body=orjson.dumps(body),
+            timeout_ms=timeout_ms,
+        )
         try:
-            async with self.session.post(
-                f"{base}{CONTROLLER_PREFIX}/{name}",
-                data=orjson.dumps(body),
-                headers={
-                    "Content-Type": "application/json",
-                    SECRET_HEADER: self.config.cluster_secret,
-                },
-                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
-            ) as resp:
-                payload = await resp.read()
-                status = resp.status
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise BrokerNotAvailableError(f"controller at {base} is unreachable: {exc}") from None
-        doc = orjson.loads(payload) if payload else {}
-        if status >= 400:
-            try:
-                error = LograftError.from_dict(doc.get("error") if isinstance(doc, dict) else None)
-            except ValueError as exc:
-                error = LograftError(f"controller at {base} answered {status}: {exc}")
-            raise error
-        return doc
+            return orjson.loads(answer) if answer else {}
+        except orjson.JSONDecodeError as exc:
+            raise BrokerNotAvailableError(
+                f"the controller at {base} answered {name} with invalid JSON: {exc}"
+            ) from None

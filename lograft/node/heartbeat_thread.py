@@ -20,8 +20,8 @@ Ownership, so no lock is needed:
   `broker_epoch` the data path uses happen there only.
 
 When this node is itself the active controller the call is local: its
-`ControllerRuntime` lives on the main loop, so the call is run there
-(`run_coroutine_threadsafe`) and is as late as that loop; the runtime's
+`ControllerRuntime` lives on the main loop, so the call is run there (the
+client's `LocalController` is given the main loop) and is as late as that loop; the runtime's
 fence check runs on the same loop, so it is stalled alike. A remote heartbeat
 gives up after one interval (broker_agent's rule); a local one has no timeout,
 as before.
@@ -30,24 +30,23 @@ as before.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
 
 from lograft.errors import BrokerIdNotRegisteredError, LograftError, StaleBrokerEpochError
 from lograft.node.controller_client import ControllerClient
+from lograft.protocol import controller_wire as w
 
 log = logging.getLogger(__name__)
 
-# Builds the thread's controller client around the thread's own session (the
-# node passes one using its PeerUrls, so [http.dial] proxies still apply).
-ClientFactory = Callable[[aiohttp.ClientSession], ControllerClient]
+# Builds the thread's controller client, on the thread: its PeerClient opens
+# its pool on the thread's loop, and its LocalController (when this node is a
+# controller) runs calls on the main loop. The node passes one using its
+# PeerUrls, so [http.dial] proxies still apply.
+ClientFactory = Callable[[], ControllerClient]
 
 
 @dataclass(frozen=True)
@@ -145,15 +144,14 @@ class HeartbeatThread:
             loop.close()
 
     async def _run(self) -> None:
-        session = aiohttp.ClientSession()
+        client = self._client_factory()
         try:
-            client = self._client_factory(session)
             interval = self.spec.heartbeat_interval_ms / 1000
             while True:
                 self._post(await self._beat(client))
                 await asyncio.sleep(interval)  # the heartbeat period
         finally:
-            await session.close()
+            await client.calls.close()
             self.session_closed = True
 
     async def _beat(self, client: ControllerClient) -> Outcome | None:
@@ -171,54 +169,27 @@ class HeartbeatThread:
         return None
 
     async def _register(self, client: ControllerClient) -> Outcome:
-        body: dict[str, Any] = {
-            "broker_id": self.spec.broker_id,
-            "incarnation_id": self.spec.incarnation_id,
-            "endpoints": self.spec.endpoints,
-            "rack": self.spec.rack,
-        }
-        result = await client.call("register", body, local=self._local(client, "register", body))
-        self.broker_epoch = int(result["broker_epoch"])
+        request = w.RegisterBrokerRequest(
+            broker_id=self.spec.broker_id,
+            incarnation_id=self.spec.incarnation_id,
+            endpoints=self.spec.endpoints,
+            rack=self.spec.rack,
+        )
+        result = await client.send("register", request, w.RegisterBrokerResponse)
+        self.broker_epoch = result.broker_epoch
         return Registered(self.broker_epoch)
 
     async def _heartbeat(self, client: ControllerClient) -> Outcome:
-        body = {
-            "broker_id": self.spec.broker_id,
-            "broker_epoch": self.broker_epoch,
-            "metadata_offset": self._metadata_offset(),
-            "want_shutdown": False,
-        }
-        # Gives up after one interval (see broker_agent): a stuck heartbeat
-        # must not hold the next one past the session.
-        result = await client.call(
-            "heartbeat",
-            body,
-            local=self._local(client, "heartbeat", body),
-            timeout_ms=self.spec.heartbeat_interval_ms,
+        request = w.heartbeat_request(
+            self.spec.broker_id, self.broker_epoch, self._metadata_offset()
         )
-        return HeartbeatAnswer(self.broker_epoch, bool(result["fenced"]))
-
-    def _local(
-        self, client: ControllerClient, name: str, body: dict[str, Any]
-    ) -> Callable[[], Awaitable[Any]] | None:
-        """The call on this node's own runtime, run on the main loop it belongs to."""
-        runtime = client.runtime
-        main = self._main_loop
-        if runtime is None or main is None:
-            return None
-        from lograft.api.routes_internal import ControllerRpc
-
-        async def call() -> Any:
-            fut: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
-                ControllerRpc(runtime).methods[name](body), main
-            )
-            # No timeout, as before this thread existed: cancelling a request
-            # inside the runtime (mid-commit) made test_creating_many_partitions_
-            # fences_no_live_broker fail 4 runs in 16 (this node's followers
-            # fell out of ISRs). Only stop() cancels it.
-            return await asyncio.wrap_future(fut)
-
-        return call
+        # Gives up after one interval (see broker_agent): a stuck heartbeat
+        # must not hold the next one past the session. A local one (this
+        # node's own runtime, on the main loop) has no timeout.
+        result = await client.send(
+            "heartbeat", request, w.HeartbeatResponse, timeout_ms=self.spec.heartbeat_interval_ms
+        )
+        return HeartbeatAnswer(self.broker_epoch, result.fenced)
 
     def _post(self, outcome: Outcome | None) -> None:
         main = self._main_loop

@@ -16,7 +16,6 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lograft.api.routes_internal import ControllerRpc
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.errors import RequestTimedOutError, TopicAlreadyExistsError
@@ -39,19 +38,11 @@ def offsets_topic_request(settings: GroupRuntimeSettings, live_brokers: int) -> 
 async def create_offsets_topic(
     body: dict[str, Any],
     controller: ControllerClient,
-    rpc: ControllerRpc | None,
     raft: RaftAdapter,
     replicas_caught_up: Callable[[int, int], Awaitable[None]],
 ) -> None:
-    local = None
-    if rpc is not None:
-        method = rpc.methods["create-topic"]
-
-        async def local() -> dict[str, Any]:
-            return await method(body)
-
     try:
-        result = await controller.call("create-topic", body, local=local)
+        result = await controller.call("create-topic", body)
     except TopicAlreadyExistsError:
         return  # created by another broker's lookup meanwhile
     offset = result.get("metadata_offset")

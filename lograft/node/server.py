@@ -26,9 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
-
-from lograft.api.app import SECRET_HEADER, create_app
+from lograft.api.app import create_app
 from lograft.api.http_server import HttpServer
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.record_work import RecordWork
@@ -37,6 +35,7 @@ from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.routes_internal import (
+    REPLICA_FETCH_PATH,
     ControllerRpc,
     add_controller_routes,
     add_replica_fetch_route,
@@ -55,13 +54,15 @@ from lograft.errors import (
 )
 from lograft.node.broker_agent import BrokerAgent
 from lograft.node.config import NodeConfig
-from lograft.node.controller_client import ControllerClient
+from lograft.node.controller_client import ControllerClient, LocalController
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.node.loop_lag import LoopLagProbe
 from lograft.node.offsets_topic import create_offsets_topic, offsets_topic_request
+from lograft.node.peer_client import PeerClient
 from lograft.node.peer_urls import PeerUrls
 from lograft.node.producer_ids import ProducerIdManager, add_producer_routes
 from lograft.node.raft_password import raft_password_for
+from lograft.protocol import controller_wire as w
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
@@ -74,8 +75,6 @@ log = logging.getLogger(__name__)
 APPLY_REFRESH_ROUNDS_MAX = 10
 # A broker asking to shut down waits this long for its leaderships to move, ms.
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
-# Default bound on one node-to-node HTTP request (calls set shorter ones), ms.
-NODE_REQUEST_TIMEOUT_MS = 60_000
 # /readyz names at most this many failed replicas (and counts them all).
 READY_FAILED_REPLICAS_SHOWN = 20
 
@@ -140,9 +139,12 @@ class Node:
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinatorRuntime | None = None
         self.agent: BrokerAgent | None = None
-        self.session: aiohttp.ClientSession | None = None
-        self.replication_session: aiohttp.ClientSession | None = None
-        self.control_session: aiohttp.ClientSession | None = None
+        # Node-to-node calls, one PeerClient (one pool) each: see start().
+        self.forward_calls: PeerClient | None = None
+        self.replication_calls: PeerClient | None = None
+        self.control_calls: PeerClient | None = None
+        self.stream_calls: PeerClient | None = None
+        self.stream_poll_calls: PeerClient | None = None
         self.client: ControllerClient | None = None
         self._http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,14 +178,14 @@ class Node:
         # followers have fetched the records (acks=all): were replica fetches
         # queued on the same full pool, the two would wait on each other until
         # the leader dropped this node from the ISR.
-        self.session = self._client_session(cfg.http.forward_connections_max)
-        self.replication_session = self._client_session(0)  # one fetch per leader
-        self.control_session = self._client_session(0)  # controller calls
+        self.forward_calls = self._peer_client(cfg.http.forward_connections_max)
+        self.replication_calls = self._peer_client(0)  # one fetch per leader
+        self.control_calls = self._peer_client(0)  # controller calls
         if cfg.is_controller:
             self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)
             await self.runtime.start()
         self.client = ControllerClient(
-            cfg, self.control_session, self.runtime, self._leader_id, peers=self.peers
+            cfg, self.control_calls, self._local_controller(), self._leader_id
         )
         if cfg.is_broker:
             self.replicas = ReplicaManager(
@@ -208,6 +210,7 @@ class Node:
             self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata"))
         await self._serve()
         if cfg.is_broker:
+            main_loop = asyncio.get_running_loop()
             self.agent = BrokerAgent(
                 cfg.node_id,
                 {"http": cfg.http_url},  # http.advertised_url, else http://host:port
@@ -217,9 +220,10 @@ class Node:
                 # image: only then may the controller unfence (and elect) us.
                 lambda: self._applied_offset,
                 heartbeat_interval_ms=self.controller_config.broker_heartbeat_interval_ms,
-                # The heartbeat thread's own client: same resolver ([http.dial]).
-                client_factory=lambda session: ControllerClient(
-                    cfg, session, self.runtime, self._leader_id, peers=self.peers
+                # The heartbeat thread's own client: its own pool, the same
+                # resolver ([http.dial]); local calls run on this (main) loop.
+                client_factory=lambda: ControllerClient(
+                    cfg, self._peer_client(0), self._local_controller(main_loop), self._leader_id
                 ),
             )
             await self.agent.start()
@@ -232,17 +236,27 @@ class Node:
             cfg.http_url,
         )
 
-    def _client_session(self, connections_max: int) -> aiohttp.ClientSession:
-        """A session for node-to-node calls; `connections_max` 0: no limit."""
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections_max),
-            timeout=aiohttp.ClientTimeout(total=NODE_REQUEST_TIMEOUT_MS / 1000),
-            headers={SECRET_HEADER: self.config.cluster_secret},
+    def _peer_client(self, connections_max: int, connections_per_peer_max: int = 0) -> PeerClient:
+        """A client (a pool) for node-to-node calls; 0: no limit. Brokers'
+        addresses come from the newest metadata."""
+        return PeerClient(
+            cluster_secret=self.config.cluster_secret,
+            peers=self.peers,
+            metadata=_NewestImageView(self),
+            connections_max=connections_max,
+            connections_per_peer_max=connections_per_peer_max,
+            answer_bytes_max=self.config.http.peer_answer_bytes_max,
         )
+
+    def _local_controller(
+        self, loop: asyncio.AbstractEventLoop | None = None
+    ) -> LocalController | None:
+        """This node's controller runtime for in-process calls (None: no controller role)."""
+        return None if self.runtime is None else LocalController(self.runtime, loop)
 
     async def _serve(self) -> None:
         cfg = self.config
-        assert self.session is not None and self.client is not None
+        assert self.forward_calls is not None and self.client is not None
         app = create_app(
             cluster_secret=cfg.cluster_secret,
             request_bytes_max=cfg.http.request_bytes_max,
@@ -257,11 +271,9 @@ class Node:
             store=self.store,
             raft=self.raft,
             controller=self.client,
-            rpc=rpc,
             replicas=self.replicas,
-            session=self.session,
+            calls=self.forward_calls,
             replicas_caught_up=self.wait_broker_applied,
-            peers=self.peers,
         ).add_to(app)
         if self.replicas is not None:
             render = RenderLimits(
@@ -271,31 +283,34 @@ class Node:
             DataRoutes(
                 self.replicas,
                 _BrokerImageView(self),
-                self.session,
+                self.forward_calls,
                 DataLimits(
                     forward_request_bytes_max=cfg.http.request_bytes_max,
                     produce_decompressed_bytes_max=cfg.http.produce_decompressed_bytes_max,
                     render=render,
                 ),
-                peers=self.peers,
                 work=self.record_work,
             ).add_to(app)
+            stream_limits = self.config.stream
+            # The streams' own pools: short calls (start offsets, group calls),
+            # which no long-poll holds, and the long-polls, a few per leader.
+            self.stream_calls = self._peer_client(stream_limits.remote_connections_max)
+            self.stream_poll_calls = self._peer_client(0, stream_limits.remote_polls_per_leader_max)
             StreamRoutes(
                 self.replicas,
                 _BrokerImageView(self),
-                limits=self.config.stream,
-                peers=self.peers,
-                cluster_secret=cfg.cluster_secret,
+                limits=stream_limits,
+                calls=self.stream_calls,
+                poll_calls=self.stream_poll_calls,
                 work=self.record_work,
                 render=render,
             ).add_to(app)
             GroupRoutes(
                 self._group_runtime(),
                 _BrokerImageView(self),
-                self.session,
+                self.forward_calls,
                 self._create_offsets_topic,
-                PartitionOffsets(self.replicas, _BrokerImageView(self), self.session, self.peers),
-                self.peers,
+                PartitionOffsets(self.replicas, _BrokerImageView(self), self.forward_calls),
             ).add_to(app)
             add_replica_fetch_route(app, self.replicas)
             add_partition_offsets_route(app, self.replicas, _BrokerImageView(self))
@@ -327,11 +342,21 @@ class Node:
         if self.runtime is not None:
             await self.runtime.stop()
         await self.raft.stop()
-        for session in (self.session, self.replication_session, self.control_session):
-            if session is not None:
-                await session.close()
+        await self.stop_calls()
         self.record_work.close()
         log.info("node %d stopped", self.config.node_id)
+
+    async def stop_calls(self) -> None:
+        """Close the node's pools for node-to-node calls."""
+        for calls in (
+            self.forward_calls,
+            self.replication_calls,
+            self.control_calls,
+            self.stream_calls,
+            self.stream_poll_calls,
+        ):
+            if calls is not None:
+                await calls.close()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -447,41 +472,43 @@ class Node:
                 continue  # deleted meanwhile: no answer, the change is dropped
             sent[(topic.topic_id, tp.partition)] = (tp, topic.partitions[tp.partition].replicas)
             items.append(
-                {
-                    "topic_id": topic.topic_id,
-                    "partition": tp.partition,
-                    "leader_epoch": proposal.leader_epoch,
-                    "partition_epoch": proposal.partition_epoch,
-                    "new_isr": list(proposal.isr),
-                }
+                w.AlterPartitionItem(
+                    topic_id=topic.topic_id,
+                    partition=tp.partition,
+                    leader_epoch=proposal.leader_epoch,
+                    partition_epoch=proposal.partition_epoch,
+                    new_isr=list(proposal.isr),
+                )
             )
-        body = {
-            "broker_id": self.config.node_id,
-            "broker_epoch": self.agent.broker_epoch,
-            "partitions": items,
-        }
-        local = None
-        if self.runtime is not None:
-            rpc = ControllerRpc(self.runtime)
-
-            async def local() -> dict[str, Any]:
-                return await rpc.methods["alter-partitions"](body)
-
-        res = await self.client.call("alter-partitions", body, local=local)
+        request = w.AlterPartitionsRequest(
+            broker_id=self.config.node_id,
+            broker_epoch=self.agent.broker_epoch,
+            partitions=items,
+        )
+        res = await self.client.send("alter-partitions", request, w.AlterPartitionsResponse)
         out: dict[TopicPartition, Assignment | LograftError] = {}
-        for answer in res["partitions"]:
-            tp, replicas = sent[(answer["topic_id"], int(answer["partition"]))]
-            err = answer.get("error")
-            if err is not None:
-                out[tp] = LograftError.from_dict(err)
-                continue
-            out[tp] = Assignment(
-                replicas,
-                tuple(answer["isr"]),
-                int(answer["leader"]),
-                int(answer["leader_epoch"]),
-                int(answer["partition_epoch"]),
-            )
+        for answer in res.partitions:
+            tp, replicas = sent[(answer.topic_id, answer.partition)]
+            if answer.error is not None:
+                out[tp] = LograftError.from_dict(answer.error)
+            elif (
+                answer.isr is None
+                or answer.leader is None
+                or answer.leader_epoch is None
+                or answer.partition_epoch is None
+            ):
+                out[tp] = BrokerNotAvailableError(
+                    f"the controller's AlterPartition answer for {tp} has neither an error "
+                    "nor the partition's new state"
+                )
+            else:
+                out[tp] = Assignment(
+                    replicas,
+                    tuple(answer.isr),
+                    answer.leader,
+                    answer.leader_epoch,
+                    answer.partition_epoch,
+                )
         return out
 
     def _group_runtime(self) -> GroupCoordinatorRuntime:
@@ -499,39 +526,33 @@ class Node:
         body = offsets_topic_request(
             self.groups.settings, len(ImageView(self.store.image).live_brokers())
         )
-        rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
-        await create_offsets_topic(body, self.client, rpc, self.raft, self.wait_broker_applied)
+        await create_offsets_topic(body, self.client, self.raft, self.wait_broker_applied)
 
     async def _producer_id_block(self) -> dict[str, Any]:
         assert self.client is not None and self.agent is not None
-        body = {"broker_id": self.config.node_id, "broker_epoch": self.agent.broker_epoch}
-        local = None
-        if self.runtime is not None:
-            rpc = ControllerRpc(self.runtime)
-
-            async def local() -> dict[str, Any]:
-                return await rpc.methods["producer-ids"](body)
-
-        result: dict[str, Any] = await self.client.call("producer-ids", body, local=local)
-        return result
+        request = w.ProducerIdsRequest(
+            broker_id=self.config.node_id, broker_epoch=self.agent.broker_epoch
+        )
+        return w.body_of(await self.client.send("producer-ids", request, w.ProducerIdsResponse))
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
-        assert self.replication_session is not None
-        url = self.peers.broker(ImageView(self.store.image), leader_id)
-        if url is None:
-            raise BrokerNotAvailableError(f"broker {leader_id} has no registered address")
-        async with self.replication_session.post(
-            f"{url}/internal/v1/replica-fetch",
-            data=body,
-            headers={"Content-Type": "application/json"},
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-        ) as resp:
-            data = await resp.read()
-            if resp.status != 200:
-                raise BrokerNotAvailableError(
-                    f"replica fetch from broker {leader_id} answered {resp.status}: {data[:200]!r}"
-                )
-            return data
+        assert self.replication_calls is not None
+        return await self.replication_calls.post(
+            leader_id,
+            REPLICA_FETCH_PATH,
+            body,  # JSON (ReplicaFetchRequest.to_json)
+            timeout_ms=int(timeout_s * 1000),
+        )
+
+
+class _NewestImageView:
+    """A MetadataView of the newest image the node has (brokers' addresses)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ImageView(self.node.store.image), name)
 
 
 class _BrokerImageView:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -35,6 +34,7 @@ from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.node import server as node_module
 from lograft.node.config import parse_config
 from lograft.node.controller_client import ControllerClient
+from lograft.node.peer_client import PeerClient
 from lograft.node.server import Node
 from lograft.protocol.batch import CRC_POS, HEADER, RecordInput, build_batch
 from lograft.protocol.batch import compute_crc as batch_crc
@@ -542,16 +542,16 @@ async def served_routes(tmp_path: Path) -> set[tuple[str, str]]:
 
     mp = pytest.MonkeyPatch()
     mp.setattr(node_module, "HttpServer", Server)
-    async with aiohttp.ClientSession() as session:
-        node.session = session
-        node.client = ControllerClient(config, session, None, node._leader_id)
+    node.forward_calls = PeerClient(cluster_secret=config.cluster_secret)
+    try:
+        node.client = ControllerClient(config, node.forward_calls, None, node._leader_id)
         node.replicas = ReplicaManager(1, tmp_path / "node", BrokerSettings())
         # Built as `start` builds it for a controller, but not started.
         node.runtime = ControllerRuntime(node.raft, node.store, node.controller_config)
-        try:
-            await node._serve()
-        finally:
-            mp.undo()
+        await node._serve()
+    finally:
+        mp.undo()
+        await node.stop_calls()
     (app,) = captured
     routes = set()
     for resource in app.router.resources():

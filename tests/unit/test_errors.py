@@ -15,11 +15,22 @@ from lograft import errors
 from lograft.api import http_errors
 
 
+def _refines(cls: type[errors.LograftError]) -> bool:
+    """A subclass of the registered class of its own code (PeerUnreachableError
+    of BrokerNotAvailableError): it tells the raising node's code one failure
+    from another and comes back from the wire as that registered class, with
+    the same code, so it is no second definition of the code."""
+    registered = {c.code: c for c in errors.all_error_classes()}.get(cls.code)
+    return registered is not None and registered is not cls and issubclass(cls, registered)
+
+
 def _defined() -> list[type[errors.LograftError]]:
     return [
         cls
         for _name, cls in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(cls, errors.LograftError) and cls is not errors.LograftError
+        if issubclass(cls, errors.LograftError)
+        and cls is not errors.LograftError
+        and not _refines(cls)
     ]
 
 
@@ -113,6 +124,17 @@ def test_what_is_not_an_error_object_is_a_value_error(body: Any) -> None:
     assert len(str(info.value)) < 200, "the message must not echo a large body"
 
 
+def test_a_refinement_comes_back_as_its_registered_class() -> None:
+    sent = errors.PeerUnreachableError("no answer from broker 2", leader_id=2)
+    back = errors.LograftError.from_dict(sent.to_dict())
+    assert type(back) is errors.BrokerNotAvailableError
+    assert (back.code, back.retriable, back.details) == (
+        "BROKER_NOT_AVAILABLE",
+        True,
+        {"leader_id": 2},
+    )
+
+
 def test_every_error_code_is_one_class_across_lograft() -> None:
     """Each error is defined once: the command line's client-side errors are
     `lograft.client.errors`' (a second CLUSTER_UNREACHABLE, and a
@@ -121,7 +143,11 @@ def test_every_error_code_is_one_class_across_lograft() -> None:
     for info in pkgutil.walk_packages(lograft.__path__, "lograft."):
         module = importlib.import_module(info.name)
         for _name, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__ and issubclass(cls, errors.LograftError):
+            if (
+                cls.__module__ == module.__name__
+                and issubclass(cls, errors.LograftError)
+                and not _refines(cls)
+            ):
                 defined.setdefault(cls.code, []).append(f"{cls.__module__}.{cls.__qualname__}")
     twice = {code: where for code, where in defined.items() if len(where) > 1}
     assert not twice, f"codes defined more than once: {twice}"

@@ -39,14 +39,14 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
-import yarl
 
+from lograft.api.services import PeerCalls
 from lograft.api.stream.limits import GroupLimits
 from lograft.errors import (
     BrokerNotAvailableError,
     LograftError,
+    PeerUnreachableError,
     StaleMemberEpochError,
 )
 from lograft.protocol.group_member import ErrorAction, GroupMemberCore
@@ -66,7 +66,7 @@ AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 class GroupMember:
     def __init__(
         self,
-        http: aiohttp.ClientSession,
+        calls: PeerCalls,
         bootstrap: Callable[[], str | None],
         dial: Callable[[int], str | None],
         group_id: str,
@@ -74,7 +74,7 @@ class GroupMember:
         auto_offset_reset: str,
         limits: GroupLimits,
     ) -> None:
-        self.http = http
+        self.calls = calls  # the streams' short calls to other nodes
         self.bootstrap = bootstrap  # this node's own URL: any broker answers lookups
         self.dial = dial  # broker id -> URL to call it at
         self.group_id = group_id
@@ -289,29 +289,25 @@ class GroupMember:
         self, method: str, url: str, body: Any, params: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         try:
-            async with self.http.request(
+            # `url` is whole (base and path): the peer client sends it as it is.
+            raw = await self.calls.call(
+                url,
                 method,
-                yarl.URL(url, encoded=True),
+                "",
+                body=None if body is None else orjson.dumps(body),
                 params=params,
-                data=None if body is None else orjson.dumps(body),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.limits.request_timeout_ms / 1000),
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BrokerNotAvailableError(
-                f"group {self.group_id!r}: {method} {url} failed: {type(exc).__name__}: {exc}"
-            ) from None
+                timeout_ms=self.limits.request_timeout_ms,
+            )
+        except PeerUnreachableError as exc:
+            raise BrokerNotAvailableError(f"group {self.group_id!r}: {exc.message}") from None
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise BrokerNotAvailableError(
-                f"group {self.group_id!r}: {url} answered HTTP {status}: {raw[:200]!r}"
+                f"group {self.group_id!r}: {url} answered with invalid JSON: {raw[:200]!r}"
             ) from None
-        if status >= 400:
-            raise _error_of(doc.get("error") if isinstance(doc, dict) else None)
-        assert isinstance(doc, dict)
+        if not isinstance(doc, dict):
+            raise BrokerNotAvailableError(f"group {self.group_id!r}: {url} answered a non-object")
         return doc
 
 

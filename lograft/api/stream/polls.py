@@ -38,9 +38,9 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 import orjson
 
+from lograft.api.services import PeerCalls
 from lograft.api.stream.fetch import PATH, StreamFetchRequest
 from lograft.brokers.replica_manager import ConsumerRead
 from lograft.errors import (
@@ -80,11 +80,11 @@ class RemoteReads:
 
     def __init__(
         self,
-        http: Callable[[], aiohttp.ClientSession],
+        calls: PeerCalls,
         limits: PollLimits,
         still_leads: Callable[[int, TopicPartition], bool],
     ) -> None:
-        self._http = http
+        self.calls = calls
         self.limits = limits
         self._still_leads = still_leads
         self._leaders: dict[tuple[int, str], _LeaderPolls] = {}
@@ -216,23 +216,16 @@ class _LeaderPolls:
             limits.bytes_max,
             tuple(ConsumerRead(tp, offset, size) for tp, offset, size in (e.key for e in batch)),
         )
-        timeout = aiohttp.ClientTimeout(total=(limits.wait_ms + limits.timeout_margin_ms) / 1000)
-        try:
-            async with self.owner._http().post(
-                self.url + PATH,
-                data=req.to_json(),
-                headers={"Content-Type": "application/json"},
-                timeout=timeout,
-            ) as resp:
-                body = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BrokerNotAvailableError(
-                f"could not read from broker {self.leader}: {type(exc).__name__}: {exc}",
-                leader_id=self.leader,
-            ) from None
-        if status != 200:
-            raise decode_error(self.leader, status, body)
+        # Unreachable: BROKER_NOT_AVAILABLE; refused: the leader's error. Either
+        # answers every read of this poll, and the streams retry.
+        body = await self.owner.calls.call(
+            self.url,
+            "POST",
+            PATH,
+            peer_id=self.leader,
+            body=req.to_json(),
+            timeout_ms=limits.wait_ms + limits.timeout_margin_ms,
+        )
         try:
             parts = decode_response(body)
         except (InvalidRequestError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -258,14 +251,4 @@ class _LeaderPolls:
         self.entries.clear()
 
 
-def decode_error(leader: int, status: int, body: bytes) -> LograftError:
-    """The error a leader answered with (its JSON error body), else BROKER_NOT_AVAILABLE."""
-    try:
-        return LograftError.from_dict(orjson.loads(body)["error"])
-    except (KeyError, TypeError, ValueError):  # orjson.JSONDecodeError is a ValueError
-        return BrokerNotAvailableError(
-            f"broker {leader} answered HTTP {status}: {body[:200]!r}", leader_id=leader
-        )
-
-
-__all__ = ["PollLimits", "RemoteReads", "decode_error"]
+__all__ = ["PollLimits", "RemoteReads"]

@@ -53,14 +53,12 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
 from aiohttp import web
 
-from lograft.api.app import SECRET_HEADER
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
-from lograft.api.services import MetadataView, TopicView
+from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.api.stream import sse
 from lograft.api.stream.fetch import ServeLimits, add_stream_fetch_route
 from lograft.api.stream.group import AUTO_OFFSET_RESETS, GroupMember
@@ -74,13 +72,13 @@ from lograft.api.stream.session import (
     client_gone,
 )
 from lograft.api.stream.source import PartitionSource
+from lograft.brokers.peer_calls import NoPeers
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
     StreamsLimitReachedError,
     UnknownTopicOrPartitionError,
 )
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 OFFSET_NAMES = ("earliest", "latest")
@@ -114,8 +112,8 @@ class StreamRoutes:
         replicas: ReplicaManager,
         metadata: MetadataView,
         limits: StreamLimits | None = None,
-        peers: PeerUrls | None = None,
-        cluster_secret: str = "",
+        calls: PeerCalls | None = None,
+        poll_calls: PeerCalls | None = None,
         work: RecordWork | None = None,
         render: RenderLimits | None = None,
     ) -> None:
@@ -126,17 +124,19 @@ class StreamRoutes:
         # and the bounds of rendering (`[http]`, as for JSON fetches).
         self.work = work or RecordWork()
         self.render = render or RenderLimits()
-        # Where to read partitions led by other nodes (node-to-node: [http.dial]).
-        self.peers = peers or PeerUrls()
-        # Sent with the long-polls: other leaders serve them on an internal endpoint.
-        self.cluster_secret = cluster_secret
+        # Calls to other nodes (the node's peer clients, which it closes): short
+        # ones (start offsets, group calls), over a pool of remote_connections_max
+        # that no long-poll holds, so a new stream's start never queues behind
+        # reads; and the long-polls, at most remote_polls_per_leader_max per
+        # leader (the pool holds to the same bound per address). None: this
+        # node reads no partition led elsewhere.
+        self.calls = calls or NoPeers()
+        self.poll_calls = poll_calls or NoPeers()
         # Every stream's handler task -> its session once it runs (None while it starts).
         self.sessions: dict[asyncio.Task[object], StreamSession | None] = {}
-        self._http: aiohttp.ClientSession | None = None
-        self._poll_http: aiohttp.ClientSession | None = None
         lim = self.limits
         self.remote = RemoteReads(
-            self._polls_session,
+            self.poll_calls,
             PollLimits(
                 polls_per_leader_max=lim.remote_polls_per_leader_max,
                 reads_max=lim.remote_poll_partitions_max,
@@ -159,27 +159,6 @@ class StreamRoutes:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def _session(self) -> aiohttp.ClientSession:
-        # Short calls only (start offsets, group calls): no long-poll holds one of
-        # these connections, so a new stream's start never queues behind reads.
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.limits.remote_connections_max)
-            )
-        return self._http
-
-    def _polls_session(self) -> aiohttp.ClientSession:
-        # `RemoteReads` keeps at most remote_polls_per_leader_max polls per leader;
-        # the connector holds to the same bound per address.
-        if self._poll_http is None:
-            self._poll_http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=0, limit_per_host=self.limits.remote_polls_per_leader_max
-                ),
-                headers={SECRET_HEADER: self.cluster_secret},
-            )
-        return self._poll_http
-
     def _leads(self, broker_id: int, tp: TopicPartition) -> bool:
         view = self.metadata.topic(tp.topic)
         part = view.partitions.get(tp.partition) if view is not None else None
@@ -199,9 +178,6 @@ class StreamRoutes:
 
     async def _close(self, _app: web.Application) -> None:
         await self.remote.close()
-        for http in (self._http, self._poll_http):
-            if http is not None:
-                await http.close()
 
     # -- the route --------------------------------------------------------------------
 
@@ -275,21 +251,20 @@ class StreamRoutes:
         return PartitionSource(
             self.replicas,
             self.metadata,
-            self._session(),
+            self.calls,
             self.remote,
             TopicPartition(view.name, partition),
             view.topic_id,
             self.limits.source,
-            self.peers,
         )
 
     async def _join(self, req: StreamRequest) -> GroupBinding:
         """Join the group before the stream starts, so a refusal is a JSON error."""
         assert req.group is not None
         member = GroupMember(
-            self._session(),
-            bootstrap=lambda: self.peers.broker(self.metadata, self.replicas.broker_id),
-            dial=lambda broker_id: self.peers.broker(self.metadata, broker_id),
+            self.calls,
+            bootstrap=lambda: self.calls.broker_url(self.replicas.broker_id),
+            dial=self.calls.broker_url,
             group_id=req.group.group_id,
             topic=req.view.name,
             auto_offset_reset=req.group.auto_offset_reset,

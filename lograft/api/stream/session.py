@@ -324,7 +324,6 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
         raise asyncio.CancelledError
 
 
-
 __all__ = [
     "GroupBinding",
     "SessionSettings",

@@ -4,7 +4,7 @@ Only a partition's leader serves consumer reads. When the metadata this node
 follows names this node, the chunk comes from the local replica
 (`ReplicaManager.fetch`, a long-poll); otherwise from the leader, through the
 long-polls every stream of this node shares per leader (`stream_polls`), at
-the leader's node-to-node address (`PeerUrls`, `[http.dial]`). The start
+the leader's node-to-node address (the node's peer client: `[http.dial]`). The start
 offsets of a partition led elsewhere come from the leader's offsets endpoint,
 over the streams' pool for short calls (`remote_connections_max`), which no
 long-poll ever holds.
@@ -32,21 +32,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
 import orjson
 
-from lograft.api.services import MetadataView
+from lograft.api.services import MetadataView, PeerCalls
 from lograft.api.stream.limits import SourceLimits
-from lograft.api.stream.polls import RemoteReads, decode_error
+from lograft.api.stream.polls import RemoteReads
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
     LeaderNotAvailableError,
     LograftError,
     OffsetOutOfRangeError,
+    PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
-from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -73,21 +72,19 @@ class PartitionSource:
         self,
         replicas: ReplicaManager,
         metadata: MetadataView,
-        http: aiohttp.ClientSession,
+        calls: PeerCalls,
         remote: RemoteReads,
         tp: TopicPartition,
         topic_id: str,
         limits: SourceLimits,
-        peers: PeerUrls,
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
-        self.http = http  # short calls to other nodes (offsets)
+        self.calls = calls  # short calls to other nodes (offsets)
         self.remote = remote  # reads of partitions led elsewhere
         self.tp = tp
         self.topic_id = topic_id
         self.limits = limits
-        self.peers = peers
 
     # -- what the stream calls ---------------------------------------------------------
 
@@ -171,7 +168,7 @@ class PartitionSource:
         return leader
 
     def _leader_url(self, leader: int) -> str:
-        url = self.peers.broker(self.metadata, leader)
+        url = self.calls.broker_url(leader)
         if url is None:
             raise BrokerNotAvailableError(
                 f"broker {leader}, the leader of {self.tp}, has no registered address",
@@ -192,19 +189,20 @@ class PartitionSource:
             )
         url = self._leader_url(leader)
         path = f"/v1/topics/{self.tp.topic}/partitions/{self.tp.partition}/offsets"
-        timeout = aiohttp.ClientTimeout(total=self.limits.remote_timeout_margin_ms / 1000)
         try:
-            async with self.http.get(url + path, timeout=timeout) as resp:
-                body = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            body = await self.calls.call(
+                url,
+                "GET",
+                path,
+                peer_id=leader,
+                timeout_ms=self.limits.remote_timeout_margin_ms,
+            )
+        except PeerUnreachableError as exc:
             raise BrokerNotAvailableError(
                 f"could not read the offsets of {self.tp} from broker {leader}, its leader: "
-                f"{type(exc).__name__}: {exc}",
+                f"{exc.message}",
                 leader_id=leader,
             ) from None
-        if status >= 400:
-            raise decode_error(leader, status, body)
         doc = orjson.loads(body)
         return PartitionOffsets(
             int(doc["earliest"]), int(doc["latest"]), int(doc["log_end_offset"])

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -124,17 +123,15 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         }
     )
     app = create_app(cluster_secret="s", request_bytes_max=16 * MIB, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
     work = RecordWork(2)
     limits = DataLimits(
         produce_decompressed_bytes_max=16 * MIB,
         render=RenderLimits(record_render_bytes_max=4 * MIB, fetch_decompressed_bytes_max=2 * MIB),
     )
-    DataRoutes(rm, Topics(), session, limits, work=work).add_to(app)
+    DataRoutes(rm, Topics(), limits=limits, work=work).add_to(app)
     StreamRoutes(rm, Topics(), work=work, render=limits.render).add_to(app)
     async with TestClient(TestServer(app)) as client:
         yield Env(client, rm)
-    await session.close()
     work.close()
     await rm.stop()
 

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -57,11 +56,9 @@ async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
     await rm.start()
     rm.apply_metadata({TopicPartition("t", 0): PartitionMeta("id-1", ASSIGNMENT)})
     app = create_app(cluster_secret="s", request_bytes_max=4 << 20, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
-    DataRoutes(rm, OneTopic(), session).add_to(app)
+    DataRoutes(rm, OneTopic()).add_to(app)
     async with TestClient(TestServer(app)) as c:
         yield c
-    await session.close()
     await rm.stop()
 
 

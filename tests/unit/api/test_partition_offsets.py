@@ -10,7 +10,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -28,7 +27,7 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError
-from lograft.node.peer_urls import PeerUrls
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
@@ -112,11 +111,15 @@ class Metadata:
 async def _ask(
     partitions: int, leaders: list[int], fake: Leaders
 ) -> tuple[dict[TopicPartition, Any], PartitionOffsets]:
-    async with TestServer(fake.app(leaders)) as server, aiohttp.ClientSession() as session:
+    async with TestServer(fake.app(leaders)) as server:
         metadata = Metadata(str(server.make_url("")).rstrip("/"), partitions, leaders)
-        offsets = PartitionOffsets(None, metadata, session, PeerUrls(), broker_id=1)
+        calls = PeerClient(cluster_secret="s", metadata=metadata)
+        offsets = PartitionOffsets(None, metadata, calls, broker_id=1)
         tps = [TopicPartition("wide", p) for p in range(partitions)]
-        return await offsets.offsets(tps, timeout_ms=10_000), offsets
+        try:
+            return await offsets.offsets(tps, timeout_ms=10_000), offsets
+        finally:
+            await calls.close()
 
 
 async def test_a_wide_describe_asks_each_leader_once() -> None:

@@ -7,7 +7,6 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -19,6 +18,7 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import NotLeaderOrFollowerError
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.produce_wire import AppendResult, decode_request, encode_response
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -96,10 +96,13 @@ async def _node(
         await rm.start()
         rm.apply_metadata({TopicPartition("t", 0): PartitionMeta("id-t", md.view.partitions[0])})
         app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-        async with aiohttp.ClientSession() as session:
-            DataRoutes(rm, md, session, limits).add_to(app)
+        calls = PeerClient(cluster_secret="s", metadata=md)
+        try:
+            DataRoutes(rm, md, calls, limits).add_to(app)
             async with TestClient(TestServer(app, host="127.0.0.1")) as client:
                 yield client, leader
+        finally:
+            await calls.close()
         await rm.stop()
 
 

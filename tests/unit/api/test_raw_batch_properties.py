@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, event, given, settings
@@ -148,13 +147,11 @@ async def running(root: Path) -> AsyncIterator[Cluster]:
         await rm.open_logs(meta)
         rm.apply_metadata(meta)
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
-    DataRoutes(brokers[1], OneTopic(), session).add_to(app)
+    DataRoutes(brokers[1], OneTopic()).add_to(app)
     try:
         async with TestClient(TestServer(app)) as client:
             yield Cluster(brokers, client)
     finally:
-        await session.close()
         for rm in brokers.values():
             await rm.stop()
 

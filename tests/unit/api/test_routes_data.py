@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -67,11 +66,9 @@ async def client(tmp_path) -> AsyncIterator[TestClient]:
         }
     )
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
-    DataRoutes(rm, md, session, DataLimits(produce_records_max=100)).add_to(app)
+    DataRoutes(rm, md, limits=DataLimits(produce_records_max=100)).add_to(app)
     async with TestClient(TestServer(app)) as c:
         yield c
-    await session.close()
     await rm.stop()
 
 

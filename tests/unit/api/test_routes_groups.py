@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -24,7 +23,7 @@ from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import NotControllerError
-from lograft.node.peer_urls import PeerUrls
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
@@ -76,15 +75,14 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         replicas.apply_metadata(metadata.wanted())
 
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
-    peers = PeerUrls()
-    offsets = PartitionOffsets(replicas, metadata, session, peers)
-    routes = GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers)
+    calls = PeerClient(cluster_secret="s", metadata=metadata)
+    offsets = PartitionOffsets(replicas, metadata, calls)
+    routes = GroupRoutes(runtime, metadata, calls, create_offsets_topic, offsets)
     routes.add_to(app)
-    DataRoutes(replicas, metadata, session, peers=peers).add_to(app)
+    DataRoutes(replicas, metadata, calls).add_to(app)
     async with TestClient(TestServer(app)) as client:
         yield Server(client, replicas, runtime, metadata, routes)
-    await session.close()
+    await calls.close()
     await runtime.stop()
     await replicas.stop()
 

@@ -28,6 +28,7 @@ from lograft.api.stream.routes import StreamRoutes
 from lograft.api.stream.session import StreamSession, memory_bound_bytes
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
@@ -96,7 +97,7 @@ class Env:
 @pytest.fixture
 async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
     """Build a streaming app on broker 1: `await make_env(limits=..., leader=..., urls=...)`."""
-    opened: list[tuple[TestClient, ReplicaManager, aiohttp.ClientSession]] = []
+    opened: list[tuple[TestClient, ReplicaManager, PeerClient]] = []
 
     async def make(
         limits: StreamLimits = LIMITS, leader: int = 1, urls: dict[int, str] | None = None
@@ -104,19 +105,19 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
         rm = await start_replicas(1, tmp_path / f"b1-{len(opened)}")
         md = FakeMetadata(leader, urls)
         app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-        session = aiohttp.ClientSession()
-        DataRoutes(rm, md, session).add_to(app)
-        routes = StreamRoutes(rm, md, limits, cluster_secret="s")
+        calls = PeerClient(cluster_secret="s", metadata=md)
+        DataRoutes(rm, md, calls).add_to(app)
+        routes = StreamRoutes(rm, md, limits, calls=calls, poll_calls=calls)
         routes.add_to(app)
         client = TestClient(TestServer(app))
         await client.start_server()
-        opened.append((client, rm, session))
+        opened.append((client, rm, calls))
         return Env(client, rm, md, routes)
 
     yield make
-    for client, rm, session in opened:
+    for client, rm, calls in opened:
         await client.close()
-        await session.close()
+        await calls.close()
         await rm.stop()
 
 
@@ -336,9 +337,8 @@ async def test_reads_from_a_remote_leader_and_follows_the_leader_here(make_env, 
     rm2 = await start_replicas(2, tmp_path / "b2")
     md2 = FakeMetadata(2)
     app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    session2 = aiohttp.ClientSession()
-    DataRoutes(rm2, md2, session2).add_to(app2)
-    StreamRoutes(rm2, md2, LIMITS, cluster_secret="s").add_to(app2)  # serves stream-fetch
+    DataRoutes(rm2, md2).add_to(app2)
+    StreamRoutes(rm2, md2, LIMITS).add_to(app2)  # serves stream-fetch
     remote = TestServer(app2)
     await remote.start_server()
     try:
@@ -357,7 +357,6 @@ async def test_reads_from_a_remote_leader_and_follows_the_leader_here(make_env, 
     finally:
         if not remote.closed:
             await remote.close()
-        await session2.close()
         await rm2.stop()
 
 

@@ -24,7 +24,7 @@ from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
-from lograft.node.peer_urls import PeerUrls
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
@@ -81,17 +81,16 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         replicas.apply_metadata(metadata.wanted())
 
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    session = aiohttp.ClientSession()
-    peers = PeerUrls()
-    offsets = PartitionOffsets(replicas, metadata, session, peers)
-    GroupRoutes(runtime, metadata, session, create_offsets_topic, offsets, peers).add_to(app)
-    DataRoutes(replicas, metadata, session).add_to(app)
-    routes = StreamRoutes(replicas, metadata, LIMITS, peers)
+    calls = PeerClient(cluster_secret="s", metadata=metadata)
+    offsets = PartitionOffsets(replicas, metadata, calls)
+    GroupRoutes(runtime, metadata, calls, create_offsets_topic, offsets).add_to(app)
+    DataRoutes(replicas, metadata, calls).add_to(app)
+    routes = StreamRoutes(replicas, metadata, LIMITS, calls=calls, poll_calls=calls)
     routes.add_to(app)
     async with TestClient(TestServer(app)) as client:
         metadata.url = str(client.make_url("")).rstrip("/")
         yield Server(client, replicas, routes)
-    await session.close()
+    await calls.close()
     await runtime.stop()
     await replicas.stop()
 

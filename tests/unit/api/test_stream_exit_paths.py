@@ -30,6 +30,7 @@ from lograft.api.stream.limits import StreamLimits
 from lograft.api.stream.routes import StreamRoutes
 from lograft.api.stream.session import memory_bound_bytes
 from lograft.brokers.replica_manager import ReplicaManager
+from lograft.node.peer_client import PeerClient
 from tests.raft_support import free_port
 from tests.unit.api.test_routes_stream import (
     LIMITS,
@@ -74,7 +75,9 @@ async def serve(tmp_path) -> AsyncIterator[Callable[..., Any]]:
     ) -> Served:
         rm = await start_replicas(1, tmp_path / f"b1-{len(opened)}")
         app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-        routes = StreamRoutes(rm, FakeMetadata(leader, urls), limits, cluster_secret="s")
+        md = FakeMetadata(leader, urls)
+        calls = PeerClient(cluster_secret="s", metadata=md)
+        routes = StreamRoutes(rm, md, limits, calls=calls, poll_calls=calls)
         routes.add_to(app)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -85,6 +88,7 @@ async def serve(tmp_path) -> AsyncIterator[Callable[..., Any]]:
         async def close() -> None:
             await http.close()
             await runner.cleanup()
+            await calls.close()
             await rm.stop()
 
         opened.append(close)
@@ -170,16 +174,14 @@ async def remote_leader(path: Path) -> AsyncIterator[str]:
     """Broker 2 leading every partition of `orders`; yields its URL."""
     rm2 = await start_replicas(2, path)
     app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    http = aiohttp.ClientSession()
-    DataRoutes(rm2, FakeMetadata(2), http).add_to(app2)  # offsets
-    StreamRoutes(rm2, FakeMetadata(2), LIMITS, cluster_secret="s").add_to(app2)  # reads
+    DataRoutes(rm2, FakeMetadata(2)).add_to(app2)  # offsets
+    StreamRoutes(rm2, FakeMetadata(2), LIMITS).add_to(app2)  # reads
     remote = TestServer(app2)
     await remote.start_server()
     try:
         yield str(remote.make_url("")).rstrip("/")
     finally:
         await remote.close()
-        await http.close()
         await rm2.stop()
 
 

@@ -21,6 +21,7 @@ from lograft.api.stream.fetch import PATH, ServeLimits, add_stream_fetch_route
 from lograft.api.stream.polls import PollLimits, RemoteReads
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.topic_partition import TopicPartition
 from tests.raft_support import free_port
 from tests.unit.api.test_routes_stream import produce, start_replicas
@@ -80,13 +81,13 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
         trace.on_request_start.append(started)
         trace.on_request_end.append(ended)
         trace.on_request_exception.append(ended)
-        http = aiohttp.ClientSession(headers={SECRET_HEADER: SECRET}, trace_configs=[trace])
+        calls = PeerClient(cluster_secret=SECRET, trace_configs=[trace])
         leads = {tp(p): True for p in range(3)}
-        reads = RemoteReads(lambda: http, limits, lambda _leader, t: leads[t])
+        reads = RemoteReads(calls, limits, lambda _leader, t: leads[t])
 
         async def close() -> None:
             await reads.close()
-            await http.close()
+            await calls.close()
             await server.close()
             await rm.stop()
 

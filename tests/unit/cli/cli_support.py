@@ -30,7 +30,6 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -42,6 +41,7 @@ from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, Repli
 from lograft.cli.common import Streams
 from lograft.cli.main import main
 from lograft.errors import UnknownTopicOrPartitionError
+from lograft.node.peer_client import PeerClient
 from lograft.protocol.topic_partition import TopicPartition
 
 # Any wait in these tests ends by this deadline, s.
@@ -118,9 +118,10 @@ class Broker:
             self.broker_id, self.data, BrokerSettings(min_insync_replicas=1)
         )
         await self.replicas.start()
-        self.session = aiohttp.ClientSession()
+        metadata = _MetadataView(self.cluster)
+        self.session = PeerClient(cluster_secret="s", metadata=metadata)
         app = create_app(cluster_secret="s", request_bytes_max=1 << 22, ready=lambda: (True, {}))
-        DataRoutes(self.replicas, _MetadataView(self.cluster), self.session).add_to(app)
+        DataRoutes(self.replicas, metadata, self.session).add_to(app)
         app.router.add_get("/v1/topics/{topic}", self._describe)
         app.router.add_get("/v1/brokers", self._brokers)
         app.router.add_post("/v1/producers", self._init_producer)

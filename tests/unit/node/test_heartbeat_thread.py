@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import aiohttp
 import pytest
 
 from lograft.node.broker_agent import AgentState, BrokerAgent
 from lograft.node.config import NodeConfig, parse_config
 from lograft.node.controller_client import ControllerClient
 from lograft.node.heartbeat_thread import Outcome
+from lograft.node.peer_client import PeerClient
+from lograft.node.peer_urls import PeerUrls
 
 INTERVAL_MS = 500  # the defaults of [controller]
 SESSION_MS = 1500
@@ -58,16 +59,30 @@ class FakeController:
     def answer(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         if name == "register":
             self.registered.set()
-            return {"broker_epoch": 7}
+            return {"broker_epoch": 7, "metadata_offset": 5}
         if body["want_shutdown"]:
-            return {"fenced": False, "should_shut_down": True}
+            return heartbeat_answer(should_shut_down=True)
         with self.lock:
             self.arrivals.append(time.monotonic())
-        return {"fenced": False, "should_shut_down": False}
+        return heartbeat_answer(should_shut_down=False)
 
     def arrivals_between(self, start: float, end: float) -> list[float]:
         with self.lock:
             return [t for t in self.arrivals if start <= t <= end]
+
+
+def heartbeat_answer(*, should_shut_down: bool) -> dict[str, Any]:
+    return {
+        "fenced": False,
+        "in_controlled_shutdown": should_shut_down,
+        "should_shut_down": should_shut_down,
+        "metadata_offset": 5,
+    }
+
+
+def controller_client(config: NodeConfig) -> ControllerClient:
+    calls = PeerClient(cluster_secret="s", peers=PeerUrls(config.http.dial))
+    return ControllerClient(config, calls, None, lambda: 1)
 
 
 @pytest.fixture
@@ -95,8 +110,7 @@ def broker_config(port: int) -> NodeConfig:
 
 async def test_heartbeats_keep_time_while_the_main_loop_is_blocked(controller: FakeController):
     config = broker_config(controller.port)
-    main_session = aiohttp.ClientSession()
-    main_client = ControllerClient(config, main_session, None, lambda: 1)
+    main_client = controller_client(config)
     agent = BrokerAgent(
         2,
         {"http": "http://127.0.0.1:9092"},
@@ -104,7 +118,7 @@ async def test_heartbeats_keep_time_while_the_main_loop_is_blocked(controller: F
         main_client,
         lambda: 5,
         heartbeat_interval_ms=INTERVAL_MS,
-        client_factory=lambda session: ControllerClient(config, session, None, lambda: 1),
+        client_factory=lambda: controller_client(config),
     )
     applied_on: list[int] = []
     active, applied = asyncio.Event(), asyncio.Event()
@@ -139,7 +153,7 @@ async def test_heartbeats_keep_time_while_the_main_loop_is_blocked(controller: F
         assert agent.broker_epoch == 7 and agent.unfenced
     finally:
         done = await agent.shutdown(10_000)
-        await main_session.close()
+        await main_client.calls.close()
     assert done  # the controlled shutdown was agreed
     assert agent.state is AgentState.STOPPED
     assert agent._thread is not None and not agent._thread.alive
@@ -148,16 +162,17 @@ async def test_heartbeats_keep_time_while_the_main_loop_is_blocked(controller: F
 
 async def test_stopping_right_after_start_joins_the_thread(controller: FakeController):
     config = broker_config(controller.port)
-    async with aiohttp.ClientSession() as session:
-        agent = BrokerAgent(
-            2,
-            {"http": "http://127.0.0.1:9092"},
-            None,
-            ControllerClient(config, session, None, lambda: 1),
-            lambda: 5,
-            heartbeat_interval_ms=INTERVAL_MS,
-            client_factory=lambda s: ControllerClient(config, s, None, lambda: 1),
-        )
+    main_client = controller_client(config)
+    agent = BrokerAgent(
+        2,
+        {"http": "http://127.0.0.1:9092"},
+        None,
+        main_client,
+        lambda: 5,
+        heartbeat_interval_ms=INTERVAL_MS,
+        client_factory=lambda: controller_client(config),
+    )
+    try:
         await agent.start()
         began = time.monotonic()
         await agent.shutdown(2_000)
@@ -165,3 +180,5 @@ async def test_stopping_right_after_start_joins_the_thread(controller: FakeContr
         assert agent._thread.session_closed
         # Cancelled, not waited out: well inside the node's shutdown bounds.
         assert time.monotonic() - began < 5
+    finally:
+        await main_client.calls.close()

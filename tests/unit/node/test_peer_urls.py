@@ -9,6 +9,7 @@ import pytest
 from lograft.errors import InvalidConfigError
 from lograft.node.config import Voter, load_config, parse_config
 from lograft.node.controller_client import ControllerClient
+from lograft.node.peer_client import PeerClient
 from lograft.node.peer_urls import PeerUrls
 from tests.integration.cluster_harness import NodeSpec, node_config_toml
 
@@ -105,6 +106,7 @@ def test_broker_and_voter_urls_go_through_the_dial_table():
 
 def test_the_controller_client_dials_voters_at_their_http_dial_addresses():
     cfg = parse_config(_config({"dial": {"2": "127.0.0.1:29012", "3": "127.0.0.1:29013"}}))
-    client = ControllerClient(cfg, session=None, runtime=None, leader_id=lambda: 3)  # type: ignore[arg-type]
+    calls = PeerClient(cluster_secret="s", peers=PeerUrls(cfg.http.dial))
+    client = ControllerClient(cfg, calls, None, leader_id=lambda: 3)
     # The leader first, never this node itself, every voter through its dial entry.
     assert client._candidates(None) == ["http://127.0.0.1:29013", "http://127.0.0.1:29012"]

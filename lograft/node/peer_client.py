@@ -1,0 +1,262 @@
+"""The one client for node-to-node HTTP calls.
+
+Every call one node makes to another goes through a `PeerClient`: replica
+fetches to a partition leader, produce requests forwarded to a leader, the
+batched partition-offsets requests, group listings, the streams' reads and
+offsets of partitions led elsewhere, and the controller RPCs
+(`ControllerClient`). It owns what each of those sites used to write again:
+
+- the connection pool (one `aiohttp.ClientSession`, created on first use in
+  the event loop that uses it, so the heartbeat thread's client lives on that
+  thread's loop) and its bound on connections;
+- the cluster secret header (`X-Lograft-Cluster-Secret`), sent on every call;
+- timeouts: a call's own `timeout_ms`, else the client's default;
+- a bound on the size of an answer (`answer_bytes_max`): a peer answering
+  more is treated as unreachable, and no more than the bound is read;
+- the peer's address: a broker's registered URL, or a voter's, through
+  `PeerUrls` (`[http.dial]` replaces host:port per peer);
+- decoding: a 2xx answer's body is returned; any other status raises the
+  error of its JSON error body (`LograftError.from_dict`), or
+  `PeerAnswerUnreadableError` (BROKER_NOT_AVAILABLE) naming the status when
+  the body is not one; no answer
+  at all (refused, reset, timed out, no address, too large) raises
+  `PeerUnreachableError`, which is BROKER_NOT_AVAILABLE on the wire.
+
+It satisfies `lograft.brokers.peer_calls.PeerCalls`, the protocol the routes,
+the produce router and the stream sources depend on.
+
+Calls that a node makes to itself never come here: the callers decide that a
+partition is led here, or that the controller is this node's own active
+runtime (`ControllerClient`'s local short-circuit), and run the work in
+process.
+
+Separate pools (separate `PeerClient`s) keep calls that depend on each other
+from waiting on each other: the node has one for forwarded produces and other
+short data-path calls, one for replica fetches, one for controller calls, and
+the streams have one for short calls and one for their long-polls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+import yarl
+
+from lograft.api.app import SECRET_HEADER
+from lograft.api.services import MetadataView
+from lograft.brokers.peer_calls import JSON
+from lograft.errors import (
+    LograftError,
+    PeerAddressUnknownError,
+    PeerAnswerUnreadableError,
+    PeerUnreachableError,
+)
+from lograft.node.config import Voter
+from lograft.node.peer_urls import PeerUrls
+
+MIB = 1024 * 1024
+# Default bound on one node-to-node call (calls set shorter ones), ms.
+NODE_REQUEST_TIMEOUT_MS = 60_000
+# Largest answer a peer may give to one call, bytes (`[http]
+# peer_answer_bytes_max`, the node passes it). The largest legitimate ones are
+# replica-fetch and stream-fetch answers: whole batches up to the request's
+# byte budget, where one batch may pass it by up to the topic's
+# max_message_bytes; 1 GiB is well past both with the defaults (8 MiB, 1 MiB).
+PEER_ANSWER_BYTES_MAX = 1024 * MIB
+# Pieces an answer without a Content-Length is read in, bytes.
+_READ_PIECE_BYTES = 256 * 1024
+# How much of an unreadable error answer an error message quotes, bytes.
+_QUOTED_BYTES = 200
+
+
+class PeerClient:
+    def __init__(
+        self,
+        *,
+        cluster_secret: str,
+        peers: PeerUrls | None = None,
+        metadata: MetadataView | None = None,
+        connections_max: int = 0,
+        connections_per_peer_max: int = 0,
+        timeout_ms: int = NODE_REQUEST_TIMEOUT_MS,
+        answer_bytes_max: int = PEER_ANSWER_BYTES_MAX,
+        trace_configs: list[aiohttp.TraceConfig] | None = None,
+    ) -> None:
+        """`metadata` gives brokers' registered URLs (None: calls by broker id
+        find none); `connections_max` / `connections_per_peer_max` 0: no limit;
+        `trace_configs`: aiohttp's hooks on every request (tests count them)."""
+        self.cluster_secret = cluster_secret
+        self.peers = peers or PeerUrls()
+        self.metadata = metadata
+        self.connections_max = connections_max
+        self.connections_per_peer_max = connections_per_peer_max
+        self.timeout_ms = timeout_ms
+        self.answer_bytes_max = answer_bytes_max
+        self.trace_configs = trace_configs
+        self._session: aiohttp.ClientSession | None = None
+
+    # -- addresses ------------------------------------------------------------------------
+
+    def broker_url(self, broker_id: int) -> str | None:
+        if self.metadata is None:
+            return None
+        return self.peers.broker(self.metadata, broker_id)
+
+    def voter_url(self, voter: Voter) -> str:
+        return self.peers.voter(voter)
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def post(
+        self,
+        peer_id: int,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str = JSON,
+        timeout_ms: int | None = None,
+    ) -> bytes:
+        return await self.call(
+            self._url_of(peer_id),
+            "POST",
+            path,
+            peer_id=peer_id,
+            body=body,
+            content_type=content_type,
+            timeout_ms=timeout_ms,
+        )
+
+    async def get(
+        self,
+        peer_id: int,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> bytes:
+        return await self.call(
+            self._url_of(peer_id),
+            "GET",
+            path,
+            peer_id=peer_id,
+            params=params,
+            timeout_ms=timeout_ms,
+        )
+
+    async def call(
+        self,
+        base_url: str,
+        method: str,
+        path: str,
+        *,
+        peer_id: int | None = None,
+        body: bytes | None = None,
+        content_type: str = JSON,
+        params: Mapping[str, str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> bytes:
+        who = _who(peer_id, base_url)
+        timeout = aiohttp.ClientTimeout(total=(timeout_ms or self.timeout_ms) / 1000)
+        headers = {SECRET_HEADER: self.cluster_secret}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            async with self.session().request(
+                method,
+                # Paths arrive quoted (a group id's "/" as %2F): sent as they are.
+                yarl.URL(base_url + path, encoded=True),
+                params=params,
+                data=body,
+                headers=headers,
+                timeout=timeout,
+            ) as resp:
+                status = resp.status
+                data = await self._read(resp, who)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PeerUnreachableError(
+                f"could not reach {who} ({method} {path}): {type(exc).__name__}: {exc}",
+                **_peer(peer_id),
+            ) from None
+        if not 200 <= status < 300:
+            raise answer_error(status, data, who, peer_id)
+        return data
+
+    async def _read(self, resp: aiohttp.ClientResponse, who: str) -> bytes:
+        """The answer's body, at most `answer_bytes_max` of it."""
+        limit = self.answer_bytes_max
+        if resp.content_length is not None:
+            if resp.content_length > limit:
+                raise PeerUnreachableError(
+                    f"{who} answered {resp.content_length} bytes, past the bound of "
+                    f"{limit} bytes on a node-to-node answer"
+                )
+            return await resp.read()
+        data = bytearray()
+        async for piece in resp.content.iter_chunked(_READ_PIECE_BYTES):
+            data += piece
+            if len(data) > limit:
+                raise PeerUnreachableError(
+                    f"{who} answered more than {limit} bytes, the bound on a node-to-node answer"
+                )
+        return bytes(data)
+
+    def _url_of(self, peer_id: int) -> str:
+        url = self.broker_url(peer_id)
+        if url is None:
+            raise PeerAddressUnknownError(
+                f"broker {peer_id} has no registered address", leader_id=peer_id
+            )
+        return url
+
+    # -- the pool -------------------------------------------------------------------------
+
+    def session(self) -> aiohttp.ClientSession:
+        """The pool, made on first use in the running loop."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self.connections_max, limit_per_host=self.connections_per_peer_max
+                ),
+                timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000),
+                trace_configs=self.trace_configs,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def closed(self) -> bool:
+        """True once closed, or never opened."""
+        return self._session is None or self._session.closed
+
+
+def answer_error(status: int, body: bytes, who: str, peer_id: int | None = None) -> LograftError:
+    """The error a peer's non-2xx answer carries: the one its JSON error body
+    names, else BROKER_NOT_AVAILABLE quoting the status and the body's start
+    (a proxy's page, a node stopping)."""
+    try:
+        doc: Any = orjson.loads(body)
+        return LograftError.from_dict(doc["error"] if isinstance(doc, dict) else None)
+    except (KeyError, ValueError):  # orjson.JSONDecodeError is a ValueError
+        return PeerAnswerUnreadableError(
+            f"{who} answered HTTP {status}: {body[:_QUOTED_BYTES]!r}",
+            status=status,
+            **_peer(peer_id),
+        )
+
+
+def _who(peer_id: int | None, base_url: str) -> str:
+    return f"broker {peer_id}" if peer_id is not None else base_url
+
+
+def _peer(peer_id: int | None) -> dict[str, Any]:
+    return {} if peer_id is None else {"leader_id": peer_id}
+
+
+__all__ = ["NODE_REQUEST_TIMEOUT_MS", "PEER_ANSWER_BYTES_MAX", "PeerClient", "answer_error"]

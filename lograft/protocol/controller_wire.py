@@ -1,0 +1,167 @@
+"""The shapes of the controller RPCs a broker makes, both ways.
+
+`POST /internal/v1/controller/<name>` (cluster secret required) carries one
+of these requests as JSON and answers with the matching response; a node
+whose own controller runtime is active makes the same call in process with
+the same shapes (lograft/node/controller_client.py). The caller builds a
+request here, the controller's route (lograft/api/routes_internal.py) reads it
+with `request_of`, and the caller reads the answer with `response_of`: one
+declaration each, so the two sides cannot drift apart.
+
+Every answer carries `metadata_offset`: the metadata offset that includes the
+call's change, so the caller can wait until its own image has caught up.
+
+The administrative calls (create-topic, delete-topic, create-partitions,
+alter-configs) relay a client's admin body as it came, with its own checks
+and messages (lograft/api/routes_internal.py), and are not declared here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from lograft.errors import InvalidRequestError, LograftError
+from lograft.typed import Record, build, to_builtins
+
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
+
+# Every integer of these bodies is an int64 (or narrower) in the metadata.
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+BrokerId = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
+
+R = TypeVar("R", bound=Record)
+
+
+class RegisterBrokerRequest(Record, frozen=True):
+    broker_id: Int64
+    incarnation_id: str
+    endpoints: dict[str, str]
+    rack: str | None = None
+
+
+class RegisterBrokerResponse(Record, frozen=True):
+    broker_epoch: int
+    metadata_offset: int
+
+
+class HeartbeatRequest(Record, frozen=True):
+    broker_id: Int64
+    broker_epoch: Int64
+    metadata_offset: Int64
+    want_shutdown: bool = False
+
+
+class HeartbeatResponse(Record, frozen=True):
+    fenced: bool
+    in_controlled_shutdown: bool
+    should_shut_down: bool
+    metadata_offset: int
+
+
+class AlterPartitionItem(Record, frozen=True):
+    topic_id: str
+    partition: Int64
+    leader_epoch: Int64
+    partition_epoch: Int64
+    new_isr: list[BrokerId]
+
+
+class AlterPartitionsRequest(Record, frozen=True):
+    """Many partitions' ISR changes, in one request and one metadata commit."""
+
+    broker_id: Int64
+    broker_epoch: Int64
+    partitions: list[AlterPartitionItem]
+
+
+class AlterPartitionAnswer(Record, frozen=True, omit_defaults=True):
+    """One partition after the change, or `error` (an HTTP error body's inner
+    object) and nothing else."""
+
+    topic_id: str
+    partition: int
+    leader: int | None = None
+    leader_epoch: int | None = None
+    partition_epoch: int | None = None
+    isr: list[int] | None = None
+    error: dict[str, Any] | None = None
+
+
+class AlterPartitionsResponse(Record, frozen=True):
+    """Per partition, in request order."""
+
+    partitions: list[AlterPartitionAnswer]
+    metadata_offset: int
+
+
+class ProducerIdsRequest(Record, frozen=True):
+    broker_id: Int64
+    broker_epoch: Int64
+
+
+class ProducerIdsResponse(Record, frozen=True):
+    first_producer_id: int
+    size: int
+    metadata_offset: int
+
+
+# name -> (request, response)
+RPCS: dict[str, tuple[type[Record], type[Record]]] = {
+    "register": (RegisterBrokerRequest, RegisterBrokerResponse),
+    "heartbeat": (HeartbeatRequest, HeartbeatResponse),
+    "alter-partitions": (AlterPartitionsRequest, AlterPartitionsResponse),
+    "producer-ids": (ProducerIdsRequest, ProducerIdsResponse),
+}
+
+
+def heartbeat_request(
+    broker_id: int, broker_epoch: int, metadata_offset: int, *, want_shutdown: bool = False
+) -> HeartbeatRequest:
+    """The one builder of a broker heartbeat (the heartbeat thread's regular
+    ones, the agent's controlled-shutdown ones)."""
+    return HeartbeatRequest(
+        broker_id=broker_id,
+        broker_epoch=broker_epoch,
+        metadata_offset=metadata_offset,
+        want_shutdown=want_shutdown,
+    )
+
+
+def request_of(body: Any, into: type[R]) -> R:
+    """A controller RPC's request from its JSON value (INVALID_REQUEST naming
+    the field when it is not one)."""
+    return build(body, into, error=InvalidRequestError)
+
+
+def response_of(doc: Any, into: type[R], error: type[LograftError]) -> R:
+    """A controller RPC's answer from its JSON value (`error` when it is not one)."""
+    return build(doc, into, error=error, where="controller answer")
+
+
+def body_of(message: Record) -> dict[str, Any]:
+    """A request or response as the JSON object it travels as."""
+    body: dict[str, Any] = to_builtins(message)
+    return body
+
+
+__all__ = [
+    "RPCS",
+    "AlterPartitionAnswer",
+    "AlterPartitionItem",
+    "AlterPartitionsRequest",
+    "AlterPartitionsResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "ProducerIdsRequest",
+    "ProducerIdsResponse",
+    "RegisterBrokerRequest",
+    "RegisterBrokerResponse",
+    "body_of",
+    "heartbeat_request",
+    "request_of",
+    "response_of",
+]
