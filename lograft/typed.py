@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 import msgspec.inspect
+import msgspec.structs
 
 from lograft.errors import LograftError
 
@@ -35,6 +36,7 @@ __all__ = [
     "Positive",
     "Record",
     "build",
+    "check_fields",
     "decode_json",
     "encode_json",
     "field_path",
@@ -93,6 +95,23 @@ def build(
         place, reason = _explain(exc, where, value, into, strict)
         details = {detail: place} if detail is not None else {}
         raise error(f"{place}: {reason}" if place else reason, **details) from None
+
+
+def check_fields(record: Record, *, error: type[LograftError], detail: str | None = None) -> None:
+    """Check each field of `record` against its declared type and constraints,
+    for a Record that code (not `build`) constructs from values a person
+    chose: call it first in `__post_init__` (the client's settings do).
+    Raises `error` naming the field."""
+    for info in msgspec.structs.fields(record):
+        value = getattr(record, info.name)
+        try:
+            msgspec.convert(value, info.type, dec_hook=_dec_hook)
+        except msgspec.ValidationError as exc:
+            _, reason = _explain(exc, "", value, info.type)
+            if "got" not in reason:
+                reason = f"{reason}, got {_clip(repr(value))}"
+            details = {detail: info.encode_name} if detail is not None else {}
+            raise error(f"{info.encode_name}: {reason}", **details) from None
 
 
 def decode_json(

@@ -34,12 +34,11 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from lograft.client.config import CommonConfig, _positive, make_config
+from lograft.client.config import CommonConfig, make_config
 from lograft.client.coordinator import CoordinatorClient
 from lograft.client.errors import ClusterUnreachableError, NetworkError
 from lograft.client.loop_thread import LoopThread
@@ -47,6 +46,7 @@ from lograft.client.metadata import connect
 from lograft.client.transport import Transport
 from lograft.errors import LograftError, RequestTimedOutError
 from lograft.protocol.group_wire import COORDINATOR_ERRORS, group_path
+from lograft.typed import Positive
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 # What a group call retries: the coordinator moving or loading, a node out of
@@ -60,14 +60,9 @@ ADMIN_RETRIABLE: tuple[type[LograftError], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class AdminConfig(CommonConfig):
+class AdminConfig(CommonConfig, kw_only=True):
     # How long a group call keeps retrying while the coordinator moves or loads, ms.
-    default_api_timeout_ms: int = 30_000
-
-    def __post_init__(self) -> None:
-        self._check_common()
-        _positive("default_api_timeout_ms", self.default_api_timeout_ms)
+    default_api_timeout_ms: Positive = 30_000
 
 
 def topic_path(name: str, suffix: str = "") -> str:

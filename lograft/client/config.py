@@ -1,6 +1,11 @@
 """Producer and consumer settings: names, defaults, units, and the rules
 between them, checked once at construction (`InvalidConfigError` names the
-setting at fault).
+setting at fault, in its `setting` detail).
+
+Each is a typed Record (`lograft.typed`): bounds in the field types, rules
+between settings in `__post_init__`, which also checks every field
+(`check_fields`), so a config a program constructs is checked as much as one
+`make_config` builds from keyword settings.
 
 Every limit is named with its unit last (`linger_ms`, `batch_bytes`).
 Defaults follow Kafka's where the meaning is the same; where lograft's
@@ -9,15 +14,17 @@ transport differs, the default differs and the reason is given beside it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from lograft.client.serde import Deserializer, Serializer
-from lograft.errors import InvalidConfigError, UnsupportedCompressionError
+from msgspec import Meta
+
+from lograft.errors import InvalidConfigError
 from lograft.protocol.compression import Compression
+from lograft.typed import NonNegative, Positive, Record, build, check_fields
+
+C = TypeVar("C", bound="CommonConfig")
 
 AcksValue = Literal["0", "1", "all"]
 OffsetReset = Literal["earliest", "latest", "none"]
@@ -68,47 +75,31 @@ def parse_acks(acks: object) -> AcksValue:
     raise InvalidConfigError(f"acks={acks!r}; use 0, 1 or 'all'", setting="acks")
 
 
-def _positive(name: str, value: object, *, zero_ok: bool = False) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero_ok else 1):
-        least = 0 if zero_ok else 1
-        raise InvalidConfigError(f"{name} must be an int >= {least}, got {value!r}", setting=name)
-
-
-@dataclass(frozen=True, slots=True)
-class CommonConfig:
+class CommonConfig(Record):
     bootstrap_servers: str | Sequence[str] = "http://127.0.0.1:9091"
     client_id: str = "lograft-python"
     # One HTTP exchange, ms. Above the broker's produce_timeout_ms (30 s), so an
     # acks=all produce that the broker times out comes back as its typed error.
-    request_timeout_ms: int = 35_000
-    connect_timeout_ms: int = 10_000
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1_000
+    request_timeout_ms: Positive = 35_000
+    connect_timeout_ms: Positive = 10_000
+    retry_backoff_ms: Positive = 100
+    retry_backoff_max_ms: Positive = 1_000
     # Cached topic layouts older than this are refreshed in the background.
-    metadata_max_age_ms: int = 300_000
+    metadata_max_age_ms: Positive = 300_000
     # Open HTTP connections, all nodes together.
-    connections_max: int = 100
+    connections_max: Positive = 100
     # Largest answer body accepted from a node, bytes (metadata, offsets,
     # group and produce answers; a fetch has its own bound, see
     # ConsumerConfig.max_fetch_batch_bytes): read as it arrives and refused
     # past this, so a node cannot make the client buffer without bound.
-    response_max_bytes: int = 16 * 1024 * 1024
+    response_max_bytes: Positive = 16 * 1024 * 1024
 
     def urls(self) -> tuple[str, ...]:
         return parse_bootstrap(self.bootstrap_servers)
 
-    def _check_common(self) -> None:
+    def __post_init__(self) -> None:
+        check_fields(self, error=InvalidConfigError, detail="setting")
         self.urls()
-        for name in (
-            "request_timeout_ms",
-            "connect_timeout_ms",
-            "retry_backoff_ms",
-            "retry_backoff_max_ms",
-            "metadata_max_age_ms",
-            "connections_max",
-            "response_max_bytes",
-        ):
-            _positive(name, getattr(self, name))
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise InvalidConfigError(
                 f"retry_backoff_max_ms={self.retry_backoff_max_ms} is below "
@@ -117,8 +108,7 @@ class CommonConfig:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerConfig(CommonConfig):
+class ProducerConfig(CommonConfig, kw_only=True):
     """Producer settings. See docs/client.md for the reasoning behind each default."""
 
     acks: int | str = "all"
@@ -131,69 +121,41 @@ class ProducerConfig(CommonConfig):
     # event-loop turn on the broker) is paid per batch. 64 KiB took a quarter
     # of the requests of 16 KiB and was as fast or faster; 256 KiB and 1 MiB
     # were not faster (docs/benchmarks.md, "Python client").
-    batch_bytes: int = 64 * 1024
+    batch_bytes: Positive = 64 * 1024
     # Records per batch, at most; None: only batch_bytes bounds a batch. (Not a
     # Kafka setting: the `lograft produce` command's --batch-records.)
-    batch_records: int | None = None
-    linger_ms: int = 5
+    batch_records: Positive | None = None
+    linger_ms: NonNegative = 5
     # Requests in flight per partition. 1 keeps order under retries; with
     # idempotence it must be 1 (a retry is always the partition's newest batch,
     # so the broker's five-batch duplicate window always holds it).
-    max_in_flight_per_partition: int = 1
-    delivery_timeout_ms: int = 120_000
-    buffer_memory_bytes: int = 32 * 1024 * 1024
+    max_in_flight_per_partition: Positive = 1
+    delivery_timeout_ms: Positive = 120_000
+    buffer_memory_bytes: Positive = 32 * 1024 * 1024
     # How long send() may wait for metadata and buffer room before raising.
-    max_block_ms: int = 60_000
+    max_block_ms: NonNegative = 60_000
     # Largest batch (and so largest record) sent; below the broker's default
     # max_message_bytes (1048588).
-    max_request_bytes: int = 1024 * 1024
-    key_serializer: Serializer | None = None
-    value_serializer: Serializer | None = None
-
-    # Derived, set in __post_init__.
-    acks_value: AcksValue = field(default="all", init=False)
-    idempotent: bool = field(default=True, init=False)
-    compression: Compression = field(default=Compression.NONE, init=False)
+    max_request_bytes: Positive = 1024 * 1024
+    # Callables (`lograft.client.serde.Serializer`): code, not data, so typed Any.
+    key_serializer: Any = None
+    value_serializer: Any = None
 
     def __post_init__(self) -> None:
-        self._check_common()
-        set_ = object.__setattr__
-        acks = parse_acks(self.acks)
-        set_(self, "acks_value", acks)
-        if self.enable_idempotence is None:
-            idempotent = acks == "all"
-        else:
-            idempotent = bool(self.enable_idempotence)
-            if idempotent and acks != "all":
-                raise InvalidConfigError(
-                    f"enable_idempotence=True needs acks='all' (got acks={self.acks!r}): with "
-                    "fewer acks a leader change can lose what was acknowledged",
-                    setting="enable_idempotence",
-                )
-        set_(self, "idempotent", idempotent)
-        name = str(self.compression_type).lower()
-        if name not in COMPRESSIONS:
+        super().__post_init__()
+        acks = self.acks_value
+        if self.enable_idempotence and acks != "all":
+            raise InvalidConfigError(
+                f"enable_idempotence=True needs acks='all' (got acks={self.acks!r}): with "
+                "fewer acks a leader change can lose what was acknowledged",
+                setting="enable_idempotence",
+            )
+        if str(self.compression_type).lower() not in COMPRESSIONS:
             raise InvalidConfigError(
                 f"compression_type={self.compression_type!r}; use one of {', '.join(COMPRESSIONS)}",
                 setting="compression_type",
             )
-        try:
-            set_(self, "compression", Compression.from_name(name))
-        except UnsupportedCompressionError as exc:  # pragma: no cover - names checked above
-            raise InvalidConfigError(str(exc), setting="compression_type") from None
-        for n in (
-            "batch_bytes",
-            "max_in_flight_per_partition",
-            "delivery_timeout_ms",
-            "buffer_memory_bytes",
-            "max_request_bytes",
-        ):
-            _positive(n, getattr(self, n))
-        _positive("linger_ms", self.linger_ms, zero_ok=True)
-        _positive("max_block_ms", self.max_block_ms, zero_ok=True)
-        if self.batch_records is not None:
-            _positive("batch_records", self.batch_records)
-        if idempotent and self.max_in_flight_per_partition != 1:
+        if self.idempotent and self.max_in_flight_per_partition != 1:
             raise InvalidConfigError(
                 "max_in_flight_per_partition must be 1 with idempotence (got "
                 f"{self.max_in_flight_per_partition})",
@@ -218,103 +180,88 @@ class ProducerConfig(CommonConfig):
                 setting="delivery_timeout_ms",
             )
 
+    @property
+    def acks_value(self) -> AcksValue:
+        """`acks` in its one form: "0", "1" or "all"."""
+        return parse_acks(self.acks)
+
+    @property
+    def idempotent(self) -> bool:
+        """`enable_idempotence`, or (None) whether acks is all."""
+        if self.enable_idempotence is None:
+            return self.acks_value == "all"
+        return self.enable_idempotence
+
+    @property
+    def compression(self) -> Compression:
+        return Compression.from_name(str(self.compression_type).lower())
+
 
 ASSIGNORS = ("uniform", "range")
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig(CommonConfig):
+class ConsumerConfig(CommonConfig, kw_only=True):
     """Consumer settings. With `group_id` the consumer may `subscribe()` and
     commit; without one it reads what it `assign()`s (see docs/client.md)."""
 
     # The consumer group (Kafka's group.id); None: assign() only, nothing committed.
-    group_id: str | None = None
+    group_id: Annotated[str, Meta(min_length=1)] | None = None
     # Where a partition without a position (and, in a group, without a
     # committed offset) starts: Kafka's auto.offset.reset.
     auto_offset_reset: OffsetReset = "latest"
     # Commit consumed positions from poll() every auto_commit_interval_ms, and on
     # revocation and close (Kafka's enable.auto.commit). Only with a group_id.
     enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5_000
+    auto_commit_interval_ms: Positive = 5_000
     # How long this member may go without an answered heartbeat before it
     # drops its partitions itself (the coordinator removes a member silent for
     # its own session_timeout_ms and hands them on), ms. None: the
     # coordinator's value from the last heartbeat answer; a value above it is
     # capped at it. The session itself is a broker setting (KIP-848).
-    session_timeout_ms: int | None = None
+    session_timeout_ms: Positive | None = None
     # How long the member may take to give up revoked partitions (poll must run
     # its callbacks) before the coordinator removes it, ms; None: the broker's
     # default (60 s). Kafka's new protocol sends max.poll.interval.ms here.
-    rebalance_timeout_ms: int | None = None
+    rebalance_timeout_ms: Positive | None = None
     # Longest the application may go without calling poll() before the
     # member leaves the group so its partitions can be consumed by others, ms
     # (Kafka's max.poll.interval.ms). Time waiting for records inside poll
     # does not count; nothing is committed on that leave; the next poll joins
     # again and calls on_lost for what was held.
-    max_poll_interval_ms: int = 300_000
+    max_poll_interval_ms: Positive = 300_000
     # Server-side assignor to ask for: "uniform" (sticky) or "range"; None:
     # the group's choice (uniform by default).
-    group_assignor: str | None = None
+    group_assignor: Literal["uniform", "range"] | None = None
     # Long-poll of one fetch, ms (Kafka's fetch.max.wait.ms).
-    fetch_max_wait_ms: int = 500
-    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: NonNegative = 500
+    fetch_min_bytes: NonNegative = 1
     # Bytes asked for per partition per fetch (a larger first batch still comes whole).
-    max_partition_fetch_bytes: int = 1024 * 1024
+    max_partition_fetch_bytes: Positive = 1024 * 1024
     # Bytes the compressed batches of one fetch response may inflate to; the
     # rest of the response is fetched again later. The first batch always
     # inflates (up to 64 MiB, the bound of one batch): a server cannot make
     # the client allocate more than this plus one batch per partition.
-    max_partition_fetch_decompressed_bytes: int = 64 * 1024 * 1024
+    max_partition_fetch_decompressed_bytes: Positive = 64 * 1024 * 1024
     # Largest record batch a fetch answer may bring past max_partition_fetch_bytes
     # (a first batch larger than that comes whole), bytes: a fetch answer
     # over the sum is refused as it arrives. The default is the largest
     # records section the client inflates; raise it for topics whose
     # max_message_bytes is larger.
-    max_fetch_batch_bytes: int = 64 * 1024 * 1024
-    max_poll_records: int = 500
+    max_fetch_batch_bytes: Positive = 64 * 1024 * 1024
+    max_poll_records: Positive = 500
     # Check every fetched batch's CRC-32C (Kafka's check.crcs).
     check_crcs: bool = True
     # Iteration stops after this long without a record; None: never.
-    consumer_timeout_ms: int | None = None
+    consumer_timeout_ms: NonNegative | None = None
     # Bound of position()/seek_to_*/offset lookups/commit()/committed() that
     # retry, and of close() by default, ms.
-    default_api_timeout_ms: int = 60_000
-    key_deserializer: Deserializer | None = None
-    value_deserializer: Deserializer | None = None
+    default_api_timeout_ms: Positive = 60_000
+    # Callables (`lograft.client.serde.Deserializer`): code, not data, so typed Any.
+    key_deserializer: Any = None
+    value_deserializer: Any = None
 
     def __post_init__(self) -> None:
-        self._check_common()
-        if self.group_id is not None and (not isinstance(self.group_id, str) or not self.group_id):
-            raise InvalidConfigError(
-                f"group_id must be a non-empty string, got {self.group_id!r}", setting="group_id"
-            )
-        if self.auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigError(
-                f"auto_offset_reset={self.auto_offset_reset!r}; use earliest, latest or none",
-                setting="auto_offset_reset",
-            )
-        if self.group_assignor is not None and self.group_assignor not in ASSIGNORS:
-            raise InvalidConfigError(
-                f"group_assignor={self.group_assignor!r}; use one of {', '.join(ASSIGNORS)}",
-                setting="group_assignor",
-            )
-        for n in (
-            "max_partition_fetch_bytes",
-            "max_partition_fetch_decompressed_bytes",
-            "max_fetch_batch_bytes",
-            "max_poll_records",
-            "default_api_timeout_ms",
-            "auto_commit_interval_ms",
-            "max_poll_interval_ms",
-        ):
-            _positive(n, getattr(self, n))
-        for n in ("session_timeout_ms", "rebalance_timeout_ms"):
-            if getattr(self, n) is not None:
-                _positive(n, getattr(self, n))
-        _positive("fetch_max_wait_ms", self.fetch_max_wait_ms, zero_ok=True)
-        _positive("fetch_min_bytes", self.fetch_min_bytes, zero_ok=True)
-        if self.consumer_timeout_ms is not None:
-            _positive("consumer_timeout_ms", self.consumer_timeout_ms, zero_ok=True)
+        super().__post_init__()
         if self.request_timeout_ms <= self.fetch_max_wait_ms:
             raise InvalidConfigError(
                 f"request_timeout_ms={self.request_timeout_ms} must exceed "
@@ -334,14 +281,10 @@ class ConsumerConfig(CommonConfig):
         return self.group_id is not None and self.enable_auto_commit
 
 
-def make_config(cls: type[Any], bootstrap_servers: Any, kwargs: dict[str, Any]) -> Any:
-    """`cls(bootstrap_servers=..., **kwargs)`, with unknown names as InvalidConfigError."""
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(kwargs) - known)
-    if unknown:
-        raise InvalidConfigError(
-            f"unknown setting(s) {', '.join(unknown)} for {cls.__name__}", settings=unknown
-        )
+def make_config(cls: type[C], bootstrap_servers: Any, settings: dict[str, Any]) -> C:
+    """A `cls` from keyword settings (and the bootstrap servers, if given);
+    a setting `cls` does not have, or a bad value, is an InvalidConfigError
+    naming it (detail `setting`)."""
     if bootstrap_servers is not None:
-        kwargs = {**kwargs, "bootstrap_servers": bootstrap_servers}
-    return cls(**kwargs)
+        settings = {**settings, "bootstrap_servers": bootstrap_servers}
+    return build(settings, cls, error=InvalidConfigError, detail="setting")

@@ -106,3 +106,13 @@ def test_names_and_values_from_the_data_are_not_echoed_whole():
             build(value, Choice, error=InvalidConfigError, detail="key")
         assert len(str(caught.value)) < 400
         assert len(str(caught.value.details["key"])) < 100
+
+
+def test_check_fields_checks_what_code_constructs():
+    from lograft.typed import check_fields
+
+    with pytest.raises(InvalidConfigError) as caught:
+        check_fields(Http(port=0), error=InvalidConfigError, detail="setting")
+    assert str(caught.value) == "port: Expected `int` >= 1, got 0"
+    assert caught.value.details == {"setting": "port"}
+    check_fields(Http(), error=InvalidConfigError)

@@ -350,3 +350,20 @@ async def test_accumulator_batches_by_record_count_too():
     assert [o.batch_full for o in outcomes] == [False, True, False, True, False]
     assert [b.record_count for b in acc.queues[tp]] == [2, 2, 1]
     assert acc.head_ready(tp, force=False, now=loop.time())[0]  # full: no lingering
+
+
+@pytest.mark.parametrize(
+    ("settings", "name"),
+    [
+        ({"lingerms": 5}, "lingerms"),
+        ({"linger_ms": -1}, "linger_ms"),
+        ({"linger_ms": "5"}, "linger_ms"),
+        ({"batch_records": 0}, "batch_records"),
+        ({"acks": 1, "enable_idempotence": True}, "enable_idempotence"),
+    ],
+)
+def test_a_bad_setting_is_named_in_the_error_details(settings, name):
+    with pytest.raises(InvalidConfigError) as caught:
+        make_config(ProducerConfig, None, settings)
+    assert caught.value.details["setting"] == name
+    assert name in caught.value.message
