@@ -14,6 +14,10 @@ TLS settings, authorization and quotas.
 - `principals`: `User:<name>`, the principal every way in ends with.
 - `passwords`: SCRAM credential records (salt, iterations, StoredKey,
   ServerKey; never the password), constant-time checks, HTTP Basic parsing.
+- `tokens`: bearer JWTs (OAuth 2.0 / OIDC) verified with PyJWT against a
+  JWKS from a file or URL (cached, refreshed, refetched on an unknown kid at
+  a bounded rate): algorithms, `iss`, `aud`, `exp`/`nbf` with bounded skew,
+  the principal from a configurable claim.
 - `certificates`: a client certificate's principal from its subject with
   Kafka's `ssl.principal.mapping.rules`.
 
