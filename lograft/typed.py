@@ -22,7 +22,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, dataclass_transform
 
 import msgspec
 import msgspec.inspect
@@ -47,6 +47,10 @@ __all__ = [
 T = TypeVar("T")
 
 
+# Tells type checkers that subclasses inherit frozen, as msgspec does (without
+# it mypy takes every subclass for a mutable class under a frozen one).
+# kw_only is not inherited (msgspec applies it to the class's own fields).
+@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """Base of every validated value: immutable, keyword-built, strict about keys.
 

@@ -14,6 +14,8 @@ echo "[test] ruff check"
 "$PY" -m ruff check lograft tests scripts
 echo "[test] lint-imports (the layering: [tool.importlinter] in pyproject.toml)"
 "$ROOT/.venv/bin/lint-imports" --no-logo
+echo "[test] mypy (strict on errors, typed, protocol, storage, quorum: [tool.mypy] in pyproject.toml)"
+"$PY" -m mypy
 echo "[test] pytest"
 set +e
 "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -126,7 +126,7 @@ def _bounded(text: str) -> str:
     return text
 
 
-class ServerLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ServerLogger(logging.LoggerAdapter[logging.Logger]):
     """The logger handed to aiohttp's server (`AppRunner(logger=...)`).
 
     aiohttp logs "Error handling request" with a traceback at ERROR for every

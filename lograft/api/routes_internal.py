@@ -231,8 +231,11 @@ class ControllerRpc:
             req = c.AlterConfigRequest(
                 resource_type, name, str(key), None if value is None else str(value)
             )
-            await self.runtime.run(lambda img, _s, _n, r=req: c.alter_config(img, r, self.config))
+            await self._alter_config(req)
         return {"resource_type": resource_type.value, "resource_name": name, "configs": changes}
+
+    async def _alter_config(self, req: c.AlterConfigRequest) -> None:
+        await self.runtime.run(lambda img, _s, _n: c.alter_config(img, req, self.config))
 
 
 def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> None:

@@ -533,7 +533,7 @@ class ReplicaManager:
             target.close()  # its descriptors are this replica's, which failed
             raise
         self.partitions[tp] = part
-        self.maintainer.add(part.log, lambda p=part: p.high_watermark)
+        self.maintainer.add(part.log, lambda: part.high_watermark)
         log.info("created replica %s: %s", tp, part.log.recovery.summary())
         return part
 

@@ -201,6 +201,7 @@ def render_describe(doc: Mapping[str, Any], coordinator_url: str | None = None) 
         "",
     ]
     clients = {m.get("member_id"): m.get("client_id") or "-" for m in members}
+    rows: list[tuple[Any, ...]]  # one table after another, each with its own columns
     if offsets:
         rows = [
             (
@@ -278,6 +279,7 @@ def reset_request(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
     body = reset_request(args)
+    rows: list[tuple[Any, ...]]
     with client_for(args) as admin:
         if args.dry_run:
             rows = _dry_run(admin, args, body)

@@ -28,7 +28,7 @@ class BufferPool:
         self.total_bytes = total_bytes
         # Called (from any thread) when someone starts waiting for room: the
         # producer wakes its sender, which then sends lingering batches at once.
-        self.on_wait: Callable[[], None] | None = None
+        self.on_wait: Callable[[], object] | None = None  # its result is ignored
         self._used = 0
         self._cond = threading.Condition(threading.Lock())
         self._blocked_threads = 0

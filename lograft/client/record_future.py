@@ -94,7 +94,7 @@ class FutureRecordMetadata:
         self._wait(timeout)
         if self._state == _FAILED:
             raise self._value
-        return self._value  # type: ignore[no-any-return]
+        return self._value
 
     get = result
 

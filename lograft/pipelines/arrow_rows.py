@@ -133,12 +133,12 @@ class _Sections:
     def batch(self, topic: str, partition: int) -> pa.RecordBatch:
         n, parts = self.count, self.parts
         columns: list[pa.Array] = [
-            _binary(n, parts, 2, self.key_len),
-            _binary(n, parts, 6, self.value_len),
+            _binary(n, parts, True, self.key_len),
+            _binary(n, parts, False, self.value_len),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
-            pa.Array.from_buffers(pa.int64(), n, [None, _joined(parts, 0)]),
-            pa.Array.from_buffers(_TIMESTAMP, n, [None, _joined(parts, 1)]),
+            pa.Array.from_buffers(pa.int64(), n, [None, _joined([p.offsets for p in parts])]),
+            pa.Array.from_buffers(_TIMESTAMP, n, [None, _joined([p.timestamps_us for p in parts])]),
             pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(b"".join(self.types))]),
         ]
         if self.include_headers:
@@ -160,24 +160,29 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _TS_TYPE = {False: _I32.pack(0), True: _I32.pack(1)}  # CreateTime, LogAppendTime
 
 
-def _joined(parts: list[RecordColumns], field: int) -> pa.Buffer:
-    if len(parts) == 1:
-        return pa.py_buffer(parts[0][field])
-    return pa.py_buffer(b"".join(p[field] for p in parts))
+def _joined(chunks: list[bytes]) -> pa.Buffer:
+    if len(chunks) == 1:
+        return pa.py_buffer(chunks[0])
+    return pa.py_buffer(b"".join(chunks))
 
 
-def _binary(n: int, parts: list[RecordColumns], first: int, data_len: int) -> pa.Array:
-    """The key (first=2) or value (first=6) column: data, int32 offsets (the
-    sections' start offsets are already counted from the bytes before them)
-    and validity, from the RecordColumns fields at first..first+3."""
-    nulls = sum(p[first + 3] for p in parts)
+def _binary(n: int, parts: list[RecordColumns], key: bool, data_len: int) -> pa.Array:
+    """The key or value column: data, int32 offsets (the sections' start
+    offsets are already counted from the bytes before them) and validity."""
+    cols = [
+        (p.key_data, p.key_offsets, p.key_valid, p.key_nulls)
+        if key
+        else (p.value_data, p.value_offsets, p.value_valid, p.value_nulls)
+        for p in parts
+    ]
+    nulls = sum(c[3] for c in cols)
     validity = None
     if nulls:
-        flags = pa.Array.from_buffers(pa.uint8(), n, [None, _joined(parts, first + 2)])
+        flags = pa.Array.from_buffers(pa.uint8(), n, [None, _joined([c[2] for c in cols])])
         validity = flags.cast(pa.bool_()).buffers()[1]
-    offsets = pa.py_buffer(b"".join([*(p[first + 1] for p in parts), _I32.pack(data_len)]))
+    offsets = pa.py_buffer(b"".join([*(c[1] for c in cols), _I32.pack(data_len)]))
     return pa.Array.from_buffers(
-        pa.binary(), n, [validity, offsets, _joined(parts, first)], null_count=nulls
+        pa.binary(), n, [validity, offsets, _joined([c[0] for c in cols])], null_count=nulls
     )
 
 

@@ -85,9 +85,9 @@ def resolve(
     found = lookup.offsets_for_times(wanted) if wanted else {}
     out = {}
     for tp in tps:
-        off = found[tp]
-        if off is not None:
-            out[tp] = off
+        matched = found[tp]
+        if matched is not None:
+            out[tp] = matched
         elif is_start and no_match == "error":
             raise InvalidConfigError(
                 f"No offset matched from request of topic-partition {tp} and timestamp "

@@ -157,7 +157,7 @@ def write_rows(opts: SinkOptions, columns: SinkColumns, batches: Iterator[pa.Rec
             keys = data["key"] if columns.key is not None else [None] * n
             topics = data["topic"] if columns.topic else [None] * n
             partitions = data["partition"] if columns.partition else [None] * n
-            headers = data["headers"] if columns.headers else [None] * n
+            headers: list[Any] = data["headers"] if columns.headers else [None] * n
             for i in range(n):
                 topic = opts.topic or topics[i]
                 if topic is None:

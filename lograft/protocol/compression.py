@@ -73,7 +73,8 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec is Compression.GZIP:
         return gzip.compress(data, compresslevel=6, mtime=0)
     if codec is Compression.LZ4:
-        return lz4.frame.compress(data)
+        framed: bytes = lz4.frame.compress(data)  # lz4 has no type information
+        return framed
     if codec is Compression.ZSTD:
         return _zstd_c.compress(data)
     raise UnsupportedCompressionError(f"compression {codec.name.lower()} is not supported")
@@ -129,7 +130,7 @@ def _gunzip(raw: bytes, limit: int) -> bytes:
 
 def _unlz4(raw: bytes, limit: int) -> bytes:
     d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(raw, max_length=limit + 1)
+    out: bytes = d.decompress(raw, max_length=limit + 1)  # lz4 has no type information
     if len(out) > limit:
         raise _too_big(limit)
     if not d.eof:

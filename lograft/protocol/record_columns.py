@@ -195,7 +195,7 @@ if _c is not None and getattr(_c, "COLUMNS_ABI", 0) != C_COLUMNS_ABI:
         "using the pure-Python column decoder until it is rebuilt (pip install -e .)",
         C_COLUMNS_ABI,
     )
-    _c = None
+    _c = None  # type: ignore[assignment]  # typed as the module; None: not available
 
 
 def decode_columns_c(

@@ -404,10 +404,13 @@ def scan_records_python(
 
 # --- the C walker ------------------------------------------------------------
 
+# The name is typed as the module (_recordscan.pyi); None stands for "not
+# built or stale", hence the two ignores. `as` marks the re-export that
+# record_columns reads.
 try:
-    from lograft.protocol import _recordscan
+    from lograft.protocol import _recordscan as _recordscan
 except ImportError:  # not built (no compiler at install time): use the fallback
-    _recordscan = None
+    _recordscan = None  # type: ignore[assignment]
 if _recordscan is not None and getattr(_recordscan, "ABI", 1) != C_ABI:
     # Built from an older _recordscan.c (an editable install keeps its last
     # build until `pip install -e .` runs again): its answers are not the
@@ -418,7 +421,7 @@ if _recordscan is not None and getattr(_recordscan, "ABI", 1) != C_ABI:
         getattr(_recordscan, "ABI", 1),
         C_ABI,
     )
-    _recordscan = None
+    _recordscan = None  # type: ignore[assignment]
 
 
 def scan_records_c(

@@ -45,7 +45,7 @@ from lograft.errors import (
 )
 from lograft.quorum.broker_lifecycle import registered_broker
 from lograft.quorum.image import MetadataImage, PartitionState
-from lograft.quorum.records import PartitionChange
+from lograft.quorum.records import PartitionChange, Record
 from lograft.quorum.result import ControllerResult
 
 # Partitions one AlterPartition request may carry. Bounds the request body and
@@ -120,7 +120,7 @@ def alter_partitions(
         )
     registered_broker(image, request.broker_id, request.broker_epoch)
     seen: set[tuple[str, int]] = set()
-    records: list[PartitionChange] = []
+    records: list[Record] = []
     answers: list[AlterPartitionResponse | LograftError] = []
     for item in request.items:
         key = (item.topic_id, item.partition)

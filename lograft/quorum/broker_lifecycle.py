@@ -251,7 +251,7 @@ def fence_expired_brokers(
         BrokerRegistrationChange(b, image.brokers[b].broker_epoch, BrokerAction.FENCE)
         for b in expired
     ]
-    records = (*fences, *_leave(image, set(expired))) if expired else ()
+    records: tuple[Record, ...] = (*fences, *_leave(image, set(expired))) if expired else ()
     return ControllerResult(records, tuple(expired), sessions)
 
 

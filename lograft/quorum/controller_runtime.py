@@ -276,7 +276,7 @@ class ControllerRuntime:
             self.store.image.offset,
         )
 
-    async def _periodic(self, handler: Handler[object]) -> None:
+    async def _periodic(self, handler: Handler[T]) -> None:
         try:
             result = await self.run(handler)
         except NotControllerError:

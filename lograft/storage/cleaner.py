@@ -72,7 +72,7 @@ import os
 import shutil
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -576,7 +576,9 @@ class _BufferedAppender:
         self._chunks, self._batches, self._size = [], [], 0
 
 
-def _read_batches(path: Path, size: int, chunk_bytes: int) -> Iterator[tuple[BatchHeader, bytes]]:
+def _read_batches(
+    path: Path, size: int, chunk_bytes: int
+) -> Generator[tuple[BatchHeader, bytes], None, None]:
     """Every batch of the first `size` bytes of a sealed segment file, CRC
     checked (a corrupt batch must not be re-encoded with a fresh CRC). Reads
     through its own descriptor: a file retention deletes meanwhile stays

@@ -150,7 +150,7 @@ class Log:
         self.clock = clock
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
-        self._segments: SortedDict = SortedDict()
+        self._segments: SortedDict[int, LogSegment] = SortedDict()
         # The last segment, kept apart from _segments (set wherever its last
         # entry changes): appends and log_end_offset read it on every call.
         self._active: LogSegment

@@ -27,6 +27,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from lograft.storage.config import FlushPolicy
 from lograft.storage.log import Clock, Log, wall_clock_ms
@@ -133,18 +134,16 @@ class LogMaintainer:
             if target.closed:
                 self.remove(target)
                 continue
-            self._guard(target, "flush", lambda t=target, d=due: self._flush(t, d, now))
+            self._guard(target, "flush", partial(self._flush, target, due, now))
         if do_retention or do_clean:
             for target, hw in self._snapshot():
                 if target.closed:
                     self.remove(target)
                     continue
                 if do_retention:
-                    self._guard(target, "retention", lambda t=target, h=hw: self._retain(t, h))
+                    self._guard(target, "retention", partial(self._retain, target, hw))
                 if do_clean and self.compactor is not None and target.config.compact:
-                    self._guard(
-                        target, "compaction", lambda t=target, h=hw: self._compact(t, now, h)
-                    )
+                    self._guard(target, "compaction", partial(self._compact, target, now, hw))
         return self.stats
 
     def _flush(self, target: Log, due: int | None, now: int) -> None:

@@ -179,7 +179,7 @@ class _LeaderPolls:
         finally:
             for entry in batch:
                 entry.in_flight = False
-            self.polls.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self.polls.discard(asyncio.current_task())
             self._kick()
             self.owner._forget_if_idle(self)
 

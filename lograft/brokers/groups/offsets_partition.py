@@ -272,7 +272,7 @@ class PartitionCoordinator:
         if deadline is not None and (scheduled is None or deadline < scheduled):
             self._wake.set()
 
-    async def _append(self, result: GroupResult[object]) -> None:
+    async def _append(self, result: GroupResult[T]) -> None:
         part = self.replicas.partition(self.tp)
         end_before = part.log.log_end_offset
         batch = encode_batch(result.records, self.wall_clock())
@@ -319,17 +319,18 @@ class PartitionCoordinator:
                 nearest = deadline
         return due, nearest
 
+    def _member_expiry(self, group_id: str) -> Handler[tuple[str, ...]]:
+        # Sessions and the clock are read when the handler runs, not before.
+        return lambda state: expire_members(
+            state, group_id, self.sessions_of(group_id), self.clock(), self.config
+        )
+
     async def _expire_once(self) -> int | None:
         """Run every expiry that is due; returns the next member deadline."""
         now = self.clock()
         due, nearest = self._due_groups(now)
         for group_id in due:
-            removed = await self.run(
-                group_id,
-                lambda state, g=group_id: expire_members(
-                    state, g, self.sessions_of(g), self.clock(), self.config
-                ),
-            )
+            removed = await self.run(group_id, self._member_expiry(group_id))
             if removed:
                 log.info("group %s: session expired for %s", group_id, ", ".join(removed))
         wall = self.wall_clock()

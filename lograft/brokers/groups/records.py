@@ -295,7 +295,7 @@ GroupValue = (
     | CurrentMemberAssignmentValue
 )
 
-_VALUE_FOR_KEY: dict[type, type] = {
+_VALUE_FOR_KEY: dict[type[GroupKey], type[GroupValue]] = {
     OffsetCommitKey: OffsetCommitValue,
     GroupMetadataKey: GroupMetadataValue,
     GroupPartitionMetadataKey: GroupPartitionMetadataValue,
@@ -516,7 +516,7 @@ def decode_key(data: bytes) -> GroupKey:
     return key
 
 
-def _decode_value(cls: type, data: bytes) -> GroupValue:
+def _decode_value(cls: type[GroupValue], data: bytes) -> GroupValue:
     r = _Reader(data)
     version = r.i16()
     if version != cls.VERSION:

@@ -152,7 +152,7 @@ def spark_session(app_name: str, master: str | None = None) -> SparkSession:
     else:
         from lograft.pipelines.local_spark import local_session
 
-        session = local_session(app_name, **({"master": master} if master else {}))
+        session = local_session(app_name, master=master) if master else local_session(app_name)
     session.dataSource.register(LograftDataSource)
     return session
 

@@ -50,9 +50,9 @@ class HandshakeGuardedConnection(TcpConnection):
     handshake_max_bytes: int
 
     def _TcpConnection__processRead(self) -> bool:
-        more = bool(TcpConnection._TcpConnection__processRead(self))  # type: ignore[attr-defined]
+        more = bool(TcpConnection._TcpConnection__processRead(self))
         if not authenticated(self):
-            buffered = len(self._TcpConnection__readBuffer)  # type: ignore[attr-defined]
+            buffered = len(self._TcpConnection__readBuffer)
             if buffered > self.handshake_max_bytes:
                 log.debug("dropping a Raft connection: %d bytes unauthenticated", buffered)
                 self.disconnect()

@@ -74,7 +74,8 @@ class PeerNode(Node):
 
     @property
     def ip(self) -> str | None:
-        return globalDnsResolver().resolve(self.host)
+        resolved: str | None = globalDnsResolver().resolve(self.host)  # pysyncobj is untyped
+        return resolved
 
     def __repr__(self) -> str:
         return f"PeerNode({self.id!r}, dial_address={self.dial_address!r})"
@@ -131,7 +132,7 @@ class PeerTCPTransport(TCPTransport):
     def _shouldConnect(self, node: Node) -> bool:
         if not isinstance(node, PeerNode) or node in self._preventConnectNodes:
             return False
-        return self._selfIsReadonlyNode or self._selfNode.id > node.id
+        return bool(self._selfIsReadonlyNode or self._selfNode.id > node.id)
 
     def _sendSelfAddress(self, conn: TcpConnection) -> None:
         # Named "address" by pysyncobj; we announce identity instead.
