@@ -55,6 +55,11 @@ class RecordWork:
             return fn()
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
+    @staticmethod
+    def worth_a_thread(data: bytes) -> bool:
+        """`worth_a_thread(data)`, for callers that only hold the worker."""
+        return worth_a_thread(data)
+
     def close(self) -> None:
         """Stop taking work; jobs already running finish in their threads."""
         self._executor.shutdown(wait=False, cancel_futures=True)

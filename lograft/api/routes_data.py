@@ -1,7 +1,9 @@
 """The data plane over HTTP: produce, fetch and offsets.
 
 - `POST /v1/topics/{topic}/records`: JSON records; any broker accepts them and
-  routes each partition's batch to its leader.
+  routes each partition's batch to its leader (the `ProduceRouter`,
+  lograft/brokers/produce_router.py, which appends, forwards and answers per
+  partition; the handlers here parse, call it and render).
 - `POST /v1/topics/{topic}/partitions/{p}/batches`: raw RecordBatch v2 bytes
   (`application/vnd.lograft.batch`), appended as they are, on the leader.
 - `GET /v1/topics/{topic}/partitions/{p}/records`: long-poll fetch, JSON or raw.
@@ -25,11 +27,9 @@ threads, never on the event loop, unless it is small (`worth_a_thread`).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections import defaultdict
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,19 +49,14 @@ from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
-from lograft.brokers.partition import Partition, check_batch_count
 from lograft.brokers.peer_calls import NoPeers
+from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter, partition_of
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
     InvalidRequestError,
     InvalidTopicError,
-    LeaderNotAvailableError,
     LograftError,
-    NotLeaderOrFollowerError,
-    PeerAddressUnknownError,
-    PeerAnswerUnreadableError,
-    PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.batch import (
@@ -69,17 +64,11 @@ from lograft.protocol.batch import (
     build_batch,
     iter_batches,
 )
-from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
     Acks,
-    PartitionBatch,
-    PartitionOutcome,
-    ProduceRequest,
     decode_request,
-    decode_response,
-    encode_request,
     encode_response,
 )
 from lograft.protocol.topic_partition import TopicPartition
@@ -97,11 +86,6 @@ INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 RENDER_INLINE_BYTES_MAX = INLINE_BYTES_MAX
 # A fetch answer larger than this is written in pieces of this size, bytes.
 SEND_PIECE_BYTES = 1024 * 1024
-FORWARD_PATH = "/internal/v1/produce"
-# What a forwarded produce's header costs per partition and in all, bytes; a
-# generous bound, so that a request cut at the limit fits the peer's limit.
-FORWARD_PARTITION_OVERHEAD = 64
-FORWARD_REQUEST_OVERHEAD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +120,20 @@ class DataRoutes:
     ) -> None:
         self.replicas = replicas
         self.metadata = metadata
-        # Where to forward a produce for another leader (node-to-node; None:
-        # a node alone, which forwards nothing).
-        self.calls = calls or NoPeers()
         self.limits = limits or DataLimits()
         # Threads for work that grows with what a request carries.
         self.work = work or RecordWork()
+        # Where a produce's batches go: here, or forwarded to their leaders
+        # (node-to-node calls; None: a node alone, which forwards nothing).
+        self.router = ProduceRouter(
+            replicas,
+            calls or NoPeers(),
+            self.work,
+            # Looked up per call: `metadata` may be a view of whatever image is current.
+            lambda broker_id: self.metadata.broker_url(broker_id),
+            produce_decompressed_bytes_max=self.limits.produce_decompressed_bytes_max,
+            forward_request_bytes_max=self.limits.forward_request_bytes_max,
+        )
         self.keyless = KeylessPartitioner()
 
     def add_to(self, app: web.Application) -> None:
@@ -169,41 +161,10 @@ class DataRoutes:
     def _partition_of(view: TopicView, raw: str) -> TopicPartition:
         """A malformed number is INVALID_REQUEST; a number the topic lacks is
         UNKNOWN_TOPIC_OR_PARTITION (it may exist once partitions are added)."""
-        partition = parse_partition(raw)
-        if partition not in view.partitions:
-            raise UnknownTopicOrPartitionError(
-                f"topic {view.name!r} has no partition {partition}; it has "
-                f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
-                topic=view.name,
-                partition=partition,
-            )
-        return TopicPartition(view.name, partition)
+        return partition_of(view, parse_partition(raw))
 
     def _require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
-        a = view.partitions[tp.partition]
-        if a.leader == self.replicas.broker_id:
-            if tp in self.replicas.partitions:
-                return
-            # Not "ask broker N" when N is this broker: its replica failed.
-            self.replicas.raise_if_failed(tp)
-        raise self._not_leader(view, tp)
-
-    def _not_leader(self, view: TopicView, tp: TopicPartition) -> LograftError:
-        a = view.partitions[tp.partition]
-        if a.leader < 0:
-            return LeaderNotAvailableError(
-                f"{tp} has no leader right now; retry shortly",
-                topic=tp.topic,
-                partition=tp.partition,
-            )
-        return NotLeaderOrFollowerError(
-            f"broker {self.replicas.broker_id} is not the leader of {tp}; "
-            f"broker {a.leader} is, at {self.metadata.broker_url(a.leader)}",
-            topic=tp.topic,
-            partition=tp.partition,
-            leader_id=a.leader,
-            leader_url=self.metadata.broker_url(a.leader),
-        )
+        self.router.require_local_leader(view, tp)
 
     # -- produce ----------------------------------------------------------------------
 
@@ -225,7 +186,7 @@ class DataRoutes:
             acks = Acks.parse(request.query["acks"])
         else:
             acks = Acks.ALL if body_acks is None else body_acks
-        outcomes = await self._produce_batches(view, batches, acks)
+        outcomes = await self.router.produce(view, batches, acks)
         results = [outcomes[p] for p in groups]
         if acks is Acks.NONE:
             return web.Response(status=202)
@@ -282,91 +243,6 @@ class DataRoutes:
             groups[p].append(rec)
         return dict(groups)
 
-    async def _produce_batches(
-        self, view: TopicView, batches: dict[int, bytes], acks: Acks
-    ) -> dict[int, PartitionOutcome]:
-        """Every partition's outcome: local ones go to the replica manager,
-        the others to their leader, one request per leader (as a Kafka client
-        sends one ProduceRequest per broker), all concurrently."""
-        outcomes: dict[int, PartitionOutcome] = {}
-        by_leader: dict[int, list[PartitionBatch]] = defaultdict(list)
-        calls: list[Awaitable[dict[int, PartitionOutcome]]] = []
-        for p, data in batches.items():
-            leader = view.partitions[p].leader
-            if leader == self.replicas.broker_id:
-                calls.append(self._produce_local(TopicPartition(view.name, p), data, acks))
-            elif leader < 0:
-                outcomes[p] = self._not_leader(view, TopicPartition(view.name, p))
-            else:
-                by_leader[leader].append(PartitionBatch(p, data))
-        for leader, parts in by_leader.items():
-            for chunk in self._forward_chunks(parts):
-                calls.append(self._forward(view, leader, ProduceRequest(view.name, acks, chunk)))
-        for answered in await asyncio.gather(*calls):
-            outcomes.update(answered)
-        return outcomes
-
-    async def _produce_local(
-        self, tp: TopicPartition, data: bytes, acks: Acks
-    ) -> dict[int, PartitionOutcome]:
-        try:
-            # A batch built here from the request's JSON: its records are
-            # walked (and judged by the topic's rules) off the loop all the same.
-            check = functools.partial(
-                self.replicas.partition(tp).check_records, data, self._produce_budget()
-            )
-            await self.work.run(check, inline=not worth_a_thread(data))
-            return {tp.partition: await self.replicas.produce(tp, data, acks, records_checked=True)}
-        except LograftError as exc:
-            return {tp.partition: exc}
-
-    def _forward_chunks(self, parts: list[PartitionBatch]) -> list[list[PartitionBatch]]:
-        """`parts` cut into requests the leader's body limit accepts; almost
-        always one. A single batch over the limit still goes (alone), to be
-        refused by the leader as it would be on its own."""
-        budget = self.limits.forward_request_bytes_max - FORWARD_REQUEST_OVERHEAD
-        chunks: list[list[PartitionBatch]] = [[]]
-        used = 0
-        for part in parts:
-            size = len(part.data) + FORWARD_PARTITION_OVERHEAD
-            if chunks[-1] and used + size > budget:
-                chunks.append([])
-                used = 0
-            chunks[-1].append(part)
-            used += size
-        return chunks
-
-    async def _forward(
-        self, view: TopicView, leader: int, req: ProduceRequest
-    ) -> dict[int, PartitionOutcome]:
-        """One request carrying `req`'s partitions to their leader; each
-        partition's outcome is the one the leader's raw produce would give."""
-        partitions = [b.partition for b in req.partitions]
-        try:
-            body = await self.calls.post(
-                leader, FORWARD_PATH, encode_request(req), content_type=FORWARD_CONTENT_TYPE
-            )
-        except PeerAddressUnknownError:
-            return {p: self._not_leader(view, TopicPartition(view.name, p)) for p in partitions}
-        except PeerUnreachableError as exc:
-            return {p: _unreachable(leader, TopicPartition(view.name, p), exc) for p in partitions}
-        except PeerAnswerUnreadableError as exc:
-            # Not retriable: the leader may have appended the records before
-            # whatever answered (a proxy) lost its answer.
-            status = exc.details.get("status")
-            return {p: LograftError(f"broker {leader} answered {status}") for p in partitions}
-        except LograftError as exc:
-            # The whole request was refused: every partition gets the error (a
-            # fresh instance each: the produce answer may still extend one's details).
-            return {p: LograftError.from_dict(exc.to_dict()) for p in partitions}
-        try:
-            return dict(zip(partitions, decode_response(body, partitions), strict=True))
-        except InvalidRequestError as exc:
-            return {
-                p: LograftError(f"broker {leader} answered a produce unreadably: {exc.message}")
-                for p in partitions
-            }
-
     async def produce_forwarded(self, request: web.Request) -> web.StreamResponse:
         """Partitions of one JSON produce, forwarded by the node that took it:
         each is appended exactly as `produce_raw` would append it, all
@@ -379,71 +255,8 @@ class DataRoutes:
         req = decode_request(await request.read())
         view = self._topic(req.topic)
         _refuse_internal(view.name)
-        checks = await self._check_partitions(view, req.partitions)
-        outcomes = await asyncio.gather(
-            *(
-                self._append_as_leader(view, b, req.acks, checks[b.partition])
-                for b in req.partitions
-            )
-        )
-        partitions = [b.partition for b in req.partitions]
-        return web.Response(
-            body=encode_response(list(zip(partitions, outcomes, strict=True))),
-            content_type="application/json",
-        )
-
-    async def _check_partitions(
-        self, view: TopicView, parts: list[PartitionBatch]
-    ) -> dict[int, LograftError | None]:
-        """Each partition's batches checked as produce_raw checks them, sharing
-        one request's budget, in one job; per partition, its refusal or None."""
-        hosted = {
-            b.partition: part
-            for b in parts
-            if (part := self.replicas.partitions.get(TopicPartition(view.name, b.partition)))
-        }
-        budget = self._produce_budget()
-
-        def check_all() -> dict[int, LograftError | None]:
-            out: dict[int, LograftError | None] = {}
-            for b in parts:
-                try:
-                    if b.partition in hosted:  # else refused below, as produce_raw would
-                        self._check_batches(hosted[b.partition], b.data, budget)
-                    out[b.partition] = None
-                except LograftError as exc:
-                    out[b.partition] = exc
-            return out
-
-        inline = not any(worth_a_thread(b.data) for b in parts)
-        return await self.work.run(check_all, inline=inline)
-
-    async def _append_as_leader(
-        self, view: TopicView, batch: PartitionBatch, acks: Acks, refused: LograftError | None
-    ) -> PartitionOutcome:
-        try:
-            # The partition as text, as produce_raw gets it from its URL, so
-            # that an unknown partition's error details are the same.
-            tp = self._partition_of(view, str(batch.partition))
-            self._require_local_leader(view, tp)
-            if refused is not None:
-                return refused
-            return await self.replicas.produce(tp, batch.data, acks, records_checked=True)
-        except LograftError as exc:
-            return exc
-
-    def _produce_budget(self) -> DecompressionBudget:
-        return DecompressionBudget(
-            self.limits.produce_decompressed_bytes_max, "produce_decompressed_bytes_max"
-        )
-
-    def _check_batches(self, part: Partition, data: bytes, budget: DecompressionBudget) -> None:
-        """Every batch and record of a produce, as the leader's append checks
-        them (structure, CRC, sizes, the client rules on records, every record
-        decompressed within `budget`), before anything is appended."""
-        # Before anything else: a body of tiny batches would be walked whole.
-        check_batch_count(data, self.replicas.settings.produce_batches_max)
-        part.check_records(data, budget)
+        outcomes = await self.router.append_forwarded(view, req)
+        return web.Response(body=encode_response(outcomes), content_type="application/json")
 
     async def produce_raw(self, request: web.Request) -> web.StreamResponse:
         view, tp = self._tp(request)
@@ -455,12 +268,7 @@ class DataRoutes:
             )
         acks = Acks.parse(request.query.get("acks", "all"))
         self._require_local_leader(view, tp)
-        data = await request.read()
-        check = functools.partial(
-            self._check_batches, self.replicas.partition(tp), data, self._produce_budget()
-        )
-        await self.work.run(check, inline=not worth_a_thread(data))
-        result = await self.replicas.produce(tp, data, acks, records_checked=True)
+        result = await self.router.append_raw(view, tp, await request.read(), acks)
         if acks is Acks.NONE:
             return web.Response(status=202)
         return json_response(
@@ -615,13 +423,6 @@ def _refuse_internal(topic: str) -> None:
     # loading the partition (Kafka refuses the same way).
     if topic in INTERNAL_TOPICS:
         raise InvalidTopicError(f"cannot produce to the internal topic {topic}", topic=topic)
-
-
-def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> LograftError:
-    return LeaderNotAvailableError(
-        f"could not reach broker {leader}, the leader of {tp}: {exc.message}; retry shortly",
-        leader_id=leader,
-    )
 
 
 __all__ = ["BATCH_CONTENT_TYPE", "DataLimits", "DataRoutes", "RecordInput", "json_response"]

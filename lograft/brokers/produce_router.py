@@ -1,0 +1,342 @@
+"""Where a produce's batches go: this broker's replicas, or their leaders.
+
+Any broker accepts a JSON produce; its batches, one per partition, are
+appended here for the partitions this broker leads, and forwarded to the
+leader of each other partition: one request per leader (as a Kafka client
+sends one ProduceRequest per broker), cut to the leader's body limit, all
+concurrently (`produce`). A leader receives such a request
+(`POST /internal/v1/produce`, lograft/protocol/produce_wire.py) and appends
+each partition exactly as a raw produce of it would be (`append_forwarded`,
+`append_raw`); each partition gets its own outcome.
+
+The forward transport is injected (`ForwardTransport`: the node's
+`PeerClient`), and so is the worker that runs record checks off the event
+loop (`RecordWorker`: the node's `RecordWork`), so the HTTP handlers only
+parse, call and render. Outcomes of forwarded partitions:
+
+- the leader has no address: NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE
+  when the partition has no leader), as a produce sent here would get;
+- the leader cannot be reached: LEADER_NOT_AVAILABLE, retriable;
+- the leader refused the whole request: its error, for every partition;
+- the leader's refusal is no lograft error (a proxy's page): an
+  UNKNOWN_SERVER_ERROR, not retriable, since the leader may have appended the
+  records before whatever answered lost its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from lograft.brokers.metadata_sync import TopicView
+from lograft.brokers.partition import Partition, check_batch_count
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    PeerAddressUnknownError,
+    PeerAnswerUnreadableError,
+    PeerUnreachableError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.protocol.produce_wire import (
+    Acks,
+    AppendResult,
+    PartitionBatch,
+    PartitionOutcome,
+    ProduceRequest,
+    decode_response,
+    encode_request,
+)
+from lograft.protocol.topic_partition import TopicPartition
+
+T = TypeVar("T")
+
+INT32_MAX = (1 << 31) - 1
+FORWARD_PATH = "/internal/v1/produce"
+# What a forwarded produce's header costs per partition and in all, bytes; a
+# generous bound, so that a request cut at the limit fits the peer's limit.
+FORWARD_PARTITION_OVERHEAD = 64
+FORWARD_REQUEST_OVERHEAD = 1024
+
+
+class ForwardTransport(Protocol):
+    """Sends a forwarded produce to a leader (the node's PeerClient); raises
+    as `lograft.brokers.peer_calls.PeerCalls` describes."""
+
+    async def post(
+        self,
+        peer_id: int,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str = ...,
+        timeout_ms: int | None = None,
+    ) -> bytes: ...
+
+
+class RecordWorker(Protocol):
+    """Runs record checks off the event loop (the node's RecordWork)."""
+
+    async def run(self, fn: Callable[[], T], *, inline: bool = False) -> T: ...
+
+    def worth_a_thread(self, data: bytes) -> bool: ...
+
+
+class ProduceRouter:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        transport: ForwardTransport,
+        work: RecordWorker,
+        broker_url: Callable[[int], str | None],
+        *,
+        produce_decompressed_bytes_max: int,
+        forward_request_bytes_max: int,
+    ) -> None:
+        """`broker_url`: a broker's advertised URL, for NOT_LEADER answers
+        (clients go there, not to the node-to-node address)."""
+        self.replicas = replicas
+        self.transport = transport
+        self.work = work
+        self.broker_url = broker_url
+        # Bytes the batches of one produce request may inflate to, in all.
+        self.produce_decompressed_bytes_max = produce_decompressed_bytes_max
+        # A produce forwarded to one leader is cut into requests of at most
+        # this many bytes: the leader refuses a larger body.
+        self.forward_request_bytes_max = forward_request_bytes_max
+
+    # -- leadership ----------------------------------------------------------------------
+
+    def require_local_leader(self, view: TopicView, tp: TopicPartition) -> None:
+        a = view.partitions[tp.partition]
+        if a.leader == self.replicas.broker_id:
+            if tp in self.replicas.partitions:
+                return
+            # Not "ask broker N" when N is this broker: its replica failed.
+            self.replicas.raise_if_failed(tp)
+        raise self.not_leader(view, tp)
+
+    def not_leader(self, view: TopicView, tp: TopicPartition) -> LograftError:
+        a = view.partitions[tp.partition]
+        if a.leader < 0:
+            return LeaderNotAvailableError(
+                f"{tp} has no leader right now; retry shortly",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        return NotLeaderOrFollowerError(
+            f"broker {self.replicas.broker_id} is not the leader of {tp}; "
+            f"broker {a.leader} is, at {self.broker_url(a.leader)}",
+            topic=tp.topic,
+            partition=tp.partition,
+            leader_id=a.leader,
+            leader_url=self.broker_url(a.leader),
+        )
+
+    # -- a produce accepted here ---------------------------------------------------------
+
+    async def produce(
+        self, view: TopicView, batches: dict[int, bytes], acks: Acks
+    ) -> dict[int, PartitionOutcome]:
+        """Every partition's outcome: local ones go to the replica manager,
+        the others to their leader, one request per leader, all concurrently."""
+        outcomes: dict[int, PartitionOutcome] = {}
+        by_leader: dict[int, list[PartitionBatch]] = defaultdict(list)
+        calls: list[Awaitable[dict[int, PartitionOutcome]]] = []
+        for p, data in batches.items():
+            leader = view.partitions[p].leader
+            if leader == self.replicas.broker_id:
+                calls.append(self._produce_local(TopicPartition(view.name, p), data, acks))
+            elif leader < 0:
+                outcomes[p] = self.not_leader(view, TopicPartition(view.name, p))
+            else:
+                by_leader[leader].append(PartitionBatch(p, data))
+        for leader, parts in by_leader.items():
+            for chunk in self.forward_chunks(parts):
+                calls.append(self._forward(view, leader, ProduceRequest(view.name, acks, chunk)))
+        for answered in await asyncio.gather(*calls):
+            outcomes.update(answered)
+        return outcomes
+
+    async def _produce_local(
+        self, tp: TopicPartition, data: bytes, acks: Acks
+    ) -> dict[int, PartitionOutcome]:
+        try:
+            # A batch built here from the request's JSON: its records are
+            # walked (and judged by the topic's rules) off the loop all the same.
+            check = functools.partial(
+                self.replicas.partition(tp).check_records, data, self.produce_budget()
+            )
+            await self.work.run(check, inline=not self.work.worth_a_thread(data))
+            return {tp.partition: await self.replicas.produce(tp, data, acks, records_checked=True)}
+        except LograftError as exc:
+            return {tp.partition: exc}
+
+    def forward_chunks(self, parts: list[PartitionBatch]) -> list[list[PartitionBatch]]:
+        """`parts` cut into requests the leader's body limit accepts; almost
+        always one. A single batch over the limit still goes (alone), to be
+        refused by the leader as it would be on its own."""
+        budget = self.forward_request_bytes_max - FORWARD_REQUEST_OVERHEAD
+        chunks: list[list[PartitionBatch]] = [[]]
+        used = 0
+        for part in parts:
+            size = len(part.data) + FORWARD_PARTITION_OVERHEAD
+            if chunks[-1] and used + size > budget:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(part)
+            used += size
+        return chunks
+
+    async def _forward(
+        self, view: TopicView, leader: int, req: ProduceRequest
+    ) -> dict[int, PartitionOutcome]:
+        """One request carrying `req`'s partitions to their leader; each
+        partition's outcome is the one the leader's raw produce would give."""
+        partitions = [b.partition for b in req.partitions]
+        try:
+            body = await self.transport.post(
+                leader, FORWARD_PATH, encode_request(req), content_type=FORWARD_CONTENT_TYPE
+            )
+        except PeerAddressUnknownError:
+            return {p: self.not_leader(view, TopicPartition(view.name, p)) for p in partitions}
+        except PeerUnreachableError as exc:
+            return {p: _unreachable(leader, TopicPartition(view.name, p), exc) for p in partitions}
+        except PeerAnswerUnreadableError as exc:
+            status = exc.details.get("status")
+            return {p: LograftError(f"broker {leader} answered {status}") for p in partitions}
+        except LograftError as exc:
+            # The whole request was refused: every partition gets the error (a
+            # fresh instance each: the produce answer may still extend one's details).
+            return {p: LograftError.from_dict(exc.to_dict()) for p in partitions}
+        try:
+            return dict(zip(partitions, decode_response(body, partitions), strict=True))
+        except InvalidRequestError as exc:
+            return {
+                p: LograftError(f"broker {leader} answered a produce unreadably: {exc.message}")
+                for p in partitions
+            }
+
+    # -- a produce for partitions led here -----------------------------------------------
+
+    async def append_forwarded(
+        self, view: TopicView, req: ProduceRequest
+    ) -> list[tuple[int, PartitionOutcome]]:
+        """Partitions of one JSON produce, forwarded by the node that took it:
+        each is appended exactly as `append_raw` would append it, all
+        concurrently; per partition, in request order, its outcome."""
+        checks = await self._check_partitions(view, req.partitions)
+        outcomes = await asyncio.gather(
+            *(
+                self._append_as_leader(view, b, req.acks, checks[b.partition])
+                for b in req.partitions
+            )
+        )
+        return list(zip([b.partition for b in req.partitions], outcomes, strict=True))
+
+    async def append_raw(
+        self, view: TopicView, tp: TopicPartition, data: bytes, acks: Acks
+    ) -> AppendResult:
+        """Raw batches for one partition led here, checked off the loop, appended."""
+        self.require_local_leader(view, tp)
+        check = functools.partial(
+            self.check_batches, self.replicas.partition(tp), data, self.produce_budget()
+        )
+        await self.work.run(check, inline=not self.work.worth_a_thread(data))
+        return await self.replicas.produce(tp, data, acks, records_checked=True)
+
+    async def _check_partitions(
+        self, view: TopicView, parts: list[PartitionBatch]
+    ) -> dict[int, LograftError | None]:
+        """Each partition's batches checked as append_raw checks them, sharing
+        one request's budget, in one job; per partition, its refusal or None."""
+        hosted = {
+            b.partition: part
+            for b in parts
+            if (part := self.replicas.partitions.get(TopicPartition(view.name, b.partition)))
+        }
+        budget = self.produce_budget()
+
+        def check_all() -> dict[int, LograftError | None]:
+            out: dict[int, LograftError | None] = {}
+            for b in parts:
+                try:
+                    if b.partition in hosted:  # else refused below, as append_raw would
+                        self.check_batches(hosted[b.partition], b.data, budget)
+                    out[b.partition] = None
+                except LograftError as exc:
+                    out[b.partition] = exc
+            return out
+
+        inline = not any(self.work.worth_a_thread(b.data) for b in parts)
+        return await self.work.run(check_all, inline=inline)
+
+    async def _append_as_leader(
+        self, view: TopicView, batch: PartitionBatch, acks: Acks, refused: LograftError | None
+    ) -> PartitionOutcome:
+        try:
+            tp = partition_of(view, batch.partition)
+            self.require_local_leader(view, tp)
+            if refused is not None:
+                return refused
+            return await self.replicas.produce(tp, batch.data, acks, records_checked=True)
+        except LograftError as exc:
+            return exc
+
+    def produce_budget(self) -> DecompressionBudget:
+        return DecompressionBudget(
+            self.produce_decompressed_bytes_max, "produce_decompressed_bytes_max"
+        )
+
+    def check_batches(self, part: Partition, data: bytes, budget: DecompressionBudget) -> None:
+        """Every batch and record of a produce, as the leader's append checks
+        them (structure, CRC, sizes, the client rules on records, every record
+        decompressed within `budget`), before anything is appended."""
+        # Before anything else: a body of tiny batches would be walked whole.
+        check_batch_count(data, self.replicas.settings.produce_batches_max)
+        part.check_records(data, budget)
+
+
+def partition_of(view: TopicView, partition: int) -> TopicPartition:
+    """Partition `partition` of `view`, refused as a raw produce's URL would
+    refuse it: past Kafka's int32, INVALID_REQUEST; a number the topic lacks,
+    UNKNOWN_TOPIC_OR_PARTITION (it may exist once partitions are added)."""
+    if not 0 <= partition <= INT32_MAX:
+        raise InvalidRequestError(
+            f"partition={partition}: must be an integer (ASCII digits only) from 0 to {INT32_MAX}",
+            field="partition",
+            minimum=0,
+            maximum=INT32_MAX,
+        )
+    if partition not in view.partitions:
+        raise UnknownTopicOrPartitionError(
+            f"topic {view.name!r} has no partition {partition}; it has "
+            f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
+            topic=view.name,
+            partition=partition,
+        )
+    return TopicPartition(view.name, partition)
+
+
+def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> LograftError:
+    return LeaderNotAvailableError(
+        f"could not reach broker {leader}, the leader of {tp}: {exc.message}; retry shortly",
+        leader_id=leader,
+    )
+
+
+__all__ = [
+    "FORWARD_PATH",
+    "ForwardTransport",
+    "ProduceRouter",
+    "RecordWorker",
+    "partition_of",
+]

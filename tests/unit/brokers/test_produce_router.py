@@ -1,0 +1,135 @@
+"""The produce router on its own, with a fake forward transport: which
+partitions go to which leader in how many requests, and what each way a
+forward can fail becomes for the partitions it carried."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from lograft.brokers.metadata_sync import TopicView
+from lograft.brokers.partition import Assignment
+from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter
+from lograft.errors import (
+    LograftError,
+    PeerAddressUnknownError,
+    PeerAnswerUnreadableError,
+    PeerUnreachableError,
+    RequestBytesInflightLimitReachedError,
+)
+from lograft.protocol.produce_wire import (
+    Acks,
+    AppendResult,
+    decode_request,
+    encode_response,
+)
+
+T = TypeVar("T")
+
+
+class Transport:
+    """Records each forwarded request; answers as told."""
+
+    def __init__(self, fail: LograftError | None = None) -> None:
+        self.fail = fail
+        self.sent: list[tuple[int, list[int]]] = []
+
+    async def post(
+        self,
+        peer_id: int,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str = "application/json",
+        timeout_ms: int | None = None,
+    ) -> bytes:
+        assert path == FORWARD_PATH
+        req = decode_request(body)
+        self.sent.append((peer_id, [b.partition for b in req.partitions]))
+        if self.fail is not None:
+            raise self.fail
+        return encode_response(
+            [(b.partition, AppendResult(10, 10 + b.partition, -1)) for b in req.partitions]
+        )
+
+
+class Inline:
+    async def run(self, fn: Callable[[], T], *, inline: bool = False) -> T:
+        return fn()
+
+    def worth_a_thread(self, data: bytes) -> bool:
+        return False
+
+
+class Broker:
+    broker_id = 1
+
+
+def router(transport: Transport, forward_request_bytes_max: int = 1 << 20) -> ProduceRouter:
+    return ProduceRouter(
+        Broker(),  # type: ignore[arg-type]
+        transport,
+        Inline(),
+        lambda b: f"http://broker-{b}",
+        produce_decompressed_bytes_max=1 << 20,
+        forward_request_bytes_max=forward_request_bytes_max,
+    )
+
+
+def topic(leaders: list[int]) -> TopicView:
+    return TopicView(
+        "t",
+        "id-t",
+        {p: Assignment((2, 3), (2, 3), leader, 0, 0) for p, leader in enumerate(leaders)},
+    )
+
+
+async def test_one_request_per_leader_carries_all_its_partitions() -> None:
+    transport = Transport()
+    batches = {0: b"a", 1: b"b", 2: b"c"}
+    out = await router(transport).produce(topic([2, 3, 2]), batches, Acks.ALL)
+    assert sorted(transport.sent) == [(2, [0, 2]), (3, [1])]
+    assert {p: o.first_offset for p, o in out.items()} == {0: 10, 1: 10, 2: 10}  # type: ignore[union-attr]
+
+
+async def test_a_request_past_the_leaders_body_limit_is_cut() -> None:
+    transport = Transport()
+    batches = {p: b"x" * 600 for p in range(4)}
+    await router(transport, forward_request_bytes_max=2_400).produce(
+        topic([2, 2, 2, 2]), batches, Acks.ALL
+    )
+    # 2,400 bytes less the request's overhead hold two batches and their headers.
+    assert transport.sent == [(2, [0, 1]), (2, [2, 3])]
+
+
+@pytest.mark.parametrize(
+    ("fail", "code", "retriable"),
+    [
+        (PeerAddressUnknownError("no address"), "NOT_LEADER_OR_FOLLOWER", True),
+        (PeerUnreachableError("refused"), "LEADER_NOT_AVAILABLE", True),
+        (PeerAnswerUnreadableError("a proxy", status=502), "UNKNOWN_SERVER_ERROR", False),
+        (
+            RequestBytesInflightLimitReachedError("busy"),
+            "REQUEST_BYTES_INFLIGHT_LIMIT_REACHED",
+            True,
+        ),
+    ],
+)
+async def test_a_failed_forward_fails_each_of_its_partitions(
+    fail: LograftError, code: str, retriable: bool
+) -> None:
+    out: dict[int, Any] = await router(Transport(fail)).produce(
+        topic([2, 2]), {0: b"a", 1: b"b"}, Acks.ALL
+    )
+    assert [(o.code, o.retriable) for o in out.values()] == [(code, retriable)] * 2
+    # A fresh error each: the produce answer may extend one's details.
+    assert out[0] is not out[1]
+
+
+async def test_a_partition_without_a_leader_is_not_sent() -> None:
+    transport = Transport()
+    out: dict[int, Any] = await router(transport).produce(topic([-1]), {0: b"a"}, Acks.ALL)
+    assert transport.sent == []
+    assert out[0].code == "LEADER_NOT_AVAILABLE"
