@@ -20,6 +20,12 @@ TLS settings, authorization and quotas.
   the principal from a configurable claim.
 - `certificates`: a client certificate's principal from its subject with
   Kafka's `ssl.principal.mapping.rules`.
+- `tls`: the `[tls]` settings (certificate, key, CA bundle, minimum version,
+  client certificate none/optional/required, principal mapping rules) and the
+  stdlib `ssl.SSLContext`s of a listener and of node-to-node clients.
+- `local_ca`: a local CA and node/client certificates made with
+  `cryptography` (`scripts/make_certs.py`), for clusters on machines you
+  control and for tests.
 
 NOT YET WIRED INTO THE NODE: nothing in api/, brokers/ or node/ uses this
 package yet; no request is authenticated, authorized or throttled by it. The
