@@ -22,7 +22,9 @@ records failed and why, how many were acknowledged, and exits 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import queue
 import stat
 import threading
 import time
@@ -44,7 +46,7 @@ from lograft.cli.common import (
     non_negative_int,
     positive_int,
 )
-from lograft.cli.progress import Progress
+from lograft.cli.progress import REDRAW_INTERVAL_S, Progress
 from lograft.errors import LograftError
 
 BATCH_RECORDS_DEFAULT = 500
@@ -54,6 +56,8 @@ BATCH_BYTES_DEFAULT = 1024 * 1024
 LINGER_MS_DEFAULT = 100
 # One input line may be at most this long, bytes.
 LINE_BYTES_MAX = 8 * 1024 * 1024
+# Lines read ahead of the producer, at most.
+READ_AHEAD_LINES_MAX = 2 * BATCH_RECORDS_MAX
 # The producer's memory for records not yet acknowledged, bytes (at least two
 # batches' worth: see _producer_settings).
 BUFFER_BYTES_MIN = 32 * 1024 * 1024
@@ -164,14 +168,14 @@ def parse_line(line_no: int, raw: bytes, key_sep: str | None, value_format: str)
 
 
 def read_lines(stream: BinaryIO) -> Any:
-    """(line number, line without its line end) for every non-empty line;
-    InputError for a line over LINE_BYTES_MAX or a read that fails."""
+    """(line number, line without its line end, bytes read) for every non-empty
+    line; InputError for a line over LINE_BYTES_MAX or a read that fails."""
     line_no = 0
     while True:
         line_no += 1
         try:
             raw = stream.readline(LINE_BYTES_MAX + 1)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: the file was closed
             raise InputError(f"reading the input failed: {exc}") from None
         if not raw:
             return
@@ -180,6 +184,48 @@ def read_lines(stream: BinaryIO) -> Any:
         line = raw.rstrip(b"\r\n")
         if line:
             yield line_no, line, len(raw)
+
+
+_EOF = object()
+_STOP = object()
+
+
+class LineSource:
+    """`read_lines` on a daemon thread into a bounded queue, so the command can
+    stop at a failed record while the input is idle (`tail -f | lograft
+    produce` would otherwise wait in a read until the next line), and reading
+    overlaps sending."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=READ_AHEAD_LINES_MAX)
+        self._thread = threading.Thread(
+            target=self._read, args=(stream,), name="produce-input", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self, stream: BinaryIO) -> None:
+        try:
+            for item in read_lines(stream):
+                self._queue.put(item)
+            self._queue.put(_EOF)
+        except InputError as exc:
+            self._queue.put(exc)
+
+    def stop(self) -> None:
+        """Wake a `get` waiting for input (from any thread, never blocking)."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_STOP)
+
+    def get(self, timeout_s: float | None) -> Any:
+        """(line number, line, size), _EOF, _STOP, or None after `timeout_s`;
+        raises what reading raised."""
+        try:
+            item = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+        if isinstance(item, InputError):
+            raise item
+        return item
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -293,30 +339,39 @@ def _run(
     """Read and send until the input ends or a record fails; the failure text of
     what stopped it before sending (a bad line, a refused send), or None."""
     stopped = threading.Event()
+    source = LineSource(stream)
     bytes_read = 0
+    # While the input is idle the bar still counts acknowledgements.
+    idle_s = REDRAW_INTERVAL_S if progress.enabled else None
 
     def on_done(line_no: int) -> Callable[[Any], None]:
         def done(fut: Any) -> None:
             if tally.done(line_no, fut.exception()):
                 stopped.set()
                 producer.abort()  # on the loop thread: nothing after this is sent
+                source.stop()
 
         return done
 
     try:
-        for line_no, line, size in read_lines(stream):
-            if stopped.is_set():
-                return None
-            rec = parse_line(line_no, line, args.key_separator, args.value_format)
-            try:
-                fut = producer.send(args.topic, rec.value, key=rec.key, partition=args.partition)
-            except LograftError as exc:
-                if stopped.is_set():
-                    return None  # aborted after a failure: that failure is the story
-                producer.flush()
-                return f"{error_text(exc)}\n(while sending input line {line_no}; {_STOPPED})"
-            fut.add_done_callback(on_done(line_no))
-            bytes_read += size
+        while not stopped.is_set():
+            item = source.get(idle_s)
+            if item is _EOF or item is _STOP:
+                break
+            if item is not None:
+                line_no, line, size = item
+                rec = parse_line(line_no, line, args.key_separator, args.value_format)
+                try:
+                    fut = producer.send(
+                        args.topic, rec.value, key=rec.key, partition=args.partition
+                    )
+                except LograftError as exc:
+                    if stopped.is_set():
+                        return None  # aborted after a failure: that failure is the story
+                    producer.flush()
+                    return f"{error_text(exc)}\n(while sending input line {line_no}; {_STOPPED})"
+                fut.add_done_callback(on_done(line_no))
+                bytes_read += size
             progress.update(tally.sent, bytes_read)
     except InputError as exc:
         # What came before the bad line still goes out, as it would have anyway.

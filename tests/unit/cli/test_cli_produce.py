@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import os
+import threading
 from typing import Any
 
 import pytest
 
+from lograft.cli.common import Streams
+from lograft.cli.main import main
 from lograft.cli.produce import InputError, _line_ranges, parse_line
 from lograft.cli.progress import Progress
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
-from tests.unit.cli.cli_support import dead_urls, http_json, run_cli
+from tests.unit.cli.cli_support import DEADLINE_S, dead_urls, http_json, run_cli
 
 
 def records_of(url: str, topic: str, partition: int) -> list[dict[str, Any]]:
@@ -106,6 +110,27 @@ def test_failed_records_stop_the_run_and_say_how_many_were_acknowledged(srv):
     # acks=1 does not need the ISR: the same input goes through.
     ok = srv.cli("produce", "strict", "--acks", "1", stdin=b"a\nb\nc\n")
     assert ok.code == 0, ok.err
+
+
+def test_a_failure_ends_the_run_while_the_input_is_idle(srv):
+    """`tail -f app.log | lograft produce`: a failed record ends the run at once,
+    not when the next line comes."""
+    read_fd, write_fd = os.pipe()
+    err = io.StringIO()
+    done: dict[str, int] = {}
+    argv = ["produce", "strict", "--timeout-ms", "500", "--bootstrap", srv.url]
+    with os.fdopen(read_fd, "rb") as stdin, os.fdopen(write_fd, "wb") as writer:
+        writer.write(b"a\nb\n")
+        writer.flush()  # and the pipe stays open: no more input, no EOF
+        t = threading.Thread(
+            target=lambda: done.update(code=main(argv, Streams(stdin, io.StringIO(), err))),
+            daemon=True,
+        )
+        t.start()
+        t.join(DEADLINE_S)
+        assert not t.is_alive(), "the run waited for more input after a failure"
+    assert done["code"] == 1
+    assert "NOT_ENOUGH_REPLICAS" in err.getvalue() and "2 failed" in err.getvalue()
 
 
 def test_a_bad_line_stops_after_sending_what_came_before_it(srv):
