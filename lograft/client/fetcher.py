@@ -42,7 +42,7 @@ from typing import Any
 from lograft.client.backoff import backoff_ms
 from lograft.client.config import ConsumerConfig
 from lograft.client.errors import NetworkError
-from lograft.client.metadata import NO_LEADER, ClusterMetadata
+from lograft.client.metadata import ClusterMetadata
 from lograft.client.transport import (
     BATCH_CONTENT_TYPE,
     HIGH_WATERMARK_HEADER,
@@ -203,31 +203,10 @@ class Fetcher:
     # -- requests to leaders -------------------------------------------------------------
 
     async def leader_url(self, tp: TopicPartition) -> str:
-        url = self.metadata.leader_url(tp)
-        if url is not None:
-            return url
         try:
-            meta = await self.metadata.topic(tp.topic)
-            if tp.partition >= meta.count:
-                # A layout cached before partitions were added does not know
-                # them: ask the nodes before calling the partition missing.
-                meta = await self.metadata.refresh(tp.topic)
+            return await self.metadata.find_leader_url(tp)
         except UnknownTopicOrPartitionError as exc:
             raise Missing(exc) from exc
-        if tp.partition >= meta.count:
-            raise Missing(
-                UnknownTopicOrPartitionError(
-                    f"{tp} does not exist (the topic has {meta.count} partitions)",
-                    topic=tp.topic,
-                    partition=tp.partition,
-                )
-            )
-        leader = meta.partitions[tp.partition].leader
-        url = self.metadata.brokers.get(leader) if leader != NO_LEADER else None
-        if url is None:
-            self.metadata.request_update(tp.topic)
-            raise LeaderNotAvailableError(f"{tp} has no leader right now", topic=tp.topic)
-        return url
 
     async def on_retriable(self, tp: TopicPartition, st: PartitionState, exc: LograftError) -> None:
         """Refresh what the error says is stale, then back off (unless redirected)."""

@@ -32,7 +32,7 @@ from lograft.client.errors import (
     UnexpectedResponseError,
 )
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
-from lograft.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.errors import LeaderNotAvailableError, LograftError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
 
 NO_LEADER = -1
@@ -136,6 +136,39 @@ class ClusterMetadata:
             return None
         leader = meta.partitions[tp.partition].leader
         return self._brokers.get(leader) if leader != NO_LEADER else None
+
+    async def find_leader_url(self, tp: TopicPartition) -> str:
+        """URL of the partition's leader, refreshing the topic's layout when
+        the cache does not say (the one lookup the producer and the consumer
+        share). Raises UnknownTopicOrPartitionError when the topic or the
+        partition does not exist (a partition past a cached layout is asked
+        for again first: partitions may have been added), and
+        LeaderNotAvailableError when the partition has no leader with a known
+        URL (the topic is then marked stale)."""
+        url = self.leader_url(tp)
+        if url is not None:
+            return url
+        meta = await self.topic(tp.topic)
+        if tp.partition >= meta.count:
+            # A layout cached before partitions were added does not know
+            # them: ask the nodes before calling the partition missing.
+            meta = await self.refresh(tp.topic)
+        if tp.partition >= meta.count:
+            raise UnknownTopicOrPartitionError(
+                f"{tp} does not exist (the topic has {meta.count} partitions)",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        leader = meta.partitions[tp.partition].leader
+        url = self._brokers.get(leader) if leader != NO_LEADER else None
+        if url is None:
+            self.request_update(tp.topic)
+            raise LeaderNotAvailableError(
+                f"{tp} has no leader with a known URL (leader {leader})",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        return url
 
     def candidates(self) -> list[str]:
         """Nodes to ask, in order: last that answered, bootstrap, known brokers."""

@@ -45,7 +45,7 @@ from lograft.client.errors import (
     UnexpectedResponseError,
 )
 from lograft.client.idempotence import IdempotenceState
-from lograft.client.metadata import NO_LEADER, ClusterMetadata
+from lograft.client.metadata import ClusterMetadata
 from lograft.client.producer_batch import BatchState, ProducerBatch
 from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
 from lograft.errors import (
@@ -277,29 +277,10 @@ class Sender:
             await self._backoff(batch, deadline, attempt, error)
 
     async def _leader_url(self, tp: TopicPartition) -> str | LograftError:
-        url = self.metadata.leader_url(tp)
-        if url is not None:
-            return url
         try:
-            meta = await self.metadata.topic(tp.topic)
+            return await self.metadata.find_leader_url(tp)
         except LograftError as exc:
             return exc
-        if tp.partition >= meta.count:
-            return UnknownTopicOrPartitionError(
-                f"{tp} does not exist (the topic has {meta.count} partitions)",
-                topic=tp.topic,
-                partition=tp.partition,
-            )
-        leader = meta.partitions[tp.partition].leader
-        url = self.metadata.brokers.get(leader) if leader != NO_LEADER else None
-        if url is None:
-            self.metadata.request_update(tp.topic)
-            return LeaderNotAvailableError(
-                f"{tp} has no leader with a known URL (leader {leader})",
-                topic=tp.topic,
-                partition=tp.partition,
-            )
-        return url
 
     async def _backoff(
         self, batch: ProducerBatch, deadline: float, attempt: int, error: LograftError

@@ -20,6 +20,7 @@ from lograft.client.metadata import ClusterMetadata
 from lograft.client.transport import HttpResponse
 from lograft.errors import (
     CorruptRecordError,
+    LeaderNotAvailableError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
@@ -531,3 +532,27 @@ async def test_abort_from_a_failed_records_callback_keeps_its_successors_unsent(
         with pytest.raises(ClientClosedError):
             await p.send("t", b"after")
     assert len(t.to("/batches")) == 1
+
+
+async def test_the_leader_lookup_asks_again_for_a_partition_past_the_cached_layout():
+    """The producer and the consumer share one lookup: a partition added after
+    the layout was cached is found by asking the nodes once more, not called
+    missing; a partition without a leader is LEADER_NOT_AVAILABLE."""
+    layouts = iter([[1], [1, -1, 2]])
+    current: list[int] = []
+
+    def handler(call: Call):
+        if call.path == "/v1/brokers":
+            return json_response(call, brokers_doc(BROKERS))
+        current[:] = next(layouts, current)
+        return json_response(call, topic_doc("t", current))
+
+    t = ScriptedTransport(handler)
+    md = ClusterMetadata(t, [A], request_timeout_ms=1000, metadata_max_age_ms=60_000)
+    assert await md.find_leader_url(TopicPartition("t", 0)) == A
+    assert await md.find_leader_url(TopicPartition("t", 2)) == B  # added since
+    assert len(t.to("/v1/topics/t")) == 2
+    with pytest.raises(LeaderNotAvailableError):
+        await md.find_leader_url(TopicPartition("t", 1))
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await md.find_leader_url(TopicPartition("t", 3))
