@@ -49,8 +49,9 @@ from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
+from lograft.brokers.metadata_sync import partition_of
 from lograft.brokers.peer_calls import NoPeers
-from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter, partition_of
+from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (

@@ -30,11 +30,16 @@ from typing import Any
 
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import PartitionMeta
+from lograft.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.image import MetadataImage, PartitionState, TopicImage
 from lograft.quorum.records import ConfigResourceType
 
 HTTP_LISTENER = "http"
+
+
+# Kafka's partition numbers are int32.
+_INT32_MAX = (1 << 31) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,27 @@ class TopicView:
     topic_id: str
     partitions: Mapping[int, Assignment]
     config: Mapping[str, Any] = field(default_factory=dict)
+
+
+def partition_of(view: TopicView, partition: int) -> TopicPartition:
+    """Partition `partition` of `view`, refused as a raw produce's URL would
+    refuse it: past Kafka's int32, INVALID_REQUEST; a number the topic lacks,
+    UNKNOWN_TOPIC_OR_PARTITION (it may exist once partitions are added)."""
+    if not 0 <= partition <= _INT32_MAX:
+        raise InvalidRequestError(
+            f"partition={partition}: must be an integer (ASCII digits only) from 0 to {_INT32_MAX}",
+            field="partition",
+            minimum=0,
+            maximum=_INT32_MAX,
+        )
+    if partition not in view.partitions:
+        raise UnknownTopicOrPartitionError(
+            f"topic {view.name!r} has no partition {partition}; it has "
+            f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
+            topic=view.name,
+            partition=partition,
+        )
+    return TopicPartition(view.name, partition)
 
 
 def assignment_of(p: PartitionState) -> Assignment:

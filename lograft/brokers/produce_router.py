@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from lograft.brokers.metadata_sync import TopicView
+from lograft.brokers.metadata_sync import TopicView, partition_of
 from lograft.brokers.partition import Partition, check_batch_count
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -42,7 +42,6 @@ from lograft.errors import (
     PeerAddressUnknownError,
     PeerAnswerUnreadableError,
     PeerUnreachableError,
-    UnknownTopicOrPartitionError,
 )
 from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
@@ -59,7 +58,6 @@ from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
 
-INT32_MAX = (1 << 31) - 1
 FORWARD_PATH = "/internal/v1/produce"
 # What a forwarded produce's header costs per partition and in all, bytes; a
 # generous bound, so that a request cut at the limit fits the peer's limit.
@@ -305,27 +303,6 @@ class ProduceRouter:
         part.check_records(data, budget)
 
 
-def partition_of(view: TopicView, partition: int) -> TopicPartition:
-    """Partition `partition` of `view`, refused as a raw produce's URL would
-    refuse it: past Kafka's int32, INVALID_REQUEST; a number the topic lacks,
-    UNKNOWN_TOPIC_OR_PARTITION (it may exist once partitions are added)."""
-    if not 0 <= partition <= INT32_MAX:
-        raise InvalidRequestError(
-            f"partition={partition}: must be an integer (ASCII digits only) from 0 to {INT32_MAX}",
-            field="partition",
-            minimum=0,
-            maximum=INT32_MAX,
-        )
-    if partition not in view.partitions:
-        raise UnknownTopicOrPartitionError(
-            f"topic {view.name!r} has no partition {partition}; it has "
-            f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
-            topic=view.name,
-            partition=partition,
-        )
-    return TopicPartition(view.name, partition)
-
-
 def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> LograftError:
     return LeaderNotAvailableError(
         f"could not reach broker {leader}, the leader of {tp}: {exc.message}; retry shortly",
@@ -338,5 +315,4 @@ __all__ = [
     "ForwardTransport",
     "ProduceRouter",
     "RecordWorker",
-    "partition_of",
 ]

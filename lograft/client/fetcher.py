@@ -41,8 +41,7 @@ from typing import Any
 
 from lograft.client.backoff import backoff_ms
 from lograft.client.config import ConsumerConfig
-from lograft.client.errors import NetworkError
-from lograft.client.metadata import ClusterMetadata
+from lograft.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
 from lograft.client.transport import (
     BATCH_CONTENT_TYPE,
     HIGH_WATERMARK_HEADER,
@@ -51,8 +50,6 @@ from lograft.client.transport import (
 )
 from lograft.client.types import TimestampType
 from lograft.errors import (
-    FencedLeaderEpochError,
-    LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -67,14 +64,6 @@ from lograft.protocol.batch import (
 )
 from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.topic_partition import TopicPartition
-
-_METADATA_ERRORS = (
-    NotLeaderOrFollowerError,
-    LeaderNotAvailableError,
-    UnknownTopicOrPartitionError,
-    FencedLeaderEpochError,
-    NetworkError,
-)
 
 
 class Missing(Exception):
@@ -210,7 +199,7 @@ class Fetcher:
 
     async def on_retriable(self, tp: TopicPartition, st: PartitionState, exc: LograftError) -> None:
         """Refresh what the error says is stale, then back off (unless redirected)."""
-        if isinstance(exc, _METADATA_ERRORS):
+        if isinstance(exc, STALE_METADATA_ERRORS):
             self.metadata.request_update(tp.topic)
         if isinstance(exc, NotLeaderOrFollowerError) and st.failures == 0:
             hint = exc.details

@@ -32,10 +32,25 @@ from lograft.client.errors import (
     UnexpectedResponseError,
 )
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
-from lograft.errors import LeaderNotAvailableError, LograftError, UnknownTopicOrPartitionError
+from lograft.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
 from lograft.protocol.topic_partition import TopicPartition
 
 NO_LEADER = -1
+# Errors after which the cached layout of a topic may be wrong (the producer
+# and the consumer mark the topic stale on them).
+STALE_METADATA_ERRORS = (
+    NotLeaderOrFollowerError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    FencedLeaderEpochError,
+    NetworkError,
+)
 
 
 @dataclass(frozen=True, slots=True)

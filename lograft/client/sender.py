@@ -45,29 +45,17 @@ from lograft.client.errors import (
     UnexpectedResponseError,
 )
 from lograft.client.idempotence import IdempotenceState
-from lograft.client.metadata import ClusterMetadata
+from lograft.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
 from lograft.client.producer_batch import BatchState, ProducerBatch
 from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
 from lograft.errors import (
-    FencedLeaderEpochError,
-    LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
-    UnknownTopicOrPartitionError,
 )
 from lograft.protocol.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
-
-# Errors after which the cached layout of the topic may be wrong.
-_METADATA_ERRORS = (
-    NotLeaderOrFollowerError,
-    LeaderNotAvailableError,
-    UnknownTopicOrPartitionError,
-    FencedLeaderEpochError,
-    NetworkError,
-)
 
 
 @dataclass(slots=True)
@@ -263,7 +251,7 @@ class Sender:
                         batch.maybe_appended = True  # appended, not confirmed by the ISR
             if not error.retriable:
                 raise error
-            if isinstance(error, _METADATA_ERRORS):
+            if isinstance(error, STALE_METADATA_ERRORS):
                 self.metadata.request_update(tp.topic)
             if isinstance(error, NotLeaderOrFollowerError) and not redirected:
                 hint = error.details

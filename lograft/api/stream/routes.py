@@ -72,6 +72,7 @@ from lograft.api.stream.session import (
     client_gone,
 )
 from lograft.api.stream.source import PartitionSource
+from lograft.brokers.metadata_sync import partition_of
 from lograft.brokers.peer_calls import NoPeers
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -391,15 +392,7 @@ def _partitions(view: TopicView, raw: str | None) -> tuple[int, ...]:
         return tuple(sorted(view.partitions))
     wanted: set[int] = set()
     for item in raw.split(","):
-        partition = parse_partition(item, "partitions")
-        if partition not in view.partitions:
-            raise UnknownTopicOrPartitionError(
-                f"topic {view.name!r} has no partition {partition}; it has "
-                f"{len(view.partitions)} (0..{len(view.partitions) - 1})",
-                topic=view.name,
-                partition=partition,
-            )
-        wanted.add(partition)
+        wanted.add(partition_of(view, parse_partition(item, "partitions")).partition)
     return tuple(sorted(wanted))
 
 
