@@ -23,14 +23,17 @@ Every refusal is `AuthenticationFailed` with a stable `AuthFailure` reason
 expired, not_yet_valid, wrong_issuer, wrong_audience, missing_claim,
 keys_unavailable) and a message that never repeats the token.
 
-The JWKS comes from a file or an https URL through an injectable async
-fetcher (`Fetcher`), so tests need no network. `JwksCache` holds it: fetched
-on first use, refetched every `jwks_refresh_ms`, and refetched early when a
-token names an unknown `kid` (a key rotation), at most once every
-`jwks_refetch_min_interval_ms` so forged `kid`s cannot make the node hammer
-the identity provider. A failed refetch keeps the keys it had. One fetch runs
-at a time; concurrent callers wait for it. The fetch reads at most
-`jwks_bytes_max` bytes and gives up after `jwks_fetch_timeout_ms`.
+The JWKS comes from a file or an https URL (verified against the system's
+trust store or `jwks_ca_file`) through an injectable async fetcher
+(`Fetcher`, made by `fetcher_for`), so tests need no network. `JwksCache`
+holds it: fetched on first use (callers wait), refetched every
+`jwks_refresh_ms` in the background (callers go on with the keys they have),
+and refetched early when a token names an unknown `kid` (a key rotation; the
+caller waits), at most once every `jwks_refetch_min_interval_ms` so forged
+`kid`s cannot make the node hammer the identity provider. A failed refetch
+keeps the keys it had. One fetch runs at a time; concurrent callers wait for
+it. A fetch reads at most `jwks_bytes_max` bytes and gives up after
+`jwks_fetch_timeout_ms`.
 
 Costs on the event loop: one signature check (tens of microseconds for ES256
 and EdDSA, RSA verification similar) and parsing a bounded token.
@@ -39,8 +42,10 @@ and EdDSA, RSA verification similar) and parsing a bounded token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,6 +58,7 @@ import jwt
 import msgspec
 
 from lograft import typed
+from lograft.errors import InvalidConfigError
 from lograft.security.failures import AuthenticationFailed, AuthFailure
 from lograft.security.principals import user_principal
 
@@ -63,6 +69,7 @@ __all__ = [
     "BearerVerifier",
     "Fetcher",
     "JwksCache",
+    "fetcher_for",
     "file_fetcher",
     "http_fetcher",
     "parse_bearer_authorization",
@@ -93,6 +100,8 @@ class BearerSettings(typed.Record):
     audience: Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
     jwks_file: Path | None = None
     jwks_url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+    # The CA bundle the JWKS URL's certificate must chain to (default: the system's).
+    jwks_ca_file: Path | None = None
     algorithms: Annotated[list[str], msgspec.Meta(min_length=1)] = msgspec.field(
         default_factory=lambda: ["RS256", "ES256", "EdDSA"]
     )
@@ -213,6 +222,7 @@ class JwksCache:
         self._attempted_at: float | None = None
         self._fetches = 0
         self._lock = asyncio.Lock()
+        self._background: asyncio.Task[None] | None = None
         # PyJWK objects by (kid, alg): loading a key costs more than using it.
         self._loaded_keys: dict[tuple[str | None, str], jwt.PyJWK] = {}
 
@@ -224,14 +234,23 @@ class JwksCache:
     async def key(self, kid: str | None, alg: str) -> jwt.PyJWK:
         """The key `kid` loaded for `alg`, or AuthenticationFailed
         (UNKNOWN_KEY, KEYS_UNAVAILABLE)."""
-        settings = self._settings
-        if not self._loaded or self._age() >= settings.jwks_refresh_ms / 1000:
+        if not self._loaded:
             await self._refresh()
+        elif self._age() >= self._settings.jwks_refresh_ms / 1000:
+            # Due for a refresh: callers go on with the keys they have while
+            # one fetch runs in the background (a slow identity provider must
+            # not stall every request for up to jwks_fetch_timeout_ms).
+            self._refresh_in_background()
         if not self._loaded:
             raise AuthenticationFailed(
                 AuthFailure.KEYS_UNAVAILABLE, "the token signing keys could not be fetched"
             )
         jwk = self._find(kid)
+        if jwk is None and self._background is not None:
+            # The refresh under way may bring it; shielded, so a caller that
+            # gives up does not cancel the fetch others wait for.
+            await asyncio.shield(self._background)
+            jwk = self._find(kid)
         if jwk is None and self._may_refetch():
             await self._refresh()
             jwk = self._find(kid)
@@ -275,6 +294,28 @@ class JwksCache:
             return True
         waited = self._clock() - self._attempted_at
         return waited >= self._settings.jwks_refetch_min_interval_ms / 1000
+
+    @property
+    def refreshing(self) -> asyncio.Task[None] | None:
+        """The background refresh under way, if any (tests await it)."""
+        return self._background
+
+    async def close(self) -> None:
+        """Stop a background refresh (when the node stops)."""
+        task, self._background = self._background, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _refresh_in_background(self) -> None:
+        if self._background is None and self._may_refetch():
+            self._background = asyncio.get_running_loop().create_task(self._refresh())
+            self._background.add_done_callback(self._refreshed)
+
+    def _refreshed(self, task: asyncio.Task[None]) -> None:
+        if self._background is task:
+            self._background = None
 
     async def _refresh(self) -> None:
         attempts = self._fetches
@@ -398,6 +439,24 @@ class BearerVerifier:
             raise
 
 
+def fetcher_for(settings: BearerSettings) -> Fetcher:
+    """The fetcher `settings` name: the file, or the URL (with `jwks_ca_file`
+    as its trust store when set; an unreadable bundle is InvalidConfigError)."""
+    if settings.jwks_file is not None:
+        return file_fetcher(settings.jwks_file)
+    assert settings.jwks_url is not None  # __post_init__: exactly one is set
+    context = None
+    if settings.jwks_ca_file is not None:
+        try:
+            context = ssl.create_default_context(cafile=settings.jwks_ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise InvalidConfigError(
+                f"jwks_ca_file {str(settings.jwks_ca_file)!r} cannot be loaded: {exc}",
+                key="jwks_ca_file",
+            ) from None
+    return http_fetcher(settings.jwks_url, context)
+
+
 def file_fetcher(path: Path) -> Fetcher:
     """A fetcher reading the JWKS from `path` (off the event loop), so a
     rotated file is picked up on the next refresh."""
@@ -415,15 +474,17 @@ def file_fetcher(path: Path) -> Fetcher:
     return fetch
 
 
-def http_fetcher(url: str) -> Fetcher:
-    """A fetcher GETting the JWKS from `url` with aiohttp: a 200 answer, at
-    most `max_bytes` read, the whole exchange within `timeout_s`."""
+def http_fetcher(url: str, context: ssl.SSLContext | None = None) -> Fetcher:
+    """A fetcher GETting the JWKS from `url` with aiohttp: a 200 answer (no
+    redirects followed), at most `max_bytes` read, the whole exchange within
+    `timeout_s`; an https server verified with `context` (default: the
+    system's trust store)."""
 
     async def fetch(max_bytes: int, timeout_s: float) -> bytes:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, allow_redirects=False) as response,
+            session.get(url, allow_redirects=False, ssl=context or True) as response,
         ):
             if response.status != 200:
                 raise ValueError(f"GET {url} answered {response.status}")

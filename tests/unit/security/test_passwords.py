@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lograft import typed
 from lograft.errors import InvalidRequestError
@@ -198,3 +201,20 @@ def test_bad_basic_headers_are_refused_with_a_stable_reason(header, reason) -> N
 
 def test_basic_credentials_hide_the_password_in_repr() -> None:
     assert "secret" not in repr(BasicCredentials("alice", "secret"))
+
+
+# Hostile input: any header is parsed or refused with AuthenticationFailed,
+# never another exception (which would be a 500).
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=300).map(lambda raw: basic(raw)),
+        st.binary(max_size=300).map(lambda raw: raw.decode("utf-8", "surrogateescape")),
+        st.binary(max_size=300),
+    )
+)
+def test_any_basic_header_is_parsed_or_refused(header) -> None:
+    with contextlib.suppress(AuthenticationFailed):
+        found = parse_basic_authorization(header)
+        assert found.user and ":" not in found.user

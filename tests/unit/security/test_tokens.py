@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import hashlib
+import hmac
 import json
+import ssl
 import time
 from pathlib import Path
 
@@ -14,16 +18,21 @@ import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from hypothesis import given
+from hypothesis import settings as settings_hypothesis
+from hypothesis import strategies as st
 from jwt.warnings import InsecureKeyLengthWarning
 
 from lograft import typed
 from lograft.errors import InvalidConfigError
 from lograft.security.failures import AuthenticationFailed, AuthFailure
+from lograft.security.local_ca import make_local_certificates
 from lograft.security.tokens import (
     JWKS_KEYS_MAX,
     BearerSettings,
     BearerVerifier,
     JwksCache,
+    fetcher_for,
     file_fetcher,
     http_fetcher,
     parse_bearer_authorization,
@@ -212,9 +221,6 @@ def hs256_with_public_key() -> str:
     )
     header = {"alg": "HS256", "kid": "rsa-1", "typ": "JWT"}
     signing = unsigned(header, claims())[:-1]
-    import hashlib
-    import hmac
-
     mac = hmac.digest(pem, signing.encode(), hashlib.sha256)
     return signing + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
@@ -300,26 +306,67 @@ async def test_an_unknown_kid_refetches_once_then_waits_out_the_rate_limit() -> 
 async def test_keys_are_refetched_every_refresh_interval() -> None:
     idp = FakeIdp(jwks(public_jwk(EC_KEY, "ec-1")), jwks(public_jwk(OTHER_EC_KEY, "ec-2")))
     clock = Clock()
-    check, _ = verifier(idp, clock, jwks_refresh_ms=60_000)
+    check, cache = verifier(idp, clock, jwks_refresh_ms=60_000)
     assert await check.principal(token("ec-1")) == "User:alice"
     clock.now += 59.0
     assert await check.principal(token("ec-1")) == "User:alice"
     assert idp.calls == 1
     clock.now += 1.0
+    # due: the caller goes on with the keys it has while the refresh runs
+    assert await check.principal(token("ec-1")) == "User:alice"
+    assert cache.refreshing is not None
+    await cache.refreshing
+    assert idp.calls == 2 and cache.refreshing is None
     # the old key is gone from the new set: the rotation took effect
     assert await reason_of(check, token("ec-1")) is AuthFailure.UNKNOWN_KEY
     assert idp.calls == 2
 
 
+async def test_a_slow_refresh_stalls_no_caller_with_a_known_key() -> None:
+    idp = FakeIdp(DEFAULT_JWKS)
+    clock = Clock()
+    check, cache = verifier(idp, clock, jwks_refresh_ms=60_000)
+    assert await check.principal(token()) == "User:alice"
+    idp.gate = asyncio.Event()
+    clock.now += 60.0
+    for _ in range(3):
+        assert await check.principal(token()) == "User:alice"
+    refresh = cache.refreshing
+    assert refresh is not None and not refresh.done()  # one refresh, not yet done
+    # a token naming a key the refresh may bring waits for that refresh
+    rotated = asyncio.create_task(check.principal(token("ec-9", key=OTHER_EC_KEY, alg="ES256")))
+    idp.documents = [jwks(public_jwk(OTHER_EC_KEY, "ec-9"))]
+    idp.gate.set()
+    assert await rotated == "User:alice"
+    assert idp.calls == 2 and refresh.done()
+    await cache.close()
+
+
+async def test_close_cancels_a_refresh_under_way() -> None:
+    idp = FakeIdp(DEFAULT_JWKS)
+    clock = Clock()
+    check, cache = verifier(idp, clock, jwks_refresh_ms=60_000)
+    assert await check.principal(token()) == "User:alice"
+    idp.gate = asyncio.Event()
+    clock.now += 60.0
+    assert await check.principal(token()) == "User:alice"
+    task = cache.refreshing
+    assert task is not None
+    await cache.close()
+    assert task.cancelled() and cache.refreshing is None
+
+
 async def test_a_failing_identity_provider_keeps_the_known_keys() -> None:
     idp = FakeIdp(DEFAULT_JWKS, OSError("connection refused"), b"not json", DEFAULT_JWKS)
     clock = Clock()
-    check, _ = verifier(idp, clock, jwks_refresh_ms=1000)
+    check, cache = verifier(idp, clock, jwks_refresh_ms=1000)
     assert await check.principal(token()) == "User:alice"
-    clock.now += 20.0
-    assert await check.principal(token()) == "User:alice"  # the refresh failed
-    clock.now += 20.0
-    assert await check.principal(token()) == "User:alice"  # and again
+    for _ in range(2):
+        clock.now += 20.0
+        assert await check.principal(token()) == "User:alice"
+        assert cache.refreshing is not None
+        await cache.refreshing  # it fails
+        assert await check.principal(token()) == "User:alice"
     assert idp.calls == 3
 
 
@@ -466,3 +513,79 @@ async def test_a_short_rsa_key_is_refused() -> None:
     with pytest.warns(InsecureKeyLengthWarning):
         text = jwt.encode(claims(), weak, algorithm="RS256", headers={"kid": "weak"})
     assert await reason_of(check, text) is AuthFailure.UNKNOWN_KEY
+
+
+async def test_an_https_jwks_url_is_verified_against_jwks_ca_file(tmp_path: Path) -> None:
+    """fetcher_for: the URL's server certificate must chain to jwks_ca_file."""
+    make_local_certificates(tmp_path, nodes=["idp"])
+    make_local_certificates(tmp_path / "other", nodes=[])
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ssl.load_cert_chain(tmp_path / "idp.pem", tmp_path / "idp-key.pem")
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=DEFAULT_JWKS, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/jwks", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=server_ssl).start()
+    url = f"https://localhost:{port}/jwks"
+    try:
+        config = settings(jwks_url=url, jwks_ca_file=str(tmp_path / "ca.pem"))
+        check = BearerVerifier(config, JwksCache(config, fetcher_for(config)))
+        assert await check.principal(token()) == "User:alice"
+        # another CA: the fetch fails, so there are no keys at all
+        other = settings(jwks_url=url, jwks_ca_file=str(tmp_path / "other" / "ca.pem"))
+        refused = BearerVerifier(other, JwksCache(other, fetcher_for(other)))
+        assert await reason_of(refused, token()) is AuthFailure.KEYS_UNAVAILABLE
+    finally:
+        await runner.cleanup()
+
+
+def test_fetcher_for_picks_the_source_and_checks_the_ca_file(tmp_path: Path) -> None:
+    (tmp_path / "junk.pem").write_text("junk")
+    with pytest.raises(InvalidConfigError, match="jwks_ca_file"):
+        fetcher_for(settings(jwks_ca_file=str(tmp_path / "junk.pem")))
+    assert fetcher_for(settings(jwks_url=None, jwks_file=str(tmp_path / "jwks.json")))
+
+
+# Hostile input: whatever arrives in a header, the answer is AuthenticationFailed
+# (a 401 later), never another exception (a 500).
+@settings_hypothesis(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        st.binary(max_size=300).map(lambda b: b.decode("utf-8", "surrogateescape")),
+    )
+)
+def test_any_authorization_header_is_parsed_or_refused(header: str) -> None:
+    for parse in (
+        lambda: parse_bearer_authorization(header, 8192),
+        lambda: parse_bearer_authorization("Bearer " + header, 8192),
+    ):
+        with contextlib.suppress(AuthenticationFailed):
+            parse()
+
+
+jwt_like = st.lists(
+    st.one_of(
+        st.text(
+            alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=",
+            max_size=60,
+        ),
+        st.sampled_from(["e30", "eyJhbGciOiJFUzI1NiJ9", "eyJhbGciOiJub25lIn0", "bnVsbA", "W10"]),
+    ),
+    min_size=1,
+    max_size=6,
+).map(".".join)
+
+
+@settings_hypothesis(max_examples=300, deadline=None)
+@given(st.one_of(jwt_like, st.text(max_size=200)))
+async def test_any_token_is_refused_with_a_stable_reason(text: str) -> None:
+    check, _ = verifier()
+    with pytest.raises(AuthenticationFailed) as info:
+        await check.principal(text)
+    assert info.value.reason in set(AuthFailure)
