@@ -52,7 +52,10 @@ T = TypeVar("T")
 # kw_only is not inherited (msgspec applies it to the class's own fields).
 @dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """Base of every validated value: immutable, keyword-built, strict about keys.
+    """Base of every validated value: immutable and strict about keys.
+
+    msgspec does not pass `kw_only` on to subclasses: their fields may be
+    given by position unless the subclass says `kw_only=True` itself.
 
     Constraints (`Meta`) are checked when a Record is built from data
     (`build`, `decode_json`), not when code calls the constructor with values
