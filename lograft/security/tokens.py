@@ -35,8 +35,9 @@ keeps the keys it had. One fetch runs at a time; concurrent callers wait for
 it. A fetch reads at most `jwks_bytes_max` bytes and gives up after
 `jwks_fetch_timeout_ms`.
 
-Costs on the event loop: one signature check (tens of microseconds for ES256
-and EdDSA, RSA verification similar) and parsing a bounded token.
+Costs on the event loop: parsing a bounded token and one signature check,
+0.1 to 0.25 ms a token end to end for RS256, ES256 and EdDSA
+(`scripts/bench_auth.py` on a loaded 2-core machine), so it runs inline.
 """
 
 from __future__ import annotations
@@ -328,8 +329,11 @@ class JwksCache:
             self._attempted_at = self._clock()
             settings = self._settings
             try:
-                data = await self._fetch(
-                    settings.jwks_bytes_max, settings.jwks_fetch_timeout_ms / 1000
+                timeout_s = settings.jwks_fetch_timeout_ms / 1000
+                # The fetcher is told the bound and held to it: an injected
+                # one that ignores its timeout still cannot stall the callers.
+                data = await asyncio.wait_for(
+                    self._fetch(settings.jwks_bytes_max, timeout_s), timeout_s
                 )
                 if len(data) > settings.jwks_bytes_max:
                     raise ValueError(f"the JWKS is over {settings.jwks_bytes_max} bytes")

@@ -589,3 +589,15 @@ async def test_any_token_is_refused_with_a_stable_reason(text: str) -> None:
     with pytest.raises(AuthenticationFailed) as info:
         await check.principal(text)
     assert info.value.reason in set(AuthFailure)
+
+
+async def test_a_fetcher_that_ignores_its_timeout_is_held_to_it() -> None:
+    never = asyncio.Event()
+
+    async def hang(max_bytes: int, timeout_s: float) -> bytes:
+        await never.wait()
+        return DEFAULT_JWKS
+
+    config = settings(jwks_fetch_timeout_ms=100)
+    check = BearerVerifier(config, JwksCache(config, hang))
+    assert await reason_of(check, token()) is AuthFailure.KEYS_UNAVAILABLE
