@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import orjson
-
 from lograft.cli.common import (
     EXIT_OK,
     Streams,
-    add_connection_args,
     cell,
     client_for,
+    finish_parser,
+    print_json,
     print_lines,
     table,
 )
@@ -29,16 +28,15 @@ def add_parser(sub: Any) -> None:
         "controller, Raft term and commit index, the voters, and every broker with whether it "
         "is fenced.",
     )
-    add_connection_args(status)
     status.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    status.set_defaults(func=cmd_status, cmd_name="cluster status")
+    finish_parser(status, cmd_status, "cluster status")
 
 
 def cmd_status(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.cluster()
     if args.json:
-        streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(doc, streams)
         return EXIT_OK
     print_lines(render_status(doc), streams.stdout)
     return EXIT_OK

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
+import orjson
+
 from lograft.client.config import parse_bootstrap
 from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import LograftError
@@ -112,6 +114,18 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help=f"give up on one request after this long (default {REQUEST_TIMEOUT_MS_DEFAULT})",
     )
+
+
+def finish_parser(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
+    """A cluster subcommand's connection options, its function and its name
+    (`lograft <name>: ...` in messages)."""
+    add_connection_args(parser)
+    parser.set_defaults(func=func, cmd_name=name, parser=parser)
+
+
+def print_json(doc: Any, streams: Streams) -> None:
+    """`--json`: the API's answer, unchanged, indented."""
+    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def client_for(args: argparse.Namespace) -> Admin:

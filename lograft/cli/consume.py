@@ -32,7 +32,7 @@ import orjson
 from lograft.cli.common import (
     EXIT_OK,
     Streams,
-    add_connection_args,
+    finish_parser,
     non_negative_int,
     positive_int,
 )
@@ -122,8 +122,7 @@ def add_parser(sub: Any) -> None:
         metavar="MS",
         help=f"longest wait of one fetch for new records (default {FOLLOW_WAIT_MS_DEFAULT})",
     )
-    add_connection_args(p)
-    p.set_defaults(func=cmd_consume, cmd_name="consume")
+    finish_parser(p, cmd_consume, "consume")
 
 
 # -- the command --------------------------------------------------------------------------------

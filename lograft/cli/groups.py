@@ -15,16 +15,15 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     Streams,
-    add_connection_args,
     client_for,
     count,
+    finish_parser,
     non_negative_int,
+    print_json,
     print_lines,
     table,
 )
@@ -55,7 +54,7 @@ def add_parser(sub: Any) -> None:
         description="List the consumer groups of the cluster.",
     )
     lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    _finish(lst, cmd_list, "groups list")
+    finish_parser(lst, cmd_list, "groups list")
 
     describe = gsub.add_parser(
         "describe",
@@ -65,7 +64,7 @@ def add_parser(sub: Any) -> None:
     )
     describe.add_argument("group", metavar="GROUP")
     describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    _finish(describe, cmd_describe, "groups describe")
+    finish_parser(describe, cmd_describe, "groups describe")
 
     delete = gsub.add_parser(
         "delete",
@@ -74,7 +73,7 @@ def add_parser(sub: Any) -> None:
         "have no members.",
     )
     delete.add_argument("group", metavar="GROUP")
-    _finish(delete, cmd_delete, "groups delete")
+    finish_parser(delete, cmd_delete, "groups delete")
 
     reset = gsub.add_parser(
         "reset-offsets",
@@ -106,12 +105,7 @@ def add_parser(sub: Any) -> None:
     reset.add_argument(
         "--dry-run", action="store_true", help="print the new offsets, change nothing"
     )
-    _finish(reset, cmd_reset_offsets, "groups reset-offsets")
-
-
-def _finish(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
-    add_connection_args(parser)
-    parser.set_defaults(func=func, cmd_name=name, parser=parser)
+    finish_parser(reset, cmd_reset_offsets, "groups reset-offsets")
 
 
 def partition_list(text: str) -> list[int]:
@@ -127,10 +121,6 @@ def partition_list(text: str) -> list[int]:
     return sorted(numbers)
 
 
-def _dump(doc: Any, streams: Streams) -> None:
-    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
 # -- list ----------------------------------------------------------------------------------------
 
 
@@ -138,7 +128,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_groups()
     if args.json:
-        _dump(doc, streams)
+        print_json(doc, streams)
     else:
         groups = doc.get("groups") or []
         rows = [
@@ -182,7 +172,7 @@ def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
     if doc.get("state") == DEAD:
         raise GroupIdNotFoundError(f"group {args.group!r} does not exist", group_id=args.group)
     if args.json:
-        _dump(doc, streams)
+        print_json(doc, streams)
         return EXIT_OK
     print_lines(render_describe(doc, coordinator_url), streams.stdout)
     return EXIT_OK

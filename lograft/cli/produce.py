@@ -40,9 +40,9 @@ from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     Streams,
-    add_connection_args,
     count,
     error_text,
+    finish_parser,
     non_negative_int,
     positive_int,
 )
@@ -122,8 +122,7 @@ def add_parser(sub: Any) -> None:
         help="show a progress bar on stderr (default: when stderr is a terminal and the input "
         "is large)",
     )
-    add_connection_args(p)
-    p.set_defaults(func=cmd_produce, cmd_name="produce")
+    finish_parser(p, cmd_produce, "produce")
 
 
 def _batch_records(text: str) -> int:

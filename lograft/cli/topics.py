@@ -10,17 +10,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import orjson
-
 from lograft.cli.common import (
     EXIT_OK,
     Streams,
-    add_connection_args,
     cell,
     client_for,
     config_pair,
     count,
+    finish_parser,
     positive_int,
+    print_json,
     print_lines,
     table,
 )
@@ -50,11 +49,11 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a topic config, e.g. retention_ms=86400000 (repeatable)",
     )
-    _finish(create, cmd_create, "topics create")
+    finish_parser(create, cmd_create, "topics create")
 
     lst = tsub.add_parser("list", help="list topics", description="List topics.")
     lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    _finish(lst, cmd_list, "topics list")
+    finish_parser(lst, cmd_list, "topics list")
 
     describe = tsub.add_parser(
         "describe",
@@ -64,11 +63,11 @@ def add_parser(sub: Any) -> None:
     )
     describe.add_argument("name", metavar="NAME")
     describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    _finish(describe, cmd_describe, "topics describe")
+    finish_parser(describe, cmd_describe, "topics describe")
 
     delete = tsub.add_parser("delete", help="delete a topic", description="Delete a topic.")
     delete.add_argument("name", metavar="NAME")
-    _finish(delete, cmd_delete, "topics delete")
+    finish_parser(delete, cmd_delete, "topics delete")
 
     alter = tsub.add_parser(
         "alter",
@@ -82,16 +81,7 @@ def add_parser(sub: Any) -> None:
         "--config", type=config_pair, action="append", default=[], metavar="KEY=VALUE"
     )
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    _finish(alter, cmd_alter, "topics alter")
-
-
-def _finish(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
-    add_connection_args(parser)
-    parser.set_defaults(func=func, cmd_name=name, parser=parser)
-
-
-def _dump(doc: Any, streams: Streams) -> None:
-    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    finish_parser(alter, cmd_alter, "topics alter")
 
 
 # -- create / delete / alter ----------------------------------------------------------------
@@ -154,7 +144,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_topics()
     if args.json:
-        _dump(doc, streams)
+        print_json(doc, streams)
         return EXIT_OK
     topics = sorted(doc.get("topics") or [], key=lambda t: t.get("name", ""))
     if not topics:
@@ -172,7 +162,7 @@ def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.describe_topic(args.name)
     if args.json:
-        _dump(doc, streams)
+        print_json(doc, streams)
         return EXIT_OK
     print_lines(render_describe(doc), streams.stdout)
     return EXIT_OK
