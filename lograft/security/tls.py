@@ -9,7 +9,7 @@ bundle). `principal_mapping_rules` maps a client certificate's subject to a
 principal (Kafka's `ssl.principal.mapping.rules`, see `certificates`).
 
 The contexts are plain `ssl.SSLContext`s with the standard library's secure
-defaults (its cipher list, no compression, no renegotiation); nothing here
+defaults (its cipher list, no compression) and renegotiation off; nothing here
 implements cryptography. The server context presents the node's chain and
 verifies client certificates against the CA bundle as configured. The client
 context, used by a node to call its peers, verifies the peer's certificate
@@ -104,6 +104,7 @@ def client_context(settings: TlsSettings, *, present_certificate: bool = True) -
     `present_certificate` is false."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
     context.minimum_version = settings.minimum_version.ssl_version
+    context.options |= ssl.OP_NO_RENEGOTIATION
     if present_certificate:
         _load_chain(context, settings)
     if settings.ca_file is not None:
@@ -115,6 +116,8 @@ def client_context(settings: TlsSettings, *, present_certificate: bool = True) -
 
 def _common(context: ssl.SSLContext, settings: TlsSettings) -> None:
     context.minimum_version = settings.minimum_version.ssl_version
+    # TLS 1.2 renegotiation: a peer could make the node redo handshakes at will.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     _load_chain(context, settings)
 
 

@@ -191,6 +191,8 @@ def test_contexts_carry_the_settings(certs: Path) -> None:
     client = client_context(tls(certs, minimum_version="1.3"))
     assert client.minimum_version is ssl.TLSVersion.TLSv1_3
     assert client.verify_mode is ssl.CERT_REQUIRED and client.check_hostname
+    for context in (server, client):
+        assert context.options & ssl.OP_NO_RENEGOTIATION
 
 
 @pytest.mark.parametrize(
