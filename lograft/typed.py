@@ -122,16 +122,39 @@ def check_fields(record: Record, *, error: type[LograftError], detail: str | Non
 
 
 def decode_json(
-    data: bytes | str, into: type[T], *, error: type[LograftError], where: str = ""
+    data: bytes | str,
+    into: type[T],
+    *,
+    error: type[LograftError],
+    where: str = "",
+    detail: str | None = None,
 ) -> T:
-    """JSON bytes as an `into`, or `error` (bad JSON and bad values alike)."""
+    """JSON bytes as an `into`, or `error` (bad JSON and bad values alike).
+
+    `detail` as for `build`. JSON nested deeper than the interpreter's
+    recursion limit (msgspec recurses per level) is the caller's error too,
+    never a RecursionError.
+    """
+    lead = f"{where}: " if where else ""
     try:
         return msgspec.json.decode(data, type=into, dec_hook=_dec_hook)
     except msgspec.ValidationError as exc:
-        place, reason = _explain(exc, where, _MISSING, into)
-        raise error(f"{place}: {reason}" if place else reason) from None
+        # Only a refused document is decoded a second time, untyped, to show
+        # the bad value as `build` does.
+        place, reason = _explain(exc, where, _plain_json(data), into)
+        details = {detail: place} if detail is not None else {}
+        raise error(f"{place}: {reason}" if place else reason, **details) from None
     except msgspec.DecodeError as exc:
-        raise error(f"{where + ': ' if where else ''}not valid JSON ({exc})") from None
+        raise error(f"{lead}not valid JSON ({exc})") from None
+    except RecursionError:
+        raise error(f"{lead}JSON nested too deeply") from None
+
+
+def _plain_json(data: bytes | str) -> Any:
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return _MISSING
 
 
 def encode_json(value: Any) -> bytes:

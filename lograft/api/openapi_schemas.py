@@ -1,11 +1,14 @@
 """JSON Schemas of the bodies in the OpenAPI document (`openapi.py`): what
 each request takes and each success and error answer holds.
 
-Written from the handlers that build or parse each body (routes_*.py,
-records_json, group_json); schemathesis checks the served answers against
-them (tests/integration/test_openapi_fuzz.py). Objects allow properties not
-listed unless the handler refuses them (request bodies are parsed strictly),
-so that adding a field to an answer is not a breaking change.
+The request bodies' schemas are generated from the typed Records that parse
+them (`request_shapes`, msgspec's JSON Schema), so what the document promises
+and what the validator takes cannot drift apart. The answers' schemas are
+written by hand from the handlers that build them (routes_*.py, records_json,
+group_json): the answers are plain dicts, not Records. schemathesis checks the
+served answers against them (tests/integration/test_openapi_fuzz.py). Answer
+objects allow properties not listed, so that adding a field to an answer is
+not a breaking change; request bodies are closed (unknown fields refused).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from lograft.api.request_ints import INT32_MAX, INT64_MAX
+from lograft.api.request_shapes import json_schemas
 
 Schema = dict[str, Any]
 
@@ -50,9 +54,6 @@ UINT64: Schema = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
 INT32: Schema = {"type": "integer", "minimum": -(1 << 31), "maximum": INT32_MAX}
 PARTITION_NUMBER: Schema = {"type": "integer", "minimum": 0, "maximum": INT32_MAX}
 ANY: Schema = {}
-# Formats of record keys and values (records_json).
-VALUE_FORMAT: Schema = {"enum": ["json", "string", "base64"]}
-TOPIC_NAME: Schema = {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}
 # Topic name -> partition numbers, both ways (group_json).
 PARTITIONS_BY_TOPIC: Schema = {"type": "object", "additionalProperties": array(PARTITION_NUMBER)}
 
@@ -64,32 +65,6 @@ ERROR_OBJECT = obj(
 # -- data: produce, fetch, offsets ----------------------------------------------------------
 
 HEADER_VALUE = nullable(STRING)
-PRODUCE_RECORD = obj(
-    {},
-    {
-        "key": ANY,
-        "value": ANY,
-        "headers": {
-            "anyOf": [
-                {"type": "object", "additionalProperties": HEADER_VALUE},
-                array(obj({"key": STRING}, {"value": HEADER_VALUE}, closed=True)),
-            ]
-        },
-        "partition": PARTITION_NUMBER,
-        "timestamp": UINT64,
-    },
-    closed=True,
-)
-PRODUCE_BODY = obj(
-    {"records": array(ref("ProduceRecord"), minItems=1)},
-    {
-        "value_format": VALUE_FORMAT,
-        "key_format": VALUE_FORMAT,
-        "header_format": {"enum": ["string", "base64"]},
-        "acks": {"enum": ["0", "1", "all", "-1", 0, 1, -1]},
-    },
-    closed=True,
-)
 PRODUCE_OUTCOME = {
     "anyOf": [
         obj({"partition": PARTITION_NUMBER, "offset": UINT64}, {"duplicate": BOOLEAN}),
@@ -151,20 +126,6 @@ STREAM_EVENT = obj(
 
 # -- topics, cluster --------------------------------------------------------------------------
 
-CONFIG_VALUE = {"type": ["string", "integer", "number", "boolean", "null"]}
-CREATE_TOPIC = obj(
-    {"name": TOPIC_NAME},
-    {
-        "partitions": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-        "replication_factor": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-        "configs": {"type": "object", "additionalProperties": CONFIG_VALUE},
-    },
-    closed=True,
-)
-ADD_PARTITIONS = obj({"partitions": {"type": "integer", "minimum": 1, "maximum": INT32_MAX}})
-ALTER_CONFIGS = obj(
-    {"configs": {"type": "object", "minProperties": 1, "additionalProperties": CONFIG_VALUE}}
-)
 CONFIGS = {"type": "object", "additionalProperties": STRING}
 METADATA_OFFSET = {"metadata_offset": INT64}
 TOPIC_CREATED = obj(
@@ -264,31 +225,7 @@ READINESS = obj({"ready": BOOLEAN}, {"controller_elected": BOOLEAN, "metadata_of
 
 # -- consumer groups -------------------------------------------------------------------------
 
-SEQUENCE = UINT64
 EPOCH = {"type": "integer", "minimum": -1, "maximum": INT32_MAX}
-JOIN = obj(
-    {"subscribed_topics": array(STRING)},
-    {
-        "member_id": STRING,
-        "assignor": STRING,
-        "client_id": STRING,
-        "rebalance_timeout_ms": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-        "sequence": SEQUENCE,
-    },
-    closed=True,
-)
-HEARTBEAT = obj(
-    {"member_epoch": {"type": "integer", "minimum": 1, "maximum": INT32_MAX}},
-    {
-        "owned_partitions": PARTITIONS_BY_TOPIC,
-        "subscribed_topics": array(STRING),
-        "assignor": STRING,
-        "client_id": STRING,
-        "rebalance_timeout_ms": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-        "sequence": SEQUENCE,
-    },
-    closed=True,
-)
 MEMBER = obj(
     {
         "group_id": STRING,
@@ -298,19 +235,6 @@ MEMBER = obj(
         "session_timeout_ms": {"type": "integer", "minimum": 0},
         "assignment": PARTITIONS_BY_TOPIC,
     }
-)
-COMMIT = obj(
-    {
-        "offsets": array(
-            obj(
-                {"topic": STRING, "partition": PARTITION_NUMBER, "offset": UINT64},
-                {"metadata": STRING, "leader_epoch": EPOCH},
-                closed=True,
-            )
-        )
-    },
-    {"member_id": STRING, "member_epoch": EPOCH},
-    closed=True,
 )
 OFFSETS_SET = obj(
     {
@@ -334,18 +258,6 @@ COMMITTED_OFFSETS = obj(
             )
         ),
     }
-)
-RESET = obj(
-    {"strategy": {"enum": ["earliest", "latest", "timestamp", "offset"]}},
-    {
-        "timestamp": UINT64,
-        "offset": UINT64,
-        "topics": array(STRING),
-        "partitions": array(
-            obj({"topic": STRING, "partition": PARTITION_NUMBER}, closed=True),
-        ),
-    },
-    closed=True,
 )
 COORDINATOR = obj(
     {
@@ -415,17 +327,12 @@ GROUP_DELETED = obj({"group_id": STRING, "deleted": {"const": True}})
 COMPONENTS: dict[str, Schema] = {
     "Error": obj({"error": ref("ErrorObject")}),
     "ErrorObject": ERROR_OBJECT,
-    "ProduceRecord": PRODUCE_RECORD,
-    "ProduceBody": PRODUCE_BODY,
     "ProduceResult": PRODUCE_RESULT,
     "BatchAppended": BATCH_APPENDED,
     "FetchedRecord": FETCHED_RECORD,
     "Fetched": FETCHED,
     "PartitionOffsets": PARTITION_OFFSETS,
     "StreamEvent": STREAM_EVENT,
-    "CreateTopic": CREATE_TOPIC,
-    "AddPartitions": ADD_PARTITIONS,
-    "AlterConfigs": ALTER_CONFIGS,
     "TopicCreated": TOPIC_CREATED,
     "TopicDeleted": TOPIC_DELETED,
     "PartitionsAdded": PARTITIONS_ADDED,
@@ -438,15 +345,13 @@ COMPONENTS: dict[str, Schema] = {
     "Producer": PRODUCER,
     "Health": HEALTH,
     "Readiness": READINESS,
-    "Join": JOIN,
-    "Heartbeat": HEARTBEAT,
     "Member": MEMBER,
-    "Commit": COMMIT,
     "OffsetsSet": OFFSETS_SET,
     "CommittedOffsets": COMMITTED_OFFSETS,
-    "ResetOffsets": RESET,
     "Coordinator": COORDINATOR,
     "GroupList": GROUP_LIST,
     "GroupDescription": GROUP_DESCRIPTION,
     "GroupDeleted": GROUP_DELETED,
+    # The request bodies, from the Records that parse them (request_shapes).
+    **json_schemas(ref("{name}")["$ref"]),
 }

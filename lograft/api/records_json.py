@@ -1,6 +1,6 @@
 """JSON <-> records at the HTTP edge.
 
-Produce body (`POST /v1/topics/{topic}/records`)::
+Produce body (`POST /v1/topics/{topic}/records`, `request_shapes.ProduceBody`)::
 
     {"value_format": "json" | "string" | "base64",     default "json"
      "key_format":   "string" | "base64" | "json",     default "string"
@@ -8,7 +8,8 @@ Produce body (`POST /v1/topics/{topic}/records`)::
                   or [{"key": "name", "value": "text" | null}, ...],
                   "partition": 0, "timestamp": 1700000000000}, ...]}
 
-`json` values are stored as their compact UTF-8 JSON text; `string` as
+`json` values are stored as their compact UTF-8 JSON text (integers of any
+size exactly as sent); `string` as
 UTF-8; `base64` as the decoded bytes. Header values are UTF-8 strings, or
 base64 with `"header_format": "base64"`.
 
@@ -28,14 +29,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
-from lograft.api.request_ints import INT32_MAX, INT64_MAX, json_int
-from lograft.echo import shown
+from lograft.api import request_shapes as shapes
+from lograft.api.request_shapes import ProduceBody, decode_body
 from lograft.errors import InvalidRequestError, RecordTooLargeError
 from lograft.protocol.batch import (
     BatchHeader,
@@ -53,7 +55,6 @@ from lograft.protocol.compression import Compression, DecompressionBudget
 from lograft.protocol.record_json import READ_FORMATS as READ_FORMATS
 from lograft.protocol.record_json import render_record
 
-VALUE_FORMATS = ("json", "string", "base64")
 RAW_CONTENT_TYPE = "application/vnd.lograft.batch"
 
 
@@ -67,10 +68,6 @@ class RenderLimits:
     # Decompressed bytes one JSON fetch (or one stream read) may inflate; the
     # first batch is always inflated (up to the 64 MiB one-batch bound).
     fetch_decompressed_bytes_max: int = 64 * 1024 * 1024
-
-
-_RECORD_KEYS = {"key", "value", "headers", "partition", "timestamp"}
-_BODY_KEYS = {"records", "value_format", "key_format", "header_format", "acks"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,107 +86,54 @@ class ProduceRequest:
 
 
 def parse_produce_body(body: bytes, *, records_max: int) -> ProduceRequest:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidRequestError('request body must be a JSON object with a "records" list')
-    unknown = set(doc) - _BODY_KEYS
-    if unknown:
+    """The produce body (`request_shapes.ProduceBody`), its records encoded."""
+    doc = decode_body(body, ProduceBody, empty=None)
+    if len(doc.records) > records_max:
         raise InvalidRequestError(
-            f"unknown field(s) {shown(sorted(unknown))}; allowed: {sorted(_BODY_KEYS)}"
-        )
-    value_format = _choice(doc.get("value_format", "json"), VALUE_FORMATS, "value_format")
-    key_format = _choice(doc.get("key_format", "string"), VALUE_FORMATS, "key_format")
-    header_format = _choice(
-        doc.get("header_format", "string"), ("string", "base64"), "header_format"
-    )
-    raw_records = doc.get("records")
-    if not isinstance(raw_records, list) or not raw_records:
-        raise InvalidRequestError('"records" must be a non-empty list')
-    if len(raw_records) > records_max:
-        raise InvalidRequestError(
-            f"{len(raw_records)} records in one request; the limit is {records_max}",
+            f"{len(doc.records)} records in one request; the limit is {records_max}",
             limit=records_max,
         )
-    acks = doc.get("acks")
     records = [
-        _parse_record(i, r, value_format, key_format, header_format)
-        for i, r in enumerate(raw_records)
+        _parse_record(i, r, doc.value_format, doc.key_format, doc.header_format)
+        for i, r in enumerate(doc.records)
     ]
-    return ProduceRequest(records, None if acks is None else str(acks))
-
-
-def _choice(value: Any, allowed: Sequence[str], name: str) -> str:
-    if value not in allowed:
-        raise InvalidRequestError(f"{name}={shown(value)}; use one of {', '.join(allowed)}")
-    return str(value)
+    return ProduceRequest(records, None if doc.acks is None else str(doc.acks))
 
 
 def _parse_record(
-    i: int, raw: Any, value_format: str, key_format: str, header_format: str
+    i: int, raw: shapes.ProduceRecord, value_format: str, key_format: str, header_format: str
 ) -> ProduceRecord:
     where = f"records[{i}]"
-    if not isinstance(raw, dict):
-        raise InvalidRequestError(f"{where} must be an object")
-    unknown = set(raw) - _RECORD_KEYS
-    if unknown:
-        raise InvalidRequestError(
-            f"{where} has unknown field(s) {sorted(unknown)}; allowed: {sorted(_RECORD_KEYS)}"
-        )
-    partition = raw.get("partition")
-    if partition is not None:
-        partition = json_int(partition, f"{where}.partition", maximum=INT32_MAX)
-    # Milliseconds since the epoch: a batch stores it as an int64.
-    timestamp = raw.get("timestamp")
-    if timestamp is not None:
-        timestamp = json_int(timestamp, f"{where}.timestamp", maximum=INT64_MAX)
-    key = encode_value(raw.get("key"), key_format, f"{where}.key") if "key" in raw else None
-    value = (
-        encode_value(raw.get("value"), value_format, f"{where}.value") if "value" in raw else None
-    )
-    headers = _parse_headers(raw.get("headers"), header_format, f"{where}.headers")
-    return ProduceRecord(i, partition, RecordInput(value, key, headers, timestamp))
+    key = encode_value(raw.key, key_format, f"{where}.key")
+    value = encode_value(raw.value, value_format, f"{where}.value")
+    headers = _parse_headers(raw.headers, header_format, f"{where}.headers")
+    return ProduceRecord(i, raw.partition, RecordInput(value, key, headers, raw.timestamp))
 
 
 def encode_value(value: Any, fmt: str, where: str) -> bytes | None:
     if value is None:
         return None
     if fmt == "json":
-        return orjson.dumps(value)
+        # Compact JSON text of what the client sent; msgspec keeps integers
+        # past 64 bits exact (orjson would have made them floats).
+        return msgspec.json.encode(value)
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{where} must be a string with format {fmt}")
+        raise InvalidRequestError(f"{where} must be a string with format {fmt}", field=where)
     if fmt == "string":
         return value.encode()
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequestError(f"{where} is not valid base64") from None
+        raise InvalidRequestError(f"{where} is not valid base64", field=where) from None
 
 
-def _parse_headers(raw: Any, fmt: str, where: str) -> tuple[Header, ...]:
+def _parse_headers(
+    raw: dict[str, str | None] | list[shapes.HeaderItem] | None, fmt: str, where: str
+) -> tuple[Header, ...]:
     if raw is None:
         return ()
-    pairs: list[tuple[Any, Any]]
-    if isinstance(raw, dict):
-        pairs = list(raw.items())
-    elif isinstance(raw, list):
-        pairs = []
-        for j, h in enumerate(raw):
-            if not isinstance(h, dict) or "key" not in h:
-                raise InvalidRequestError(f'{where}[{j}] must be {{"key": ..., "value": ...}}')
-            pairs.append((h["key"], h.get("value")))
-    else:
-        raise InvalidRequestError(f"{where} must be an object or a list")
-    out: list[Header] = []
-    for name, value in pairs:
-        if not isinstance(name, str):
-            raise InvalidRequestError(f"{where}: header names must be strings")
-        if value is not None and not isinstance(value, str):
-            raise InvalidRequestError(f"{where}.{name} must be a string or null")
-        out.append((name, encode_value(value, fmt, f"{where}.{name}")))
-    return tuple(out)
+    pairs = list(raw.items()) if isinstance(raw, dict) else [(h.key, h.value) for h in raw]
+    return tuple((name, encode_value(value, fmt, f"{where}.{name}")) for name, value in pairs)
 
 
 def record_size(rec: Record) -> int:

@@ -52,10 +52,11 @@ before reading when `Content-Length` says so. Only produce requests
 (`FULL_SIZE_BODY_ROUTES`) and node-to-node requests may be that long: every
 other body (group join, sync, heartbeat and commit, admin and config
 changes) is JSON that no legitimate client makes larger than a few
-kilobytes, parsed on the event loop in one C call that cannot be moved off
-it (orjson holds the GIL throughout, so a worker thread would not free the
-loop), so it is held to `admin_request_bytes_max` (1 MiB: about 10 ms of
-parsing) and answered the same 413 past it. Every refusal above carries
+kilobytes, decoded on the event loop in one C call that cannot be moved off
+it (msgspec, into the body's Records of request_shapes, holds the GIL
+throughout, so a worker thread would not free the loop), so it is held to
+`admin_request_bytes_max` (1 MiB: about 10 ms of decoding) and answered the
+same 413 past it. Every refusal above carries
 `Connection: close`: the body is left unread, and the listener reads and
 drops what is left of it for a short while (`UNREAD_BODY_DRAIN_MS`,
 http_server.py) so that the answer reaches the client, then closes.

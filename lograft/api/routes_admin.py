@@ -16,17 +16,16 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from lograft.api.partition_offsets import LeaderOffsets, PartitionOffsets
+from lograft.api.request_shapes import AddPartitions, AlterConfigs, CreateTopic, decode_body
 from lograft.api.routes_data import json_response
 from lograft.api.services import ControllerCalls, PeerCalls
 from lograft.brokers.metadata_sync import ImageView
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
-    InvalidRequestError,
     LograftError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -96,24 +95,18 @@ class AdminRoutes:
             with contextlib.suppress(RequestTimedOutError):
                 await self.replicas_caught_up(target, METADATA_CATCH_UP_TIMEOUT_MS)
 
-    @staticmethod
-    async def _json(request: web.Request) -> dict[str, Any]:
-        try:
-            body = orjson.loads(await request.read() or b"{}")
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise InvalidRequestError("request body must be a JSON object")
-        return body
-
     async def create_topic(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        unknown = set(body) - {"name", "partitions", "replication_factor", "configs"}
-        if unknown:
-            raise InvalidRequestError(f"unknown field(s) {shown(sorted(unknown))}")
-        body.setdefault("partitions", 1)
-        body.setdefault("replication_factor", min(3, max(1, len(self.store.image.brokers))))
-        result = await self._change("create-topic", body)
+        body = decode_body(await request.read(), CreateTopic)
+        replication_factor = body.replication_factor
+        if replication_factor is None:
+            replication_factor = min(3, max(1, len(self.store.image.brokers)))
+        rpc = {
+            "name": body.name,
+            "partitions": body.partitions,
+            "replication_factor": replication_factor,
+            **({} if body.configs is None else {"configs": body.configs}),
+        }
+        result = await self._change("create-topic", rpc)
         return json_response(result, 201)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
@@ -121,24 +114,21 @@ class AdminRoutes:
         return json_response(result)
 
     async def add_partitions(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
+        body = decode_body(await request.read(), AddPartitions)
         result = await self._change(
             "create-partitions",
-            {"name": request.match_info["topic"], "partitions": body.get("partitions")},
+            {"name": request.match_info["topic"], "partitions": body.partitions},
         )
         return json_response(result)
 
     async def alter_configs(self, request: web.Request) -> web.Response:
-        body = await self._json(request)
-        configs = body.get("configs")
-        if not isinstance(configs, dict) or not configs:
-            raise InvalidRequestError('send {"configs": {"name": "value" or null, ...}}')
+        body = decode_body(await request.read(), AlterConfigs)
         result = await self._change(
             "alter-configs",
             {
                 "resource_type": ConfigResourceType.TOPIC.value,
                 "resource_name": request.match_info["topic"],
-                "configs": configs,
+                "configs": body.configs,
             },
         )
         return json_response(result)

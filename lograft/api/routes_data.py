@@ -78,8 +78,9 @@ from lograft.storage.log import TimestampOffset
 BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 # JSON produce bodies from this size on are decoded and built into batches
 # in a worker thread, bytes. Below it the work (under 10 ms) costs less than
-# the thread hand-off. Only the Python-level work leaves the loop: orjson's
-# parse is one C call that holds the GIL, about 10 ms a MiB of JSON here.
+# the thread hand-off. The decode (msgspec: JSON straight into the body's
+# Records, request_shapes) is one C call that holds the GIL, so it frees the
+# loop only from the Python-level work after it (encoding values, batches).
 JSON_OFF_LOOP_BYTES_MIN = 256 * 1024
 # Topics only the brokers write to.
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
@@ -175,7 +176,7 @@ class DataRoutes:
         body = await request.read()
         # A large body's records are decoded and encoded into batches in a
         # record-work thread: that Python work (about 0.2 s for 10,000 small
-        # records) would otherwise hold the event loop. orjson's own parse
+        # records) would otherwise hold the event loop. The JSON decode itself
         # holds the GIL either way (see JSON_OFF_LOOP_BYTES_MIN).
         parsed, groups, batches = await self.work.run(
             functools.partial(self._prepare_json, view, body),

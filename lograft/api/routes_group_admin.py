@@ -14,21 +14,15 @@ rest of the group API (routes_groups, which registers these routes).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from lograft.api.group_json import (
-    describe_json,
-    optional_int,
-    optional_str,
-    parse_body,
-    topic_partitions_from_json,
-    topics_from_json,
-)
+from lograft.api.group_json import describe_json, parse_body
 from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.request_shapes import ResetOffsets
 from lograft.api.routes_data import json_response
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
@@ -132,20 +126,12 @@ class GroupAdminRoutes:
 
     async def reset_offsets(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
-        body = await parse_body(
-            request, {"strategy", "timestamp", "offset", "topics", "partitions"}
-        )
-        raw_strategy = optional_str(body, "strategy")
-        strategies = [s.value for s in OffsetResetStrategy]
-        if raw_strategy not in strategies:
-            raise InvalidRequestError(f"strategy must be one of {strategies}")
-        strategy = OffsetResetStrategy(raw_strategy)
-        timestamp = optional_int(body, "timestamp", minimum=0)
-        offset = optional_int(body, "offset", minimum=0)
+        body = await parse_body(request, ResetOffsets)
+        strategy, timestamp, offset = body.strategy, body.timestamp, body.offset
         if strategy is OffsetResetStrategy.TIMESTAMP and timestamp is None:
-            raise InvalidRequestError("strategy timestamp needs timestamp (ms)")
+            raise InvalidRequestError("strategy timestamp needs timestamp (ms)", field="timestamp")
         if strategy is OffsetResetStrategy.OFFSET and offset is None:
-            raise InvalidRequestError("strategy offset needs offset")
+            raise InvalidRequestError("strategy offset needs offset", field="offset")
         tps = self._reset_partitions(body)
         check_partition_count(tps, self.runtime.config.offset_commit_partitions_max)
         self.runtime.check_can_reset(group_id)
@@ -167,13 +153,13 @@ class GroupAdminRoutes:
             }
         )
 
-    def _reset_partitions(self, body: Mapping[str, Any]) -> list[TopicPartition]:
-        if ("topics" in body) == ("partitions" in body):
+    def _reset_partitions(self, body: ResetOffsets) -> list[TopicPartition]:
+        if (body.topics is None) == (body.partitions is None):
             raise InvalidRequestError("name either topics or partitions to reset")
-        if "partitions" in body:
-            tps = topic_partitions_from_json(body["partitions"])
+        if body.partitions is not None:
+            tps = [TopicPartition(p.topic, p.partition) for p in body.partitions]
         else:
-            tps = topic_partitions(self.metadata, topics_from_json(body["topics"]))
+            tps = topic_partitions(self.metadata, body.topics or ())
         if not tps:
             raise InvalidRequestError("no partitions to reset")
         return tps

@@ -26,16 +26,13 @@ from aiohttp import web
 from lograft.api.group_json import (
     heartbeat_json,
     offsets_from_json,
-    optional_int,
-    optional_str,
     parse_body,
     partitions_from_json,
-    required_int,
-    topics_from_json,
 )
 from lograft.api.http_errors import error_dict
 from lograft.api.partition_offsets import PartitionOffsets
-from lograft.api.request_ints import INT32_MAX, INT64_MAX, optional_query_int
+from lograft.api.request_ints import INT64_MAX, optional_query_int
+from lograft.api.request_shapes import Commit, Heartbeat, Join
 from lograft.api.routes_data import json_response
 from lograft.api.routes_group_admin import (
     GroupAdminRoutes,
@@ -128,67 +125,46 @@ class GroupRoutes:
     # -- membership ---------------------------------------------------------------------
 
     async def join(self, request: web.Request) -> web.Response:
-        body = await parse_body(
-            request,
-            {
-                "member_id",
-                "subscribed_topics",
-                "assignor",
-                "client_id",
-                "rebalance_timeout_ms",
-                "sequence",
-            },
-        )
-        if "subscribed_topics" not in body:
-            raise InvalidRequestError("a join needs subscribed_topics (a list of topic names)")
-        member_id = optional_str(body, "member_id") or str(uuid.uuid4())
+        body = await parse_body(request, Join)
+        member_id = body.member_id or str(uuid.uuid4())
         return await self._heartbeat(request, body, member_id, JOIN_GROUP_MEMBER_EPOCH)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        body = await parse_body(
-            request,
-            {
-                "member_epoch",
-                "owned_partitions",
-                "subscribed_topics",
-                "assignor",
-                "client_id",
-                "rebalance_timeout_ms",
-                "sequence",
-            },
-        )
-        epoch = required_int(body, "member_epoch", minimum=1, maximum=INT32_MAX)
-        return await self._heartbeat(request, body, request.match_info["member"], epoch)
+        body = await parse_body(request, Heartbeat)
+        return await self._heartbeat(request, body, request.match_info["member"], body.member_epoch)
 
     async def leave(self, request: web.Request) -> web.Response:
+        # A DELETE has no body: its sequence is a query parameter.
         sequence = optional_query_int(request.query, "sequence", maximum=INT64_MAX)
-        body: dict[str, Any] = {} if sequence is None else {"sequence": sequence}
-        return await self._heartbeat(
-            request, body, request.match_info["member"], LEAVE_GROUP_MEMBER_EPOCH
+        hb = HeartbeatRequest(
+            group_id=request.match_info["group"],
+            member_id=request.match_info["member"],
+            member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+            sequence=sequence,
         )
+        return await self._send(hb)
 
     async def _heartbeat(
-        self, request: web.Request, body: Mapping[str, Any], member_id: str, epoch: int
+        self, request: web.Request, body: Join | Heartbeat, member_id: str, epoch: int
     ) -> web.Response:
-        group_id = request.match_info["group"]
-        subscribed = body.get("subscribed_topics")
-        owned = body.get("owned_partitions")
+        subscribed = body.subscribed_topics
+        owned = body.owned_partitions if isinstance(body, Heartbeat) else None
         hb = HeartbeatRequest(
-            group_id=group_id,
+            group_id=request.match_info["group"],
             member_id=member_id,
             member_epoch=epoch,
-            subscribed_topics=None if subscribed is None else topics_from_json(subscribed),
-            owned_partitions=None
-            if owned is None
-            else partitions_from_json(owned, "owned_partitions"),
-            assignor=optional_str(body, "assignor"),
-            client_id=optional_str(body, "client_id") or "",
+            subscribed_topics=None if subscribed is None else tuple(subscribed),
+            owned_partitions=None if owned is None else partitions_from_json(owned),
+            assignor=body.assignor,
+            client_id=body.client_id or "",
             client_host=(request.remote or "") if epoch == JOIN_GROUP_MEMBER_EPOCH else "",
-            rebalance_timeout_ms=optional_int(
-                body, "rebalance_timeout_ms", minimum=1, maximum=INT32_MAX
-            ),
-            sequence=optional_int(body, "sequence", minimum=0),
+            rebalance_timeout_ms=body.rebalance_timeout_ms,
+            sequence=body.sequence,
         )
+        return await self._send(hb)
+
+    async def _send(self, hb: HeartbeatRequest) -> web.Response:
+        group_id = hb.group_id
         response = await self.runtime.heartbeat(hb)
         return json_response(
             heartbeat_json(group_id, response, self.runtime.config.session_timeout_ms)
@@ -198,14 +174,14 @@ class GroupRoutes:
 
     async def commit(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
-        body = await parse_body(request, {"member_id", "member_epoch", "offsets"})
-        member_id = optional_str(body, "member_id") or ""
-        epoch = optional_int(body, "member_epoch", minimum=-1, maximum=INT32_MAX)
+        body = await parse_body(request, Commit)
+        member_id = body.member_id or ""
+        epoch = body.member_epoch
         if member_id and epoch is None:
-            raise InvalidRequestError("a member's commit needs its member_epoch")
-        if "offsets" not in body:
-            raise InvalidRequestError("send offsets: [{topic, partition, offset}, ...]")
-        offsets = offsets_from_json(body["offsets"])
+            raise InvalidRequestError(
+                "a member's commit needs its member_epoch", field="member_epoch"
+            )
+        offsets = offsets_from_json(body.offsets)
         check_partitions_exist(self.metadata, offsets)
         done = await self.runtime.commit_offsets(group_id, member_id, epoch or 0, offsets)
         return json_response(

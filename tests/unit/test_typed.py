@@ -116,3 +116,23 @@ def test_check_fields_checks_what_code_constructs():
     assert str(caught.value) == "port: Expected `int` >= 1, got 0"
     assert caught.value.details == {"setting": "port"}
     check_fields(Http(), error=InvalidConfigError)
+
+
+def test_decode_json_shows_the_bad_value_and_can_name_it_in_a_detail():
+    with pytest.raises(InvalidRequestError) as caught:
+        decode_json(b'{"node_id": 1, "http": {"port": 0}}', Node, error=InvalidRequestError)
+    assert str(caught.value) == "http.port: Expected `int` >= 1, got 0"
+    assert caught.value.details == {}
+    with pytest.raises(InvalidRequestError) as caught:
+        decode_json(b"{}", Node, error=InvalidRequestError, detail="field")
+    assert caught.value.details == {"field": "node_id"}
+
+
+class Anything(Record):
+    value: object = None
+
+
+def test_json_nested_too_deeply_is_the_callers_error_not_a_recursion_error():
+    deep = b'{"value": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    with pytest.raises(InvalidRequestError, match="nested too deeply"):
+        decode_json(deep, Anything, error=InvalidRequestError)
