@@ -8,13 +8,17 @@ No node, no disk: the codecs alone, on records built before the clock starts.
    RegisterBroker, BrokerRegistrationChange): `encode_batch` of every batch,
    then `decode_batch` of every batch (what a node does replaying the log).
 2. **metadata snapshot**: the same records as one batch (a snapshot's shape).
-3. **group records**: `--records` `__consumer_offsets` (key, value) pairs
+3. **produce JSON body**: `parse_produce_body` of one `POST .../records` body
+   of 10,000 records (the default `produce_records_max`; keyed, a small JSON
+   object value, one header), the figure per record of it.
+4. **group records**: `--records` `__consumer_offsets` (key, value) pairs
    (mostly offset commits, some member metadata, current and target
    assignments, tombstones): `encode_record` of each, then `decode_record` of
    each (what a new coordinator does replaying its partition).
 
 Each case runs `--repeat` (5) times; the table gives the best round, in
-records per second and microseconds per record.
+records per second and microseconds per record (`--json`: seconds per
+record).
 
     .venv/bin/python scripts/bench_records.py [--records 100000] [--repeat 5] [--json]
 
@@ -36,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import log, machine  # a sibling script
 
+from lograft.api.records_json import parse_produce_body
 from lograft.brokers.groups.records import (
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,
@@ -65,6 +70,7 @@ from lograft.quorum.records import (
 )
 
 BATCH = 10
+PRODUCE_RECORDS = 10_000
 
 
 def metadata_records(n: int) -> list[Any]:
@@ -125,6 +131,14 @@ def group_records(n: int) -> list[GroupRecord]:
     return out
 
 
+def produce_body(n: int) -> bytes:
+    records = [
+        {"key": f"key-{i}", "value": {"n": i, "name": "some text"}, "headers": {"trace": "t"}}
+        for i in range(n)
+    ]
+    return json.dumps({"records": records}).encode()
+
+
 def best(repeat: int, fn: Callable[[], Any]) -> float:
     times = []
     for _ in range(repeat):
@@ -143,18 +157,21 @@ def run(n: int, repeat: int) -> dict[str, float]:
     pairs = [encode_record(r) for r in groups]
     assert [decode_record(k, v) for k, v in pairs] == groups
     assert decode_batch(snapshot) == records
+    body = produce_body(PRODUCE_RECORDS)
     cases: dict[str, Callable[[], Any]] = {
         "metadata log encode": lambda: [encode_batch(b) for b in batches],
         "metadata log decode": lambda: [decode_batch(b) for b in encoded],
         "metadata snapshot encode": lambda: encode_batch(records),
         "metadata snapshot decode": lambda: decode_batch(snapshot),
+        "produce body parse": lambda: parse_produce_body(body, records_max=PRODUCE_RECORDS),
         "group records encode": lambda: [encode_record(r) for r in groups],
         "group records decode": lambda: [decode_record(k, v) for k, v in pairs],
     }
     out = {}
     for name, fn in cases.items():
         log(f"{name} ...")
-        out[name] = best(repeat, fn)
+        # Seconds per record: the produce body holds PRODUCE_RECORDS of them.
+        out[name] = best(repeat, fn) / (PRODUCE_RECORDS if name.startswith("produce") else n)
     return out
 
 
@@ -172,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {args.records:,} records, best of {args.repeat}")
     print(f"{'case':<26} {'records/s':>12} {'us/record':>10}")
     for name, seconds in figures.items():
-        print(f"{name:<26} {args.records / seconds:>12,.0f} {seconds / args.records * 1e6:>10.2f}")
+        print(f"{name:<26} {1 / seconds:>12,.0f} {seconds * 1e6:>10.2f}")
 
 
 if __name__ == "__main__":
