@@ -43,6 +43,10 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    clock. p50 / p99 / p99.9 / max and a histogram, and the ack latency of
    the produce requests. The first second is not counted.
 
+`--topic-config KEY=VALUE` (repeatable) gives every topic the benchmark
+creates that config, e.g. `flush_policy=every_batch` to measure appends that
+fsync.
+
 Progress goes to stderr; a plain table to stdout, or `--json` for one JSON
 object. CPU seconds used by the client (this process) and, with `--start`,
 by the three nodes are reported per case: on a small machine the client and
@@ -306,10 +310,17 @@ def cpu_meter(pids: list[int]) -> Iterator[dict[str, float | None]]:
 
 
 class Client:
-    def __init__(self, session: aiohttp.ClientSession, bootstrap: str) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        bootstrap: str,
+        topic_configs: dict[str, str] | None = None,
+    ) -> None:
         self.session = session
         self.bootstrap = bootstrap.rstrip("/")
         self.urls: dict[int, str] = {}
+        # Configs of every topic the benchmark creates (--topic-config).
+        self.topic_configs = topic_configs or {}
 
     async def get_json(self, url: str) -> tuple[int, Any]:
         async with self.session.get(url) as resp:
@@ -323,7 +334,12 @@ class Client:
         progress(f"brokers: {self.urls}")
 
     async def create_topic(self, name: str, partitions: int) -> dict[int, str]:
-        body = {"name": name, "partitions": partitions, "replication_factor": 3}
+        body = {
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": 3,
+            "configs": self.topic_configs,
+        }
         async with self.session.post(f"{self.bootstrap}/v1/topics", json=body) as resp:
             if resp.status != 201:
                 raise RuntimeError(f"create {name}: {resp.status} {await resp.text()}")
@@ -680,7 +696,7 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
     topics: list[str] = []
     out: dict[str, Any] = {"produce": [], "fetch": [], "latency": []}
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        client = Client(session, args.bootstrap)
+        client = Client(session, args.bootstrap, dict(args.topic_config))
         await client.discover()
 
         async def topic(name: str, partitions: int) -> dict[int, str]:
@@ -793,6 +809,13 @@ def render_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -824,6 +847,15 @@ def main() -> int:
         default="produce,fetch,latency",
         type=lambda s: set(s.split(",")),
         help="comma-separated subset of produce,fetch,latency (fetch needs produce)",
+    )
+    ap.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="a config of every topic the benchmark creates, e.g. flush_policy=every_batch "
+        "(repeatable)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--save-json", type=Path, help="also write the JSON object to this file")

@@ -316,7 +316,6 @@ class DataRoutes:
             max_bytes=max_bytes,
             max_wait_ms=max_wait,
             min_bytes=min_bytes,
-            offload=self.work.run,
         )
         if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
             return await self._raw_fetch(

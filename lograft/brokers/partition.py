@@ -19,16 +19,26 @@ Invariants, asserted:
   out by its caller.
 
 This class runs on the broker's event loop; it never blocks on the network.
-Log calls are local file I/O (page cache), which Kafka also does on its
-request threads.
+Its log writes may run in a worker thread (the replica manager decides by
+their cost): `write_append` (a leader's append, after `prepare_append` on
+the loop) and `apply_fetch_response` (a follower's). Each holds the
+replica's role lock (Kafka's leaderIsrUpdateLock) and first checks that the
+replica still has the role, and for a leader the epoch, it was decided
+under; role changes take the same lock, so no write straddles one (and a
+new leader epoch starts at a log end no write is still moving). A role
+change on the loop therefore waits for at most one write of its replica in
+flight. Everything else (acks=all waiters, ISR, follower state, the high
+watermark of a leader) is touched on the loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import heapq
 import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -62,7 +72,7 @@ from lograft.protocol.fetch_wire import EpochEndOffset, PartitionFetch
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import TimestampType
-from lograft.storage.log import Log
+from lograft.storage.log import AppendInfo, Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
 
 
@@ -112,6 +122,37 @@ class FollowerFetchResult:
     log_end_offset: int
     diverging: EpochEndOffset | None = None
     error: LograftError | None = None
+    # `serve_follower_fetch`: where the answer's data is to be read from
+    # (`read_for_follower`), -1 when it carries none; and the leader epoch
+    # it was decided in.
+    read_from: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """A leader append checked on the loop (`prepare_append`): what
+    `write_append` writes, under which leader epoch, and what
+    `finish_append` then records."""
+
+    leader_epoch: int
+    batches: list[tuple[bytes, BatchHeader]]
+    # Per batch: the original offsets of the batch it repeats, or None (new).
+    verdicts: list[Duplicate | None]
+    # The new batches, back to back (empty: every batch repeats one).
+    payload: bytes
+    validate_records: bool
+    rules: RecordRules | None
+
+    @property
+    def fresh(self) -> list[tuple[bytes, BatchHeader]]:
+        return [b for b, v in zip(self.batches, self.verdicts, strict=True) if v is None]
+
+
+class RoleMovedError(Exception):
+    """A write found its replica no longer in the role (or leader epoch) it
+    was decided under; nothing was written. Not a LograftError: the caller
+    decides again (`prepare_append` then answers as the replica is now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +203,14 @@ class Partition:
         self.producers.rebuild_from_batches(_headers(log))
         self.isr_in_flight: IsrProposal | None = None
         self._waiters: list[_Waiter] = []
+        # Held by role changes and by log writes that may run in a worker
+        # thread (see the module docstring).
+        self._role_lock = threading.Lock()
+        # Leader appends pass one at a time, in arrival order (FIFO), from
+        # `prepare_append` to `finish_append`, across a thread hop: the next
+        # one's producer checks must see this one's producer state, and its
+        # offsets must follow this one's.
+        self.append_lane = asyncio.Lock()
 
     # -- transitions ---------------------------------------------------------------
 
@@ -177,6 +226,10 @@ class Partition:
             )
 
     def become_leader(self, a: Assignment, now_ms: int) -> None:
+        with self._role_lock:
+            self._become_leader(a, now_ms)
+
+    def _become_leader(self, a: Assignment, now_ms: int) -> None:
         self._check_epoch(a)
         new_term = a.leader_epoch > self.leader_epoch or self.role is not Role.LEADER
         self._transition(Role.LEADER)
@@ -198,6 +251,10 @@ class Partition:
         self.maybe_advance_high_watermark()
 
     def become_follower(self, a: Assignment) -> None:
+        with self._role_lock:
+            self._become_follower(a)
+
+    def _become_follower(self, a: Assignment) -> None:
         self._check_epoch(a)
         was_leader = self.role is Role.LEADER
         self._transition(Role.FOLLOWER)
@@ -207,7 +264,8 @@ class Partition:
             self._fail_waiters(self._not_leader())
 
     def stop(self) -> None:
-        self._transition(Role.STOPPED)
+        with self._role_lock:
+            self._transition(Role.STOPPED)
         self._fail_waiters(self._not_leader())
 
     def _apply_assignment(self, a: Assignment) -> None:
@@ -249,7 +307,30 @@ class Partition:
         written again and get their original offsets back. `producer_id_end`
         is the first producer id the cluster has not allocated (None: not
         checked). `records_checked`: `check_records(data, ...)` passed just
-        before (in a worker thread): the records are not walked again."""
+        before (in a worker thread): the records are not walked again.
+
+        The three steps in one: the replica manager runs them apart, the
+        write in a worker thread when it is costly."""
+        plan = self.prepare_append(
+            data,
+            acks,
+            validate_records=validate_records,
+            producer_id_end=producer_id_end,
+            records_checked=records_checked,
+        )
+        return self.finish_append(plan, self.write_append(plan))
+
+    def prepare_append(
+        self,
+        data: bytes,
+        acks: Acks,
+        *,
+        validate_records: bool = True,
+        producer_id_end: int | None = None,
+        records_checked: bool = False,
+    ) -> AppendPlan:
+        """`append_records`' checks, on the loop; writes nothing. Raises what
+        the append would refuse with."""
         self._require_leader()
         if acks is Acks.ALL and not enough_replicas_for_acks_all(
             len(self.isr), self.settings.min_insync_replicas
@@ -268,22 +349,44 @@ class Partition:
         for index, (_chunk, h) in enumerate(batches):
             check_producer_header(h, index, producer_id_end=producer_id_end)
         verdicts = self._producer_verdicts(batches)
-        fresh = [b for b, v in zip(batches, verdicts, strict=True) if v is None]
+        fresh = [c for (c, _h), v in zip(batches, verdicts, strict=True) if v is None]
+        return AppendPlan(
+            leader_epoch=self.leader_epoch,
+            batches=batches,
+            verdicts=verdicts,
+            # One append of every new batch: the log validates them all
+            # (records included) before it writes any.
+            payload=data if len(fresh) == len(batches) else b"".join(fresh),
+            validate_records=validate_records and not records_checked,
+            rules=None if records_checked else self._record_rules(),
+        )
+
+    def write_append(self, plan: AppendPlan) -> AppendInfo | None:
+        """Write a prepared append (None: nothing new to write). Blocking file
+        work, safe in a worker thread: it touches only the log, under the role
+        lock, and raises RoleMovedError, writing nothing, if this replica is no
+        longer the leader of `plan`'s epoch."""
+        if not plan.payload:
+            return None
+        with self._role_lock:
+            if self.role is not Role.LEADER or self.leader_epoch != plan.leader_epoch:
+                raise RoleMovedError(f"{self.tp}: leadership moved under an append")
+            return self.log.append(
+                plan.payload,
+                leader_epoch=plan.leader_epoch,
+                validate_records=plan.validate_records,
+                rules=plan.rules,
+            )
+
+    def finish_append(self, plan: AppendPlan, info: AppendInfo | None) -> AppendResult:
+        """After `write_append(plan)` returned `info`, on the loop: record the
+        producers' new batches, move the HW, answer with the offsets."""
         ranges: list[tuple[int, int]] = []
         append_time = -1
-        if fresh:
-            # One append of every new batch: the log validates them all (records
-            # included) before it writes any.
-            payload = data if len(fresh) == len(batches) else b"".join(c for c, _h in fresh)
-            info = self.log.append(
-                payload,
-                leader_epoch=self.leader_epoch,
-                validate_records=validate_records and not records_checked,
-                rules=None if records_checked else self._record_rules(),
-            )
+        if info is not None:
             append_time = info.log_append_time_ms
             offset = info.first_offset
-            for _chunk, h in fresh:
+            for _chunk, h in plan.fresh:
                 ranges.append((offset, offset + h.last_offset_delta))
                 if h.producer_id >= 0:
                     self.producers.record(
@@ -299,10 +402,11 @@ class Partition:
             assert offset == info.last_offset + 1, (offset, info)
         new_ranges = iter(ranges)
         spans = [
-            (v.first_offset, v.last_offset) if v is not None else next(new_ranges) for v in verdicts
+            (v.first_offset, v.last_offset) if v is not None else next(new_ranges)
+            for v in plan.verdicts
         ]
         self.maybe_advance_high_watermark()
-        return AppendResult(spans[0][0], spans[-1][1], append_time, not fresh)
+        return AppendResult(spans[0][0], spans[-1][1], append_time, info is None)
 
     def check_records(self, data: bytes, budget: DecompressionBudget) -> None:
         """The record checks `append_records` makes (sizes, every record
@@ -412,6 +516,20 @@ class Partition:
     def on_follower_fetch(
         self, follower: int, request: PartitionFetch, max_bytes: int, now_ms: int
     ) -> FollowerFetchResult:
+        """A follower's fetch, answered with its data (`serve_follower_fetch`
+        then `read_for_follower`; the replica manager runs them apart, the
+        read in a thread when it is large)."""
+        res = self.serve_follower_fetch(follower, request, now_ms)
+        if res.read_from < 0:
+            return res
+        return dataclasses.replace(res, data=self.read_for_follower(res.read_from, max_bytes))
+
+    def serve_follower_fetch(
+        self, follower: int, request: PartitionFetch, now_ms: int
+    ) -> FollowerFetchResult:
+        """Decide a follower's fetch and take note of its progress (which may
+        move the HW); the answer says where its data starts (`read_from`)
+        but carries none yet."""
         self._require_leader()
         if follower not in self.replicas:
             raise NotLeaderOrFollowerError(
@@ -432,11 +550,25 @@ class Partition:
             return self._fetch_result(b"", None, error)
         self.tracker.on_fetch(follower, request.fetch_offset, leo, now_ms)
         self.maybe_advance_high_watermark()
-        data = self.log.read(request.fetch_offset, max_bytes)
-        return self._fetch_result(data, None)
+        return self._fetch_result(b"", None, read_from=request.fetch_offset)
+
+    def read_for_follower(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset` up to the log end. Blocking file work
+        (the log's own lock), safe in a worker thread."""
+        return self.log.read(offset, max_bytes)
+
+    def require_leader_in(self, epoch: int) -> None:
+        """NOT_LEADER_OR_FOLLOWER unless this replica leads in `epoch`."""
+        if self.role is not Role.LEADER or self.leader_epoch != epoch:
+            raise self._not_leader()
 
     def _fetch_result(
-        self, data: bytes, diverging: EpochEndOffset | None, error: LograftError | None = None
+        self,
+        data: bytes,
+        diverging: EpochEndOffset | None,
+        error: LograftError | None = None,
+        *,
+        read_from: int = -1,
     ) -> FollowerFetchResult:
         return FollowerFetchResult(
             data,
@@ -445,6 +577,8 @@ class Partition:
             self.log.log_end_offset,
             diverging,
             error,
+            read_from,
+            self.leader_epoch,
         )
 
     def isr_change(
@@ -500,16 +634,37 @@ class Partition:
         diverging: EpochEndOffset | None,
     ) -> int:
         """Truncate on divergence, else append what the leader sent.
-        Returns the number of bytes appended."""
-        if self.role is not Role.FOLLOWER:
-            raise self._not_leader()
+        Returns the number of bytes appended.
+
+        Blocking file work, safe in a worker thread: it holds the role lock
+        throughout, so the replica stays a follower until it is done (the
+        producer state and a follower's high watermark it sets are touched
+        by nothing else then)."""
+        with self._role_lock:
+            if self.role is not Role.FOLLOWER:
+                raise self._not_leader()
+            return self._apply_fetched(
+                data,
+                leader_high_watermark=leader_high_watermark,
+                leader_log_start_offset=leader_log_start_offset,
+                diverging=diverging,
+            )
+
+    def _apply_fetched(
+        self,
+        data: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+        diverging: EpochEndOffset | None,
+    ) -> int:
         if diverging is not None:
             target = truncation_offset(
                 self.log.log_end_offset,
                 diverging,
                 lambda e: self.log.epochs.end_offset_for(e, self.log.log_end_offset),
             )
-            self.truncate_to(target)
+            self._truncate_to(target)
             return 0
         if leader_log_start_offset > self.log.log_end_offset:
             # The leader deleted what we have not copied yet: start over there.
@@ -528,7 +683,7 @@ class Partition:
         )
         return appended
 
-    def truncate_to(self, offset: int) -> None:
+    def _truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self.producers.truncate_to(offset, _headers(self.log))
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)

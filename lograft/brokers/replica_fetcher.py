@@ -10,7 +10,8 @@ ReplicaFetcherThread, as tasks on the broker's event loop.
   (the node's HTTP client: this package knows nothing of HTTP) and applies
   each answer to its partitions (`Partition.apply_fetch_response`: truncate
   on a diverging epoch, else append what the leader sent and take its high
-  watermark).
+  watermark): on the event loop when the answer is small, else in one job
+  in a storage thread (`log_work.py` says when).
 - A failed request backs the whole session off `backoff_ms`; a partition
   whose answer carries an error, or whose data cannot be applied, sits out
   of its session for `backoff_ms` (its error makes the leader answer at
@@ -25,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from lograft.brokers.log_work import INLINE_BYTES_MAX, LogWork, append_in_thread
 from lograft.brokers.partition import Partition, Role
 from lograft.errors import LograftError
 from lograft.protocol.fetch_wire import (
@@ -68,6 +71,7 @@ class ReplicaFetcher:
         partitions: Mapping[TopicPartition, Partition],
         transport: FetchTransport | None,
         *,
+        work: LogWork,
         on_applied: Callable[[TopicPartition], None],
         lag_clock: Clock,
     ) -> None:
@@ -77,6 +81,7 @@ class ReplicaFetcher:
         self._partitions = partitions
         # None: this broker never fetches (tests of one broker).
         self._transport = transport
+        self._work = work
         # Called after fetched data or a new high watermark was applied to a
         # partition (the replica manager wakes its long-polls).
         self._on_applied = on_applied
@@ -198,7 +203,7 @@ class ReplicaFetcher:
                 log.info("fetch from broker %d works again", leader_id)
                 failing = False
             try:
-                progressed = self._apply_responses(responses)
+                progressed = await self._apply_responses(responses)
             except Exception:
                 # A bug or disk fault applying one response must not end the
                 # session: nothing restarts it until the next metadata change,
@@ -208,12 +213,13 @@ class ReplicaFetcher:
             if not progressed:
                 await asyncio.sleep(backoff)
 
-    def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
+    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
         """Apply a fetch response; False when every partition failed (back off).
 
         A partition that failed sits out of the session for `backoff_ms`."""
         progressed = False
         retry_at = self._lag_clock() + self.settings.backoff_ms
+        todo: list[tuple[Partition, FetchPartitionResponse]] = []
         for r in responses:
             tp = TopicPartition(r.topic, r.partition)
             part = self._partitions.get(tp)
@@ -223,26 +229,63 @@ class ReplicaFetcher:
                 log.debug("fetch of %s failed: %s", tp, r.error.message)
                 self._retry_at[tp] = retry_at
                 continue
-            try:
-                part.apply_fetch_response(
-                    r.data,
-                    leader_high_watermark=r.high_watermark,
-                    leader_log_start_offset=r.log_start_offset,
-                    diverging=r.diverging,
-                )
-            except LograftError as exc:
-                log.warning("could not apply fetched data of %s: %s", tp, exc.message)
-                self._retry_at[tp] = retry_at
+            todo.append((part, r))
+        if not todo:
+            return False
+        outcomes = await self._work.run(
+            functools.partial(_apply_each, todo), inline=not _costly(todo)
+        )
+        for (part, _r), exc in zip(todo, outcomes, strict=True):
+            if exc is None:
+                progressed = True
+                self._on_applied(part.tp)
                 continue
-            except Exception as exc:
+            if part.role is not Role.FOLLOWER:
+                continue  # it changed role while this answer was applied in a thread
+            if isinstance(exc, LograftError):
+                log.warning("could not apply fetched data of %s: %s", part.tp, exc.message)
+            else:
                 # A bug meeting this partition's data: the session's other
-                # partitions in this response must still be applied.
-                log.warning("could not apply fetched data of %s: %r", tp, exc, exc_info=exc)
-                self._retry_at[tp] = retry_at
-                continue
-            progressed = True
-            self._on_applied(tp)
+                # partitions in this response were still applied.
+                log.warning("could not apply fetched data of %s: %r", part.tp, exc, exc_info=exc)
+            self._retry_at[part.tp] = retry_at
         return progressed
+
+
+def _costly(todo: Sequence[tuple[Partition, FetchPartitionResponse]]) -> bool:
+    """Whether applying these answers belongs in a storage thread: a
+    truncation or a restart of a log (both rewrite checkpoints and walk the
+    log's batch headers), an append `append_in_thread` sends there, or more
+    than INLINE_BYTES_MAX bytes in all."""
+    nbytes = 0
+    for part, r in todo:
+        if r.diverging is not None or r.log_start_offset > part.log.log_end_offset:
+            return True
+        if r.data and append_in_thread(part.log.config, len(r.data)):
+            return True
+        nbytes += len(r.data)
+    return nbytes > INLINE_BYTES_MAX
+
+
+def _apply_each(
+    todo: Sequence[tuple[Partition, FetchPartitionResponse]],
+) -> list[Exception | None]:
+    """Apply each answer to its partition (blocking; safe in a worker thread);
+    per partition, what it raised or None. One partition's failure is its own."""
+    out: list[Exception | None] = []
+    for part, r in todo:
+        try:
+            part.apply_fetch_response(
+                r.data,
+                leader_high_watermark=r.high_watermark,
+                leader_log_start_offset=r.log_start_offset,
+                diverging=r.diverging,
+            )
+        except Exception as exc:
+            out.append(exc)
+        else:
+            out.append(None)
+    return out
 
 
 __all__ = ["FetchTransport", "FetcherSettings", "ReplicaFetcher"]

@@ -11,6 +11,12 @@
 - Consumer and replica fetches long-poll: they answer as soon as there is
   data (or `min_bytes` of it) or after `max_wait_ms`, never holding a buffer
   of their own: data is read from the log when they wake.
+- Appends and reads run on the event loop while small, else in the storage
+  threads (`log_work.py`: sizes, fsync, and the measurements behind them).
+  A partition's appends keep their arrival order across the hop
+  (`Partition.append_lane`), and its role changes wait for a write under way
+  (`Partition` docstring), so the HW, the ISR and the producer state see the
+  same sequence of appends as when all ran on the loop.
 - Followers copy from their leaders through the `ReplicaFetcher`
   (replica_fetcher.py: one fetch session per leader broker), which this
   manager owns and re-syncs after an apply that changed a role or a leader.
@@ -56,17 +62,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
     Assignment,
+    FollowerFetchResult,
     IsrProposal,
     Partition,
     PartitionSettings,
     Role,
+    RoleMovedError,
     check_batch_count,
 )
 from lograft.brokers.replica_fetcher import FetcherSettings, FetchTransport, ReplicaFetcher
 from lograft.errors import (
     InvalidRequestError,
+    LogClosedError,
     LograftError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
@@ -103,10 +113,6 @@ AlterPartitionsFn = Callable[
     [Sequence[tuple[TopicPartition, IsrProposal]]],
     Awaitable[Mapping[TopicPartition, Assignment | LograftError]],
 ]
-# Runs a blocking call elsewhere (a worker thread) and awaits its result.
-Offload = Callable[[Callable[[], bytes]], Awaitable[bytes]]
-# Consumer reads asking for more than this many bytes go through `Offload`.
-OFFLOAD_READ_BYTES_MIN = 1024 * 1024
 
 # Partitions per batched AlterPartition request; more changes go as several
 # requests (the controller refuses above its ALTER_PARTITION_ITEMS_MAX).
@@ -147,6 +153,8 @@ class BrokerSettings(Record):
     # allocated waits this long for the metadata to catch up before it is
     # refused (an id handed out by another broker a moment ago), ms.
     producer_id_wait_max_ms: Positive = 5_000
+    # Threads for appends and reads too costly for the event loop (log_work.py).
+    storage_threads_max: Positive = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +296,7 @@ class ReplicaManager:
         # Replicas wanted here that failed to open, create or reconcile.
         self._failed: dict[TopicPartition, ReplicaFailure] = {}
         self._changes = _Changes()
+        self.work = LogWork(settings.storage_threads_max)
         # The follower side: one fetch session per leader this broker follows.
         self.fetcher = ReplicaFetcher(
             broker_id,
@@ -299,6 +308,7 @@ class ReplicaManager:
             ),
             self.partitions,
             fetch_transport,
+            work=self.work,
             on_applied=self._changes.notify,
             lag_clock=lag_clock,
         )
@@ -342,6 +352,8 @@ class ReplicaManager:
             with contextlib.suppress(Exception):
                 await self._epoch_flush
         self.maintainer.stop()
+        # Writes under way finish first: stopping a replica takes its role lock.
+        self.work.close()
         self.write_hw_checkpoint()
         for p in self.partitions.values():
             if p.role is not Role.STOPPED:
@@ -653,10 +665,7 @@ class ReplicaManager:
         self.partition(tp)
         check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
-        part = self.partition(tp)
-        result = part.append_records(
-            data, acks, producer_id_end=id_end, records_checked=records_checked
-        )
+        part, result = await self._append_as_leader(tp, data, acks, id_end, records_checked)
         self._changes.notify(tp)
         if acks is not Acks.ALL:
             return result
@@ -673,6 +682,39 @@ class ReplicaManager:
                 last_offset=result.last_offset,
             ) from None
         return result
+
+    async def _append_as_leader(
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        acks: Acks,
+        id_end: int | None,
+        records_checked: bool,
+    ) -> tuple[Partition, AppendResult]:
+        """`Partition.append_records` with its write in a storage thread when
+        `append_in_thread` says so, in the partition's append lane."""
+        while True:
+            part = self.partition(tp)
+            # Free (the usual case), the lane is taken without yielding.
+            async with part.append_lane:
+                if self.partitions.get(tp) is not part:
+                    continue  # replaced while this append waited its turn
+                plan = part.prepare_append(
+                    data, acks, producer_id_end=id_end, records_checked=records_checked
+                )
+                inline = not plan.payload or not append_in_thread(
+                    part.log.config, len(plan.payload)
+                )
+                try:
+                    info = await self.work.run(
+                        functools.partial(part.write_append, plan), inline=inline
+                    )
+                except RoleMovedError:
+                    # The leadership changed while the write waited for its
+                    # thread; nothing was written. Decide again: refused as
+                    # a follower would refuse it, or written in the new epoch.
+                    continue
+                return part, part.finish_append(plan, info)
 
     async def _producer_id_end_for(self, data: bytes) -> int | None:
         """The producer id end to check `data` against. When a batch names an
@@ -703,21 +745,25 @@ class ReplicaManager:
         max_bytes: int,
         max_wait_ms: int,
         min_bytes: int = 1,
-        offload: Offload | None = None,
     ) -> FetchResult:
         """Long-poll: answer once `min_bytes` below the HW are there, or at the deadline.
 
-        With `offload`, reads of more than OFFLOAD_READ_BYTES_MIN run through
-        it (a worker thread): reading 50 MiB of small batches walks ~500,000
-        batch headers, ~400 ms of event loop otherwise."""
+        A read that may return more than INLINE_BYTES_MAX runs in a storage
+        thread: reading 50 MiB of small batches walks ~500,000 batch headers,
+        ~400 ms of event loop otherwise."""
         wait_ms = min(max(max_wait_ms, 0), self.settings.fetch_wait_max_ms)
         deadline = self.lag_clock() + wait_ms
         while True:
             part = self.partition(tp)
-            if offload is not None and max_bytes > OFFLOAD_READ_BYTES_MIN:
-                data = await offload(functools.partial(part.read_for_consumer, offset, max_bytes))
-            else:
-                data = part.read_for_consumer(offset, max_bytes)
+            inline = not read_in_thread(_consumer_readable(part, offset, max_bytes))
+            try:
+                data = await self.work.run(
+                    functools.partial(part.read_for_consumer, offset, max_bytes), inline=inline
+                )
+            except LogClosedError:
+                if self.partitions.get(tp) is part:
+                    raise
+                continue  # removed while the read waited for its thread: look again
             remaining = deadline - self.lag_clock()
             if len(data) >= min_bytes or remaining <= 0:
                 return FetchResult(
@@ -739,41 +785,65 @@ class ReplicaManager:
         deadline = self.lag_clock() + wait_ms
         tps = {r.tp for r in reads}
         while True:
-            out = self._serve_consumer_reads(reads, max_bytes)
+            out = await self._serve_consumer_reads(reads, max_bytes)
             remaining = deadline - self.lag_clock()
             if remaining <= 0 or any(p.data or p.error is not None for p in out):
                 return out
             if not await self._changes.wait_any(tps, remaining / 1000):
                 return out
 
-    def _serve_consumer_reads(
+    async def _serve_consumer_reads(
         self, reads: Sequence[ConsumerRead], max_bytes: int
     ) -> list[FetchPartitionResponse]:
-        budget = max_bytes
-        out: list[FetchPartitionResponse] = []
+        """Every read's answer; the reads run inline or, when they may bring
+        more than INLINE_BYTES_MAX bytes, in one storage-thread job."""
+        hosted: list[Partition | LograftError] = []
+        readable = 0
         for r in reads:
-            tp = r.tp
             try:
-                part = self.partition(tp)
-                data = b""
-                if budget > 0:
-                    data = part.read_for_consumer(r.offset, min(r.max_bytes, budget))
+                part = self.partition(r.tp)
             except LograftError as exc:
-                out.append(FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=exc))
+                hosted.append(exc)
                 continue
-            budget -= len(data)
-            log = part.log
-            out.append(
-                FetchPartitionResponse(
-                    tp.topic,
-                    tp.partition,
-                    part.high_watermark,
-                    log.log_start_offset,
-                    log.log_end_offset,
-                    data,
-                )
-            )
-        return out
+            hosted.append(part)
+            if readable <= max_bytes:
+                readable += _consumer_readable(part, r.offset, r.max_bytes)
+        got = await self.work.run(
+            functools.partial(_read_for_consumers, reads, hosted, max_bytes),
+            inline=not read_in_thread(min(readable, max_bytes)),
+        )
+        return [
+            self._consumer_answer(r.tp, part, data)
+            for r, part, data in zip(reads, hosted, got, strict=True)
+        ]
+
+    def _consumer_answer(
+        self, tp: TopicPartition, part: Partition | LograftError, data: bytes | LograftError
+    ) -> FetchPartitionResponse:
+        if isinstance(part, LograftError):
+            return _error_answer(tp, part)
+        if isinstance(data, LograftError):
+            return _error_answer(tp, self._error_now(tp, data))
+        log = part.log
+        return FetchPartitionResponse(
+            tp.topic,
+            tp.partition,
+            part.high_watermark,
+            log.log_start_offset,
+            log.log_end_offset,
+            data,
+        )
+
+    def _error_now(self, tp: TopicPartition, error: LograftError) -> LograftError:
+        """A read's error, or, when it found its log closed because the
+        replica was removed while the read waited for its thread, the error a
+        read arriving now gets (as when every read ran on the loop)."""
+        if isinstance(error, LogClosedError):
+            try:
+                self.partition(tp)
+            except LograftError as now:
+                return now
+        return error
 
     # -- replica fetch (leader side) ------------------------------------------------------
 
@@ -781,7 +851,7 @@ class ReplicaManager:
         wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_serve_wait_max_ms)
         deadline = self.lag_clock() + wait_ms
         while True:
-            out = self._serve_replica_fetch(req)
+            out = await self._serve_replica_fetch(req)
             total = sum(len(p.data) for p in out)
             remaining = deadline - self.lag_clock()
             urgent = any(p.error is not None or p.diverging is not None for p in out)
@@ -794,42 +864,73 @@ class ReplicaManager:
                 # arrival still holds, so do not walk every partition again.
                 return out
 
-    def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+    async def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+        """Each partition's answer is decided on the loop (fencing,
+        divergence, the follower's progress and the HW it moves); the reads
+        then run inline or, when they may bring more than INLINE_BYTES_MAX
+        bytes, in one storage-thread job."""
         now = self.lag_clock()
-        budget = req.max_bytes
-        out: list[FetchPartitionResponse] = []
+        decided: list[tuple[Partition, FollowerFetchResult] | LograftError] = []
+        readable = 0
         for p in req.partitions:
             tp = TopicPartition(p.topic, p.partition)
             try:
                 part = self.partition(tp)
                 hw_before = part.high_watermark
-                res = part.on_follower_fetch(req.replica_id, p.fetch, req.partition_max_bytes, now)
+                res = part.serve_follower_fetch(req.replica_id, p.fetch, now)
             except LograftError as exc:
-                out.append(FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=exc))
+                decided.append(exc)
                 continue
-            # KIP-74: the first partition with data may exceed the budget by one
-            # batch; once the budget is spent the rest answer without data.
-            data = res.data if budget > 0 else b""
-            budget -= len(data)
-            out.append(
-                FetchPartitionResponse(
-                    tp.topic,
-                    tp.partition,
-                    res.high_watermark,
-                    res.log_start_offset,
-                    res.log_end_offset,
-                    data,
-                    res.diverging,
-                    res.error,
-                )
-            )
+            decided.append((part, res))
+            if res.read_from >= 0 and readable <= req.max_bytes:
+                readable += part.log.readable_bytes(res.read_from, req.partition_max_bytes)
             # Wake long-polls only when this fetch moved the HW (acks=all waiters
             # are released by the partition itself). Waking on every fetch made
             # two followers' idle long-polls on one leader wake each other in a
             # loop: each re-served fetch woke the other's (busy CPU when idle).
             if part.high_watermark != hw_before:
                 self._changes.notify(tp)
-        return out
+        inline = not read_in_thread(min(readable, req.max_bytes))
+        got = await self.work.run(
+            functools.partial(_read_for_followers, decided, req.max_bytes, req.partition_max_bytes),
+            inline=inline,
+        )
+        return [
+            self._follower_answer(TopicPartition(p.topic, p.partition), answer, data, inline)
+            for p, answer, data in zip(req.partitions, decided, got, strict=True)
+        ]
+
+    def _follower_answer(
+        self,
+        tp: TopicPartition,
+        answer: tuple[Partition, FollowerFetchResult] | LograftError,
+        data: bytes | LograftError,
+        inline: bool,
+    ) -> FetchPartitionResponse:
+        if isinstance(answer, LograftError):
+            return _error_answer(tp, answer)
+        part, res = answer
+        if not inline:
+            try:
+                # The leadership may have moved while the read ran in its
+                # thread: then answer as a fetch arriving now would be, not
+                # with bytes of a log that is no longer this leader's.
+                self.partition(tp)
+                part.require_leader_in(res.leader_epoch)
+            except LograftError as exc:
+                return _error_answer(tp, exc)
+        if isinstance(data, LograftError):
+            return _error_answer(tp, self._error_now(tp, data))
+        return FetchPartitionResponse(
+            tp.topic,
+            tp.partition,
+            res.high_watermark,
+            res.log_start_offset,
+            res.log_end_offset,
+            data,
+            res.diverging,
+            res.error,
+        )
 
     # -- ISR maintenance ---------------------------------------------------------------------
 
@@ -900,6 +1001,66 @@ class ReplicaManager:
     def leader_for(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return -1 if part is None else part.leader_id
+
+
+def _error_answer(tp: TopicPartition, error: LograftError) -> FetchPartitionResponse:
+    return FetchPartitionResponse(tp.topic, tp.partition, -1, -1, -1, error=error)
+
+
+def _consumer_readable(part: Partition, offset: int, max_bytes: int) -> int:
+    """At most how many bytes a consumer read of `part` from `offset` brings
+    (nothing at or past the HW, which it never reads past)."""
+    if offset >= part.high_watermark:
+        return 0
+    return part.log.readable_bytes(offset, max_bytes)
+
+
+def _read_for_consumers(
+    reads: Sequence[ConsumerRead], hosted: Sequence[Partition | LograftError], max_bytes: int
+) -> list[bytes | LograftError]:
+    """Each read's bytes, at most `max_bytes` in all in the order of `reads`
+    (the first with data may exceed it by one batch, as in KIP-74), or why it
+    failed. Blocking; safe in a storage thread."""
+    budget = max_bytes
+    out: list[bytes | LograftError] = []
+    for r, part in zip(reads, hosted, strict=True):
+        if isinstance(part, LograftError) or budget <= 0:
+            out.append(b"")
+            continue
+        try:
+            data = part.read_for_consumer(r.offset, min(r.max_bytes, budget))
+        except LograftError as exc:
+            out.append(exc)
+            continue
+        budget -= len(data)
+        out.append(data)
+    return out
+
+
+def _read_for_followers(
+    decided: Sequence[tuple[Partition, FollowerFetchResult] | LograftError],
+    max_bytes: int,
+    partition_max_bytes: int,
+) -> list[bytes | LograftError]:
+    """The bytes of each decided follower fetch that may read, in order, until
+    `max_bytes` are spent (KIP-74: the first partition with data may exceed it
+    by one batch; the rest answer without data). Blocking; safe in a storage
+    thread."""
+    budget = max_bytes
+    out: list[bytes | LograftError] = []
+    for answer in decided:
+        if isinstance(answer, LograftError) or answer[1].read_from < 0 or budget <= 0:
+            out.append(b"")
+            continue
+        part, res = answer
+        try:
+            data = part.read_for_follower(res.read_from, partition_max_bytes)
+        except LograftError as exc:
+            out.append(exc)
+            continue
+        budget -= len(data)
+        out.append(data)
+    return out
 
 
 def _freeze_heap() -> None:

@@ -547,6 +547,27 @@ class Log:
 
     # -- reading -------------------------------------------------------------------
 
+    def readable_bytes(self, offset: int, limit: int) -> int:
+        """At most how many bytes a read from `offset` could return, capped at
+        `limit` (a first batch larger than `limit` aside): the segments' sizes
+        from the offset index entry at or below `offset` on. No file I/O, a
+        few microseconds: a read costs in proportion to its bytes, and callers
+        decide by this bound where to run one (the event loop or a thread)."""
+        if offset >= self.log_end_offset or limit <= 0:
+            return 0  # the common case of a reader at the end: no lock
+        with self._lock:
+            if self._closed:
+                return 0
+            total = 0
+            first = max(self._segments.bisect_right(offset) - 1, 0)
+            for i in range(first, len(self._segments)):
+                seg: LogSegment = self._segments.peekitem(i)[1]
+                start = seg.index.lookup(offset)[1] if i == first else 0
+                total += max(seg.size - start, 0)
+                if total >= limit:
+                    return limit
+            return total
+
     def read(
         self,
         offset: int,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lograft.brokers.log_work import LogWork
 from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher
 from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
@@ -61,6 +62,7 @@ def fetcher_over(
         SETTINGS,
         replicas,
         transport,  # type: ignore[arg-type]
+        work=LogWork(1),
         on_applied=applied.append,
         lag_clock=clock or FakeClock(),
     )
@@ -137,7 +139,7 @@ async def test_a_session_applies_what_the_leader_sends_and_survives_a_failed_fet
 
 
 @pytest.mark.parametrize("failure", ["error answer", "bad data"])
-def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, replicas, failure):
+async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, replicas, failure):
     clock = FakeClock()
     bad, good = TopicPartition("t", 0), TopicPartition("t", 1)
     for tp in (bad, good):
@@ -152,7 +154,7 @@ def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, replica
     else:
         broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
     fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
-    assert fetcher._apply_responses([broken, fine]) is True
+    assert await fetcher._apply_responses([broken, fine]) is True
     assert applied == [good]
     assert [p.tp for p in fetcher._fetchable(following)] == [good]
     clock.now += SETTINGS.backoff_ms
