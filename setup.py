@@ -3,9 +3,11 @@
 `lograft.protocol._recordscan` validates record batches on append. It is
 optional: when it cannot be compiled (no compiler, no Python headers) the
 install still succeeds and `lograft.protocol.record_scan` uses its pure-Python
-walker. Editable installs copy the built module into lograft/storage/, so
+walker. Editable installs copy the built module into lograft/protocol/, so
 after editing the C source rerun `pip install -e .` (scripts/setup.sh does
-when the source's hash changes).
+when the source's hash changes). The test command does not accept the
+fallback: scripts/test.sh runs scripts/check_native.py, which fails when the
+module is missing or of another ABI.
 """
 
 from setuptools import Extension, setup

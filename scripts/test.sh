@@ -16,6 +16,11 @@ echo "[test] lint-imports (the layering: [tool.importlinter] in pyproject.toml)"
 "$ROOT/.venv/bin/lint-imports" --no-logo
 echo "[test] mypy (strict on errors, typed, protocol, storage, quorum: [tool.mypy] in pyproject.toml)"
 "$PY" -m mypy
+echo "[test] C record scanner (scripts/check_native.py: built, and of this checkout's ABI)"
+"$PY" scripts/check_native.py
+# The pure-Python fallback is for installs without a compiler; the test
+# command insists on the C extension (tests/unit/protocol read this too).
+export LOGRAFT_REQUIRE_C_EXTENSION=1
 echo "[test] pytest"
 set +e
 "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -4,6 +4,7 @@ reader on the values."""
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from array import array
@@ -175,3 +176,10 @@ def test_a_stale_c_build_is_not_used(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(record_columns)
+
+
+def test_implementation_flag():
+    assert record_columns.IMPLEMENTATION in ("c", "python")
+    if os.environ.get("LOGRAFT_REQUIRE_C_EXTENSION"):
+        # Set by scripts/test.sh: the column decoder must be the C one there.
+        assert HAVE_C, "the C extension is not built, or is a stale ABI (scripts/setup.sh)"

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Fail unless the C record scanner is built and speaks this checkout's ABI.
+
+setup.py builds `lograft.protocol._recordscan` with `optional=True`, so an
+install without a compiler still works (record_scan and record_columns fall
+back to pure Python, 50x slower on append). That fallback is for users; the
+test command (scripts/test.sh, and so CI) runs this first, so a missing or
+stale build fails the suite instead of silently testing the fallback.
+
+    .venv/bin/python scripts/check_native.py
+
+Prints what it found; exit status 1 with the reasons when the C extension is
+not what the Python modules would use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+FIX = (
+    "rebuild it with a C compiler and the Python headers present: scripts/setup.sh "
+    "(or `pip install -e .`); setup.py builds it with optional=True, so a failed "
+    "compile does not stop the install"
+)
+
+
+def problems(
+    extension: ModuleType | None, record_scan: ModuleType, record_columns: ModuleType
+) -> list[str]:
+    """Why the C extension is not in use; empty when both modules use it.
+
+    `extension` is `lograft.protocol._recordscan`, or None when it does not
+    import (not built)."""
+    if extension is None:
+        return [f"lograft.protocol._recordscan is not built: {FIX}"]
+    out: list[str] = []
+    abi = getattr(extension, "ABI", 1)
+    if abi != record_scan.C_ABI:
+        out.append(
+            f"lograft.protocol._recordscan is a stale build (ABI {abi}, "
+            f"record_scan needs {record_scan.C_ABI}): {FIX}"
+        )
+    columns_abi = getattr(extension, "COLUMNS_ABI", 0)
+    if columns_abi != record_columns.C_COLUMNS_ABI:
+        out.append(
+            f"lograft.protocol._recordscan is a stale build (COLUMNS_ABI {columns_abi}, "
+            f"record_columns needs {record_columns.C_COLUMNS_ABI}): {FIX}"
+        )
+    # The flags are what the code paths actually use; a mismatch here that the
+    # ABI checks above did not explain is a bug in the fallback logic itself.
+    for module in (record_scan, record_columns):
+        if module.IMPLEMENTATION != "c" and not out:
+            out.append(f"{module.__name__}.IMPLEMENTATION is {module.IMPLEMENTATION!r}, not 'c'")
+    return out
+
+
+def main() -> int:
+    try:
+        extension: ModuleType | None = importlib.import_module("lograft.protocol._recordscan")
+    except ImportError:
+        extension = None
+    from lograft.protocol import record_columns, record_scan
+
+    found = problems(extension, record_scan, record_columns)
+    if found:
+        for line in found:
+            print(f"check_native: {line}", file=sys.stderr)
+        return 1
+    assert extension is not None
+    print(
+        f"check_native: C record scanner in use ({extension.__file__}; ABI "
+        f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

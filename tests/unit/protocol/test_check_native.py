@@ -1,0 +1,88 @@
+"""scripts/check_native.py: the test command's refusal of a missing or stale C scanner."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from lograft.protocol import record_columns, record_scan
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "check_native.py"
+
+
+@pytest.fixture(scope="module")
+def check_native() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_native", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake(name: str, implementation: str, **abis: int) -> SimpleNamespace:
+    return SimpleNamespace(__name__=name, IMPLEMENTATION=implementation, **abis)
+
+
+SCAN_C = fake("record_scan", "c", C_ABI=record_scan.C_ABI)
+COLUMNS_C = fake("record_columns", "c", C_COLUMNS_ABI=record_columns.C_COLUMNS_ABI)
+CURRENT = SimpleNamespace(ABI=record_scan.C_ABI, COLUMNS_ABI=record_columns.C_COLUMNS_ABI)
+
+
+def test_a_current_build_passes(check_native):
+    assert check_native.problems(CURRENT, SCAN_C, COLUMNS_C) == []
+
+
+def test_no_build_fails(check_native):
+    scan_py = fake("record_scan", "python", C_ABI=record_scan.C_ABI)
+    columns_py = fake("record_columns", "python", C_COLUMNS_ABI=record_columns.C_COLUMNS_ABI)
+    (line,) = check_native.problems(None, scan_py, columns_py)
+    assert "not built" in line and "scripts/setup.sh" in line
+
+
+def test_a_stale_scan_abi_fails(check_native):
+    stale = SimpleNamespace(ABI=record_scan.C_ABI - 1, COLUMNS_ABI=record_columns.C_COLUMNS_ABI)
+    (line,) = check_native.problems(stale, SCAN_C, COLUMNS_C)
+    assert "stale build" in line and f"ABI {record_scan.C_ABI - 1}" in line
+
+
+def test_a_build_without_the_column_decoder_fails(check_native):
+    old = SimpleNamespace(ABI=record_scan.C_ABI)  # built before decode_columns
+    (line,) = check_native.problems(old, SCAN_C, COLUMNS_C)
+    assert "COLUMNS_ABI 0" in line
+
+
+def test_a_module_that_fell_back_anyway_fails(check_native):
+    scan_py = fake("record_scan", "python", C_ABI=record_scan.C_ABI)
+    (line,) = check_native.problems(CURRENT, scan_py, COLUMNS_C)
+    assert "record_scan.IMPLEMENTATION is 'python'" in line
+
+
+def test_the_script_fails_without_the_extension(tmp_path):
+    """End to end: a process in which the extension cannot import exits 1."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'lograft.protocol._recordscan':\n"
+        "            raise ImportError('blocked by the test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1, out
+    assert "not built" in out.stderr
+
+
+def test_the_script_passes_here_when_the_extension_is_required():
+    if record_scan.IMPLEMENTATION != "c":
+        pytest.skip("the C extension is not built in this checkout")
+    out = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out
+    assert "C record scanner in use" in out.stdout
