@@ -54,7 +54,15 @@ Bounded memory, two limits:
   least recently recorded producer is forgotten. Consequence: it becomes
   unknown, so its next batch is accepted with any sequence: a retry of one of
   its last five batches is appended a second time and a sequence gap goes
-  unnoticed (or, in strict mode, it gets UNKNOWN_PRODUCER_ID). Kafka has no
+  unnoticed (or, in strict mode, it gets UNKNOWN_PRODUCER_ID). Its state then
+  ends at that batch, so when the retry was of an older batch than its newest,
+  its next new batch is OUT_OF_ORDER_SEQUENCE_NUMBER. Kafka behaves alike
+  (ProducerAppendInfo.checkSequence: an unknown producer's batch is taken
+  whatever its sequence and becomes the entry's last; later batches must
+  follow it), and its idempotent producer answers that error by bumping its
+  epoch, which restarts sequences at 0 (TransactionManager.handleFailedBatch);
+  lograft's client takes a new producer id after any failed sequenced
+  batch (lograft/client/idempotence.py). Kafka has no
   such count limit per partition (KIP-936 throttles id creation instead); a
   Python dict of entries needs one.
 - `producer_id_expiration_ms` (Kafka's `producer.id.expiration.ms`, default one
