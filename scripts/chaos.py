@@ -6,9 +6,12 @@ fresh three-node cluster, and print and write the report table (issue 6).
     .venv/bin/python scripts/chaos.py --scenarios kill-leader,pause-leader --seed 42 --seeds 1
 
 Seeds are SEED, SEED+1, ... (SEED random and printed when not given); one run
-is replayed with `--scenarios NAME --seed S --seeds 1`. Exits 1 if any run
-violates a must-hold property or cannot finish (see tests/chaos/checker.py),
-2 on bad arguments. A failing run keeps its work dir (node logs, history.json).
+is replayed with `--scenarios NAME --seed S --seeds 1`. Exits 0 only if every
+run passed; 1 if any run violates a must-hold property or cannot finish (see
+tests/chaos/checker.py); 3 if none did but some run was INCONCLUSIVE (too
+little evidence: no record consumed, fewer acknowledgements than
+--min-acks, or no send into an isolated node); 2 on bad arguments. A run
+that did not pass keeps its work dir (node logs, history.json).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.chaos.checker import MIN_ACKNOWLEDGED  # noqa: E402
 from tests.chaos.runner import (  # noqa: E402
     DEFAULT_DURATION_S,
     report_details,
@@ -34,6 +38,19 @@ from tests.chaos.workload import WorkloadSettings  # noqa: E402
 
 # Largest seed drawn when none is given.
 SEED_MAX = 2**31 - 1
+# Exit codes.
+EXIT_PASS = 0
+EXIT_FAIL = 1  # a violation or an ERROR run
+EXIT_INCONCLUSIVE = 3  # no violation, but some run had too little evidence
+
+
+def exit_code(verdicts: list[str]) -> int:
+    """FAIL and ERROR outrank INCONCLUSIVE, which outranks PASS."""
+    if any(v in ("FAIL", "ERROR") for v in verdicts):
+        return EXIT_FAIL
+    if any(v == "INCONCLUSIVE" for v in verdicts):
+        return EXIT_INCONCLUSIVE
+    return EXIT_PASS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="the writers' acks (default all; 1 checks the checker: acks=1 writes can be lost)",
     )
+    parser.add_argument(
+        "--min-acks",
+        type=int,
+        default=MIN_ACKNOWLEDGED,
+        help="acknowledged sends a run needs to pass rather than be INCONCLUSIVE "
+        f"(default {MIN_ACKNOWLEDGED})",
+    )
     args = parser.parse_args(argv)
     try:
         scenarios = select(args.scenarios, fast_only=args.fast)
@@ -68,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             flags = ", ".join(f for f, on in (("fast", s.fast), ("network", s.needs_network)) if on)
             print(f"{s.name:24} {s.description}" + (f" [{flags}]" if flags else ""))
         return 0
+    if args.min_acks < 0:
+        parser.error("--min-acks must be >= 0")
     if args.seeds < 1 or not scenarios:
         parser.error("nothing to run: give --seeds >= 1 and at least one scenario")
     first = args.seed if args.seed is not None else random.SystemRandom().randint(0, SEED_MAX)
@@ -82,21 +108,24 @@ def main(argv: list[str] | None = None) -> int:
         root,
         duration_s=args.duration,
         keep_workdirs=args.keep,
+        min_acknowledged=args.min_acks,
         settings=WorkloadSettings(acks=args.acks),
         log=lambda line: print(line, flush=True),
     )
     table = report_table(outcomes)
     details = report_details(outcomes)
-    failed = [o for o in outcomes if o.verdict != "PASS"]
+    failed = [o for o in outcomes if o.verdict in ("FAIL", "ERROR")]
+    unproven = [o for o in outcomes if o.verdict == "INCONCLUSIVE"]
     footer = (
-        f"{len(outcomes)} runs, {len(failed)} failed, {time.monotonic() - started:.0f}s; "
+        f"{len(outcomes)} runs, {len(failed)} failed, {len(unproven)} inconclusive, "
+        f"{time.monotonic() - started:.0f}s; "
         f"first seed {first}; `{command}`"
     )
     text = "\n\n".join(p for p in (table, footer, details) if p) + "\n"
     print("\n" + text)
     args.report.write_text(f"# Chaos report\n\n{text}")
     print(f"report written to {args.report}")
-    return 1 if failed else 0
+    return exit_code([o.verdict for o in outcomes])
 
 
 if __name__ == "__main__":

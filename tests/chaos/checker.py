@@ -5,6 +5,8 @@ offsets; `check` runs them all and `CheckResult.violations` says which
 must-hold properties failed (issue 6):
 
 - lost: an acknowledged value absent from the final read;
+- misplaced: an acknowledged value present in the final read but not at the
+  (partition, offset) its acknowledgement named;
 - duplicate: a value at more than one offset (a violation only for an
   idempotent writer; counted for every writer);
 - inconsistent: one (partition, offset) seen holding different values by the
@@ -13,8 +15,16 @@ must-hold properties failed (issue 6):
 - non-monotonic: a consumer returning an offset at or below one it returned
   before in the same partition, or a writer's later acknowledged send
   (by invocation time) at an offset at or below an earlier one's;
+- skipped: a consumer that returned an offset but never returned an earlier
+  one of the same partition that holds a committed record (acknowledged, or
+  in the final read): Jepsen's "unseen". Every offset a consumer returns was
+  below the high watermark it saw, so every earlier offset was committed
+  then and must have been returned;
 - divergence: a replica that, after healing, misses or disagrees on an offset
-  below the final high watermark;
+  below the final high watermark, or holds one below it that the final read
+  (the leader) lacks;
+- gap: an offset between the log start and the final high watermark of a
+  non-compacted topic that the final read lacks;
 - phantom: a value in the log that no writer sent, or whose send failed
   definitely (the broker said nothing was written);
 - minority ack: an acknowledgement answered by a node while it was cut off
@@ -24,6 +34,12 @@ must-hold properties failed (issue 6):
   after a node was stopped (SIGSTOP), none to the partitions it did not lead;
 - unavailability: the longest window with no acknowledged send at all, and
   per partition (a measure, not a violation by itself).
+
+A run without violations passes only if it had evidence (`inconclusive`):
+its consumers returned something, its writers got at least
+`MIN_ACKNOWLEDGED` acknowledgements, and every isolation had at least one
+send invoked into it (a minority probe). Otherwise its verdict is
+INCONCLUSIVE, not PASS.
 """
 
 from __future__ import annotations
@@ -40,6 +56,11 @@ from tests.chaos.history import History, Outcome, Send
 # retry backoff (retry_backoff_max_ms 1000) and metadata refresh, with room
 # for a loaded two-core CI machine. docs/reliability.md explains the figure.
 FAILOVER_BUDGET_MS = 10_000
+# Acknowledged sends a run needs before its checks count as evidence, in
+# sends (a count): a run that acknowledged fewer is INCONCLUSIVE. The fast
+# 12 s runs acknowledge about 1,500-3,000 (docs/reliability.md); 100 is far
+# below that and far above "the writers barely ran".
+MIN_ACKNOWLEDGED = 100
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,29 @@ def lost(history: History) -> list[Anomaly]:
                     f"read (high watermark {history.high_watermarks.get(s.partition)})",
                 )
             )
+    return out
+
+
+def misplaced(history: History) -> list[Anomaly]:
+    """Acknowledged values that the final read holds, but not at the partition and
+    offset of their acknowledgement (absent ones are `lost`)."""
+    where = _final_positions(history)
+    out = []
+    for s in history.sends:
+        if s.outcome is not Outcome.OK or s.value not in where:
+            continue
+        if (s.partition, s.offset) in where[s.value]:
+            continue
+        out.append(
+            Anomaly(
+                "misplaced",
+                s.partition,
+                tuple(o for _p, o in where[s.value]),
+                (s.value,),
+                f"acknowledged to {s.writer} at partition {s.partition} offset {s.offset}, "
+                f"found only at {where[s.value]} (partition, offset)",
+            )
+        )
     return out
 
 
@@ -228,15 +272,86 @@ def non_monotonic(history: History) -> list[Anomaly]:
     return out
 
 
+def skipped(history: History) -> list[Anomaly]:
+    """Committed offsets a consumer read past without returning them."""
+    committed: dict[int, dict[int, str]] = defaultdict(dict)
+    for s in history.sends:
+        if s.outcome is Outcome.OK and s.offset is not None:
+            committed[s.partition][s.offset] = s.value
+    for p, log in history.final.items():
+        for offset, value in log.items():
+            committed[p].setdefault(offset, value)
+    returned: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for r in history.reads:
+        returned[(r.reader, r.partition)].add(r.offset)
+    out = []
+    for (reader, p), offsets in sorted(returned.items()):
+        furthest = max(offsets)
+        # The consumers start at the log start ("earliest").
+        start = history.log_start_offsets.get(p, 0)
+        unseen = sorted(o for o in committed[p] if start <= o < furthest and o not in offsets)
+        if unseen:
+            out.append(
+                Anomaly(
+                    "skipped",
+                    p,
+                    tuple(unseen),
+                    tuple(committed[p][o] for o in unseen),
+                    f"consumer {reader} returned offset {furthest} but never {len(unseen)} "
+                    f"committed offsets before it (first {unseen[0]}, last {unseen[-1]})",
+                )
+            )
+    return out
+
+
+def gaps(history: History) -> list[Anomaly]:
+    """Offsets below the final high watermark that the final read lacks (a
+    non-compacted topic has a record at every offset from its log start)."""
+    if history.compacted:
+        return []
+    out = []
+    for p in history.partitions:
+        log = history.final.get(p, {})
+        start = history.log_start_offsets.get(p, 0)
+        hw = history.high_watermarks.get(p, 0)
+        missing = [o for o in range(start, hw) if o not in log]
+        if missing:
+            out.append(
+                Anomaly(
+                    "gap",
+                    p,
+                    tuple(missing),
+                    (),
+                    f"the final read lacks {len(missing)} offsets between the log start "
+                    f"{start} and the high watermark {hw} (first {missing[0]}, "
+                    f"last {missing[-1]})",
+                )
+            )
+    return out
+
+
 def divergence(history: History) -> list[Anomaly]:
-    """Replicas that miss or disagree on offsets below the final high watermark,
-    compared with the final read (what the leader served)."""
+    """Replicas that miss, disagree on, or alone hold offsets below the final high
+    watermark, compared with the final read (what the leader served)."""
     out = []
     for p in history.partitions:
         hw = history.high_watermarks.get(p, 0)
         reference = history.final.get(p, {})
         for node, logs in sorted(history.replicas.items()):
             log = logs.get(p, {})
+            extra = [o for o in range(hw) if o in log and o not in reference]
+            if extra:
+                out.append(
+                    Anomaly(
+                        "divergence",
+                        p,
+                        tuple(extra),
+                        tuple(log[o] for o in extra),
+                        f"replica on node {node} holds {len(extra)} offsets below the high "
+                        f"watermark {hw} that the final read lacks (first {extra[0]}, "
+                        f"last {extra[-1]})",
+                    )
+                )
             missing = [o for o in range(hw) if o in reference and o not in log]
             differing = [
                 o for o in range(hw) if o in log and o in reference and log[o] != reference[o]
@@ -373,17 +488,49 @@ def unavailability_per_partition(history: History) -> dict[int, Window]:
     }
 
 
+def inconclusive(
+    history: History, *, probes: int, min_acknowledged: int = MIN_ACKNOWLEDGED
+) -> list[str]:
+    """Why the run's checks had too little evidence to pass (empty if they had enough)."""
+    why = []
+    if not history.reads:
+        why.append("the consumers returned no record: nothing checked what a consumer sees")
+    acknowledged = sum(1 for s in history.sends if s.outcome is Outcome.OK)
+    if acknowledged < min_acknowledged:
+        why.append(
+            f"{acknowledged} acknowledged sends, fewer than the {min_acknowledged} "
+            "a run needs (MIN_ACKNOWLEDGED)"
+        )
+    if history.isolations and probes == 0:
+        why.append(
+            f"no send was invoked into any of the {len(history.isolations)} isolation "
+            "windows: the minority-ack check had no evidence"
+        )
+    return why
+
+
+# Verdicts of a checked run.
+PASS = "PASS"
+FAIL = "FAIL"
+INCONCLUSIVE = "INCONCLUSIVE"
+
+
 @dataclass
 class CheckResult:
     acknowledged: int
     unknown: int
     failed: int
+    # Records the consumers returned during the run.
+    reads: int = 0
     lost: list[Anomaly] = field(default_factory=list)
+    misplaced: list[Anomaly] = field(default_factory=list)
     duplicates: list[Anomaly] = field(default_factory=list)
     idempotent_duplicates: list[Anomaly] = field(default_factory=list)
     inconsistent: list[Anomaly] = field(default_factory=list)
     non_monotonic: list[Anomaly] = field(default_factory=list)
+    skipped: list[Anomaly] = field(default_factory=list)
     divergence: list[Anomaly] = field(default_factory=list)
+    gaps: list[Anomaly] = field(default_factory=list)
     phantoms: list[Anomaly] = field(default_factory=list)
     minority_acks: list[Anomaly] = field(default_factory=list)
     minority_probes: int = 0
@@ -391,16 +538,21 @@ class CheckResult:
     failover_ms: list[tuple[int, int, int | None]] = field(default_factory=list)
     unavailable: Window = field(default_factory=lambda: Window(0.0, 0.0))
     unavailable_per_partition: dict[int, Window] = field(default_factory=dict)
+    # Why the run had too little evidence to pass (see `inconclusive`).
+    inconclusive: list[str] = field(default_factory=list)
 
     def violations(self) -> list[Anomaly]:
         """Every anomaly that breaks a must-hold property (duplicates of writers
         without idempotence are allowed, as in Kafka)."""
         return [
             *self.lost,
+            *self.misplaced,
             *self.inconsistent,
             *self.idempotent_duplicates,
             *self.non_monotonic,
+            *self.skipped,
             *self.divergence,
+            *self.gaps,
             *self.phantoms,
             *self.minority_acks,
             *self.slow_failovers,
@@ -408,26 +560,45 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
-        return not self.violations()
+        """No violation and enough evidence: the run passed."""
+        return self.verdict == PASS
+
+    @property
+    def verdict(self) -> str:
+        """FAIL on any violation, else INCONCLUSIVE without evidence, else PASS."""
+        if self.violations():
+            return FAIL
+        return INCONCLUSIVE if self.inconclusive else PASS
 
 
-def check(history: History, *, failover_budget_ms: int = FAILOVER_BUDGET_MS) -> CheckResult:
+def check(
+    history: History,
+    *,
+    failover_budget_ms: int = FAILOVER_BUDGET_MS,
+    min_acknowledged: int = MIN_ACKNOWLEDGED,
+) -> CheckResult:
     dups = duplicates(history)
+    probes = minority_probes(history)
     return CheckResult(
         acknowledged=sum(1 for s in history.sends if s.outcome is Outcome.OK),
         unknown=sum(1 for s in history.sends if s.outcome is Outcome.UNKNOWN),
         failed=sum(1 for s in history.sends if s.outcome is Outcome.FAIL),
+        reads=len(history.reads),
         lost=lost(history),
+        misplaced=misplaced(history),
         duplicates=dups,
         idempotent_duplicates=idempotent_duplicates(history, dups),
         inconsistent=inconsistent(history),
         non_monotonic=non_monotonic(history),
+        skipped=skipped(history),
         divergence=divergence(history),
+        gaps=gaps(history),
         phantoms=phantoms(history),
         minority_acks=minority_acks(history),
-        minority_probes=minority_probes(history),
+        minority_probes=probes,
         slow_failovers=slow_failovers(history, failover_budget_ms),
         failover_ms=failover_ms(history),
         unavailable=unavailability(history),
         unavailable_per_partition=unavailability_per_partition(history),
+        inconclusive=inconclusive(history, probes=probes, min_acknowledged=min_acknowledged),
     )

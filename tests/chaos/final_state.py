@@ -78,16 +78,22 @@ def _read_partition(
     return out
 
 
+def log_start_offsets(layout: dict[int, dict[str, Any]]) -> dict[int, int]:
+    """partition -> its log start offset in `layout` (where the final read begins)."""
+    return {p: int(part["log_start_offset"]) for p, part in layout.items()}
+
+
 def final_read(
     cluster: LograftCluster, topic: str, layout: dict[int, dict[str, Any]]
 ) -> tuple[PartitionLog, dict[int, int]]:
     """Every partition from its log start to the high watermark of `layout`."""
     logs: PartitionLog = {}
     hws: dict[int, int] = {}
+    starts = log_start_offsets(layout)
     for p, part in sorted(layout.items()):
         leader = cluster[part["leader"]]
         hws[p] = int(part["high_watermark"])
-        logs[p] = _read_partition(leader, topic, p, int(part["log_start_offset"]), hws[p])
+        logs[p] = _read_partition(leader, topic, p, starts[p], hws[p])
     return logs, hws
 
 

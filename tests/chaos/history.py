@@ -97,6 +97,10 @@ class History:
     # The final read of every partition from its start, after healing.
     final: PartitionLog = field(default_factory=dict)
     high_watermarks: dict[int, int] = field(default_factory=dict)
+    # partition -> its log start offset when it was finally read (0 if absent).
+    log_start_offsets: dict[int, int] = field(default_factory=dict)
+    # The topic's cleanup policy compacts: offsets may then be missing below the HW.
+    compacted: bool = False
     # node -> its replicas' records below the final high watermark (from disk).
     replicas: dict[int, PartitionLog] = field(default_factory=dict)
     isolations: list[Isolation] = field(default_factory=list)

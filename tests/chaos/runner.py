@@ -17,7 +17,9 @@ One run = one scenario with one seed on a fresh three-node cluster:
 The scenario's rng is `random.Random("<scenario>:<seed>")`, so
 `scripts/chaos.py --scenarios NAME --seed SEED --seeds 1` replays one run's
 fault choices. A run that cannot finish (the cluster never converges, a
-worker crashed) is an ERROR, which fails like a violated property.
+worker crashed) is an ERROR, which fails like a violated property; one that
+finished without evidence (checker.inconclusive) is INCONCLUSIVE, which
+fails too, with its own exit code in scripts/chaos.py.
 
 Scenarios report kills and isolations through `ctx.facts`:
 `ctx.facts["leader_kills"]` (list of history.LeaderKill) and
@@ -41,8 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.checker import FAILOVER_BUDGET_MS, CheckResult, check
-from tests.chaos.final_state import final_read, replica_contents, wait_converged
+from tests.chaos.checker import FAILOVER_BUDGET_MS, MIN_ACKNOWLEDGED, CheckResult, check
+from tests.chaos.final_state import (
+    final_read,
+    log_start_offsets,
+    replica_contents,
+    wait_converged,
+)
 from tests.chaos.history import History
 from tests.chaos.scenario import REGISTRY, ChaosContext, Scenario
 from tests.chaos.workload import Workload, WorkloadSettings
@@ -104,9 +111,10 @@ class RunOutcome:
 
     @property
     def verdict(self) -> str:
+        """ERROR, or the checker's FAIL, INCONCLUSIVE or PASS."""
         if self.error is not None or self.result is None:
             return "ERROR"
-        return "PASS" if self.result.ok else "FAIL"
+        return self.result.verdict
 
 
 def _stamp(log: Callable[[str], None], prefix: str) -> Callable[[str], None]:
@@ -128,6 +136,7 @@ def run_scenario(
     *,
     duration_s: float = DEFAULT_DURATION_S,
     failover_budget_ms: int = FAILOVER_BUDGET_MS,
+    min_acknowledged: int = MIN_ACKNOWLEDGED,
     settings: WorkloadSettings | None = None,
     log: Callable[[str], None] = print,
 ) -> RunOutcome:
@@ -187,6 +196,7 @@ def run_scenario(
                 reads=reads,
                 final=final,
                 high_watermarks=hws,
+                log_start_offsets=log_start_offsets(layout),
                 replicas=replicas,
                 isolations=list(outcome.facts.get("isolations", [])),
                 leader_kills=list(outcome.facts.get("leader_kills", [])),
@@ -194,7 +204,11 @@ def run_scenario(
                 notes={"poll_errors": workload.poll_errors()},
             )
             _save_history(history, workdir / "history.json")
-            outcome.result = check(history, failover_budget_ms=failover_budget_ms)
+            outcome.result = check(
+                history,
+                failover_budget_ms=failover_budget_ms,
+                min_acknowledged=min_acknowledged,
+            )
     except Exception:
         outcome.error = traceback.format_exc()
         say(f"ERROR\n{outcome.error}")
@@ -213,9 +227,11 @@ def summary(o: RunOutcome) -> str:
         return "no result"
     return (
         f"acknowledged={r.acknowledged} unknown={r.unknown} lost={len(r.lost)} "
+        f"misplaced={len(r.misplaced)} "
         f"duplicates={len(r.duplicates)} (idempotent {len(r.idempotent_duplicates)}) "
         f"inconsistent={len(r.inconsistent)} non-monotonic={len(r.non_monotonic)} "
-        f"divergent={len(r.divergence)} max-unavailable={r.unavailable.ms}ms"
+        f"skipped={len(r.skipped)} divergent={len(r.divergence)} gaps={len(r.gaps)} "
+        f"reads={r.reads} max-unavailable={r.unavailable.ms}ms"
         + (f" minority-probes={r.minority_probes}" if o.facts.get("isolations") else "")
     )
 
@@ -227,6 +243,7 @@ def run_matrix(
     *,
     duration_s: float = DEFAULT_DURATION_S,
     keep_workdirs: bool = False,
+    min_acknowledged: int = MIN_ACKNOWLEDGED,
     settings: WorkloadSettings | None = None,
     log: Callable[[str], None] = print,
 ) -> list[RunOutcome]:
@@ -236,7 +253,13 @@ def run_matrix(
         for scenario in scenarios:
             workdir = root / f"{scenario.name}-{seed}"
             o = run_scenario(
-                scenario, seed, workdir, duration_s=duration_s, settings=settings, log=log
+                scenario,
+                seed,
+                workdir,
+                duration_s=duration_s,
+                min_acknowledged=min_acknowledged,
+                settings=settings,
+                log=log,
             )
             outcomes.append(o)
             if o.verdict == "PASS" and not keep_workdirs:
@@ -252,10 +275,14 @@ COLUMNS = (
     "acknowledged",
     "unknown",
     "lost",
+    "misplaced",
     "duplicates (idempotent)",
     "inconsistent",
     "non-monotonic",
+    "skipped",
     "divergent",
+    "gaps",
+    "reads",
     "max unavailability ms",
     "failover ms",
     "verdict",
@@ -277,10 +304,14 @@ def _row(o: RunOutcome) -> list[str]:
         str(r.acknowledged),
         str(r.unknown),
         str(len(r.lost)),
+        str(len(r.misplaced)),
         f"{len(r.duplicates)} ({len(r.idempotent_duplicates)})",
         str(len(r.inconsistent)),
         str(len(r.non_monotonic)),
+        str(len(r.skipped)),
         str(len(r.divergence)),
+        str(len(r.gaps)),
+        str(r.reads),
         str(r.unavailable.ms),
         failover,
         o.verdict,
@@ -306,6 +337,7 @@ def report_details(outcomes: list[RunOutcome]) -> str:
         if o.facts:
             parts.append(f"facts: {o.facts}")
         if o.result is not None:
+            parts += [f"- inconclusive: {why}" for why in o.result.inconclusive]
             found = o.result.violations()
             parts += [f"- {a}" for a in found[:DETAILS_PER_RUN_MAX]]
             if len(found) > DETAILS_PER_RUN_MAX:

@@ -3,6 +3,11 @@
 Every scenario marked `fast=True` runs once, with a fixed seed, on a fresh
 cluster, and must keep every must-hold property (tests/chaos/checker.py).
 The whole matrix runs with scripts/chaos.py (docs/reliability.md).
+
+And the checker must fail when it should: `isolate-leader` with `acks=1`
+writers, under which lograft may lose acknowledged writes (the isolated
+leader acknowledges alone and is truncated when it rejoins), must be
+reported as loss.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.runner import report_details, report_table, run_scenario, select
+from tests.chaos.workload import WorkloadSettings
 
 SEED = 20261122
 # Seconds each run's workload lasts, faults included: enough for a failover
@@ -19,6 +25,10 @@ SEED = 20261122
 DURATION_S = 12.0
 
 FAST = select("all", fast_only=True)
+# The scenario that loses acks=1 writes in every run: the isolated leader keeps
+# acknowledging acks=1 writes (its own node's HTTP writer and the client
+# producers) for as long as it is cut off, and truncates them on rejoining.
+LOSSY_WITH_ACKS_1 = "isolate-leader"
 
 
 def test_there_is_a_fast_subset() -> None:
@@ -33,3 +43,17 @@ def test_fast_scenario_keeps_every_promise(scenario, tmp_path: Path) -> None:
         f"replay: scripts/chaos.py --scenarios {scenario.name} --seed {SEED} --seeds 1"
     )
     assert outcome.result is not None and outcome.result.acknowledged > 0
+
+
+def test_the_checker_reports_loss_of_acks_1_writes(tmp_path: Path) -> None:
+    (scenario,) = select(LOSSY_WITH_ACKS_1)
+    outcome = run_scenario(
+        scenario,
+        SEED,
+        tmp_path / "acks-1",
+        duration_s=DURATION_S,
+        settings=WorkloadSettings(acks="1"),
+    )
+    detail = f"{report_table([outcome])}\n\n{report_details([outcome])}"
+    assert outcome.verdict == "FAIL", detail
+    assert outcome.result is not None and outcome.result.lost, detail

@@ -4,17 +4,25 @@ and named with its values and offsets."""
 from __future__ import annotations
 
 from tests.chaos.checker import (
+    FAIL,
     FAILOVER_BUDGET_MS,
+    INCONCLUSIVE,
+    MIN_ACKNOWLEDGED,
+    PASS,
     check,
     divergence,
     duplicates,
     failover_ms,
+    gaps,
+    inconclusive,
     inconsistent,
     lost,
     minority_acks,
     minority_probes,
+    misplaced,
     non_monotonic,
     phantoms,
+    skipped,
     unavailability,
     unavailability_per_partition,
 )
@@ -67,8 +75,9 @@ def clean() -> History:
 
 
 def test_a_clean_history_passes_and_counts_outcomes() -> None:
-    result = check(clean())
+    result = check(clean(), min_acknowledged=3)
     assert result.ok, result.violations()
+    assert result.verdict == PASS
     assert (result.acknowledged, result.unknown, result.failed) == (3, 1, 1)
     assert result.duplicates == []
 
@@ -79,7 +88,7 @@ def test_an_unknown_send_may_appear_or_not() -> None:
     h.high_watermarks[1] = 2
     for logs in h.replicas.values():
         logs[1][1] = "w1-1"
-    assert check(h).ok
+    assert check(h).violations() == []
 
 
 def test_lost_names_the_acknowledged_value_and_its_offset() -> None:
@@ -210,8 +219,8 @@ def test_failover_time_is_measured_from_the_kill_to_the_first_later_ack() -> Non
     h.high_watermarks = {0: 3, 1: 1}
     h.leader_kills = [LeaderKill(node=1, partitions=(0,), at_s=2.0)]
     assert failover_ms(h) == [(1, 0, 2200)]
-    assert check(h).ok
-    assert not check(h, failover_budget_ms=2000).ok
+    assert check(h).violations() == []
+    assert check(h, failover_budget_ms=2000).verdict == FAIL
     h.leader_kills = [LeaderKill(node=1, partitions=(0,), at_s=5.0)]  # nothing after it
     assert failover_ms(h) == [(1, 0, None)]
     assert [a.kind for a in check(h).violations()] == ["slow failover"]
@@ -244,3 +253,147 @@ def test_unavailability_is_the_longest_gap_between_acks_including_the_edges() ->
     assert (per[1].from_s, per[1].until_s) == (2.0, 9.5)
     empty = History(topic="t", partitions=[0], start_s=1.0, end_s=4.0)
     assert unavailability(empty).ms == 3000
+
+
+def kinds(h: History) -> list[str]:
+    return sorted({a.kind for a in check(h).violations()})
+
+
+# Issue 13's checks. Each crafted history below passed every check that existed
+# before (its only violations are of the new kind: without that check the
+# checker would have said PASS), and fails with it; the fixed history passes.
+
+
+def test_an_ack_found_only_at_another_offset_is_misplaced() -> None:
+    h = clean()
+    h.sends.append(ok("w0-5", 1, 5, 6.0))  # acknowledged at 1:5 ...
+    h.final[1][1] = "w0-5"  # ... found only at 1:1 (nothing at 5: the HW is 2)
+    h.high_watermarks[1] = 2
+    for logs in h.replicas.values():
+        logs[1][1] = "w0-5"
+    found = misplaced(h)
+    assert [(a.partition, a.offsets, a.values) for a in found] == [(1, (1,), ("w0-5",))]
+    assert "offset 5" in found[0].detail
+    assert kinds(h) == ["misplaced"]  # no older check saw it
+    h.sends[-1] = ok("w0-5", 1, 1, 6.0)  # acknowledged where it is
+    assert misplaced(h) == [] and kinds(h) == []
+
+
+def test_a_value_in_another_partition_than_its_ack_is_misplaced() -> None:
+    h = clean()
+    h.sends.append(ok("w0-6", 1, 1, 6.0))
+    h.final[0][2] = "w0-6"
+    h.high_watermarks[0] = 3
+    for logs in h.replicas.values():
+        logs[0][2] = "w0-6"
+    assert [(a.partition, a.values) for a in misplaced(h)] == [(1, ("w0-6",))]
+
+
+def test_a_consumer_skipping_a_committed_offset_is_skipped() -> None:
+    h = clean()
+    # The consumer returns 1:0, then 1:2, never 1:1, which holds an acknowledged write.
+    h.sends += [ok("w0-7", 1, 1, 6.0), ok("w0-8", 1, 2, 6.5)]
+    h.final[1].update({1: "w0-7", 2: "w0-8"})
+    h.high_watermarks[1] = 3
+    for logs in h.replicas.values():
+        logs[1].update({1: "w0-7", 2: "w0-8"})
+    h.reads.append(Read("c0", 1, 2, "w0-8", 7.0))
+    found = skipped(h)
+    assert [(a.partition, a.offsets, a.values) for a in found] == [(1, (1,), ("w0-7",))]
+    assert "consumer c0" in found[0].detail
+    assert kinds(h) == ["skipped"]  # monotonic, consistent: no older check saw it
+    h.reads.insert(-1, Read("c0", 1, 1, "w0-7", 6.9))
+    assert skipped(h) == [] and kinds(h) == []
+
+
+def test_a_consumer_lagging_behind_is_not_skipping() -> None:
+    h = clean()
+    h.sends.append(ok("w0-7", 1, 1, 6.0))  # never consumed, but nothing after it was either
+    h.final[1][1] = "w0-7"
+    h.high_watermarks[1] = 2
+    for logs in h.replicas.values():
+        logs[1][1] = "w0-7"
+    assert skipped(h) == []
+
+
+def test_an_offset_only_a_replica_holds_below_the_hw_is_divergence() -> None:
+    h = clean()
+    del h.final[0][1]  # the leader's read lacks 0:1, replicas hold it
+    h.sends = [s for s in h.sends if s.value != "w1-0"]
+    h.reads = [r for r in h.reads if r.value != "w1-0"]
+    found = divergence(h)
+    assert [(a.partition, a.offsets) for a in found] == [(0, (1,))] * 3
+    assert "final read lacks" in found[0].detail
+    # Before issue 13 only the gap and this divergence are new: nothing else saw it.
+    assert kinds(h) == ["divergence", "gap"]
+    h.high_watermarks[0] = 1  # above the HW, a replica's extra offset is not compared
+    assert divergence(h) == [] and kinds(h) == []
+
+
+def test_a_hole_below_the_hw_of_a_non_compacted_topic_is_a_gap() -> None:
+    h = clean()
+    h.final[0][3] = "w0-9"  # offset 2 missing below the HW 4
+    h.high_watermarks[0] = 4
+    h.sends.append(ok("w0-9", 0, 3, 6.0))
+    for logs in h.replicas.values():
+        logs[0][3] = "w0-9"
+    found = gaps(h)
+    assert [(a.partition, a.offsets) for a in found] == [(0, (2,))]
+    assert kinds(h) == ["gap"]
+    h.compacted = True  # a compacted topic may have holes
+    assert gaps(h) == [] and kinds(h) == []
+    h.compacted = False
+    h.log_start_offsets[0] = 3  # offsets below the log start are not holes
+    h.final[0] = {3: "w0-9"}
+    h.sends = [s for s in h.sends if s.partition != 0 or s.value == "w0-9"]
+    h.reads = [r for r in h.reads if r.partition != 0]
+    for logs in h.replicas.values():
+        logs[0] = {3: "w0-9"}
+    assert gaps(h) == []
+
+
+def many_acks(n: int) -> History:
+    """A clean history with n acknowledged sends on one partition, all consumed."""
+    h = History(topic="t", partitions=[0], start_s=0.0, end_s=float(n + 1))
+    h.sends = [ok(f"w0-{i}", 0, i, float(i)) for i in range(n)]
+    h.final = {0: {i: f"w0-{i}" for i in range(n)}}
+    h.high_watermarks = {0: n}
+    h.replicas = {node: {0: dict(h.final[0])} for node in (1, 2, 3)}
+    h.reads = [Read("c0", 0, i, f"w0-{i}", i + 0.5) for i in range(n)]
+    return h
+
+
+def test_a_run_without_evidence_is_inconclusive_not_passed() -> None:
+    h = many_acks(MIN_ACKNOWLEDGED)
+    assert check(h).verdict == PASS and inconclusive(h, probes=0) == []
+
+    no_reads = many_acks(MIN_ACKNOWLEDGED)
+    no_reads.reads = []
+    result = check(no_reads)
+    assert result.violations() == []  # what passed before issue 13
+    assert result.verdict == INCONCLUSIVE and not result.ok
+    assert "consumers returned no record" in result.inconclusive[0]
+
+    few = many_acks(MIN_ACKNOWLEDGED - 1)
+    result = check(few)
+    assert result.violations() == [] and result.verdict == INCONCLUSIVE
+    assert f"fewer than the {MIN_ACKNOWLEDGED}" in result.inconclusive[0]
+    assert check(few, min_acknowledged=MIN_ACKNOWLEDGED - 1).verdict == PASS
+
+    unprobed = many_acks(MIN_ACKNOWLEDGED)
+    unprobed.isolations = [Isolation(node=2, from_s=5.0, until_s=8.0)]  # nothing sent to 2
+    result = check(unprobed)
+    assert result.violations() == [] and result.verdict == INCONCLUSIVE
+    assert "minority-ack check had no evidence" in result.inconclusive[0]
+    unprobed.sends.append(
+        Send("h2", False, "h2-0", 0, 6.0, 7.0, Outcome.UNKNOWN, node=2, error="TIMEOUT")
+    )
+    assert check(unprobed).verdict == PASS
+
+
+def test_a_violation_outranks_missing_evidence() -> None:
+    h = many_acks(5)
+    h.reads = []
+    del h.final[0][4]
+    result = check(h)
+    assert result.inconclusive and result.verdict == FAIL

@@ -10,6 +10,12 @@ partition its own seeded rng picks, one every `send_interval_ms`:
   it is what the minority-ack check sees; pinning it to a node means a
   writer whose request hangs on a cut-off node stalls only that node's
   probe, while the isolated node's own writer keeps asking it.
+- probes: the same raw HTTP writer, one more per node, that gives up on a
+  request after `probe_request_timeout_ms` (its outcome then unknown). A
+  writer that waits the full request timeout can spend a whole isolation
+  window on one request invoked just before the cut (which proves nothing
+  about the isolation); a probe keeps sending into the window, so the
+  minority-ack check has evidence (checker.inconclusive requires some).
 
 `ClientReader` polls every partition from the start with the lograft.client
 `Consumer` during the run. Every outcome and every record read is recorded
@@ -63,6 +69,13 @@ class WorkloadSettings:
     plain_client_writers: int = 1
     # Raw HTTP writers per node, each pinned to its node.
     http_writers_per_node: int = 1
+    # Raw HTTP probes per node ("p<node>"), pinned like the writers but giving up
+    # on a request after probe_request_timeout_ms.
+    http_probes_per_node: int = 1
+    # A probe's request timeout, in ms: well under the shortest isolation window
+    # (the fault is held at least 2 s after the cluster reacted), so several
+    # probes are invoked inside every window.
+    probe_request_timeout_ms: int = 1_000
     readers: int = 1
     # One client request, in ms: above the chaos brokers' produce_timeout_ms
     # (runner.CHAOS_BROKER) so the broker answers REQUEST_TIMED_OUT first.
@@ -244,10 +257,14 @@ class HttpWriter(_Worker):
         rng: random.Random,
         stop: threading.Event,
         errors: list[str],
+        request_timeout_ms: int | None = None,
     ) -> None:
         super().__init__(name, stop, errors)
         self.node, self.url, self.topic, self.partitions = node, url, topic, partitions
         self.settings, self.recorder, self.rng = settings, recorder, rng
+        self.request_timeout_ms = (
+            settings.request_timeout_ms if request_timeout_ms is None else request_timeout_ms
+        )
 
     def _produce(
         self, url: str, value: str, partition: int
@@ -258,7 +275,7 @@ class HttpWriter(_Worker):
                 "POST",
                 f"{url}/v1/topics/{self.topic}/records?acks={self.settings.acks}",
                 body,
-                timeout_s=self.settings.request_timeout_ms / 1000,
+                timeout_s=self.request_timeout_ms / 1000,
             )
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ConnectionRefusedError):
@@ -388,6 +405,18 @@ class Workload:
                 name = f"h{node}" + (f"_{i}" if i else "")
                 self._workers.append(
                     HttpWriter(name, node=node, url=url, rng=self._rng(name), **common)
+                )
+            for i in range(s.http_probes_per_node):
+                name = f"p{node}" + (f"_{i}" if i else "")
+                self._workers.append(
+                    HttpWriter(
+                        name,
+                        node=node,
+                        url=url,
+                        rng=self._rng(name),
+                        request_timeout_ms=s.probe_request_timeout_ms,
+                        **common,
+                    )
                 )
         for i in range(s.readers):
             reader = ClientReader(f"r{i}", bootstrap=bootstrap, **common)
