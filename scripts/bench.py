@@ -25,23 +25,35 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    client's encoding cost is not in the figures (the storage benchmark gives
    build_batch's cost). Each case runs `--warmup` s uncounted, then
    `--seconds` s counted; a request counts when its answer arrives in the
-   window. Request latency p50/p99 is per request (not per record).
+   window. Request latency p50/p99 is per request (not per record), the
+   service time of a closed loop (send to answer); it does not include the
+   requests a closed loop did not send while waiting (coordinated omission),
+   so it is not latency at a given rate: case 3 measures that.
 2. Fetch throughput: JSON (`max_records=10000`) and raw
    (`Accept: application/vnd.lograft.batch`), `max_bytes=1 MiB`, one
    sequential reader per partition, reading the 100 B and 1 KiB topics the
    raw acks=1 produce cases wrote, from offset 0 to the high watermark and
-   over again until `--seconds` pass (so mostly from the page cache). Raw
+   over again, `--warmup` s uncounted and then `--seconds` s counted (so
+   mostly from the page cache). Raw
    responses are counted from batch headers (not decoded); JSON responses
    are parsed (orjson), as a consumer must.
 3. Produce-to-consume latency at a fixed rate (`--latency-rate` records/s
    for `--latency-seconds`, default 500/s for 20 s; a list such as
    `100,500` runs one test per rate) on a one-partition topic of its own:
    an open-loop producer sends one-record raw batches (acks=all) on
-   schedule, each value stamped with its send time; a consumer long-polls
-   the leader (raw, max_wait_ms=1000) and takes the latency of each record
-   on receipt. Producer and consumer share this process and its monotonic
-   clock. p50 / p99 / p99.9 / max and a histogram, and the ack latency of
-   the produce requests. The first second is not counted.
+   schedule, each value stamped with its *scheduled* send time (not the
+   moment it went out: coordinated omission corrected, as wrk2 and
+   HdrHistogram do); a late send (a busy loop, or `LATENCY_INFLIGHT_MAX`
+   requests already in flight) goes out as soon as it can and its delay
+   counts as latency. A consumer long-polls the leader (raw,
+   max_wait_ms=1000) and takes the latency of each record on receipt.
+   Producer and consumer share this process and its monotonic clock.
+   p50 / p99 / p99.9 / max and a histogram, and the ack latency of the
+   produce requests from the scheduled time (and, apart, their service time
+   from the actual send). The first `--warmup` s of the schedule are sent but
+   not counted. A counted record that never arrives (produce error, never
+   sent before the drain deadline, not seen by the consumer) is "lost": it
+   counts as infinitely late, so a percentile that falls on it prints "lost".
 
 `--topic-config KEY=VALUE` (repeatable) gives every topic the benchmark
 creates that config, e.g. `flush_policy=every_batch` to measure appends that
@@ -62,6 +74,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -88,10 +101,13 @@ RECORD_SIZES = (100, 1024)
 READY_TIMEOUT_S = 60.0
 FETCH_MAX_BYTES = 1 << 20
 LATENCY_WAIT_MS = 1000
+# After the latency schedule ends: how long overdue sends may still go out, and
+# how long the consumer waits for records still in flight, s.
+LATENCY_DRAIN_S = 10.0
 # Pause after a refused request or a lost connection, s.
 ERROR_BACKOFF_S = 0.05
-# Produce requests of the latency test in flight at once; past it a send is
-# counted as dropped (the cluster is not keeping up with the rate).
+# Produce requests of the latency test in flight at once; past it a send waits
+# for a slot, and its wait counts as latency (it is stamped with its scheduled time).
 LATENCY_INFLIGHT_MAX = 2000
 SCRIPTS = Path(__file__).resolve().parent
 
@@ -164,16 +180,33 @@ class Throughput:
         }
 
 
+LATENCY_METHOD = (
+    "open loop at a fixed rate; latency from each record's scheduled send time "
+    "(coordinated omission corrected, as wrk2/HdrHistogram): a late send's delay counts, "
+    "a counted record never received counts as lost (infinite) in the percentiles; "
+    "the first --warmup s of the schedule are sent but not counted"
+)
+THROUGHPUT_LATENCY_METHOD = (
+    "closed loop (--inflight requests per partition, the next sent when one is answered): "
+    "req p50/p99 are per-request service time, send to answer, of requests answered in "
+    "the counted window after --warmup s; a closed loop does not see the requests it "
+    "did not send while waiting (coordinated omission), so these are not latency at a rate"
+)
+
+
 @dataclass
 class Latency:
     rate: int
     seconds: float
-    sent: int = 0
-    received: int = 0
-    dropped: int = 0
-    errors: int = 0
+    warmup_s: float
+    scheduled: int  # records due in the counted window
+    sent: int = 0  # of those, sent (late or not)
+    received: int = 0  # of those, seen by the consumer
+    dropped: int = 0  # of those, never sent (still due at the send deadline)
+    errors: int = 0  # of those, produce refused or connection lost
     e2e_ms: list[float] = field(default_factory=list)
-    ack_ms: list[float] = field(default_factory=list)
+    ack_ms: list[float] = field(default_factory=list)  # from scheduled time
+    ack_service_ms: list[float] = field(default_factory=list)  # from actual send
     max_schedule_lag_ms: float = 0.0
     client_cpu_s: float = 0.0
     nodes_cpu_s: float | None = None
@@ -181,23 +214,32 @@ class Latency:
     leader_moves: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        lost = self.scheduled - len(self.e2e_ms)
+        e2e = self.e2e_ms + [math.inf] * lost
+        unacked = self.scheduled - len(self.ack_ms)
+        ack = self.ack_ms + [math.inf] * unacked
         return {
+            "method": LATENCY_METHOD,
             "rate_per_s": self.rate,
             "seconds": self.seconds,
+            "warmup_s": self.warmup_s,
+            "scheduled": self.scheduled,
             "sent": self.sent,
             "received": self.received,
+            "lost": lost,
             "dropped": self.dropped,
             "errors": self.errors,
             "error_samples": self.error_samples,
             "leader_moves": self.leader_moves,
-            "measured": len(self.e2e_ms),
-            "e2e_p50_ms": _round(percentile(self.e2e_ms, 50)),
-            "e2e_p99_ms": _round(percentile(self.e2e_ms, 99)),
-            "e2e_p999_ms": _round(percentile(self.e2e_ms, 99.9)),
-            "e2e_max_ms": _round(max(self.e2e_ms) if self.e2e_ms else None),
-            "ack_p50_ms": _round(percentile(self.ack_ms, 50)),
-            "ack_p99_ms": _round(percentile(self.ack_ms, 99)),
-            "ack_p999_ms": _round(percentile(self.ack_ms, 99.9)),
+            "e2e_p50_ms": _lat(percentile(e2e, 50)),
+            "e2e_p99_ms": _lat(percentile(e2e, 99)),
+            "e2e_p999_ms": _lat(percentile(e2e, 99.9)),
+            "e2e_max_ms": _lat(max(e2e) if e2e else None),
+            "ack_p50_ms": _lat(percentile(ack, 50)),
+            "ack_p99_ms": _lat(percentile(ack, 99)),
+            "ack_p999_ms": _lat(percentile(ack, 99.9)),
+            "ack_service_p50_ms": _lat(percentile(self.ack_service_ms, 50)),
+            "ack_service_p99_ms": _lat(percentile(self.ack_service_ms, 99)),
             "e2e_histogram_ms": histogram(self.e2e_ms),
             "max_schedule_lag_ms": round(self.max_schedule_lag_ms, 1),
             "client_cpu_s": round(self.client_cpu_s, 2),
@@ -220,6 +262,11 @@ def histogram(values: list[float]) -> dict[str, int]:
 
 def _round(v: float | None, digits: int = 2) -> float | None:
     return None if v is None else round(v, digits)
+
+
+def _lat(v: float | None) -> float | str | None:
+    """A latency percentile: "lost" when it falls on records that never arrived."""
+    return "lost" if v is not None and math.isinf(v) else _round(v)
 
 
 # -- a temporary cluster -----------------------------------------------------------------------
@@ -391,6 +438,12 @@ class Client:
                 await resp.read()
 
 
+async def meter_from(t_measure: float, pids: list[int]) -> tuple[float, float | None]:
+    """CPU counters at the start of the counted window (the warm-up is not counted)."""
+    await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
+    return time.process_time(), cpu_seconds(pids)
+
+
 # -- produce throughput ------------------------------------------------------------------------
 
 
@@ -464,12 +517,7 @@ async def produce_case(
             result.wire_bytes += len(body)
             result.latencies_ms.append((t1 - t0) * 1000)
 
-    async def meter() -> tuple[float, float | None]:
-        # CPU from the start of the counted window (not the warm-up).
-        await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
-        return time.process_time(), cpu_seconds(pids)
-
-    metering = asyncio.create_task(meter())
+    metering = asyncio.create_task(meter_from(t_measure, pids))
     await asyncio.gather(*(worker(p) for p in leaders for _ in range(args.inflight)))
     client0, nodes0 = await metering
     nodes1 = cpu_seconds(pids)
@@ -490,7 +538,8 @@ async def fetch_case(
     args: argparse.Namespace,
     pids: list[int],
 ) -> Throughput:
-    t_end = time.monotonic() + args.seconds
+    t_measure = time.monotonic() + args.warmup
+    t_end = t_measure + args.seconds
 
     async def reader(p: int) -> None:
         offset = 0
@@ -511,8 +560,11 @@ async def fetch_case(
                     headers = resp.headers
             except (aiohttp.ClientError, TimeoutError) as exc:
                 data = repr(exc).encode()
+            t1 = time.monotonic()
+            counted = t_measure <= t1 <= t_end  # answers of the warm-up are not counted
             if status != 200:
-                result.note_error(status, data)
+                if counted:
+                    result.note_error(status, data)
                 leader = await client.leader_url(topic, p) or leader
                 await asyncio.sleep(ERROR_BACKOFF_S)
                 continue
@@ -526,19 +578,22 @@ async def fetch_case(
             else:
                 doc = orjson.loads(data)
                 count, hw, nxt = len(doc["records"]), doc["high_watermark"], doc["next_offset"]
+            offset = 0 if nxt >= hw else nxt  # over again from the start
+            if not counted:
+                continue
             result.requests += 1
             result.records += count
             result.value_bytes += count * result.record_bytes
             result.wire_bytes += len(data)
-            result.latencies_ms.append((time.monotonic() - t0) * 1000)
-            offset = 0 if nxt >= hw else nxt  # over again from the start
+            result.latencies_ms.append((t1 - t0) * 1000)
 
-    with cpu_meter(pids) as cpu:
-        t0 = time.monotonic()
-        await asyncio.gather(*(reader(p) for p in leaders))
-        result.seconds = time.monotonic() - t0
-    result.client_cpu_s = cpu["client"] or 0.0
-    result.nodes_cpu_s = cpu["nodes"]
+    metering = asyncio.create_task(meter_from(t_measure, pids))
+    await asyncio.gather(*(reader(p) for p in leaders))
+    client0, nodes0 = await metering
+    nodes1 = cpu_seconds(pids)
+    result.seconds = args.seconds
+    result.client_cpu_s = time.process_time() - client0
+    result.nodes_cpu_s = None if nodes0 is None or nodes1 is None else nodes1 - nodes0
     return result
 
 
@@ -548,9 +603,20 @@ async def fetch_case(
 async def latency_case(
     client: Client, topic: str, leader: str, rate: int, args: argparse.Namespace, pids: list[int]
 ) -> Latency:
-    result = Latency(rate, args.latency_seconds)
-    total = int(rate * args.latency_seconds)
-    skip_ns = 1_000_000_000  # the first second is a warm-up
+    """Open loop on a fixed schedule, latency from each record's scheduled send time.
+
+    Record i is due at t0 + i / rate. Its value carries that scheduled time,
+    not the moment it actually went out, so a send that is late (the loop
+    was busy, or `LATENCY_INFLIGHT_MAX` requests were already waiting) counts
+    its lateness as latency: coordinated omission corrected as wrk2 and
+    HdrHistogram do. A late producer catches up by sending the overdue
+    records at once. Records due in the first `--warmup` s are sent but not
+    counted. A counted record that never reaches the consumer (its produce
+    failed, it was never sent before the drain deadline, or the consumer did
+    not see it) counts as infinitely late in the percentiles ("lost")."""
+    warmup = int(rate * args.warmup)
+    total = warmup + int(rate * args.latency_seconds)
+    result = Latency(rate, args.latency_seconds, args.warmup, scheduled=total - warmup)
     padding = b"x" * (100 - 8)
     produce_path = f"/v1/topics/{topic}/partitions/0/batches?acks=all"
     fetch_path = f"/v1/topics/{topic}/partitions/0/records"
@@ -565,12 +631,19 @@ async def latency_case(
             refreshing.append(asyncio.create_task(refresh()))
 
     inflight: set[asyncio.Task[None]] = set()
+    slots = asyncio.Semaphore(LATENCY_INFLIGHT_MAX)
     t0_ns = time.monotonic_ns()
+    interval_ns = 1_000_000_000 / rate
+    counted_from_ns = t0_ns + int(warmup * interval_ns)
+    # Past this, records not yet sent are dropped (reported, and lost in the percentiles).
+    send_deadline_ns = t0_ns + int(total * interval_ns) + int(LATENCY_DRAIN_S * 1e9)
     done_sending = asyncio.Event()
+    tally = {"sent": 0, "errors": 0}  # warm-up included: when the consumer has seen all
 
-    async def send(stamp_ns: int) -> None:
-        value = stamp_ns.to_bytes(8, "big") + padding
+    async def send(due_ns: int) -> None:
+        value = due_ns.to_bytes(8, "big") + padding
         data = build_batch([RecordInput(value)], timestamp_ms=int(time.time() * 1000))
+        sent_ns = time.monotonic_ns()
         try:
             async with client.session.post(
                 current["leader"] + produce_path, data=data, headers={"Content-Type": BATCH_TYPE}
@@ -579,30 +652,38 @@ async def latency_case(
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             answer, status = repr(exc).encode(), 0
+        finally:
+            slots.release()
+        counted = due_ns >= counted_from_ns
         if status != 200:
-            result.errors += 1
+            tally["errors"] += 1
+            result.errors += counted
             if len(result.error_samples) < 3:
                 result.error_samples.append(f"{status}: {answer[:300].decode(errors='replace')}")
             follow_leader()
-        elif stamp_ns - t0_ns >= skip_ns:
-            result.ack_ms.append((time.monotonic_ns() - stamp_ns) / 1e6)
+        elif counted:
+            now = time.monotonic_ns()
+            result.ack_ms.append((now - due_ns) / 1e6)
+            result.ack_service_ms.append((now - sent_ns) / 1e6)
 
     async def producer() -> None:
-        interval_ns = 1_000_000_000 / rate
         for i in range(total):
-            target = t0_ns + int(i * interval_ns)
-            delay = (target - time.monotonic_ns()) / 1e9
+            due = t0_ns + int(i * interval_ns)
+            delay = (due - time.monotonic_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)  # the fixed-rate schedule
+            await slots.acquire()  # a full pipeline delays the send; the delay is latency
             now = time.monotonic_ns()
-            result.max_schedule_lag_ms = max(result.max_schedule_lag_ms, (now - target) / 1e6)
-            if len(inflight) >= LATENCY_INFLIGHT_MAX:
-                result.dropped += 1
-                continue
-            task = asyncio.create_task(send(now))
+            if now > send_deadline_ns:
+                slots.release()
+                result.dropped = total - max(i, warmup)
+                break
+            result.max_schedule_lag_ms = max(result.max_schedule_lag_ms, (now - due) / 1e6)
+            task = asyncio.create_task(send(due))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
-            result.sent += 1
+            tally["sent"] += 1
+            result.sent += i >= warmup
         if inflight:
             await asyncio.gather(*list(inflight))
         done_sending.set()
@@ -610,11 +691,12 @@ async def latency_case(
     async def consumer() -> None:
         offset = 0
         drain_deadline: float | None = None
+        received = 0
         while True:
             if done_sending.is_set():
-                if result.received >= result.sent - result.errors:
+                if received >= tally["sent"] - tally["errors"]:
                     return
-                drain_deadline = drain_deadline or time.monotonic() + 10
+                drain_deadline = drain_deadline or time.monotonic() + LATENCY_DRAIN_S
                 if time.monotonic() > drain_deadline:
                     return
             url = (
@@ -636,18 +718,21 @@ async def latency_case(
             for rec in iter_records(data):
                 if rec.offset < offset or rec.value is None:
                     continue
-                stamp = int.from_bytes(rec.value[:8], "big")
-                result.received += 1
-                if stamp - t0_ns >= skip_ns:
-                    result.e2e_ms.append((now - stamp) / 1e6)
+                due = int.from_bytes(rec.value[:8], "big")
+                received += 1
+                if due >= counted_from_ns:
+                    result.received += 1
+                    result.e2e_ms.append((now - due) / 1e6)
                 offset = rec.offset + 1
 
     before = await client.describe(topic)
-    with cpu_meter(pids) as cpu:
-        await asyncio.gather(producer(), consumer())
+    metering = asyncio.create_task(meter_from(counted_from_ns / 1e9, pids))
+    await asyncio.gather(producer(), consumer())
+    client0, nodes0 = await metering
+    nodes1 = cpu_seconds(pids)
     result.leader_moves = moves(before, await client.describe(topic))
-    result.client_cpu_s = cpu["client"] or 0.0
-    result.nodes_cpu_s = cpu["nodes"]
+    result.client_cpu_s = time.process_time() - client0
+    result.nodes_cpu_s = None if nodes0 is None or nodes1 is None else nodes1 - nodes0
     return result
 
 
@@ -731,7 +816,7 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                     for size in RECORD_SIZES:
                         source, leaders = fetch_sources[size]
                         case = Throughput("fetch", fmt, size, "-")
-                        progress(f"{case.name}: {args.seconds} s ...")
+                        progress(f"{case.name}: {args.warmup}+{args.seconds} s ...")
                         before = await client.describe(source)
                         await fetch_case(client, source, leaders, case, args, pids)
                         case.leader_moves = moves(before, await client.describe(source))
@@ -742,7 +827,9 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
             if "latency" in args.only:
                 for rate in args.latency_rate:
                     leaders = await topic(f"latency-{rate}", 1)
-                    progress(f"latency: {rate} records/s for {args.latency_seconds} s ...")
+                    progress(
+                        f"latency: {rate} records/s for {args.warmup}+{args.latency_seconds} s ..."
+                    )
                     lat = await latency_case(client, topics[-1], leaders[0], rate, args, pids)
                     out["latency"].append(lat.to_dict())
                     progress(f"latency: {out['latency'][-1]}")
@@ -771,6 +858,7 @@ def render_table(doc: dict[str, Any]) -> str:
     rows = [*doc["results"]["produce"], *doc["results"]["fetch"]]
     if rows:
         lines += [
+            f"req p50/p99: {THROUGHPUT_LATENCY_METHOD}",
             "CPU: seconds used during the counted window per second of it, as % of one core",
             "(client: this process; nodes: the three node processes together, --start only);",
             "moves: leader elections in the case's topic while it ran (leader epoch increments)",
@@ -792,17 +880,22 @@ def render_table(doc: dict[str, Any]) -> str:
         lines += [
             "",
             f"produce-to-consume latency: {lat['rate_per_s']} records/s for {lat['seconds']} s "
-            f"(raw one-record batches, acks=all, raw long-poll consumer; first second skipped)",
-            f"  sent {lat['sent']}, received {lat['received']}, measured {lat['measured']}, "
-            f"dropped {lat['dropped']}, errors {lat['errors']}, "
+            f"after {lat['warmup_s']} s of warm-up "
+            f"(raw one-record batches, acks=all, raw long-poll consumer)",
+            f"  measured: {lat['method']}",
+            f"  counted records: scheduled {lat['scheduled']}, sent {lat['sent']}, "
+            f"received {lat['received']}, lost {lat['lost']} (of which never sent "
+            f"{lat['dropped']}, produce errors {lat['errors']}), "
             f"leader moves {lat['leader_moves']}, "
-            f"max schedule lag {lat['max_schedule_lag_ms']} ms",
+            f"max send lag behind schedule {lat['max_schedule_lag_ms']} ms",
             f"  end to end ms: p50 {_fmt(lat['e2e_p50_ms'])}  p99 {_fmt(lat['e2e_p99_ms'])}  "
             f"p99.9 {_fmt(lat['e2e_p999_ms'])}  max {_fmt(lat['e2e_max_ms'])}",
             "  end to end histogram: "
             + ", ".join(f"{k} ms: {n}" for k, n in lat["e2e_histogram_ms"].items() if n),
-            f"  produce ack ms: p50 {_fmt(lat['ack_p50_ms'])}  p99 {_fmt(lat['ack_p99_ms'])}  "
-            f"p99.9 {_fmt(lat['ack_p999_ms'])}",
+            f"  produce ack ms (from scheduled time): p50 {_fmt(lat['ack_p50_ms'])}  "
+            f"p99 {_fmt(lat['ack_p99_ms'])}  p99.9 {_fmt(lat['ack_p999_ms'])}",
+            f"  produce ack ms (service time, from the actual send; not latency at the rate): "
+            f"p50 {_fmt(lat['ack_service_p50_ms'])}  p99 {_fmt(lat['ack_service_p99_ms'])}",
             f"  cpu: client {lat['client_cpu_s']} s, nodes "
             f"{'-' if lat['nodes_cpu_s'] is None else str(lat['nodes_cpu_s']) + ' s'}",
         ]
@@ -816,7 +909,9 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _fmt(v: float | None) -> str:
+def _fmt(v: float | str | None) -> str:
+    if isinstance(v, str):  # "lost": the percentile falls on records that never arrived
+        return v
     return "-" if v is None else f"{v:.1f}"
 
 
@@ -830,7 +925,12 @@ def main() -> int:
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the bench topics")
     ap.add_argument("--partitions", type=int, default=3, help="partitions per throughput topic")
     ap.add_argument("--seconds", type=float, default=10.0, help="counted seconds per case")
-    ap.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds per produce case")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="uncounted seconds before every produce, fetch and latency case",
+    )
     ap.add_argument("--inflight", type=int, default=4, help="produce requests per partition")
     ap.add_argument(
         "--request-bytes", type=int, default=65536, help="record values per produce request"
