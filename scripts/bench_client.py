@@ -20,9 +20,13 @@ Cases (every produce is acks=all, values of `--value-bytes` ASCII bytes, no keys
 7. `AsyncConsumer` reading the same.
 8. JSON API fetch of the same (`GET .../records?max_records=10000`), one
    partition after the other.
-9. End to end: an AsyncProducer (linger 0) sends `--latency-records` records
-   paced `--latency-interval-ms` apart while an AsyncConsumer in the same
-   process long-polls; latency = consumer receive time - record timestamp.
+9. End to end: an AsyncProducer (linger 0) sends records on a fixed
+   schedule, one due every `--latency-interval-ms`, while an AsyncConsumer in
+   the same process long-polls; each value carries its scheduled send time
+   and latency = consumer receive time - scheduled time (coordinated
+   omission corrected: a send that goes out late counts its delay). The
+   first `--warmup-s` of the schedule are not counted; then
+   `--latency-records` are; one never received counts as lost (infinite).
 10. `Consumer` (sync) in a fresh consumer group: `subscribe()`, then poll
     until it has read everything case 1 wrote (the time includes finding
     the coordinator, joining and reading the committed offsets; auto-commit
@@ -30,6 +34,14 @@ Cases (every produce is acks=all, values of `--value-bytes` ASCII bytes, no keys
 11. Two `AsyncConsumer`s in one fresh group, in this process, reading the
     same together (joining and the rebalance when the second arrives
     included).
+
+Warm-up: before its clock starts, every case does its own work untimed for
+`--warmup-s` (default 1 s) against a topic of its own (`...-warmup`, so the
+counted topics hold exactly the counted records): the producers send, the
+JSON cases post and fetch, the consumers read it with the same client
+object; the group cases first run a member of a warm-up group of their own
+(so `__consumer_offsets` exists and the coordinator is found before the
+timed, fresh group joins).
 
 `--consumers-only` runs cases 6, 7, 10 and 11 on records written by an
 AsyncProducer (no producer figures).
@@ -48,8 +60,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -70,6 +82,15 @@ from lograft.client import (
     Consumer,
     Producer,
     TopicPartition,
+)
+
+# After the end-to-end schedule ends: how long the consumer may still take, s.
+E2E_DRAIN_S = 30.0
+E2E_METHOD = (
+    "open loop, one record due every --latency-interval-ms; latency = consumer receive "
+    "time - the record's scheduled send time (coordinated omission corrected, as "
+    "wrk2/HdrHistogram: a late send's delay counts); the first --warmup-s of the schedule "
+    "not counted; a counted record never received counts as lost (infinite)"
 )
 
 
@@ -112,6 +133,21 @@ class Bench:
         self.value = b"v" * args.value_bytes
         self.stamp = int(time.time())
         self.results: list[Result] = []
+        self._warm_topic: str | None = None
+
+    # -- warm-up --------------------------------------------------------------------------
+    # Every case first does its own work, untimed, for --warmup-s against a topic of
+    # its own (so the counted topics hold exactly the counted records): connections,
+    # metadata, code paths and the nodes' caches are warm when the clock starts.
+
+    @property
+    def warm_topic(self) -> str:
+        if self._warm_topic is None:
+            self._warm_topic = self.topic("warmup")
+        return self._warm_topic
+
+    def warm_until(self) -> float:
+        return time.monotonic() + self.args.warmup_s
 
     def topic(self, case: str) -> str:
         name = f"bench-client-{self.stamp}-{case}"
@@ -143,58 +179,74 @@ class Bench:
 
     def producer_sync(self, topic: str) -> None:
         n = self.args.records
+        warm = self.warm_topic
         with Producer(self.bootstrap, **self.producer_settings()) as p:
+            until = self.warm_until()
+            while time.monotonic() < until:
+                p.send(warm, self.value)
+            p.flush()
+            sent0, requests0 = p.stats.records_sent, p.stats.requests
             with timed() as t:
                 for _ in range(n):
                     p.send(topic, self.value)
                 p.flush()
-            stats = p.stats
-        assert stats.records_sent == n, stats
+            sent, requests = p.stats.records_sent - sent0, p.stats.requests - requests0
+        assert sent == n, (sent, n)
         self.add(
             Result(
                 "Producer (sync), batched",
                 n,
                 t["seconds"],
                 t["cpu"],
-                stats.requests,
-                f"{n / max(stats.requests, 1):,.0f} records/request",
+                requests,
+                f"{n / max(requests, 1):,.0f} records/request",
             )
         )
 
     def producer_async(self, topic: str) -> None:
         n = self.args.records
 
-        async def run() -> tuple[dict[str, float], Any]:
+        warm = self.warm_topic
+
+        async def run() -> tuple[dict[str, float], int, int]:
             async with AsyncProducer(self.bootstrap, **self.producer_settings()) as p:
+                until = self.warm_until()
+                while time.monotonic() < until:
+                    await p.send(warm, self.value)
+                await p.flush()
+                sent0, requests0 = p.stats.records_sent, p.stats.requests
                 with timed() as t:
                     for _ in range(n):
                         await p.send(topic, self.value)
                     await p.flush()
-                return t, p.stats
+                return t, p.stats.records_sent - sent0, p.stats.requests - requests0
 
-        t, stats = asyncio.run(run())
-        assert stats.records_sent == n, stats
+        t, sent, requests = asyncio.run(run())
+        assert sent == n, (sent, n)
         self.add(
             Result(
                 "AsyncProducer, batched",
                 n,
                 t["seconds"],
                 t["cpu"],
-                stats.requests,
-                f"{n / max(stats.requests, 1):,.0f} records/request",
+                requests,
+                f"{n / max(requests, 1):,.0f} records/request",
             )
         )
 
     def producer_unbatched(self, topic: str) -> None:
         n = self.args.unbatched_records
+        warm = self.warm_topic
         with Producer(self.bootstrap, **{**self.producer_settings(), "linger_ms": 0}) as p:
+            until = self.warm_until()
+            while time.monotonic() < until:
+                p.send(warm, self.value).get(30)
+            requests0 = p.stats.requests
             with timed() as t:
                 for _ in range(n):
                     p.send(topic, self.value).get(30)
-            stats = p.stats
-        self.add(
-            Result("Producer (sync), send().get() each", n, t["seconds"], t["cpu"], stats.requests)
-        )
+            requests = p.stats.requests - requests0
+        self.add(Result("Producer (sync), send().get() each", n, t["seconds"], t["cpu"], requests))
 
     def producer_settings(self) -> dict[str, Any]:
         s: dict[str, Any] = {"compression_type": self.args.compression}
@@ -215,21 +267,32 @@ class Bench:
         ).encode()
         requests = (n + per_request - 1) // per_request
 
+        warm = self.warm_topic
+
         async def run() -> dict[str, float]:
             async with aiohttp.ClientSession() as session:
                 queue = list(range(requests))
 
+                async def post(to: str) -> None:
+                    async with session.post(
+                        f"{self.url}/v1/topics/{to}/records?acks=all",
+                        data=body,
+                        headers={"Content-Type": "application/json"},
+                    ) as resp:
+                        await resp.read()
+                        assert resp.status == 200, resp.status
+
+                async def warm_worker(until: float) -> None:
+                    while time.monotonic() < until:
+                        await post(warm)
+
                 async def worker() -> None:
                     while queue:
                         queue.pop()
-                        async with session.post(
-                            f"{self.url}/v1/topics/{topic}/records?acks=all",
-                            data=body,
-                            headers={"Content-Type": "application/json"},
-                        ) as resp:
-                            await resp.read()
-                            assert resp.status == 200, resp.status
+                        await post(topic)
 
+                until = self.warm_until()
+                await asyncio.gather(*(warm_worker(until) for _ in range(concurrency)))
                 with timed() as t:
                     await asyncio.gather(*(worker() for _ in range(concurrency)))
                 return t
@@ -246,10 +309,23 @@ class Bench:
 
     def json_fetch(self, topic: str, expected: int) -> None:
         leaders = self.leader_urls(topic)
+        warm = self.warm_topic
+        warm_leaders = self.leader_urls(warm)
 
         async def run() -> tuple[dict[str, float], int, int]:
             count = requests = 0
             async with aiohttp.ClientSession() as session:
+                # Warm-up: the same reads of the warm-up topic, from its start, round robin.
+                until, offsets = self.warm_until(), dict.fromkeys(warm_leaders, 0)
+                while time.monotonic() < until:
+                    for p, url in warm_leaders.items():
+                        async with session.get(
+                            f"{url}/v1/topics/{warm}/partitions/{p}/records",
+                            params={"offset": offsets[p], "max_records": 10000, "format": "string"},
+                        ) as resp:
+                            doc = await resp.json()
+                            assert resp.status == 200, doc
+                        offsets[p] = doc["next_offset"] if doc["records"] else 0
                 with timed() as t:
                     for p in range(self.args.partitions):
                         offset = 0
@@ -278,33 +354,58 @@ class Bench:
 
     def consumer_sync(self, topic: str, expected: int) -> None:
         tps = [TopicPartition(topic, p) for p in range(self.args.partitions)]
+        warm = [TopicPartition(self.warm_topic, p) for p in range(self.args.partitions)]
         with Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as c:
+            c.assign(warm)
+            until = self.warm_until()
+            while time.monotonic() < until:
+                c.poll(timeout_ms=100)
             c.assign(tps)
+            requests0 = c.fetch_requests
             with timed() as t:
                 count = poll_count(c, expected)
-            requests = c.fetch_requests
+            requests = c.fetch_requests - requests0
         self.add(Result("Consumer (sync), poll()", count, t["seconds"], t["cpu"], requests))
 
     def consumer_async(self, topic: str, expected: int) -> None:
         tps = [TopicPartition(topic, p) for p in range(self.args.partitions)]
+        warm = [TopicPartition(self.warm_topic, p) for p in range(self.args.partitions)]
 
         async def run() -> tuple[dict[str, float], int, int]:
             async with AsyncConsumer(
                 self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100
             ) as c:
+                c.assign(warm)
+                until = self.warm_until()
+                while time.monotonic() < until:
+                    await c.poll(timeout_ms=100)
                 c.assign(tps)
+                requests0 = c.fetch_requests
                 count = 0
                 with timed() as t:
                     while count < expected:
                         for records in (await c.poll(timeout_ms=5000)).values():
                             count += len(records)
-                return t, count, c.fetch_requests
+                return t, count, c.fetch_requests - requests0
 
         t, count, requests = asyncio.run(run())
         self.add(Result("AsyncConsumer, poll()", count, t["seconds"], t["cpu"], requests))
 
+    def warm_group(self, group: str) -> None:
+        """A group case's warm-up: a member of a group of its own joins and reads the
+        warm-up topic (the coordinator, `__consumer_offsets` and the group paths are
+        warm when the timed group, a fresh one, joins)."""
+        with Consumer(
+            self.bootstrap, group_id=group, auto_offset_reset="earliest", fetch_max_wait_ms=100
+        ) as c:
+            c.subscribe([self.warm_topic])
+            until = self.warm_until()
+            while time.monotonic() < until:
+                c.poll(timeout_ms=100)
+
     def consumer_group_sync(self, topic: str, expected: int) -> None:
         group = f"bench-client-{self.stamp}-group-sync"
+        self.warm_group(f"{group}-warmup")
         with Consumer(
             self.bootstrap, group_id=group, auto_offset_reset="earliest", fetch_max_wait_ms=100
         ) as c:
@@ -328,6 +429,7 @@ class Bench:
 
     def consumer_group_pair(self, topic: str, expected: int) -> None:
         group = f"bench-client-{self.stamp}-group-pair"
+        self.warm_group(f"{group}-warmup")
 
         async def run() -> tuple[dict[str, float], list[int], int]:
             members = [
@@ -382,10 +484,22 @@ class Bench:
 
     # -- end to end -----------------------------------------------------------------------
 
-    def end_to_end(self, topic: str) -> dict[str, float]:
+    def end_to_end(self, topic: str) -> dict[str, Any]:
+        """Open loop on a fixed schedule, latency from each record's scheduled send time.
+
+        Record i is due `--latency-interval-ms` x i after the start; its value
+        carries that due time (monotonic ns), so a send that goes out late (a
+        busy loop, a producer blocked on a full buffer) counts its lateness as
+        latency: coordinated omission corrected, as wrk2 and HdrHistogram do.
+        The first `--warmup-s` of the schedule are sent but not counted; a
+        counted record the consumer has not seen `E2E_DRAIN_S` after the
+        schedule ends is lost and counts as infinitely late."""
         n = self.args.latency_records
-        interval = self.args.latency_interval_ms / 1000
+        interval_ns = self.args.latency_interval_ms * 1e6
+        warmup = int(self.args.warmup_s * 1e9 / interval_ns)
+        padding = self.value[8:] if len(self.value) > 8 else b""
         tps = [TopicPartition(topic, p) for p in range(self.args.partitions)]
+        lag = {"max_ms": 0.0}
 
         async def run() -> list[float]:
             latencies: list[float] = []
@@ -396,24 +510,51 @@ class Bench:
                 c.assign(tps)
                 for tp in tps:
                     await c.position(tp)  # resolved to the end before the first send
+                t0 = time.monotonic_ns()
+                counted_from = t0 + int(warmup * interval_ns)
+                drain_until = time.monotonic() + (warmup + n) * interval_ns / 1e9 + E2E_DRAIN_S
 
                 async def consume() -> None:
-                    while len(latencies) < n:
-                        for records in (await c.poll(timeout_ms=1000)).values():
-                            now = time.time() * 1000
-                            latencies.extend(now - r.timestamp for r in records)
+                    while len(latencies) < n and time.monotonic() < drain_until:
+                        for records in (await c.poll(timeout_ms=200)).values():
+                            now = time.monotonic_ns()
+                            for r in records:
+                                due = int.from_bytes(r.value[:8], "big")
+                                if due >= counted_from:
+                                    latencies.append((now - due) / 1e6)
 
                 reader = asyncio.create_task(consume())
-                for _ in range(n):
-                    await p.send(topic, self.value)
-                    await asyncio.sleep(interval)  # pacing of the load, not synchronisation
-                await asyncio.wait_for(reader, 60)
+                for i in range(warmup + n):
+                    due = t0 + int(i * interval_ns)
+                    delay = (due - time.monotonic_ns()) / 1e9
+                    if delay > 0:
+                        await asyncio.sleep(delay)  # the fixed-rate schedule
+                    lag["max_ms"] = max(lag["max_ms"], (time.monotonic_ns() - due) / 1e6)
+                    await p.send(topic, due.to_bytes(8, "big") + padding)
+                await reader
             return latencies
 
-        lat = sorted(asyncio.run(run()))
-        q = statistics.quantiles(lat, n=100)
-        out = {"p50_ms": q[49], "p99_ms": q[98], "max_ms": lat[-1], "records": len(lat)}
-        log(f"  end to end: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, max {lat[-1]:.1f} ms")
+        got = sorted(asyncio.run(run()))
+        lost = n - len(got)
+        lat = got + [math.inf] * lost
+
+        def q(pct: float) -> float | str:
+            v = lat[max(0, min(n - 1, math.ceil(pct / 100 * n) - 1))]  # nearest rank
+            return "lost" if math.isinf(v) else v
+
+        out: dict[str, Any] = {
+            "method": E2E_METHOD,
+            "records": n,
+            "warmup_records": warmup,
+            "received": len(got),
+            "lost": lost,
+            "rate_per_s": round(1000 / self.args.latency_interval_ms, 1),
+            "p50_ms": q(50),
+            "p99_ms": q(99),
+            "max_ms": "lost" if lost else got[-1],
+            "max_send_lag_ms": lag["max_ms"],
+        }
+        log(f"  end to end: {fmt_e2e(out)}")
         return out
 
     # -- all --------------------------------------------------------------------------------
@@ -451,6 +592,7 @@ class Bench:
 def print_table(out: dict[str, Any]) -> None:
     print(f"machine: {out['machine']}")
     print(f"command: {out['command']}")
+    print(f"every case first ran its own work untimed for {out['warmup_s']} s (warm-up topic)")
     print()
     print("| case | records | records/s | s | client CPU s | requests | note |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
@@ -464,9 +606,19 @@ def print_table(out: dict[str, Any]) -> None:
     if e is None:
         return
     print()
-    print(
-        f"end to end ({e['records']} records, linger_ms=0, fetch long-poll): "
-        f"p50 {e['p50_ms']:.1f} ms, p99 {e['p99_ms']:.1f} ms, max {e['max_ms']:.1f} ms"
+    print(f"end to end, measured: {e['method']}")
+    print(f"end to end: {fmt_e2e(e)}")
+
+
+def fmt_e2e(e: dict[str, Any]) -> str:
+    def ms(v: float | str) -> str:
+        return v if isinstance(v, str) else f"{v:.1f} ms"
+
+    return (
+        f"{e['records']} records at {e['rate_per_s']}/s after {e['warmup_records']} warm-up "
+        f"records (linger_ms=0, fetch long-poll): p50 {ms(e['p50_ms'])}, p99 {ms(e['p99_ms'])}, "
+        f"max {ms(e['max_ms'])}; received {e['received']}, lost {e['lost']}, "
+        f"max send lag behind schedule {e['max_send_lag_ms']:.1f} ms"
     )
 
 
@@ -501,7 +653,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json-batch", type=int, default=500)
     ap.add_argument("--json-concurrency", type=int, default=3)
     ap.add_argument("--latency-records", type=int, default=500)
-    ap.add_argument("--latency-interval-ms", type=float, default=5.0)
+    ap.add_argument(
+        "--latency-interval-ms",
+        type=float,
+        default=5.0,
+        help="the end-to-end schedule: one record due every this many ms",
+    )
+    ap.add_argument(
+        "--warmup-s",
+        type=float,
+        default=1.0,
+        help="untimed seconds of each case's own work before its clock starts",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument(
         "--consumers-only", action="store_true", help="only the consumer cases (6, 7, 10, 11)"
@@ -513,6 +676,7 @@ def main(argv: list[str] | None = None) -> None:
         out = bench.consumers_only() if args.consumers_only else bench.run()
         out["machine"] = machine()
         out["command"] = " ".join(["scripts/bench_client.py", *(argv or sys.argv[1:])])
+        out["warmup_s"] = args.warmup_s
         return out
 
     if args.bootstrap:
