@@ -20,13 +20,17 @@ Request (JSON)::
 partition in request order: `{"log_start_offset", "high_watermark",
 "log_end_offset", "offset_for_timestamp"}` or `{"error": {...}}` (the HTTP
 error body's form), e.g. NOT_LEADER_OR_FOLLOWER when leadership moved.
+
+The asks go through the peer calls' `partition_offsets` operation, one per
+leader and batch, this node's own included: for this node it runs
+`offsets_here` in process (registered by `add_partition_offsets_route`, the
+same function that answers other nodes), for any other over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,12 +39,14 @@ from aiohttp import web
 from lograft.api.http_errors import error_body
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import PartitionBounds
+from lograft.brokers.peer_calls import LeaderOffsets
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
+    PeerAddressUnknownError,
     PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
@@ -57,29 +63,8 @@ PARTITION_OFFSETS_BATCH_MAX = 2_000
 _TIMESTAMP_LOOKUPS_PER_YIELD = 64
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderOffsets:
-    """One partition's offsets as its leader has them."""
-
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
-    # The first offset whose timestamp is >= the asked timestamp and below
-    # the high watermark; None when not asked or no record is that recent.
-    offset_for_timestamp: int | None = None
-
-    def to_bounds(self) -> PartitionBounds:
-        return PartitionBounds(
-            self.log_start_offset, self.high_watermark, self.offset_for_timestamp
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "log_start_offset": self.log_start_offset,
-            "high_watermark": self.high_watermark,
-            "log_end_offset": self.log_end_offset,
-            "offset_for_timestamp": self.offset_for_timestamp,
-        }
+def to_bounds(found: LeaderOffsets) -> PartitionBounds:
+    return PartitionBounds(found.log_start_offset, found.high_watermark, found.offset_for_timestamp)
 
 
 def leader_offsets(
@@ -113,21 +98,12 @@ def leader_offsets(
 
 
 class PartitionOffsets:
-    def __init__(
-        self,
-        replicas: ReplicaManager | None,
-        metadata: MetadataView,
-        calls: PeerCalls,
-        *,
-        broker_id: int | None = None,
-    ) -> None:
-        """`replicas` None: a node without partitions (controller only), whose
-        `broker_id` is then its node id."""
-        self.replicas = replicas
+    def __init__(self, metadata: MetadataView, calls: PeerCalls) -> None:
+        """`metadata` names each partition's leader; `calls` asks it (this
+        node's own partitions in process, when the node registered them)."""
         self.metadata = metadata
         self.calls = calls
-        self.broker_id = replicas.broker_id if replicas is not None else broker_id
-        # Observable: batched requests sent to each leader (tests count them).
+        # Observable: batched asks of each leader, this node included (tests count them).
         self.requests_sent: dict[int, int] = {}
 
     async def offsets(
@@ -147,17 +123,8 @@ class PartitionOffsets:
                 )
                 continue
             leader = view.partitions[tp.partition].leader
-            if leader == self.broker_id and self.replicas is not None:
-                try:
-                    out[tp] = leader_offsets(self.replicas, self.metadata, tp, timestamp_ms)
-                except LograftError as exc:
-                    out[tp] = exc
-            elif leader < 0 or self.calls.broker_url(leader) is None:
-                out[tp] = LeaderNotAvailableError(
-                    f"{tp} has no reachable leader right now",
-                    topic=tp.topic,
-                    partition=tp.partition,
-                )
+            if leader < 0:
+                out[tp] = _no_leader(tp)
             else:
                 by_leader.setdefault(leader, []).append(tp)
         limit = asyncio.Semaphore(PARTITION_OFFSETS_CONCURRENT_MAX)
@@ -183,7 +150,7 @@ class PartitionOffsets:
     ) -> dict[TopicPartition, PartitionBounds | LograftError]:
         """Each partition's bounds, or the error that kept us from learning them."""
         found = await self.offsets(tps, timeout_ms, timestamp_ms)
-        return {tp: o.to_bounds() if isinstance(o, LeaderOffsets) else o for tp, o in found.items()}
+        return {tp: to_bounds(o) if isinstance(o, LeaderOffsets) else o for tp, o in found.items()}
 
     async def high_watermarks(
         self, tps: Collection[TopicPartition], timeout_ms: int
@@ -199,20 +166,17 @@ class PartitionOffsets:
         timeout_ms: int,
         timestamp_ms: int | None,
     ) -> dict[TopicPartition, LeaderOffsets | LograftError]:
-        """One batched request to one leader; any failure is every partition's error."""
-        body: dict[str, Any] = {
-            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
-        }
-        if timestamp_ms is not None:
-            body["timestamp"] = timestamp_ms
-        self.requests_sent[leader] = self.requests_sent.get(leader, 0) + 1
+        """One batched ask of one leader (in process when it is this node);
+        any failure is every partition's error."""
         try:
-            raw = await self.calls.post(leader, PATH, orjson.dumps(body), timeout_ms=timeout_ms)
-            answers = orjson.loads(raw)["partitions"]
-            if not isinstance(answers, list) or len(answers) != len(tps):
-                raise ValueError(f"{len(answers)} answers for {len(tps)} partitions")
-            return {tp: _answer(tp, a) for tp, a in zip(tps, answers, strict=True)}
+            answers = await self.calls.partition_offsets(
+                leader, tps, timestamp_ms, timeout_ms=timeout_ms
+            )
+        except PeerAddressUnknownError:
+            # Nothing was sent: the leader has no address (yet).
+            return {tp: _no_leader(tp) for tp in tps}
         except (PeerUnreachableError, ValueError, KeyError, TypeError) as exc:
+            self._sent(leader)
             reason = exc.message if isinstance(exc, LograftError) else repr(exc)
             failure: LograftError = LeaderNotAvailableError(
                 f"could not ask broker {leader} for the offsets of {len(tps)} partition(s) "
@@ -220,8 +184,44 @@ class PartitionOffsets:
                 leader_id=leader,
             )
         except LograftError as exc:
+            self._sent(leader)
             failure = exc
+        else:
+            self._sent(leader)
+            return dict(zip(tps, answers, strict=True))
         return dict.fromkeys(tps, failure)
+
+    def _sent(self, leader: int) -> None:
+        self.requests_sent[leader] = self.requests_sent.get(leader, 0) + 1
+
+
+def _no_leader(tp: TopicPartition) -> LograftError:
+    return LeaderNotAvailableError(
+        f"{tp} has no reachable leader right now", topic=tp.topic, partition=tp.partition
+    )
+
+
+# -- the wire form of one ask (the node's PeerClient encodes and decodes it) --------------
+
+
+def encode_offsets_request(tps: Sequence[TopicPartition], timestamp_ms: int | None) -> bytes:
+    body: dict[str, Any] = {
+        "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
+    }
+    if timestamp_ms is not None:
+        body["timestamp"] = timestamp_ms
+    return orjson.dumps(body)
+
+
+def decode_offsets_answer(
+    tps: Sequence[TopicPartition], raw: bytes
+) -> list[LeaderOffsets | LograftError]:
+    """A leader's answer, one entry per asked partition in order; ValueError,
+    KeyError or TypeError when it is not one."""
+    answers = orjson.loads(raw)["partitions"]
+    if not isinstance(answers, list) or len(answers) != len(tps):
+        raise ValueError(f"{len(answers)} answers for {len(tps)} partitions")
+    return [_answer(tp, a) for tp, a in zip(tps, answers, strict=True)]
 
 
 def _answer(tp: TopicPartition, doc: Any) -> LeaderOffsets | LograftError:
@@ -272,24 +272,52 @@ def _parse_request(body: bytes) -> tuple[list[TopicPartition], int | None]:
     return tps, ts
 
 
+async def offsets_here(
+    replicas: ReplicaManager,
+    metadata: MetadataView,
+    tps: Sequence[TopicPartition],
+    timestamp_ms: int | None,
+) -> list[LeaderOffsets | LograftError]:
+    """The leader's side of an ask, for another node's request or this
+    node's own: each partition's offsets (or why not), in order."""
+    answers: list[LeaderOffsets | LograftError] = []
+    for i, tp in enumerate(tps):
+        if timestamp_ms is not None and i and i % _TIMESTAMP_LOOKUPS_PER_YIELD == 0:
+            await asyncio.sleep(0)
+        try:
+            answers.append(leader_offsets(replicas, metadata, tp, timestamp_ms))
+        except LograftError as exc:
+            answers.append(exc)
+    return answers
+
+
 def add_partition_offsets_route(
-    app: web.Application, replicas: ReplicaManager, metadata: MetadataView
+    app: web.Application,
+    replicas: ReplicaManager,
+    metadata: MetadataView,
+    calls: PeerCalls | None = None,
 ) -> None:
+    """Answer other nodes' asks at PATH; and this node's own, in process,
+    through `calls` (the peer calls its PartitionOffsets use)."""
+
+    async def here(
+        tps: Sequence[TopicPartition], timestamp_ms: int | None
+    ) -> list[LeaderOffsets | LograftError]:
+        return await offsets_here(replicas, metadata, tps, timestamp_ms)
+
     async def handle(request: web.Request) -> web.Response:
         tps, timestamp_ms = _parse_request(await request.read())
-        answers: list[dict[str, Any]] = []
-        for i, tp in enumerate(tps):
-            if timestamp_ms is not None and i and i % _TIMESTAMP_LOOKUPS_PER_YIELD == 0:
-                await asyncio.sleep(0)
-            try:
-                answers.append(leader_offsets(replicas, metadata, tp, timestamp_ms).to_dict())
-            except LograftError as exc:
-                answers.append(error_body(exc))
+        answers = [
+            a.to_dict() if isinstance(a, LeaderOffsets) else error_body(a)
+            for a in await here(tps, timestamp_ms)
+        ]
         return web.Response(
             body=orjson.dumps({"partitions": answers}), content_type="application/json"
         )
 
     app.router.add_post(PATH, handle)
+    if calls is not None:
+        calls.serve_locally(replicas.broker_id, partition_offsets=here)
 
 
 __all__ = [
@@ -299,5 +327,9 @@ __all__ = [
     "LeaderOffsets",
     "PartitionOffsets",
     "add_partition_offsets_route",
+    "decode_offsets_answer",
+    "encode_offsets_request",
     "leader_offsets",
+    "offsets_here",
+    "to_bounds",
 ]

@@ -64,9 +64,7 @@ class AdminRoutes:
         # (offset, timeout_ms): returns once the replicas follow that metadata.
         self.replicas_caught_up = replicas_caught_up
         # Leaders' offsets for describe: one batched request per remote leader.
-        self.offsets = offsets or PartitionOffsets(
-            replicas, _StoreView(store), calls, broker_id=node_id
-        )
+        self.offsets = offsets or PartitionOffsets(_StoreView(store), calls)
 
     def add_to(self, app: web.Application) -> None:
         r = app.router

@@ -125,17 +125,22 @@ class DataRoutes:
         self.limits = limits or DataLimits()
         # Threads for work that grows with what a request carries.
         self.work = work or RecordWork()
-        # Where a produce's batches go: here, or forwarded to their leaders
-        # (node-to-node calls; None: a node alone, which forwards nothing).
+        # Node-to-node calls (None: a node alone, which forwards nothing).
+        self.calls = calls or NoPeers()
+        # Where a produce's batches go: to each partition's leader, through
+        # `calls` (in process for this broker's own, registered below).
         self.router = ProduceRouter(
             replicas,
-            calls or NoPeers(),
+            self.calls,
             self.work,
             # Looked up per call: `metadata` may be a view of whatever image is current.
             lambda broker_id: self.metadata.broker_url(broker_id),
             produce_decompressed_bytes_max=self.limits.produce_decompressed_bytes_max,
             forward_request_bytes_max=self.limits.forward_request_bytes_max,
         )
+        # A produce taken here for partitions led here goes to the router's
+        # in-process append, not over HTTP to this node.
+        self.calls.serve_locally(replicas.broker_id, forward_produce=self.router.produce_here)
         self.keyless = KeylessPartitioner()
 
     def add_to(self, app: web.Application) -> None:

@@ -17,7 +17,6 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from lograft.api.group_json import describe_json, parse_body
@@ -27,6 +26,7 @@ from lograft.api.routes_data import json_response
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import OffsetResetStrategy, PartitionBounds, resolve_reset_offsets
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
+from lograft.brokers.peer_calls import GroupListing
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
@@ -35,6 +35,8 @@ from lograft.protocol.topic_partition import TopicPartition
 DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
 # How long reset waits for partition leaders' offsets (it fails without them), ms.
 RESET_OFFSETS_TIMEOUT_MS = 5_000
+# Where a broker lists the groups it coordinates, for other nodes.
+GROUPS_PATH = "/internal/v1/groups"
 # How long listing groups waits for each broker, ms.
 LIST_GROUPS_TIMEOUT_MS = 5_000
 
@@ -51,6 +53,9 @@ class GroupAdminRoutes:
         self.metadata = metadata
         self.calls = calls
         self.offsets = offsets
+        # This node's own listing, asked through `calls` like any other
+        # broker's, is answered in process by the function that answers peers.
+        calls.serve_locally(runtime.replicas.broker_id, list_groups=self._local_groups)
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -59,12 +64,12 @@ class GroupAdminRoutes:
         r.add_get("/v1/groups/{group:[^/]+}", self.describe)
         r.add_delete("/v1/groups/{group:[^/]+}", self.delete)
         r.add_post("/v1/groups/{group:[^/]+}/offsets/reset", self.reset_offsets)
-        r.add_get("/internal/v1/groups", self.list_local_groups)
+        r.add_get(GROUPS_PATH, self.list_local_groups)
 
     async def list_local_groups(self, _request: web.Request) -> web.Response:
         return json_response(self._local_groups())
 
-    def _local_groups(self) -> dict[str, Any]:
+    def _local_groups(self) -> GroupListing:
         return {
             "broker_id": self.runtime.replicas.broker_id,
             "groups": [
@@ -97,18 +102,12 @@ class GroupAdminRoutes:
             }
         )
 
-    async def _groups_of(self, broker_id: int) -> dict[str, Any] | None:
-        if broker_id == self.runtime.replicas.broker_id:
-            return self._local_groups()
+    async def _groups_of(self, broker_id: int) -> GroupListing | None:
         try:
-            raw = await self.calls.get(
-                broker_id, "/internal/v1/groups", timeout_ms=LIST_GROUPS_TIMEOUT_MS
-            )
-            doc = orjson.loads(raw)
+            return await self.calls.list_groups(broker_id, timeout_ms=LIST_GROUPS_TIMEOUT_MS)
         except (LograftError, ValueError):
             # Unreachable, refused or unreadable: listed as unreachable.
             return None
-        return doc if isinstance(doc, dict) else None
 
     async def describe(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]

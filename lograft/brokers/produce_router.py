@@ -12,7 +12,11 @@ each partition exactly as a raw produce of it would be (`append_forwarded`,
 The forward transport is injected (`ForwardTransport`: the node's
 `PeerClient`), and so is the worker that runs record checks off the event
 loop (`RecordWorker`: the node's `RecordWork`), so the HTTP handlers only
-parse, call and render. Outcomes of forwarded partitions:
+parse, call and render. The router sends every partition's batch to its
+leader the same way (`forward_produce`); for this broker's own partitions
+the transport runs `produce_here` in process (registered by the routes with
+`serve_locally`), with the batches as they are: no copy, no encoding.
+Outcomes of forwarded partitions:
 
 - the leader has no address: NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE
   when the partition has no leader), as a produce sent here would get;
@@ -33,9 +37,9 @@ from typing import Protocol, TypeVar
 
 from lograft.brokers.metadata_sync import TopicView, partition_of
 from lograft.brokers.partition import Partition, check_batch_count
+from lograft.brokers.peer_calls import UnreadableAnswer
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
-    InvalidRequestError,
     LeaderNotAvailableError,
     LograftError,
     NotLeaderOrFollowerError,
@@ -44,15 +48,12 @@ from lograft.errors import (
     PeerUnreachableError,
 )
 from lograft.protocol.compression import DecompressionBudget
-from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
     Acks,
     AppendResult,
     PartitionBatch,
     PartitionOutcome,
     ProduceRequest,
-    decode_response,
-    encode_request,
 )
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -66,18 +67,13 @@ FORWARD_REQUEST_OVERHEAD = 1024
 
 
 class ForwardTransport(Protocol):
-    """Sends a forwarded produce to a leader (the node's PeerClient); raises
-    as `lograft.brokers.peer_calls.PeerCalls` describes."""
+    """Takes a produce to a partition leader (the node's PeerClient: in
+    process for this broker); raises as `lograft.brokers.peer_calls.PeerCalls`
+    describes."""
 
-    async def post(
-        self,
-        peer_id: int,
-        path: str,
-        body: bytes,
-        *,
-        content_type: str = ...,
-        timeout_ms: int | None = None,
-    ) -> bytes: ...
+    async def forward_produce(
+        self, broker_id: int, view: TopicView, req: ProduceRequest
+    ) -> list[PartitionOutcome]: ...
 
 
 class RecordWorker(Protocol):
@@ -144,16 +140,14 @@ class ProduceRouter:
     async def produce(
         self, view: TopicView, batches: dict[int, bytes], acks: Acks
     ) -> dict[int, PartitionOutcome]:
-        """Every partition's outcome: local ones go to the replica manager,
-        the others to their leader, one request per leader, all concurrently."""
+        """Every partition's outcome: each leader gets its partitions in one
+        request (this broker in process), all concurrently."""
         outcomes: dict[int, PartitionOutcome] = {}
         by_leader: dict[int, list[PartitionBatch]] = defaultdict(list)
         calls: list[Awaitable[dict[int, PartitionOutcome]]] = []
         for p, data in batches.items():
             leader = view.partitions[p].leader
-            if leader == self.replicas.broker_id:
-                calls.append(self._produce_local(TopicPartition(view.name, p), data, acks))
-            elif leader < 0:
+            if leader < 0:
                 outcomes[p] = self.not_leader(view, TopicPartition(view.name, p))
             else:
                 by_leader[leader].append(PartitionBatch(p, data))
@@ -164,9 +158,25 @@ class ProduceRouter:
             outcomes.update(answered)
         return outcomes
 
-    async def _produce_local(
-        self, tp: TopicPartition, data: bytes, acks: Acks
-    ) -> dict[int, PartitionOutcome]:
+    async def produce_here(self, view: TopicView, req: ProduceRequest) -> list[PartitionOutcome]:
+        """A produce accepted here for partitions this broker leads (the
+        transport's in-process `forward_produce`): each partition's outcome,
+        in request order, all concurrently."""
+        if len(req.partitions) == 1:  # the usual case: no gather
+            b = req.partitions[0]
+            return [
+                await self._produce_local(TopicPartition(view.name, b.partition), b.data, req.acks)
+            ]
+        return list(
+            await asyncio.gather(
+                *(
+                    self._produce_local(TopicPartition(view.name, b.partition), b.data, req.acks)
+                    for b in req.partitions
+                )
+            )
+        )
+
+    async def _produce_local(self, tp: TopicPartition, data: bytes, acks: Acks) -> PartitionOutcome:
         try:
             # A batch built here from the request's JSON: its records are
             # walked (and judged by the topic's rules) off the loop all the same.
@@ -174,9 +184,9 @@ class ProduceRouter:
                 self.replicas.partition(tp).check_records, data, self.produce_budget()
             )
             await self.work.run(check, inline=not self.work.worth_a_thread(data))
-            return {tp.partition: await self.replicas.produce(tp, data, acks, records_checked=True)}
+            return await self.replicas.produce(tp, data, acks, records_checked=True)
         except LograftError as exc:
-            return {tp.partition: exc}
+            return exc
 
     def forward_chunks(self, parts: list[PartitionBatch]) -> list[list[PartitionBatch]]:
         """`parts` cut into requests the leader's body limit accepts; almost
@@ -198,12 +208,11 @@ class ProduceRouter:
         self, view: TopicView, leader: int, req: ProduceRequest
     ) -> dict[int, PartitionOutcome]:
         """One request carrying `req`'s partitions to their leader; each
-        partition's outcome is the one the leader's raw produce would give."""
+        partition's outcome is the one the leader's raw produce would give
+        (this broker's: `produce_here`'s)."""
         partitions = [b.partition for b in req.partitions]
         try:
-            body = await self.transport.post(
-                leader, FORWARD_PATH, encode_request(req), content_type=FORWARD_CONTENT_TYPE
-            )
+            answered = await self.transport.forward_produce(leader, view, req)
         except PeerAddressUnknownError:
             return {p: self.not_leader(view, TopicPartition(view.name, p)) for p in partitions}
         except PeerUnreachableError as exc:
@@ -215,13 +224,12 @@ class ProduceRouter:
             # The whole request was refused: every partition gets the error (a
             # fresh instance each: the produce answer may still extend one's details).
             return {p: LograftError.from_dict(exc.to_dict()) for p in partitions}
-        try:
-            return dict(zip(partitions, decode_response(body, partitions), strict=True))
-        except InvalidRequestError as exc:
+        except UnreadableAnswer as exc:
             return {
-                p: LograftError(f"broker {leader} answered a produce unreadably: {exc.message}")
+                p: LograftError(f"broker {leader} answered a produce unreadably: {exc}")
                 for p in partitions
             }
+        return dict(zip(partitions, answered, strict=True))
 
     # -- a produce for partitions led here -----------------------------------------------
 

@@ -23,12 +23,15 @@ offsets of partitions led elsewhere, and the controller RPCs
   `PeerUnreachableError`, which is BROKER_NOT_AVAILABLE on the wire.
 
 It satisfies `lograft.brokers.peer_calls.PeerCalls`, the protocol the routes,
-the produce router and the stream sources depend on.
+the produce router and the stream sources depend on: its typed operations
+(`forward_produce`, `partition_offsets`, `list_groups`) encode their values
+here, and a call of one to this node's own broker runs the in-process handler
+the node registered (`serve_locally`, `LocalFirst`) with no encoding at all.
 
-Calls that a node makes to itself never come here: the callers decide that a
-partition is led here, or that the controller is this node's own active
-runtime (`ControllerClient`'s local short-circuit), and run the work in
-process.
+Calls a node makes to itself that are not yet typed operations are still
+decided by their callers: the streams' reads and start offsets of a partition
+led here (lograft/api/stream/source.py), and the controller RPCs
+(`ControllerClient`'s local short-circuit to this node's active runtime).
 
 Separate pools (separate `PeerClient`s) keep calls that depend on each other
 from waiting on each other: the node has one for forwarded produces and other
@@ -38,7 +41,7 @@ the streams have one for short calls and one for their long-polls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -46,9 +49,20 @@ import orjson
 import yarl
 
 from lograft.api.app import SECRET_HEADER
+from lograft.api.partition_offsets import PATH as OFFSETS_PATH
+from lograft.api.partition_offsets import decode_offsets_answer, encode_offsets_request
+from lograft.api.routes_group_admin import GROUPS_PATH
 from lograft.api.services import MetadataView
-from lograft.brokers.peer_calls import JSON
+from lograft.brokers.peer_calls import (
+    JSON,
+    GroupListing,
+    LeaderOffsets,
+    LocalFirst,
+    UnreadableAnswer,
+)
+from lograft.brokers.produce_router import FORWARD_PATH
 from lograft.errors import (
+    InvalidRequestError,
     LograftError,
     PeerAddressUnknownError,
     PeerAnswerUnreadableError,
@@ -56,6 +70,14 @@ from lograft.errors import (
 )
 from lograft.node.config import Voter
 from lograft.node.peer_urls import PeerUrls
+from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
+from lograft.protocol.produce_wire import (
+    PartitionOutcome,
+    ProduceRequest,
+    decode_response,
+    encode_request,
+)
+from lograft.protocol.topic_partition import TopicPartition
 
 MIB = 1024 * 1024
 # Default bound on one node-to-node call (calls set shorter ones), ms.
@@ -72,7 +94,7 @@ _READ_PIECE_BYTES = 256 * 1024
 _QUOTED_BYTES = 200
 
 
-class PeerClient:
+class PeerClient(LocalFirst):
     def __init__(
         self,
         *,
@@ -88,6 +110,7 @@ class PeerClient:
         """`metadata` gives brokers' registered URLs (None: calls by broker id
         find none); `connections_max` / `connections_per_peer_max` 0: no limit;
         `trace_configs`: aiohttp's hooks on every request (tests count them)."""
+        super().__init__()
         self.cluster_secret = cluster_secret
         self.peers = peers or PeerUrls()
         self.metadata = metadata
@@ -108,7 +131,42 @@ class PeerClient:
     def voter_url(self, voter: Voter) -> str:
         return self.peers.voter(voter)
 
-    # -- calls ----------------------------------------------------------------------------
+    # -- typed operations over HTTP (LocalFirst runs the local ones) ----------------------
+
+    async def _remote_forward_produce(
+        self, broker_id: int, req: ProduceRequest
+    ) -> list[PartitionOutcome]:
+        body = await self.post(
+            broker_id, FORWARD_PATH, encode_request(req), content_type=FORWARD_CONTENT_TYPE
+        )
+        try:
+            return decode_response(body, [b.partition for b in req.partitions])
+        except InvalidRequestError as exc:
+            raise UnreadableAnswer(exc.message) from None
+
+    async def _remote_partition_offsets(
+        self,
+        broker_id: int,
+        tps: Sequence[TopicPartition],
+        timestamp_ms: int | None,
+        *,
+        timeout_ms: int,
+    ) -> list[LeaderOffsets | LograftError]:
+        raw = await self.post(
+            broker_id,
+            OFFSETS_PATH,
+            encode_offsets_request(tps, timestamp_ms),
+            timeout_ms=timeout_ms,
+        )
+        return decode_offsets_answer(tps, raw)
+
+    async def _remote_list_groups(self, broker_id: int, *, timeout_ms: int) -> GroupListing:
+        doc = orjson.loads(await self.get(broker_id, GROUPS_PATH, timeout_ms=timeout_ms))
+        if not isinstance(doc, dict):
+            raise UnreadableAnswer(f"broker {broker_id}'s group listing is not an object")
+        return doc
+
+    # -- raw calls ------------------------------------------------------------------------
 
     async def post(
         self,

@@ -310,10 +310,13 @@ class Node:
                 _BrokerImageView(self),
                 self.forward_calls,
                 self._create_offsets_topic,
-                PartitionOffsets(self.replicas, _BrokerImageView(self), self.forward_calls),
+                PartitionOffsets(_BrokerImageView(self), self.forward_calls),
             ).add_to(app)
             add_replica_fetch_route(app, self.replicas)
-            add_partition_offsets_route(app, self.replicas, _BrokerImageView(self))
+            # Also this node's own asks, in process, through forward_calls.
+            add_partition_offsets_route(
+                app, self.replicas, _BrokerImageView(self), self.forward_calls
+            )
             add_producer_routes(
                 app,
                 ProducerIdManager(self._producer_id_block),

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -114,7 +115,7 @@ async def _ask(
     async with TestServer(fake.app(leaders)) as server:
         metadata = Metadata(str(server.make_url("")).rstrip("/"), partitions, leaders)
         calls = PeerClient(cluster_secret="s", metadata=metadata)
-        offsets = PartitionOffsets(None, metadata, calls, broker_id=1)
+        offsets = PartitionOffsets(metadata, calls)
         tps = [TopicPartition("wide", p) for p in range(partitions)]
         try:
             return await offsets.offsets(tps, timeout_ms=10_000), offsets
@@ -198,3 +199,40 @@ async def test_the_leader_refuses_an_oversized_batch(leader: Any) -> None:
     resp = await client.post(PATH, json=body, headers={"X-Lograft-Cluster-Secret": "s"})
     assert resp.status == 400
     assert (await resp.json())["error"]["code"] == "INVALID_REQUEST"
+
+
+async def test_this_brokers_own_partitions_are_asked_in_process(tmp_path: Path) -> None:
+    """The node's peer calls answer its own asks with the leader's function:
+    no HTTP request, though this broker's address here leads nowhere."""
+    metadata = OneBrokerMetadata()  # broker 1 at a made-up address
+    metadata.set_topic("orders", 2, BROKER)
+    replicas = ReplicaManager(BROKER, tmp_path, BrokerSettings(min_insync_replicas=1))
+    await replicas.start()
+    replicas.apply_metadata(metadata.wanted())
+    await replicas.produce(
+        TopicPartition("orders", 1),
+        build_batch([RecordInput(b"v")] * 3, timestamp_ms=1_000),
+        Acks.ALL,
+    )
+    sent: list[str] = []
+
+    async def on_start(_session: Any, _ctx: Any, params: Any) -> None:
+        sent.append(str(params.url))
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_start)
+    calls = PeerClient(cluster_secret="s", metadata=metadata, trace_configs=[trace])
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    add_partition_offsets_route(app, replicas, metadata, calls)
+    offsets = PartitionOffsets(metadata, calls)
+    try:
+        found = await offsets.offsets(
+            [TopicPartition("orders", 1), TopicPartition("orders", 0)], timeout_ms=1_000
+        )
+    finally:
+        await calls.close()
+        await replicas.stop()
+    assert found[TopicPartition("orders", 1)] == LeaderOffsets(0, 3, 3, None)
+    assert found[TopicPartition("orders", 0)] == LeaderOffsets(0, 0, 0, None)
+    assert sent == []
+    assert offsets.requests_sent == {BROKER: 1}

@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import create_app
-from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.brokers.groups.config import GroupCoordinatorConfig
@@ -76,10 +76,12 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
 
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
     calls = PeerClient(cluster_secret="s", metadata=metadata)
-    offsets = PartitionOffsets(replicas, metadata, calls)
+    offsets = PartitionOffsets(metadata, calls)
     routes = GroupRoutes(runtime, metadata, calls, create_offsets_topic, offsets)
     routes.add_to(app)
     DataRoutes(replicas, metadata, calls).add_to(app)
+    # As the node does: this broker answers its own offsets asks in process.
+    add_partition_offsets_route(app, replicas, metadata, calls)
     async with TestClient(TestServer(app)) as client:
         yield Server(client, replicas, runtime, metadata, routes)
     await calls.close()

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import create_app
-from lograft.api.partition_offsets import PartitionOffsets
+from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
 from lograft.api.routes_groups import GroupRoutes
 from lograft.api.stream.limits import StreamLimits
@@ -82,9 +82,11 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
 
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
     calls = PeerClient(cluster_secret="s", metadata=metadata)
-    offsets = PartitionOffsets(replicas, metadata, calls)
+    offsets = PartitionOffsets(metadata, calls)
     GroupRoutes(runtime, metadata, calls, create_offsets_topic, offsets).add_to(app)
     DataRoutes(replicas, metadata, calls).add_to(app)
+    # As the node does: this broker answers its own offsets asks in process.
+    add_partition_offsets_route(app, replicas, metadata, calls)
     routes = StreamRoutes(replicas, metadata, LIMITS, calls=calls, poll_calls=calls)
     routes.add_to(app)
     async with TestClient(TestServer(app)) as client:

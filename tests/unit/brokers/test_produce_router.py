@@ -11,9 +11,9 @@ import pytest
 
 from lograft.brokers.metadata_sync import TopicView
 from lograft.brokers.partition import Assignment
-from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter
+from lograft.brokers.peer_calls import UnreadableAnswer
+from lograft.brokers.produce_router import ProduceRouter
 from lograft.errors import (
-    LograftError,
     PeerAddressUnknownError,
     PeerAnswerUnreadableError,
     PeerUnreachableError,
@@ -22,8 +22,8 @@ from lograft.errors import (
 from lograft.protocol.produce_wire import (
     Acks,
     AppendResult,
-    decode_request,
-    encode_response,
+    PartitionOutcome,
+    ProduceRequest,
 )
 
 T = TypeVar("T")
@@ -32,27 +32,17 @@ T = TypeVar("T")
 class Transport:
     """Records each forwarded request; answers as told."""
 
-    def __init__(self, fail: LograftError | None = None) -> None:
+    def __init__(self, fail: Exception | None = None) -> None:
         self.fail = fail
         self.sent: list[tuple[int, list[int]]] = []
 
-    async def post(
-        self,
-        peer_id: int,
-        path: str,
-        body: bytes,
-        *,
-        content_type: str = "application/json",
-        timeout_ms: int | None = None,
-    ) -> bytes:
-        assert path == FORWARD_PATH
-        req = decode_request(body)
-        self.sent.append((peer_id, [b.partition for b in req.partitions]))
+    async def forward_produce(
+        self, broker_id: int, view: TopicView, req: ProduceRequest
+    ) -> list[PartitionOutcome]:
+        self.sent.append((broker_id, [b.partition for b in req.partitions]))
         if self.fail is not None:
             raise self.fail
-        return encode_response(
-            [(b.partition, AppendResult(10, 10 + b.partition, -1)) for b in req.partitions]
-        )
+        return [AppendResult(10, 10 + b.partition, -1) for b in req.partitions]
 
 
 class Inline:
@@ -110,6 +100,7 @@ async def test_a_request_past_the_leaders_body_limit_is_cut() -> None:
         (PeerAddressUnknownError("no address"), "NOT_LEADER_OR_FOLLOWER", True),
         (PeerUnreachableError("refused"), "LEADER_NOT_AVAILABLE", True),
         (PeerAnswerUnreadableError("a proxy", status=502), "UNKNOWN_SERVER_ERROR", False),
+        (UnreadableAnswer("not a partitions list"), "UNKNOWN_SERVER_ERROR", False),
         (
             RequestBytesInflightLimitReachedError("busy"),
             "REQUEST_BYTES_INFLIGHT_LIMIT_REACHED",
@@ -118,7 +109,7 @@ async def test_a_request_past_the_leaders_body_limit_is_cut() -> None:
     ],
 )
 async def test_a_failed_forward_fails_each_of_its_partitions(
-    fail: LograftError, code: str, retriable: bool
+    fail: Exception, code: str, retriable: bool
 ) -> None:
     out: dict[int, Any] = await router(Transport(fail)).produce(
         topic([2, 2]), {0: b"a", 1: b"b"}, Acks.ALL
