@@ -18,13 +18,24 @@ one would diverge.
 
 from __future__ import annotations
 
-import orjson
-
 from lograft.errors import MetadataRecordError
 from lograft.quorum.image import MetadataImage
 from lograft.quorum.records import decode_batch, encode_batch
+from lograft.typed import Record, decode_json, encode_json
 
 SNAPSHOT_VERSION = 1
+
+
+class SnapshotDocument(Record, frozen=True):
+    """The snapshot wrapper as stored: fields in this order, so the bytes
+    written are those the hand-built dict wrote (golden:
+    tests/fixtures/golden/metadata_snapshot.json). `snapshot_version` is any
+    integer here so that an unknown version is reported as such, not as a
+    type error."""
+
+    snapshot_version: int
+    offset: int
+    batch: str
 
 
 class MetadataStore:
@@ -43,25 +54,23 @@ class MetadataStore:
 
     def snapshot(self) -> bytes:
         image = self._image
-        return orjson.dumps(
-            {
-                "snapshot_version": SNAPSHOT_VERSION,
-                "offset": image.offset,
-                "batch": encode_batch(image.to_records()).decode(),
-            }
+        return encode_json(
+            SnapshotDocument(
+                snapshot_version=SNAPSHOT_VERSION,
+                offset=image.offset,
+                batch=encode_batch(image.to_records()).decode(),
+            )
         )
 
     def restore(self, data: bytes) -> None:
-        try:
-            doc = orjson.loads(data)
-            version = doc["snapshot_version"]
-            offset = int(doc["offset"])
-            batch = doc["batch"].encode()
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise MetadataRecordError(f"metadata snapshot does not decode: {exc}") from None
-        if version != SNAPSHOT_VERSION:
-            raise MetadataRecordError(f"metadata snapshot version {version!r} is not supported")
+        doc = decode_json(
+            data, SnapshotDocument, error=MetadataRecordError, where="metadata snapshot"
+        )
+        if doc.snapshot_version != SNAPSHOT_VERSION:
+            raise MetadataRecordError(
+                f"metadata snapshot version {doc.snapshot_version!r} is not supported"
+            )
         image = MetadataImage.empty()
-        if offset >= 0:
-            image = image.apply_batch(offset, decode_batch(batch))
+        if doc.offset >= 0:
+            image = image.apply_batch(doc.offset, decode_batch(doc.batch.encode()))
         self._image = image

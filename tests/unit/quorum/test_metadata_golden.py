@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
+from lograft.errors import MetadataRecordError
+from lograft.quorum.image import MetadataImage
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.records import decode_batch, encode_batch
 from tests.unit.quorum.golden_metadata import EVERY_TYPE, HISTORY
@@ -48,3 +51,22 @@ def test_golden_snapshot_restores_the_image_of_its_history() -> None:
     new = orjson.loads(restored.snapshot())
     assert orjson.loads(new.pop("batch")) == orjson.loads(old.pop("batch"))
     assert new == old
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"{", "metadata snapshot: not valid JSON"),
+        (b"[]", "metadata snapshot: Expected `object`, got `array`"),
+        (b'{"snapshot_version":1,"batch":""}', "metadata snapshot.offset: required"),
+        (b'{"snapshot_version":1,"offset":"8","batch":""}', "metadata snapshot.offset: Expected"),
+        (b'{"snapshot_version":1,"offset":8,"batch":7}', "metadata snapshot.batch: Expected"),
+        (b'{"snapshot_version":2,"offset":8,"batch":""}', "snapshot version 2 is not supported"),
+    ],
+)
+def test_a_bad_snapshot_wrapper_is_refused_naming_the_field(data: bytes, says: str) -> None:
+    store = MetadataStore()
+    with pytest.raises(MetadataRecordError) as caught:
+        store.restore(data)
+    assert says in str(caught.value)
+    assert store.image.offset == MetadataImage.empty().offset
