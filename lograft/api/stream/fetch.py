@@ -26,21 +26,23 @@ The leader bounds what one request may ask with its own stream limits:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-import orjson
+import msgspec
 from aiohttp import web
 
 from lograft.brokers.replica_manager import ConsumerRead, ReplicaManager
 from lograft.errors import InvalidRequestError
 from lograft.protocol.fetch_wire import CONTENT_TYPE, encode_response
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.typed import Record, decode_json, encode_json
 
 PATH = "/internal/v1/stream-fetch"
 # Largest integer a request field may hold (offsets, byte counts, waits).
 _INT_MAX = 2**63 - 1
+_Count = Annotated[int, msgspec.Meta(ge=0, le=_INT_MAX)]
+_Bytes = Annotated[int, msgspec.Meta(ge=1, le=_INT_MAX)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,23 @@ class ServeLimits:
     read_bytes_max: int
 
 
+class ReadBody(Record, frozen=True):
+    """One read of the request, as on the wire (field order is the wire's)."""
+
+    topic: Annotated[str, msgspec.Meta(min_length=1)]
+    partition: _Count
+    offset: _Count
+    max_bytes: _Bytes
+
+
+class StreamFetchBody(Record, frozen=True):
+    """The request as on the wire; the serving limits are checked after."""
+
+    max_wait_ms: _Count
+    max_bytes: _Bytes
+    reads: Annotated[list[ReadBody], msgspec.Meta(min_length=1)]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFetchRequest:
     max_wait_ms: int
@@ -59,74 +78,52 @@ class StreamFetchRequest:
     reads: tuple[ConsumerRead, ...]
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "max_wait_ms": self.max_wait_ms,
-                "max_bytes": self.max_bytes,
-                "reads": [
-                    {
-                        "topic": r.tp.topic,
-                        "partition": r.tp.partition,
-                        "offset": r.offset,
-                        "max_bytes": r.max_bytes,
-                    }
+        return encode_json(
+            StreamFetchBody(
+                max_wait_ms=self.max_wait_ms,
+                max_bytes=self.max_bytes,
+                reads=[
+                    ReadBody(
+                        topic=r.tp.topic,
+                        partition=r.tp.partition,
+                        offset=r.offset,
+                        max_bytes=r.max_bytes,
+                    )
                     for r in self.reads
                 ],
-            }
+            )
         )
 
     @classmethod
     def from_json(cls, body: bytes, limits: ServeLimits) -> StreamFetchRequest:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"stream fetch: body is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise InvalidRequestError("stream fetch: body must be a JSON object")
-        raw_reads = doc.get("reads")
-        if not isinstance(raw_reads, list) or not raw_reads:
-            raise InvalidRequestError("stream fetch: reads must be a non-empty list")
-        if len(raw_reads) > limits.reads_max:
+        doc = decode_json(body, StreamFetchBody, error=InvalidRequestError, where="stream fetch")
+        if len(doc.reads) > limits.reads_max:
             raise InvalidRequestError(
-                f"stream fetch: {len(raw_reads)} reads exceed remote_poll_partitions_max="
+                f"stream fetch: {len(doc.reads)} reads exceed remote_poll_partitions_max="
                 f"{limits.reads_max}",
                 remote_poll_partitions_max=limits.reads_max,
             )
-        max_bytes = _int(doc, "max_bytes", 1)
-        if max_bytes > limits.bytes_max:
+        if doc.max_bytes > limits.bytes_max:
             raise InvalidRequestError(
-                f"stream fetch: max_bytes={max_bytes} exceeds remote_poll_bytes_max="
+                f"stream fetch: max_bytes={doc.max_bytes} exceeds remote_poll_bytes_max="
                 f"{limits.bytes_max}",
                 remote_poll_bytes_max=limits.bytes_max,
             )
+        for i, read in enumerate(doc.reads):
+            if read.max_bytes > limits.read_bytes_max:
+                raise InvalidRequestError(
+                    f"stream fetch: reads[{i}].max_bytes={read.max_bytes} exceeds "
+                    f"chunk_bytes_max={limits.read_bytes_max}",
+                    chunk_bytes_max=limits.read_bytes_max,
+                )
         return cls(
-            _int(doc, "max_wait_ms", 0), max_bytes, tuple(_read(r, limits) for r in raw_reads)
+            doc.max_wait_ms,
+            doc.max_bytes,
+            tuple(
+                ConsumerRead(TopicPartition(r.topic, r.partition), r.offset, r.max_bytes)
+                for r in doc.reads
+            ),
         )
-
-
-def _read(raw: Any, limits: ServeLimits) -> ConsumerRead:
-    if not isinstance(raw, dict):
-        raise InvalidRequestError("stream fetch: every read must be an object")
-    topic = raw.get("topic")
-    if not isinstance(topic, str) or not topic:
-        raise InvalidRequestError("stream fetch: a read's topic must be a non-empty string")
-    read_bytes = _int(raw, "max_bytes", 1)
-    if read_bytes > limits.read_bytes_max:
-        raise InvalidRequestError(
-            f"stream fetch: a read's max_bytes={read_bytes} exceeds chunk_bytes_max="
-            f"{limits.read_bytes_max}",
-            chunk_bytes_max=limits.read_bytes_max,
-        )
-    return ConsumerRead(
-        TopicPartition(topic, _int(raw, "partition", 0)), _int(raw, "offset", 0), read_bytes
-    )
-
-
-def _int(doc: Mapping[str, Any], key: str, minimum: int) -> int:
-    value = doc.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _INT_MAX:
-        raise InvalidRequestError(f"stream fetch: {key} must be an integer >= {minimum}")
-    return value
 
 
 def add_stream_fetch_route(
