@@ -139,8 +139,11 @@ class PartitionCoordinator:
         self._state = CoordinatorState()
 
     async def wait_loaded(self, timeout_s: float) -> bool:
+        # asyncio.timeout, not wait_for, which on Python 3.11 swallows a cancel
+        # that lands as the wait ends (the cancelled caller would go on).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._loaded.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._loaded.wait()
         return self.phase is CoordinatorPhase.ACTIVE
 
     def _still_leader(self) -> bool:
@@ -217,7 +220,9 @@ class PartitionCoordinator:
         return self._state
 
     async def run(self, group_id: str | None, handler: Handler[T]) -> T:
-        """Run `handler` in turn; append and replay its records; return its response."""
+        """Run a request's `handler` in turn (bounded by
+        coordinator_requests_queued_max); append and replay its records;
+        return its response."""
         limit = self.settings.coordinator_requests_queued_max
         if self._queued >= limit:
             raise CoordinatorNotAvailableError(
@@ -230,6 +235,16 @@ class PartitionCoordinator:
         task.add_done_callback(self._dequeued)
         # The task holds the lock for the whole append: a caller that goes
         # away (client disconnect) must not release it halfway.
+        return await asyncio.shield(task)
+
+    async def _run_expiry(self, group_id: str | None, handler: Handler[T]) -> T:
+        """Run the expiry loop's `handler` in turn, outside the request bound:
+        the loop runs one handler at a time, so it needs no bound; counted, it
+        would refuse a request for a slot no request holds, and a full queue
+        of requests would stop members and offsets from expiring."""
+        task = asyncio.create_task(self._run(group_id, handler))
+        # Shielded for the same reason as a request's: close() cancelling the
+        # loop must not release the lock halfway through an append.
         return await asyncio.shield(task)
 
     def _dequeued(self, _task: asyncio.Task[object]) -> None:
@@ -330,13 +345,13 @@ class PartitionCoordinator:
         now = self.clock()
         due, nearest = self._due_groups(now)
         for group_id in due:
-            removed = await self.run(group_id, self._member_expiry(group_id))
+            removed = await self._run_expiry(group_id, self._member_expiry(group_id))
             if removed:
                 log.info("group %s: session expired for %s", group_id, ", ".join(removed))
         wall = self.wall_clock()
         if wall >= self._next_offsets_expiry_ms:
             self._next_offsets_expiry_ms = wall + self.settings.offsets_retention_check_interval_ms
-            expired = await self.run(
+            expired = await self._run_expiry(
                 None, lambda state: expire_offsets(state, self.wall_clock(), self.config)
             )
             for group_id, tps in expired.items():
@@ -373,5 +388,8 @@ class PartitionCoordinator:
                 await self._loaded.wait()
                 continue
             # Woken early when a handler changes sessions (a new deadline).
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+            # cancel that lands as the wake does, and the loop would run on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(waits_ms) / 1000)
+                async with asyncio.timeout(min(waits_ms) / 1000):
+                    await self._wake.wait()

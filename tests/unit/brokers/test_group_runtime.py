@@ -436,3 +436,67 @@ async def test_requests_queued_on_a_partition_are_bounded(
     await asyncio.gather(first, second)
     assert broker.runtime.fetch_offsets(GROUP)[TopicPartition(ORDERS, 0)].offset == 2
     await commit(4)  # room again
+
+
+async def cancel_as_woken(task: asyncio.Task[object], wake: asyncio.Event) -> None:
+    """Cancel `task` in the same loop step as the wait on `wake` it is in ends
+    (Python 3.11's asyncio.wait_for then returned the result of its inner
+    wait, which finished first, and dropped the cancel)."""
+    await wait_for(lambda: bool(wake._waiters), "the task to wait")  # type: ignore[attr-defined]
+    wake.set()
+    task.cancel()
+    await asyncio.wait({task}, timeout=WAIT_S)
+
+
+async def test_a_wait_for_the_load_cancelled_as_it_ends_is_cancelled(make_broker) -> None:
+    broker = make_broker()
+    await broker.start()
+    await broker.loaded()
+    coordinator = broker.runtime.coordinator(GROUP_TP.partition)
+    assert coordinator is not None
+    loaded = coordinator._loaded
+    loaded.clear()  # as a reload does, without starting one
+    waiting = asyncio.create_task(coordinator.wait_loaded(WAIT_S))
+    await cancel_as_woken(waiting, loaded)
+    assert waiting.cancelled(), "wait_loaded swallowed the cancel"
+    assert not loaded._waiters  # type: ignore[attr-defined]
+
+
+async def test_the_expiry_loop_cancelled_as_it_is_woken_ends(make_broker) -> None:
+    broker = make_broker()
+    await broker.start()
+    await broker.loaded()
+    coordinator = broker.runtime.coordinator(GROUP_TP.partition)
+    assert coordinator is not None and coordinator._expiry_task is not None
+    expiry = coordinator._expiry_task
+    await cancel_as_woken(expiry, coordinator._wake)
+    assert expiry.cancelled(), "the expiry loop went on after it was cancelled"
+    assert not coordinator._wake._waiters  # type: ignore[attr-defined]
+
+
+async def test_an_expiry_pass_takes_no_request_slot(make_broker) -> None:
+    """The queue bound counts requests only: the coordinator's own expiry pass
+    (one at a time) neither takes a request's slot nor is refused by a full
+    queue."""
+    broker = make_broker(GroupRuntimeSettings(coordinator_requests_queued_max=1))
+    await broker.start()
+    await broker.loaded()
+    coordinator = broker.runtime.coordinator(GROUP_TP.partition)
+    assert coordinator is not None
+    lock = coordinator._lock
+    await lock.acquire()  # every handler waits for its turn behind this
+    try:
+        # Offsets expiry due now: the loop starts a pass, which waits for the lock.
+        coordinator._next_offsets_expiry_ms = 0
+        coordinator._wake.set()
+        await wait_for(lambda: bool(lock._waiters), "the expiry pass to wait its turn")  # type: ignore[attr-defined]
+        tp0 = TopicPartition(ORDERS, 0)
+        commit = asyncio.create_task(
+            broker.runtime.commit_offsets(GROUP, "", 0, {tp0: OffsetAndMetadata(7)})
+        )
+        await wait_for(lambda: len(lock._waiters) == 2 or commit.done(), "the commit to queue")  # type: ignore[attr-defined]
+        assert not commit.done(), "the commit was refused for the expiry pass's slot"
+    finally:
+        lock.release()
+    await asyncio.wait_for(commit, WAIT_S)
+    assert broker.runtime.fetch_offsets(GROUP)[tp0].offset == 7
