@@ -212,7 +212,11 @@ class _Changes:
         for tp in keys:
             self._waiters.setdefault(tp, set()).add(fut)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
+            # cancel that lands as the change does. `fut` is this call's own,
+            # so the timeout may cancel it (notify skips done futures).
+            async with asyncio.timeout(timeout_s):
+                await fut
             return True
         except TimeoutError:
             return False
@@ -672,7 +676,11 @@ class ReplicaManager:
         waiter = part.wait_for_high_watermark(result.last_offset + 1)
         timeout = (timeout_ms or self.settings.produce_timeout_ms) / 1000
         try:
-            await asyncio.wait_for(waiter, timeout)
+            # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
+            # cancel that lands as the HW arrives. A timeout or cancel cancels
+            # the waiter, which the partition then drops from its heap.
+            async with asyncio.timeout(timeout):
+                await waiter
         except TimeoutError:
             raise RequestTimedOutError(
                 f"{tp}: the in-sync replicas did not confirm offsets {result.first_offset}.."
