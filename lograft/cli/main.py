@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "node",
         help="run a node (controller, broker or both) from a config file",
         description="Run a lograft node. Settings come from the TOML file, then from "
-        "LOGRAFT_* environment variables (LOGRAFT_HTTP__PORT=9092 sets [http] port).",
+        "LOGRAFT_CFG_* environment variables (LOGRAFT_CFG_HTTP__PORT=9092 sets [http] port).",
     )
     node.add_argument("--config", required=True, metavar="FILE", help="node config (TOML)")
     node.set_defaults(func=_cmd_node)

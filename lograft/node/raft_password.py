@@ -32,7 +32,7 @@ RAFT_PASSWORD_INFO = b"lograft raft password v1"
 SECRET_CHARS_MIN = 16
 _DERIVED_KEY_BYTES = 32
 _HOW_TO_SET = (
-    f"set cluster_secret (or LOGRAFT_CLUSTER_SECRET) to the same random string of at "
+    f"set cluster_secret (or LOGRAFT_CFG_CLUSTER_SECRET) to the same random string of at "
     f"least {SECRET_CHARS_MIN} characters on every node, e.g. `openssl rand -hex 16`"
 )
 
