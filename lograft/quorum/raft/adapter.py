@@ -233,7 +233,11 @@ class RaftAdapter:
         fut = self._submit(batch)
         timeout_ms = self._config.append_timeout_ms if timeout_ms is None else timeout_ms
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+            # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
+            # cancel that lands as the append commits. `fut` is this call's
+            # own: the finally below drops it however the wait ends.
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await fut
         except TimeoutError:
             raise RequestTimedOutError(
                 f"append not committed within {timeout_ms} ms; it may still commit",
@@ -317,7 +321,11 @@ class RaftAdapter:
         fut: asyncio.Future[int] = self._running_loop().create_future()
         heapq.heappush(self._waiters, (offset, next(self._waiter_seq), fut))
         try:
-            return await asyncio.wait_for(fut, timeout_ms / 1000)
+            # asyncio.timeout, not wait_for (a cancel landing as the offset is
+            # applied is not swallowed). A timeout or cancel cancels `fut`,
+            # which _on_applied and the bound above then drop.
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await fut
         except TimeoutError:
             raise RequestTimedOutError(
                 f"offset {offset} not applied within {timeout_ms} ms (at {self._applied})",
@@ -367,7 +375,10 @@ class RaftAdapter:
         if self._state is AdapterState.RUNNING:
             try:
                 fut = self._core.call(self._core.status_now)
-                return await asyncio.wait_for(asyncio.wrap_future(fut), _STATUS_TIMEOUT_S)
+                # asyncio.timeout, not wait_for, which swallows a cancel that
+                # lands as the answer does.
+                async with asyncio.timeout(_STATUS_TIMEOUT_S):
+                    return await asyncio.wrap_future(fut)
             except (RaftStoppedError, TimeoutError):
                 pass
         failure = None if self._failure is None else repr(self._failure)
