@@ -332,9 +332,10 @@ class JwksCache:
                 timeout_s = settings.jwks_fetch_timeout_ms / 1000
                 # The fetcher is told the bound and held to it: an injected
                 # one that ignores its timeout still cannot stall the callers.
-                data = await asyncio.wait_for(
-                    self._fetch(settings.jwks_bytes_max, timeout_s), timeout_s
-                )
+                # asyncio.timeout, not wait_for, which on Python 3.11 swallows
+                # a cancel (close()) that lands as the fetch returns.
+                async with asyncio.timeout(timeout_s):
+                    data = await self._fetch(settings.jwks_bytes_max, timeout_s)
                 if len(data) > settings.jwks_bytes_max:
                     raise ValueError(f"the JWKS is over {settings.jwks_bytes_max} bytes")
                 keys = parse_jwks(data)
@@ -473,7 +474,10 @@ def file_fetcher(path: Path) -> Fetcher:
         return data
 
     async def fetch(max_bytes: int, timeout_s: float) -> bytes:
-        return await asyncio.wait_for(asyncio.to_thread(read, max_bytes), timeout_s)
+        # asyncio.timeout, not wait_for (which can swallow a cancel). Either
+        # way a read stuck in its thread is left behind, not waited for.
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.to_thread(read, max_bytes)
 
     return fetch
 

@@ -38,7 +38,7 @@ from lograft.security.tokens import (
     parse_bearer_authorization,
     parse_jwks,
 )
-from tests.raft_support import free_port
+from tests.raft_support import eventually_async, free_port
 
 ISSUER = "https://idp.example"
 AUDIENCE = "lograft"
@@ -354,6 +354,26 @@ async def test_close_cancels_a_refresh_under_way() -> None:
     assert task is not None
     await cache.close()
     assert task.cancelled() and cache.refreshing is None
+
+
+async def test_close_cancels_a_refresh_whose_fetch_is_just_returning() -> None:
+    # Python 3.11's asyncio.wait_for dropped a cancel landing in the step the
+    # fetch returned: the refresh then went on and installed the keys.
+    idp = FakeIdp(DEFAULT_JWKS)
+    clock = Clock()
+    check, cache = verifier(idp, clock, jwks_refresh_ms=60_000)
+    assert await check.principal(token()) == "User:alice"
+    known = cache._keys
+    gate = idp.gate = asyncio.Event()
+    clock.now += 60.0
+    assert await check.principal(token()) == "User:alice"
+    task = cache.refreshing
+    assert task is not None
+    await eventually_async(lambda: gate._waiters, 10, "the refresh to fetch")  # type: ignore[attr-defined]
+    gate.set()
+    await cache.close()  # cancels in the same step
+    assert task.cancelled() and cache.refreshing is None
+    assert cache._keys is known  # the cancelled refresh installed nothing
 
 
 async def test_a_failing_identity_provider_keeps_the_known_keys() -> None:
