@@ -3,6 +3,8 @@
 Public API under `/v1`, health at `/healthz` (the process is up, and how
 late its event loop runs: `loop_lag_ms`, lograft/node/loop_lag.py) and
 `/readyz` (it can serve: metadata caught up, broker registered and unfenced,
+its metadata caught up with the quorum as of its registration (until then the
+data routes refuse: serving_gate.py),
 every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
 (`X-Lograft-Cluster-Secret`), and the OpenAPI document at `/openapi.json`.
@@ -22,6 +24,7 @@ from lograft.api.http_errors import (
     error_middleware,
     error_response,
 )
+from lograft.api.serving_gate import ServingCheck, serving_gate_middleware
 
 INTERNAL_PREFIX = "/internal/"
 SECRET_HEADER = "X-Lograft-Cluster-Secret"
@@ -55,11 +58,14 @@ def create_app(
     request_bytes_max: int,
     ready: ReadyCheck,
     health: HealthDetail | None = None,
+    serving: ServingCheck | None = None,
 ) -> web.Application:
-    app = web.Application(
-        client_max_size=request_bytes_max,
-        middlewares=[error_middleware, secret_middleware(cluster_secret)],
-    )
+    """`serving`: None when the node has no data routes (no broker role), else
+    what refuses them while the broker may not serve (api/serving_gate.py)."""
+    middlewares = [error_middleware, secret_middleware(cluster_secret)]
+    if serving is not None:
+        middlewares.append(serving_gate_middleware(serving))
+    app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
 
     async def healthz(_request: web.Request) -> web.Response:

@@ -221,7 +221,16 @@ CLUSTER = obj(
 )
 PRODUCER = obj({"producer_id": UINT64, "producer_epoch": {"type": "integer", "minimum": 0}})
 HEALTH = obj({"status": {"const": "ok"}})
-READINESS = obj({"ready": BOOLEAN}, {"controller_elected": BOOLEAN, "metadata_offset": INT64})
+READINESS = obj(
+    {"ready": BOOLEAN},
+    {
+        "controller_elected": BOOLEAN,
+        "metadata_offset": INT64,
+        # A broker: its metadata reached the quorum's offset as of its registration.
+        "metadata_caught_up": BOOLEAN,
+        "metadata_offset_to_reach": nullable(INT64),
+    },
+)
 
 # -- consumer groups -------------------------------------------------------------------------
 

@@ -94,6 +94,7 @@ class BrokerAgent:
         *,
         heartbeat_interval_ms: int,
         client_factory: ClientFactory,
+        on_registered: Callable[[int], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.endpoints = endpoints
@@ -107,6 +108,8 @@ class BrokerAgent:
         # Builds the heartbeat thread's own client, on that thread (`controller`'s
         # pool belongs to the main loop).
         self.client_factory = client_factory
+        # Hears each registration's metadata offset (the initial catch-up target).
+        self.on_registered = on_registered
         self._thread: HeartbeatThread | None = None
 
     def _to(self, new: AgentState) -> None:
@@ -141,6 +144,8 @@ class BrokerAgent:
         if isinstance(outcome, Registered):
             self.broker_epoch = outcome.broker_epoch
             self._to(AgentState.FENCED)
+            if self.on_registered is not None:
+                self.on_registered(outcome.metadata_offset)
         elif isinstance(outcome, HeartbeatAnswer):
             self.broker_epoch = outcome.broker_epoch
             if self.state is not AgentState.UNREGISTERED:

@@ -52,6 +52,9 @@ ClientFactory = Callable[[], ControllerClient]
 @dataclass(frozen=True)
 class Registered:
     broker_epoch: int
+    # The quorum's metadata offset that includes the registration: what the
+    # broker's metadata must reach before it serves (metadata_catch_up.py).
+    metadata_offset: int
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ class HeartbeatThread:
         )
         result = await client.send("register", request, w.RegisterBrokerResponse)
         self.broker_epoch = result.broker_epoch
-        return Registered(self.broker_epoch)
+        return Registered(self.broker_epoch, result.metadata_offset)
 
     async def _heartbeat(self, client: ControllerClient) -> Outcome:
         request = w.heartbeat_request(

@@ -6,7 +6,10 @@ Wiring, in start order:
    controller role, observer otherwise) replicating into a `MetadataStore`;
 2. the `ControllerRuntime` (controller role), active while this node leads Raft;
 3. the `ReplicaManager` (broker role), which follows the image: every applied
-   metadata batch is turned into the set of local replicas and their roles;
+   metadata batch is turned into the set of local replicas and their roles,
+   but only once the metadata has caught up with the quorum as of the
+   broker's registration (`MetadataCatchUp`: a restarted broker never acts on
+   its journal's possibly stale image; until then the data routes refuse);
    with it the `GroupCoordinatorRuntime`, which hears of every leadership of
    `__consumer_offsets` through the replica manager's role listener;
 4. the HTTP server: public `/v1`, health, and `/internal/v1` (cluster secret);
@@ -57,6 +60,7 @@ from lograft.node.config import NodeConfig
 from lograft.node.controller_client import ControllerClient, LocalController
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.node.loop_lag import LoopLagProbe
+from lograft.node.metadata_catch_up import MetadataCatchUp
 from lograft.node.offsets_topic import create_offsets_topic, offsets_topic_request
 from lograft.node.peer_client import PeerClient
 from lograft.node.peer_urls import PeerUrls
@@ -156,6 +160,8 @@ class Node:
         # The metadata offset whose apply failed as a whole, and why (None:
         # the last apply did not fail).
         self._apply_error: tuple[int, str] | None = None
+        # Brokers: no replica roles and no data served before this is reached.
+        self.catch_up = MetadataCatchUp(config.node_id)
         # Threads for record work of requests (decompress, validate, render).
         self.record_work = RecordWork(config.http.record_threads_max)
         self.loop_lag = LoopLagProbe()
@@ -225,6 +231,7 @@ class Node:
                 client_factory=lambda: ControllerClient(
                     cfg, self._peer_client(0), self._local_controller(main_loop), self._leader_id
                 ),
+                on_registered=self.catch_up.registered,
             )
             await self.agent.start()
         log.info(
@@ -262,6 +269,7 @@ class Node:
             request_bytes_max=cfg.http.request_bytes_max,
             ready=self.ready,
             health=lambda: {"loop_lag_ms": self.loop_lag.snapshot()},
+            serving=self.catch_up.refusal if self.replicas is not None else None,
         )
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)
@@ -380,6 +388,8 @@ class Node:
             detail["broker_state"] = self.agent.state.value
             ok = ok and self.agent.unfenced
         if self.replicas is not None:
+            detail.update(self.catch_up.ready_detail())
+            ok = ok and self.catch_up.caught_up
             # A node that cannot serve some of its replicas is not ready,
             # even though it heartbeats: an orchestrator should see it.
             apply_error = None
@@ -396,7 +406,18 @@ class Node:
         # Subscribe before the first apply, which may take a while (log opens):
         # whatever is applied meanwhile must wake the next round.
         subscription = self.raft.subscribe()
+        # The local journal's image may be stale (a partition led before the
+        # restart may have a new leader): act on none of it until the image
+        # includes what the quorum had committed when we registered.
+        offset = await self.catch_up.wait(lambda: self.store.image.offset, subscription)
         await self._apply_image()
+        self.catch_up.done()
+        log.info(
+            "broker %d caught up with the metadata quorum (offset %d, reached %d): serving",
+            self.config.node_id,
+            self._applied_offset,
+            offset,
+        )
         async for _applied in subscription:
             await self._apply_image()
 
