@@ -33,6 +33,7 @@ from msgspec import Meta
 from lograft import typed
 from lograft.api.request_ints import INT32_MAX, INT64_MAX, INT64_MIN
 from lograft.errors import InvalidRequestError
+from lograft.protocol import controller_wire
 from lograft.protocol.offset_reset import OffsetResetStrategy
 
 T = TypeVar("T")
@@ -85,7 +86,8 @@ class ProduceBody(typed.Record):
 
 # -- topics (routes_admin) ---------------------------------------------------------------
 
-ConfigValue = str | int | float | bool | None
+# A topic config's value (None deletes the key): the controller RPC's type.
+ConfigValue = controller_wire.ConfigValue
 
 
 class CreateTopic(typed.Record):

@@ -30,6 +30,7 @@ from lograft.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol import controller_wire as w
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter
@@ -98,37 +99,36 @@ class AdminRoutes:
         replication_factor = body.replication_factor
         if replication_factor is None:
             replication_factor = min(3, max(1, len(self.store.image.brokers)))
-        rpc = {
-            "name": body.name,
-            "partitions": body.partitions,
-            "replication_factor": replication_factor,
-            **({} if body.configs is None else {"configs": body.configs}),
-        }
-        result = await self._change("create-topic", rpc)
+        rpc = w.CreateTopicRequest(
+            name=body.name,
+            partitions=body.partitions,
+            replication_factor=replication_factor,
+            configs=body.configs,
+        )
+        result = await self._change("create-topic", w.body_of(rpc))
         return json_response(result, 201)
 
     async def delete_topic(self, request: web.Request) -> web.Response:
-        result = await self._change("delete-topic", {"name": request.match_info["topic"]})
+        rpc = w.DeleteTopicRequest(name=request.match_info["topic"])
+        result = await self._change("delete-topic", w.body_of(rpc))
         return json_response(result)
 
     async def add_partitions(self, request: web.Request) -> web.Response:
         body = decode_body(await request.read(), AddPartitions)
-        result = await self._change(
-            "create-partitions",
-            {"name": request.match_info["topic"], "partitions": body.partitions},
+        rpc = w.CreatePartitionsRequest(
+            name=request.match_info["topic"], partitions=body.partitions
         )
+        result = await self._change("create-partitions", w.body_of(rpc))
         return json_response(result)
 
     async def alter_configs(self, request: web.Request) -> web.Response:
         body = decode_body(await request.read(), AlterConfigs)
-        result = await self._change(
-            "alter-configs",
-            {
-                "resource_type": ConfigResourceType.TOPIC.value,
-                "resource_name": request.match_info["topic"],
-                "configs": body.configs,
-            },
+        rpc = w.AlterConfigsRequest(
+            resource_type=ConfigResourceType.TOPIC.value,
+            resource_name=request.match_info["topic"],
+            configs=body.configs,
         )
+        result = await self._change("alter-configs", w.body_of(rpc))
         return json_response(result)
 
     # -- reads -------------------------------------------------------------------------------

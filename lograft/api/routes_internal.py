@@ -13,14 +13,12 @@ path; see lograft/protocol/fetch_wire.py for its format.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_dict
-from lograft.api.request_ints import INT64_MAX, INT64_MIN, json_int
 from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
@@ -30,28 +28,11 @@ from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import ConfigResourceType, endpoints_from
+from lograft.typed import decode_json, encode_json
 
 Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 CONTROLLER_PREFIX = "/internal/v1/controller"
 REPLICA_FETCH_PATH = "/internal/v1/replica-fetch"
-
-
-def _get(body: dict[str, Any], key: str, kind: type) -> Any:
-    value = body.get(key)
-    if kind is int:
-        # Every integer of these bodies is an int64 (or narrower) in the metadata.
-        return json_int(value, key, minimum=INT64_MIN, maximum=INT64_MAX)
-    if kind is str and not isinstance(value, str):
-        raise InvalidRequestError(f"{key} must be a string")
-    if kind is list and not isinstance(value, list):
-        raise InvalidRequestError(f"{key} must be a list")
-    if kind is dict and not isinstance(value, dict):
-        raise InvalidRequestError(f"{key} must be an object")
-    return value
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class ControllerRpc:
@@ -177,17 +158,15 @@ class ControllerRpc:
         return self.runtime.store.image.offset
 
     async def create_topic(self, body: dict[str, Any]) -> dict[str, Any]:
-        configs = body.get("configs") or {}
-        if not isinstance(configs, dict):
-            raise InvalidRequestError("configs must be an object of name -> value")
+        wire = w.request_of(body, w.CreateTopicRequest)
         req = c.CreateTopicRequest(
-            name=_get(body, "name", str),
-            partitions=_get(body, "partitions", int),
-            replication_factor=_get(body, "replication_factor", int),
+            name=wire.name,
+            partitions=wire.partitions,
+            replication_factor=wire.replication_factor,
             configs={
                 k: v
                 for k, v in validate_topic_configs(
-                    configs, _int_or_none(body.get("replication_factor"))
+                    wire.configs or {}, wire.replication_factor
                 ).items()
                 if v is not None
             },
@@ -196,31 +175,41 @@ class ControllerRpc:
         res = await self.runtime.run(
             lambda img, _s, _n: c.create_topic(img, req, topic_id, self.config)
         )
-        return {
-            "name": res.name,
-            "topic_id": res.topic_id,
-            "partitions": [
-                {"partition": i, "replicas": list(r)} for i, r in enumerate(res.assignments)
-            ],
-        }
+        return w.body_of(
+            w.CreateTopicResponse(
+                name=res.name,
+                topic_id=res.topic_id,
+                partitions=[
+                    w.TopicAssignment(partition=i, replicas=list(r))
+                    for i, r in enumerate(res.assignments)
+                ],
+                metadata_offset=self._offset(),
+            )
+        )
 
     async def delete_topic(self, body: dict[str, Any]) -> dict[str, Any]:
-        name = _get(body, "name", str)
+        name = w.request_of(body, w.DeleteTopicRequest).name
         topic_id = await self.runtime.run(lambda img, _s, _n: c.delete_topic(img, name))
-        return {"name": name, "topic_id": topic_id}
+        return w.body_of(
+            w.DeleteTopicResponse(name=name, topic_id=topic_id, metadata_offset=self._offset())
+        )
 
     async def create_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
-        name = _get(body, "name", str)
-        total = _get(body, "partitions", int)
+        wire = w.request_of(body, w.CreatePartitionsRequest)
         res = await self.runtime.run(
-            lambda img, _s, _n: c.create_partitions(img, name, total, self.config)
+            lambda img, _s, _n: c.create_partitions(img, wire.name, wire.partitions, self.config)
         )
-        return {"name": res.name, "partitions": total}
+        return w.body_of(
+            w.CreatePartitionsResponse(
+                name=res.name, partitions=wire.partitions, metadata_offset=self._offset()
+            )
+        )
 
     async def alter_configs(self, body: dict[str, Any]) -> dict[str, Any]:
-        resource_type = ConfigResourceType(body.get("resource_type", "topic"))
-        name = _get(body, "resource_name", str)
-        changes = _get(body, "configs", dict)
+        wire = w.request_of(body, w.AlterConfigsRequest)
+        resource_type = ConfigResourceType(wire.resource_type)
+        name = wire.resource_name
+        changes: Mapping[str, w.ConfigValue] = wire.configs
         if resource_type is ConfigResourceType.TOPIC:
             topic = self.runtime.store.image.topic(name)
             rf = len(topic.partitions[0].replicas) if topic and topic.partitions else None
@@ -232,7 +221,14 @@ class ControllerRpc:
                 resource_type, name, str(key), None if value is None else str(value)
             )
             await self._alter_config(req)
-        return {"resource_type": resource_type.value, "resource_name": name, "configs": changes}
+        return w.body_of(
+            w.AlterConfigsResponse(
+                resource_type=wire.resource_type,
+                resource_name=name,
+                configs=dict(changes),
+                metadata_offset=self._offset(),
+            )
+        )
 
     async def _alter_config(self, req: c.AlterConfigRequest) -> None:
         await self.runtime.run(lambda img, _s, _n: c.alter_config(img, req, self.config))
@@ -248,14 +244,12 @@ def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> No
         method = rpc.methods.get(name)
         if method is None:
             raise InvalidRequestError(f"unknown controller call {name!r}")
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise InvalidRequestError("body must be a JSON object")
+        # An object here; its fields are the method's request Record's to judge.
+        body = decode_json(
+            await request.read(), dict[str, Any], error=InvalidRequestError, where="request body"
+        )
         result = await method(body)
-        return web.Response(body=orjson.dumps(result), content_type="application/json")
+        return web.Response(body=encode_json(result), content_type="application/json")
 
     app.router.add_post(CONTROLLER_PREFIX + "/{name}", handle)
 

@@ -547,10 +547,10 @@ class Node:
 
     async def _create_offsets_topic(self) -> None:
         assert self.client is not None and self.groups is not None
-        body = offsets_topic_request(
+        request = offsets_topic_request(
             self.groups.settings, len(ImageView(self.store.image).live_brokers())
         )
-        await create_offsets_topic(body, self.client, self.raft, self.wait_broker_applied)
+        await create_offsets_topic(request, self.client, self.raft, self.wait_broker_applied)
 
     async def _producer_id_block(self) -> dict[str, Any]:
         assert self.client is not None and self.agent is not None

@@ -12,13 +12,17 @@ Every answer carries `metadata_offset`: the metadata offset that includes the
 call's change, so the caller can wait until its own image has caught up.
 
 The administrative calls (create-topic, delete-topic, create-partitions,
-alter-configs) relay a client's admin body as it came, with its own checks
-and messages (lograft/api/routes_internal.py), and are not declared here.
+alter-configs) carry what a client's admin request asked (checked first by
+lograft/api/request_shapes.py); their requests are declared here too, so the
+controller reads them the same way. What a type cannot say (a topic name's
+characters, the partition and replication bounds, config names and values)
+is judged by the controller with its own codes (INVALID_TOPIC_EXCEPTION,
+INVALID_PARTITIONS, INVALID_CONFIG, ...), as for a public request.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -109,12 +113,79 @@ class ProducerIdsResponse(Record, frozen=True):
     metadata_offset: int
 
 
+# A topic config's value as a client may give it; None deletes the key. The
+# controller turns each into the string the metadata stores.
+ConfigValue = str | int | float | bool | None
+
+
+class CreateTopicRequest(Record, frozen=True, omit_defaults=True):
+    name: str
+    partitions: Int64
+    replication_factor: Int64
+    configs: dict[str, ConfigValue] | None = None
+
+
+class TopicAssignment(Record, frozen=True):
+    partition: int
+    replicas: list[int]
+
+
+class CreateTopicResponse(Record, frozen=True):
+    name: str
+    topic_id: str
+    partitions: list[TopicAssignment]
+    metadata_offset: int
+
+
+class DeleteTopicRequest(Record, frozen=True):
+    name: str
+
+
+class DeleteTopicResponse(Record, frozen=True):
+    name: str
+    topic_id: str
+    metadata_offset: int
+
+
+class CreatePartitionsRequest(Record, frozen=True):
+    name: str
+    partitions: Int64
+
+
+class CreatePartitionsResponse(Record, frozen=True):
+    name: str
+    partitions: int
+    metadata_offset: int
+
+
+# The values of lograft.quorum.records.ConfigResourceType (this leaf does not
+# import the quorum).
+ResourceType = Literal["topic", "cluster"]
+
+
+class AlterConfigsRequest(Record, frozen=True, kw_only=True):
+    resource_type: ResourceType = "topic"
+    resource_name: str
+    configs: dict[str, ConfigValue]
+
+
+class AlterConfigsResponse(Record, frozen=True):
+    resource_type: ResourceType
+    resource_name: str
+    configs: dict[str, ConfigValue]
+    metadata_offset: int
+
+
 # name -> (request, response)
 RPCS: dict[str, tuple[type[Record], type[Record]]] = {
     "register": (RegisterBrokerRequest, RegisterBrokerResponse),
     "heartbeat": (HeartbeatRequest, HeartbeatResponse),
     "alter-partitions": (AlterPartitionsRequest, AlterPartitionsResponse),
     "producer-ids": (ProducerIdsRequest, ProducerIdsResponse),
+    "create-topic": (CreateTopicRequest, CreateTopicResponse),
+    "delete-topic": (DeleteTopicRequest, DeleteTopicResponse),
+    "create-partitions": (CreatePartitionsRequest, CreatePartitionsResponse),
+    "alter-configs": (AlterConfigsRequest, AlterConfigsResponse),
 }
 
 
@@ -133,8 +204,8 @@ def heartbeat_request(
 
 def request_of(body: Any, into: type[R]) -> R:
     """A controller RPC's request from its JSON value (INVALID_REQUEST naming
-    the field when it is not one)."""
-    return build(body, into, error=InvalidRequestError)
+    the field, in the message and `details.field`, when it is not one)."""
+    return build(body, into, error=InvalidRequestError, detail="field")
 
 
 def response_of(doc: Any, into: type[R], error: type[LograftError]) -> R:
@@ -150,16 +221,27 @@ def body_of(message: Record) -> dict[str, Any]:
 
 __all__ = [
     "RPCS",
+    "AlterConfigsRequest",
+    "AlterConfigsResponse",
     "AlterPartitionAnswer",
     "AlterPartitionItem",
     "AlterPartitionsRequest",
     "AlterPartitionsResponse",
+    "ConfigValue",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreateTopicRequest",
+    "CreateTopicResponse",
+    "DeleteTopicRequest",
+    "DeleteTopicResponse",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "ProducerIdsRequest",
     "ProducerIdsResponse",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
+    "ResourceType",
+    "TopicAssignment",
     "body_of",
     "heartbeat_request",
     "request_of",
