@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_body
+from lograft.api.request_ints import INT64_MAX
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.brokers.groups.admin import PartitionBounds
-from lograft.brokers.peer_calls import LeaderOffsets
+from lograft.brokers.peer_calls import LeaderOffsets, UnreadableAnswer
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     InvalidRequestError,
@@ -47,10 +49,12 @@ from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
     PeerAddressUnknownError,
+    PeerAnswerUnreadableError,
     PeerUnreachableError,
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.typed import Record, decode_json, encode_json
 
 PATH = "/internal/v1/partition-offsets"
 # Batched requests to partition leaders in flight at once for one caller.
@@ -204,72 +208,81 @@ def _no_leader(tp: TopicPartition) -> LograftError:
 # -- the wire form of one ask (the node's PeerClient encodes and decodes it) --------------
 
 
+NonNegative64 = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+
+
+class OffsetsAsk(Record, frozen=True):
+    topic: str
+    partition: NonNegative64
+
+
+class OffsetsRequest(Record, frozen=True, omit_defaults=True):
+    partitions: list[OffsetsAsk]
+    timestamp: NonNegative64 | None = None
+
+
+class OffsetsAnswerItem(Record, frozen=True, omit_defaults=True):
+    """One partition's answer: its offsets, or `error` (an HTTP error body's
+    inner object) and nothing else."""
+
+    log_start_offset: int | None = None
+    high_watermark: int | None = None
+    log_end_offset: int | None = None
+    offset_for_timestamp: int | None = None
+    error: dict[str, Any] | None = None
+
+
+class OffsetsAnswer(Record, frozen=True):
+    partitions: list[OffsetsAnswerItem]
+
+
 def encode_offsets_request(tps: Sequence[TopicPartition], timestamp_ms: int | None) -> bytes:
-    body: dict[str, Any] = {
-        "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
-    }
-    if timestamp_ms is not None:
-        body["timestamp"] = timestamp_ms
-    return orjson.dumps(body)
+    return encode_json(
+        OffsetsRequest(
+            partitions=[OffsetsAsk(topic=tp.topic, partition=tp.partition) for tp in tps],
+            timestamp=timestamp_ms,
+        )
+    )
 
 
 def decode_offsets_answer(
     tps: Sequence[TopicPartition], raw: bytes
 ) -> list[LeaderOffsets | LograftError]:
-    """A leader's answer, one entry per asked partition in order; ValueError,
-    KeyError or TypeError when it is not one."""
-    answers = orjson.loads(raw)["partitions"]
-    if not isinstance(answers, list) or len(answers) != len(tps):
-        raise ValueError(f"{len(answers)} answers for {len(tps)} partitions")
-    return [_answer(tp, a) for tp, a in zip(tps, answers, strict=True)]
+    """A leader's answer, one entry per asked partition in order;
+    UnreadableAnswer (a ValueError) naming the field when it is not one."""
+    try:
+        doc = decode_json(
+            raw, OffsetsAnswer, error=PeerAnswerUnreadableError, where="partition offsets answer"
+        )
+    except PeerAnswerUnreadableError as exc:
+        raise UnreadableAnswer(exc.message) from None
+    if len(doc.partitions) != len(tps):
+        raise UnreadableAnswer(f"{len(doc.partitions)} answers for {len(tps)} partitions")
+    return [_answer(tp, i, a) for i, (tp, a) in enumerate(zip(tps, doc.partitions, strict=True))]
 
 
-def _answer(tp: TopicPartition, doc: Any) -> LeaderOffsets | LograftError:
-    if not isinstance(doc, dict):
-        raise ValueError(f"the answer for {tp} is not an object")
-    if "error" in doc:
-        return LograftError.from_dict(doc["error"])  # ValueError if it is not one
-    at = doc.get("offset_for_timestamp")
+def _answer(tp: TopicPartition, i: int, item: OffsetsAnswerItem) -> LeaderOffsets | LograftError:
+    if item.error is not None:
+        return LograftError.from_dict(item.error)  # ValueError if it is not one
+    if item.log_start_offset is None or item.high_watermark is None or item.log_end_offset is None:
+        raise UnreadableAnswer(
+            f"partition offsets answer.partitions[{i}] ({tp}): needs log_start_offset, "
+            "high_watermark and log_end_offset, or error"
+        )
     return LeaderOffsets(
-        int(doc["log_start_offset"]),
-        int(doc["high_watermark"]),
-        int(doc["log_end_offset"]),
-        None if at is None else int(at),
+        item.log_start_offset, item.high_watermark, item.log_end_offset, item.offset_for_timestamp
     )
 
 
 def _parse_request(body: bytes) -> tuple[list[TopicPartition], int | None]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"partition offsets: body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidRequestError("partition offsets: body must be a JSON object")
-    raw = doc.get("partitions")
-    if not isinstance(raw, list) or len(raw) > PARTITION_OFFSETS_BATCH_MAX:
+    doc = decode_json(body, OffsetsRequest, error=InvalidRequestError, where="partition offsets")
+    if len(doc.partitions) > PARTITION_OFFSETS_BATCH_MAX:
         raise InvalidRequestError(
             f"partition offsets: partitions must be a list of at most "
             f"{PARTITION_OFFSETS_BATCH_MAX} objects",
             partitions_max=PARTITION_OFFSETS_BATCH_MAX,
         )
-    tps = []
-    for item in raw:
-        topic = item.get("topic") if isinstance(item, dict) else None
-        partition = item.get("partition") if isinstance(item, dict) else None
-        if (
-            not isinstance(topic, str)
-            or isinstance(partition, bool)
-            or not isinstance(partition, int)
-            or partition < 0
-        ):
-            raise InvalidRequestError(
-                "partition offsets: each partition must be {topic: string, partition: int >= 0}"
-            )
-        tps.append(TopicPartition(topic, partition))
-    ts = doc.get("timestamp")
-    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-        raise InvalidRequestError("partition offsets: timestamp must be an integer >= 0")
-    return tps, ts
+    return [TopicPartition(p.topic, p.partition) for p in doc.partitions], doc.timestamp
 
 
 async def offsets_here(

@@ -5,12 +5,14 @@ leader's side of it on a real ReplicaManager."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -23,6 +25,8 @@ from lograft.api.partition_offsets import (
     LeaderOffsets,
     PartitionOffsets,
     add_partition_offsets_route,
+    decode_offsets_answer,
+    encode_offsets_request,
 )
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
@@ -236,3 +240,69 @@ async def test_this_brokers_own_partitions_are_asked_in_process(tmp_path: Path) 
     assert found[TopicPartition("orders", 0)] == LeaderOffsets(0, 0, 0, None)
     assert sent == []
     assert offsets.requests_sent == {BROKER: 1}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{", "partition offsets: not valid JSON"),
+        (b"[]", "partition offsets: Expected `object`, got `array`"),
+        (b"{}", "partition offsets.partitions: required"),
+        (b'{"partitions": [{"topic": 1, "partition": 0}]}', "partitions[0].topic: Expected `str`"),
+        (b'{"partitions": [{"topic": "t", "partition": -1}]}', "partitions[0].partition: Expected"),
+        (b'{"partitions": [{"topic": "t", "partition": true}]}', "partitions[0].partition:"),
+        (
+            b'{"partitions": [], "timestamp": -1}',
+            "partition offsets.timestamp: Expected `int` >= 0",
+        ),
+        (b'{"partitions": [], "extra": 1}', "partition offsets.extra: unknown field"),
+    ],
+)
+async def test_the_leader_refuses_a_bad_request_naming_the_field(
+    leader: Any, body: bytes, says: str
+) -> None:
+    client, _ = leader
+    resp = await client.post(PATH, data=body, headers={"X-Lograft-Cluster-Secret": "s"})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "INVALID_REQUEST"
+    assert says in error["message"]
+
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"{", "not valid JSON"),
+        (b'{"partitions": []}', "0 answers for 1 partitions"),
+        (b'{"partitions": [{"high_watermark": "5"}]}', "partitions[0].high_watermark: Expected"),
+        (b'{"partitions": [{"high_watermark": 5}]}', "needs log_start_offset"),
+        (b'{"partitions": [{"error": {"code": 5}}]}', "needs a non-empty string code"),
+    ],
+)
+def test_an_unreadable_answer_is_a_value_error_naming_the_field(raw: bytes, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        decode_offsets_answer([TP], raw)
+
+
+def test_an_answer_round_trips() -> None:
+    raw = orjson.dumps(
+        {
+            "partitions": [
+                LeaderOffsets(1, 5, 6, None).to_dict(),
+                {"error": {"code": "NOT_LEADER_OR_FOLLOWER", "message": "moved"}},
+            ]
+        }
+    )
+    ok, failed = decode_offsets_answer([TP, TP], raw)
+    assert ok == LeaderOffsets(1, 5, 6, None)
+    assert isinstance(failed, LograftError) and failed.code == "NOT_LEADER_OR_FOLLOWER"
+    assert orjson.loads(encode_offsets_request([TP], 7)) == {
+        "partitions": [{"topic": "t", "partition": 0}],
+        "timestamp": 7,
+    }
+    assert orjson.loads(encode_offsets_request([TP], None)) == {
+        "partitions": [{"topic": "t", "partition": 0}]
+    }
