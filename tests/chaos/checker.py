@@ -29,6 +29,9 @@ must-hold properties failed (issue 6):
   definitely (the broker said nothing was written);
 - minority ack: an acknowledgement answered by a node while it was cut off
   from every other node, for a send invoked in that window;
+- stale ack: an acknowledgement answered by a restarted node while its Raft
+  links were held (a `StaleWindow`: its metadata was its journal's stale
+  image, which may still name it leader), for a send invoked in that window;
 - slow failover: after a leader was killed, no send to its partitions
   invoked after the kill was acknowledged within the failover budget; or,
   after a node was stopped (SIGSTOP), none to the partitions it did not lead;
@@ -38,7 +41,8 @@ must-hold properties failed (issue 6):
 A run without violations passes only if it had evidence (`inconclusive`):
 its consumers returned something, its writers got at least
 `MIN_ACKNOWLEDGED` acknowledgements, and every isolation had at least one
-send invoked into it (a minority probe). Otherwise its verdict is
+send invoked into it (a minority probe), and so every stale window (a stale
+probe). Otherwise its verdict is
 INCONCLUSIVE, not PASS.
 """
 
@@ -48,7 +52,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tests.chaos.history import History, Outcome, Send
+from tests.chaos.history import History, Outcome, Send, StaleWindow
 
 # How long produce may take to succeed again after a partition leader is
 # SIGKILLed, in ms: docs/quorum.md's failover (fencing after the 1.5 s broker
@@ -430,6 +434,40 @@ def minority_probes(history: History) -> int:
     )
 
 
+def _stale_window(s: Send, history: History) -> StaleWindow | None:
+    """The stale window `s` was invoked into (to that node, for that partition), if any."""
+    for w in history.stale_windows:
+        if s.node == w.node and s.partition == w.partition and w.from_s <= s.invoked_s < w.until_s:
+            return w
+    return None
+
+
+def stale_acks(history: History) -> list[Anomaly]:
+    """Sends to a restarted node invoked while its metadata was stale, acknowledged
+    before the window closed: the node acted on metadata it had not caught up."""
+    out = []
+    for s in history.sends:
+        w = _stale_window(s, history)
+        if s.outcome is Outcome.OK and w is not None and s.completed_s <= w.until_s:
+            out.append(
+                Anomaly(
+                    "stale ack",
+                    s.partition,
+                    (s.offset,) if s.offset is not None else (),
+                    (s.value,),
+                    f"node {w.node} acknowledged {s.value} at offset {s.offset} "
+                    f"{s.invoked_s - w.from_s:.2f}s into its stale window (Raft links held)",
+                )
+            )
+    return out
+
+
+def stale_probes(history: History) -> int:
+    """Sends to a restarted node's stale-window partition invoked inside its window,
+    whatever their outcome: the stale-ack check's evidence (zero proves nothing)."""
+    return sum(1 for s in history.sends if _stale_window(s, history) is not None)
+
+
 def failover_ms(history: History) -> list[tuple[int, int, int | None]]:
     """(killed or stopped node, partition, ms from the fault to the first
     acknowledgement of a send invoked after it; None if none came), for each
@@ -489,7 +527,11 @@ def unavailability_per_partition(history: History) -> dict[int, Window]:
 
 
 def inconclusive(
-    history: History, *, probes: int, min_acknowledged: int = MIN_ACKNOWLEDGED
+    history: History,
+    *,
+    probes: int,
+    min_acknowledged: int = MIN_ACKNOWLEDGED,
+    stale: int = 0,
 ) -> list[str]:
     """Why the run's checks had too little evidence to pass (empty if they had enough)."""
     why = []
@@ -505,6 +547,11 @@ def inconclusive(
         why.append(
             f"no send was invoked into any of the {len(history.isolations)} isolation "
             "windows: the minority-ack check had no evidence"
+        )
+    if history.stale_windows and stale == 0:
+        why.append(
+            f"no send was invoked into any of the {len(history.stale_windows)} stale-metadata "
+            "windows: the stale-ack check had no evidence"
         )
     return why
 
@@ -534,6 +581,10 @@ class CheckResult:
     phantoms: list[Anomaly] = field(default_factory=list)
     minority_acks: list[Anomaly] = field(default_factory=list)
     minority_probes: int = 0
+    stale_acks: list[Anomaly] = field(default_factory=list)
+    # Sends invoked into a stale window, and how many of them were not acknowledged.
+    stale_probes: int = 0
+    stale_refused: int = 0
     slow_failovers: list[Anomaly] = field(default_factory=list)
     failover_ms: list[tuple[int, int, int | None]] = field(default_factory=list)
     unavailable: Window = field(default_factory=lambda: Window(0.0, 0.0))
@@ -555,6 +606,7 @@ class CheckResult:
             *self.gaps,
             *self.phantoms,
             *self.minority_acks,
+            *self.stale_acks,
             *self.slow_failovers,
         ]
 
@@ -579,6 +631,7 @@ def check(
 ) -> CheckResult:
     dups = duplicates(history)
     probes = minority_probes(history)
+    stale = stale_probes(history)
     return CheckResult(
         acknowledged=sum(1 for s in history.sends if s.outcome is Outcome.OK),
         unknown=sum(1 for s in history.sends if s.outcome is Outcome.UNKNOWN),
@@ -596,9 +649,18 @@ def check(
         phantoms=phantoms(history),
         minority_acks=minority_acks(history),
         minority_probes=probes,
+        stale_acks=stale_acks(history),
+        stale_probes=stale,
+        stale_refused=sum(
+            1
+            for s in history.sends
+            if s.outcome is not Outcome.OK and _stale_window(s, history) is not None
+        ),
         slow_failovers=slow_failovers(history, failover_budget_ms),
         failover_ms=failover_ms(history),
         unavailable=unavailability(history),
         unavailable_per_partition=unavailability_per_partition(history),
-        inconclusive=inconclusive(history, probes=probes, min_acknowledged=min_acknowledged),
+        inconclusive=inconclusive(
+            history, probes=probes, min_acknowledged=min_acknowledged, stale=stale
+        ),
     )

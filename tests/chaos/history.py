@@ -62,6 +62,19 @@ class Isolation:
 
 
 @dataclass(frozen=True)
+class StaleWindow:
+    """A window in which `node`, restarted after it led `partition`, could not reach
+    the metadata quorum (its Raft links held) while clients reached it: its
+    metadata is its journal's stale image, so nothing it answers for a send
+    invoked inside the window may be acknowledged (issue 13)."""
+
+    node: int
+    partition: int
+    from_s: float
+    until_s: float
+
+
+@dataclass(frozen=True)
 class LeaderKill:
     """`node` was killed at `at_s` while leading `partitions`: produce to them must
     succeed again within the failover budget."""
@@ -104,6 +117,7 @@ class History:
     # node -> its replicas' records below the final high watermark (from disk).
     replicas: dict[int, PartitionLog] = field(default_factory=dict)
     isolations: list[Isolation] = field(default_factory=list)
+    stale_windows: list[StaleWindow] = field(default_factory=list)
     leader_kills: list[LeaderKill] = field(default_factory=list)
     stalls: list[Stall] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)

@@ -23,8 +23,9 @@ fails too, with its own exit code in scripts/chaos.py.
 
 Scenarios report kills and isolations through `ctx.facts`:
 `ctx.facts["leader_kills"]` (list of history.LeaderKill) and
-`ctx.facts["stalls"]` (list of history.Stall) and `ctx.facts["isolations"]`
-(list of history.Isolation); times are `time.monotonic()`.
+`ctx.facts["stalls"]` (list of history.Stall), `ctx.facts["isolations"]`
+(list of history.Isolation) and `ctx.facts["stale_windows"]` (list of
+history.StaleWindow); times are `time.monotonic()`.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def run_scenario(
     say = _stamp(log, f"[{scenario.name} seed={seed}]")
     outcome = RunOutcome(scenario.name, seed, workdir)
     began = time.monotonic()
-    cluster = LograftCluster(workdir, 3, broker=CHAOS_BROKER)
+    cluster = LograftCluster(workdir, 3, broker=CHAOS_BROKER, raft=scenario.raft)
     workload: Workload | None = None
     try:
         with contextlib.ExitStack() as stack:
@@ -173,6 +174,7 @@ def run_scenario(
                 network,
                 say,
                 outcome.facts,
+                workload,
             )
             scenario.inject(ctx)
             healed = time.monotonic()
@@ -199,6 +201,7 @@ def run_scenario(
                 log_start_offsets=log_start_offsets(layout),
                 replicas=replicas,
                 isolations=list(outcome.facts.get("isolations", [])),
+                stale_windows=list(outcome.facts.get("stale_windows", [])),
                 leader_kills=list(outcome.facts.get("leader_kills", [])),
                 stalls=list(outcome.facts.get("stalls", [])),
                 notes={"poll_errors": workload.poll_errors()},
@@ -233,6 +236,12 @@ def summary(o: RunOutcome) -> str:
         f"skipped={len(r.skipped)} divergent={len(r.divergence)} gaps={len(r.gaps)} "
         f"reads={r.reads} max-unavailable={r.unavailable.ms}ms"
         + (f" minority-probes={r.minority_probes}" if o.facts.get("isolations") else "")
+        + (
+            f" stale-probes={r.stale_probes} stale-refused={r.stale_refused} "
+            f"stale-acks={len(r.stale_acks)}"
+            if o.facts.get("stale_windows")
+            else ""
+        )
     )
 
 

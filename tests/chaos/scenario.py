@@ -14,7 +14,7 @@ runner and printed, so a run can be replayed with the same seed.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,9 @@ class ChaosContext:
     log: Callable[[str], None] = print
     # Free-form facts the scenario wants in the report (e.g. "victim": 2).
     facts: dict[str, Any] = field(default_factory=dict)
+    # The workload (tests/chaos/workload.py), for scenarios that run probes of
+    # their own into its recorder (so the checker judges them with the rest).
+    workload: Any = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class Scenario:
     needs_network: bool = False
     # In the fast subset that the normal test suite runs.
     fast: bool = False
+    # `[raft]` settings of every node of the scenario's cluster (e.g. frequent
+    # metadata snapshots), over the defaults.
+    raft: Mapping[str, Any] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Scenario] = {}

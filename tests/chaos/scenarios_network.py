@@ -13,18 +13,26 @@ that nothing it was asked to write inside that window was acknowledged (with
 acks=all and min_insync_replicas 2 a lone replica must not acknowledge). The
 window opens once every cut is in place and closes before the heal, so an
 acknowledgement the healed links let through cannot fall inside it.
+
+`restart-stale-leader` records a `StaleWindow` (`ctx.facts["stale_windows"]`)
+instead: a restarted node, its Raft links cut, on its restored metadata; the
+checker holds that it acknowledged nothing for that partition in the window.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tests.chaos.history import Isolation
+from tests.chaos.history import Isolation, LeaderKill, StaleWindow
 from tests.chaos.network import Network
 from tests.chaos.scenario import ChaosContext, Scenario, register
+from tests.chaos.workload import HttpWriter, Workload
 from tests.integration.cluster_harness import ClusterNode
 
 # How long a fault is held once the cluster has reacted to it, s: long
@@ -56,6 +64,14 @@ FLAP_PERIOD_S_MAX = 3.0
 # Successive random splits of the split scenario.
 SPLITS_MIN = 2
 SPLITS_MAX = 3
+# restart-stale-leader: acks=1 probes the stale window must have seen before
+# it closes (a count), and how long the probe thread may take to stop, s.
+STALE_PROBES_MIN = 10
+PROBE_STOP_WAIT_S = 10.0
+# Its nodes snapshot their metadata this often, ms (and after 2 entries), so the
+# victim restarts from a snapshot that names it leader (as
+# tests/integration/test_stale_leader_restart.py does for its broker).
+STALE_SNAPSHOT_EVERY_MS = 100
 
 
 def _net(ctx: ChaosContext) -> Network:
@@ -310,6 +326,121 @@ def quorum_isolated(ctx: ChaosContext) -> None:
     _heal_and_wait_whole(ctx)
 
 
+def _readyz(node: ClusterNode) -> dict[str, object]:
+    body = node.get("/readyz").body
+    assert isinstance(body, dict), body
+    return body
+
+
+def _registered_not_caught_up(node: ClusterNode) -> bool:
+    body = _readyz(node)
+    return body.get("metadata_offset_to_reach") is not None and not body["metadata_caught_up"]
+
+
+def restart_stale_leader(ctx: ChaosContext) -> None:
+    """SIGKILL a partition leader; once a new leader acknowledges writes (acks=all writers
+    keep running), restart the old one with its Raft links cut, so its metadata is the
+    image it restored from its snapshot, which names it leader. While it is registered
+    but not caught up, acks=1 probes pinned to it write that partition: it must
+    acknowledge none (issue 13)."""
+    net = _net(ctx)
+    workload = ctx.workload
+    assert isinstance(workload, Workload), "restart-stale-leader runs probes into the workload"
+    topic = ctx.topics[0]
+    controller = ctx.cluster.active_controller()
+    partition, victim = _pick_leader(ctx, controller, not_node=controller.node_id)
+    node = ctx.cluster[victim]
+    led = tuple(
+        sorted(p for p, ld in ctx.cluster.leaders(topic, controller).items() if ld == victim)
+    )
+    ctx.facts.update(victim=victim, partition=partition)
+    snapshot = node.spec.data_dir / "metadata" / "raft.snapshot"
+    ctx.cluster.eventually(
+        lambda: snapshot.exists() and topic.encode() in snapshot.read_bytes(),
+        REACT_WAIT_S,
+        f"node {victim} wrote a metadata snapshot naming {topic}",
+    )
+    killed = time.monotonic()
+    node.kill()
+    ctx.facts.setdefault("leader_kills", []).append(LeaderKill(victim, led, killed))
+    ctx.log(f"SIGKILL node {victim}, leader of partitions {list(led)}")
+
+    survivors = [n for n in ctx.cluster.running() if n.node_id != victim]
+
+    def moved() -> bool:
+        return all(0 <= ld != victim for n in survivors for ld in _leaders(ctx, n).values())
+
+    ctx.cluster.eventually(moved, REACT_WAIT_S, f"leaders away from node {victim}")
+    ctx.cluster.eventually(
+        lambda: workload.recorder.acked_since(partition, killed),
+        REACT_WAIT_S,
+        f"the new leader of partition {partition} acknowledging writes",
+        interval_s=0.1,
+    )
+    new_leader = ctx.cluster.leaders(topic, survivors[0])[partition]
+    ctx.log(f"node {new_leader} leads partition {partition} and acknowledges writes")
+
+    net.isolate(victim, kinds=("raft",))
+    node.start()
+    ctx.cluster.eventually(
+        lambda: _registered_not_caught_up(node),
+        REACT_WAIT_S,
+        f"node {victim} registered with its metadata not caught up",
+    )
+    stale_view = ctx.cluster.leaders(topic, node).get(partition)
+    ctx.facts.update(new_leader=new_leader, stale_view_leader=stale_view)
+    # The hazard is real: the image it restored still names it leader.
+    assert stale_view == victim, f"node {victim}'s restored metadata names {stale_view} leader"
+    ctx.log(
+        f"node {victim} restarted off the Raft quorum; its metadata names node {stale_view} "
+        f"leader of partition {partition}"
+    )
+
+    stop = threading.Event()
+    errors: list[str] = []
+    probe = HttpWriter(
+        f"s{victim}",
+        node=victim,
+        url=node.url,
+        topic=topic,
+        partitions=[partition],
+        settings=dataclasses.replace(workload.settings, acks="1"),
+        recorder=workload.recorder,
+        rng=random.Random(f"{ctx.rng.random()}:stale-probe"),
+        stop=stop,
+        errors=errors,
+        request_timeout_ms=workload.settings.probe_request_timeout_ms,
+    )
+
+    def probes_sent() -> int:
+        sends, _reads = workload.recorder.snapshot()
+        return sum(1 for s in sends if s.writer == probe.worker)
+
+    opened = time.monotonic()
+    probe.start()
+    try:
+        _hold(ctx, f"node {victim} on stale metadata, acks=1 probes pinned to it")
+        ctx.cluster.eventually(
+            lambda: probes_sent() >= STALE_PROBES_MIN,
+            REACT_WAIT_S,
+            f"{STALE_PROBES_MIN} acks=1 probes answered by node {victim}",
+            interval_s=0.1,
+        )
+    finally:
+        stop.set()
+        probe.join(PROBE_STOP_WAIT_S)
+    closed = time.monotonic()
+    assert not probe.is_alive(), f"the stale probe did not stop within {PROBE_STOP_WAIT_S}s"
+    assert not errors, f"the stale probe failed: {errors}"
+    # The window was stale from end to end: its metadata never caught up while held.
+    assert _registered_not_caught_up(node), f"node {victim} caught up with its Raft links cut"
+    ctx.facts.setdefault("stale_windows", []).append(StaleWindow(victim, partition, opened, closed))
+    ctx.facts.update(stale_probes=probes_sent())
+    ctx.log(f"closed the stale window after {probes_sent()} probes; healing")
+    _heal_and_wait_whole(ctx)
+    ctx.cluster.wait_ready([node], timeout_s=HEAL_WAIT_S)
+
+
 def _network(
     name: str, description: str, inject: Callable[[ChaosContext], None], *, fast: bool = False
 ) -> None:
@@ -349,6 +480,20 @@ _network(
     "a partition leader cut off the Raft quorum and unheard by the controller: fenced and "
     "replaced, it still believes it leads",
     quorum_isolated,
+)
+register(
+    Scenario(
+        "restart-stale-leader",
+        "SIGKILL a partition leader; while a new one takes writes, restart it off the Raft "
+        "quorum (its metadata stale) with acks=1 probes pinned to it: it must acknowledge none",
+        restart_stale_leader,
+        needs_network=True,
+        fast=True,
+        raft={
+            "log_compaction_min_entries": 2,
+            "log_compaction_min_time_ms": STALE_SNAPSHOT_EVERY_MS,
+        },
+    )
 )
 _network(
     "leader-unheard",

@@ -23,10 +23,21 @@ from tests.chaos.checker import (
     non_monotonic,
     phantoms,
     skipped,
+    stale_acks,
+    stale_probes,
     unavailability,
     unavailability_per_partition,
 )
-from tests.chaos.history import History, Isolation, LeaderKill, Outcome, Read, Send, Stall
+from tests.chaos.history import (
+    History,
+    Isolation,
+    LeaderKill,
+    Outcome,
+    Read,
+    Send,
+    StaleWindow,
+    Stall,
+)
 
 
 def ok(
@@ -204,6 +215,29 @@ def test_an_ack_from_an_isolated_node_inside_its_window_is_a_minority_ack() -> N
         Send("w2", False, "w2-4", 1, 6.5, 7.5, Outcome.UNKNOWN, node=2, error="REQUEST_TIMED_OUT")
     )
     assert minority_probes(h) == 3  # w2-0, w2-3 and the timed-out w2-4
+
+
+def test_an_ack_from_a_restarted_node_in_its_stale_window_is_a_stale_ack() -> None:
+    h = clean()
+    h.stale_windows = [StaleWindow(node=2, partition=0, from_s=5.0, until_s=8.0)]
+    h.sends += [
+        ok("s2-0", 0, 2, 5.5, writer="s2", idempotent=False, node=2),  # violation
+        ok("s2-1", 0, 3, 4.0, writer="s2", idempotent=False, node=2),  # before the window
+        ok("s2-2", 0, 4, 6.0, writer="s2", idempotent=False, node=1),  # another node
+        ok("s2-3", 1, 5, 6.0, writer="s2", idempotent=False, node=2),  # another partition
+        ok("s2-4", 0, 6, 7.0, writer="s2", idempotent=False, node=2, done=8.5),  # after heal
+    ]
+    found = stale_acks(h)
+    assert [(a.values, a.offsets) for a in found] == [(("s2-0",), (2,))]
+    h.sends.append(
+        Send(
+            "s2", False, "s2-5", 0, 6.5, 6.6, Outcome.UNKNOWN, node=2, error="BROKER_NOT_AVAILABLE"
+        )
+    )
+    assert stale_probes(h) == 3  # s2-0, s2-4 and the refused s2-5
+    result = check(h)
+    assert result.stale_probes == 3 and result.stale_refused == 1
+    assert "stale ack" in {a.kind for a in result.violations()}
 
 
 def test_failover_time_is_measured_from_the_kill_to_the_first_later_ack() -> None:
@@ -389,6 +423,18 @@ def test_a_run_without_evidence_is_inconclusive_not_passed() -> None:
         Send("h2", False, "h2-0", 0, 6.0, 7.0, Outcome.UNKNOWN, node=2, error="TIMEOUT")
     )
     assert check(unprobed).verdict == PASS
+
+    stale = many_acks(MIN_ACKNOWLEDGED)
+    stale.stale_windows = [StaleWindow(node=2, partition=0, from_s=5.0, until_s=8.0)]
+    result = check(stale)
+    assert result.violations() == [] and result.verdict == INCONCLUSIVE
+    assert "stale-ack check had no evidence" in result.inconclusive[0]
+    stale.sends.append(
+        Send(
+            "s2", False, "s2-0", 0, 6.0, 6.1, Outcome.UNKNOWN, node=2, error="BROKER_NOT_AVAILABLE"
+        )
+    )
+    assert check(stale).verdict == PASS
 
 
 def test_a_violation_outranks_missing_evidence() -> None:
