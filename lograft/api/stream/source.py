@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import orjson
-
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.api.stream.limits import SourceLimits
 from lograft.api.stream.polls import RemoteReads
@@ -47,8 +45,20 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.typed import Record, decode_json
 
 T = TypeVar("T")
+
+
+class OffsetsAnswer(Record, frozen=True, forbid_unknown_fields=False):
+    """What this source reads of a leader's `GET .../offsets` answer (a
+    public response: fields it does not read, such as offset_for_timestamp,
+    are let through). A malformed answer is BROKER_NOT_AVAILABLE, retried
+    like an unreachable leader."""
+
+    earliest: int
+    latest: int
+    log_end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +213,13 @@ class PartitionSource:
                 f"{exc.message}",
                 leader_id=leader,
             ) from None
-        doc = orjson.loads(body)
-        return PartitionOffsets(
-            int(doc["earliest"]), int(doc["latest"]), int(doc["log_end_offset"])
+        doc = decode_json(
+            body,
+            OffsetsAnswer,
+            error=BrokerNotAvailableError,
+            where=f"broker {leader}'s offsets of {self.tp}",
         )
+        return PartitionOffsets(doc.earliest, doc.latest, doc.log_end_offset)
 
     async def _fetch_once(self, position: int, max_bytes: int) -> Chunk:
         leader = self._leader()
