@@ -123,8 +123,10 @@ class DataRoutes:
         self.replicas = replicas
         self.metadata = metadata
         self.limits = limits or DataLimits()
-        # Threads for work that grows with what a request carries.
+        # Threads for work that grows with what a request carries: the caller's
+        # (which it closes), or our own, closed with the app (see add_to).
         self.work = work or RecordWork()
+        self._owns_work = work is None
         # Node-to-node calls (None: a node alone, which forwards nothing).
         self.calls = calls or NoPeers()
         # Where a produce's batches go: to each partition's leader, through
@@ -149,6 +151,11 @@ class DataRoutes:
         app.router.add_get("/v1/topics/{topic}/partitions/{partition}/records", self.fetch)
         app.router.add_get("/v1/topics/{topic}/partitions/{partition}/offsets", self.offsets)
         app.router.add_post(FORWARD_PATH, self.produce_forwarded)
+        if self._owns_work:
+            app.on_cleanup.append(self._close_work)
+
+    async def _close_work(self, _app: web.Application) -> None:
+        self.work.close()
 
     # -- helpers --------------------------------------------------------------------
 

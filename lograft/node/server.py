@@ -337,24 +337,27 @@ class Node:
         await self._http.start()
 
     async def stop(self) -> None:
-        if self.agent is not None:
-            await self.agent.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self._http is not None:
-            await self._http.stop()
-        if self.groups is not None:
-            await self.groups.stop()
-        if self.replicas is not None:
-            await self.replicas.stop()
-        if self.runtime is not None:
-            await self.runtime.stop()
-        await self.raft.stop()
-        await self.stop_calls()
-        self.record_work.close()
+        try:
+            if self.agent is not None:
+                await self.agent.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self._http is not None:
+                await self._http.stop()
+            if self.groups is not None:
+                await self.groups.stop()
+            if self.replicas is not None:
+                await self.replicas.stop()
+            if self.runtime is not None:
+                await self.runtime.stop()
+            await self.raft.stop()
+            await self.stop_calls()
+        finally:
+            # Its threads are not daemons: left open, they outlive the node.
+            self.record_work.close()
         log.info("node %d stopped", self.config.node_id)
 
     async def stop_calls(self) -> None:

@@ -122,8 +122,10 @@ class StreamRoutes:
         self.metadata = metadata
         self.limits = limits or StreamLimits()
         # Threads that render records (the node's, shared with the fetch route)
-        # and the bounds of rendering (`[http]`, as for JSON fetches).
+        # and the bounds of rendering (`[http]`, as for JSON fetches). Without
+        # the node's, the routes own a pool of their own and close it with the app.
         self.work = work or RecordWork()
+        self._owns_work = work is None
         self.render = render or RenderLimits()
         # Calls to other nodes (the node's peer clients, which it closes): short
         # ones (start offsets, group calls), over a pool of remote_connections_max
@@ -178,7 +180,11 @@ class StreamRoutes:
             await asyncio.wait(tasks, timeout=self.limits.group.leave_timeout_ms / 1000 + 1)
 
     async def _close(self, _app: web.Application) -> None:
-        await self.remote.close()
+        try:
+            await self.remote.close()
+        finally:
+            if self._owns_work:
+                self.work.close()
 
     # -- the route --------------------------------------------------------------------
 

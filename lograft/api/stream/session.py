@@ -92,7 +92,8 @@ class StreamSession:
         positions: Mapping[int, int],
         settings: SessionSettings,
         group: GroupBinding | None = None,
-        work: RecordWork | None = None,
+        *,
+        work: RecordWork,
     ) -> None:
         self.request = request
         self.response = response
@@ -100,8 +101,9 @@ class StreamSession:
         self.positions = dict(positions)
         self.settings = settings
         self.group = group
-        # Threads that render chunks worth one (the node's, shared).
-        self.work = work or RecordWork(1)
+        # Threads that render chunks worth one (the routes', shared; their
+        # owner closes them, a session never builds its own).
+        self.work = work
         # Fetch in flight -> its partition: at most one per partition.
         self._fetches: dict[asyncio.Task[Chunk], int] = {}
         # Observable state (tests, and anyone debugging a slow consumer).

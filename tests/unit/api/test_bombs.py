@@ -130,10 +130,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     )
     DataRoutes(rm, Topics(), limits=limits, work=work).add_to(app)
     StreamRoutes(rm, Topics(), work=work, render=limits.render).add_to(app)
-    async with TestClient(TestServer(app)) as client:
-        yield Env(client, rm)
-    work.close()
-    await rm.stop()
+    try:
+        async with TestClient(TestServer(app)) as client:
+            yield Env(client, rm)
+    finally:
+        work.close()
+        await rm.stop()
 
 
 async def worst_lag_during(work: Callable[[], Awaitable[T]]) -> tuple[T, float]:
