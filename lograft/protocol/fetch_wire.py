@@ -26,9 +26,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from lograft.errors import InvalidRequestError, LograftError
+from lograft.typed import NonNegative, Record, decode_json
 
 CONTENT_TYPE = "application/vnd.lograft.fetch"
 _LEN = struct.Struct(">I")
@@ -94,30 +96,68 @@ class ReplicaFetchRequest:
 
     @classmethod
     def from_json(cls, body: bytes) -> ReplicaFetchRequest:
-        try:
-            doc = orjson.loads(body)
-            parts = [
+        doc = decode_json(
+            body,
+            _ReplicaFetchBody,
+            error=InvalidRequestError,
+            where="replica fetch request",
+        )
+        return cls(
+            doc.replica_id,
+            doc.max_wait_ms,
+            doc.min_bytes,
+            doc.max_bytes,
+            doc.partition_max_bytes,
+            [
                 FetchPartitionRequest(
-                    str(p["topic"]),
-                    int(p["partition"]),
-                    PartitionFetch(
-                        int(p["fetch_offset"]),
-                        int(p.get("last_fetched_epoch", -1)),
-                        int(p.get("current_leader_epoch", -1)),
-                    ),
+                    p.topic,
+                    p.partition,
+                    PartitionFetch(p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch),
                 )
-                for p in doc["partitions"]
-            ]
-            return cls(
-                int(doc["replica_id"]),
-                int(doc.get("max_wait_ms", 500)),
-                int(doc.get("min_bytes", 1)),
-                int(doc.get("max_bytes", 8 << 20)),
-                int(doc.get("partition_max_bytes", 1 << 20)),
-                parts,
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise InvalidRequestError(f"malformed replica fetch request: {exc}") from None
+                for p in doc.partitions
+            ],
+        )
+
+
+# The JSON of a request and of a response header, as typed Records (the
+# defaults are those older senders relied on).
+
+
+class _FetchPartitionBody(Record, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    fetch_offset: int
+    last_fetched_epoch: int = UNDEFINED_EPOCH
+    current_leader_epoch: int = UNDEFINED_EPOCH
+
+
+class _ReplicaFetchBody(Record, frozen=True, kw_only=True):
+    replica_id: int
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 8 << 20
+    partition_max_bytes: int = 1 << 20
+    partitions: list[_FetchPartitionBody]
+
+
+class _DivergingHead(Record, frozen=True):
+    epoch: int
+    end_offset: int
+
+
+class _PartitionHead(Record, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    size: NonNegative = msgspec.field(name="bytes")
+    diverging: _DivergingHead | None = None
+    error: dict[str, Any] | None = None
+
+
+class _ResponseHead(Record, frozen=True):
+    partitions: list[_PartitionHead]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,30 +199,33 @@ def decode_response(body: bytes) -> list[FetchPartitionResponse]:
     (n,) = _LEN.unpack_from(body, 0)
     if n > HEADER_BYTES_MAX or _LEN.size + n > len(body):
         raise InvalidRequestError("replica fetch response header length is out of range")
-    doc = orjson.loads(body[_LEN.size : _LEN.size + n])
+    doc = decode_json(
+        body[_LEN.size : _LEN.size + n],
+        _ResponseHead,
+        error=InvalidRequestError,
+        where="replica fetch response",
+    )
     pos = _LEN.size + n
     out: list[FetchPartitionResponse] = []
-    for p in doc["partitions"]:
-        size = int(p["bytes"])
-        data = body[pos : pos + size]
-        if len(data) != size:
+    for p in doc.partitions:
+        data = body[pos : pos + p.size]
+        if len(data) != p.size:
             raise InvalidRequestError("replica fetch response ends inside a partition's data")
-        pos += size
-        div = p.get("diverging")
-        err = p.get("error")
+        pos += p.size
         try:
-            error = None if err is None else LograftError.from_dict(err)
+            error = None if p.error is None else LograftError.from_dict(p.error)
         except ValueError as exc:
             raise InvalidRequestError(f"replica fetch response: {exc}") from None
+        div = p.diverging
         out.append(
             FetchPartitionResponse(
-                p["topic"],
-                int(p["partition"]),
-                int(p["high_watermark"]),
-                int(p["log_start_offset"]),
-                int(p["log_end_offset"]),
+                p.topic,
+                p.partition,
+                p.high_watermark,
+                p.log_start_offset,
+                p.log_end_offset,
                 data,
-                None if div is None else EpochEndOffset(int(div["epoch"]), int(div["end_offset"])),
+                None if div is None else EpochEndOffset(div.epoch, div.end_offset),
                 error,
             )
         )

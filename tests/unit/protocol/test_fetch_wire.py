@@ -8,7 +8,14 @@ import orjson
 import pytest
 
 from lograft.errors import FencedLeaderEpochError, InvalidRequestError
-from lograft.protocol.fetch_wire import FetchPartitionResponse, decode_response, encode_response
+from lograft.protocol.fetch_wire import (
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    PartitionFetch,
+    ReplicaFetchRequest,
+    decode_response,
+    encode_response,
+)
 
 
 def test_a_partition_error_comes_back_with_its_class_and_details() -> None:
@@ -43,3 +50,54 @@ def test_an_error_that_is_not_an_error_object_refuses_the_answer(error: object) 
     )
     with pytest.raises(InvalidRequestError, match="replica fetch response"):
         decode_response(struct.pack(">I", len(head)) + head)
+
+
+def _head(**changes: object) -> bytes:
+    part = {
+        "topic": "t",
+        "partition": 0,
+        "high_watermark": 0,
+        "log_start_offset": 0,
+        "log_end_offset": 0,
+        "bytes": 0,
+        "diverging": None,
+        "error": None,
+        **changes,
+    }
+    head = orjson.dumps({"partitions": [part]})
+    return struct.pack(">I", len(head)) + head
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (_head(high_watermark="5"), "replica fetch response.partitions[0].high_watermark:"),
+        (_head(bytes=-1), "replica fetch response.partitions[0].bytes: Expected `int` >= 0"),
+        (_head(diverging={"epoch": 1}), "partitions[0].diverging.end_offset: required"),
+        (_head(bytes=3), "ends inside a partition's data"),
+        (struct.pack(">I", 2) + b"{]", "replica fetch response: not valid JSON"),
+    ],
+)
+def test_a_malformed_response_header_is_refused_naming_the_field(body: bytes, says: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        decode_response(body)
+    assert says in caught.value.message
+
+
+def test_a_request_round_trips_and_a_bad_one_names_the_field() -> None:
+    request = ReplicaFetchRequest(
+        2, 100, 1, 1 << 20, 1 << 16, [FetchPartitionRequest("t", 3, PartitionFetch(7, 1, 2))]
+    )
+    assert ReplicaFetchRequest.from_json(request.to_json()) == request
+    # The defaults older senders relied on.
+    minimal = {"replica_id": 2, "partitions": [{"topic": "t", "partition": 0, "fetch_offset": 5}]}
+    parsed = ReplicaFetchRequest.from_json(orjson.dumps(minimal))
+    assert (parsed.max_wait_ms, parsed.min_bytes, parsed.max_bytes) == (500, 1, 8 << 20)
+    assert parsed.partitions[0].fetch == PartitionFetch(5, -1, -1)
+    bad = {**minimal, "partitions": [{"topic": "t", "partition": "0", "fetch_offset": 5}]}
+    with pytest.raises(
+        InvalidRequestError, match=r"replica fetch request\.partitions\[0\]\.partition:"
+    ):
+        ReplicaFetchRequest.from_json(orjson.dumps(bad))
+    with pytest.raises(InvalidRequestError, match="replica fetch request: not valid JSON"):
+        ReplicaFetchRequest.from_json(b"{")
