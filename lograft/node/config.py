@@ -43,6 +43,16 @@ Example (`config/node-1.toml`)::
     [groups]                          # group coordinator (docs/groups.md)
     session_timeout_ms = 10000
 
+    [tls]                             # TLS on the HTTP listener and node-to-node
+    certificate_file = "tls/node-1.pem"   # links (docs/security.md)
+    key_file = "tls/node-1.key"
+    ca_file = "tls/ca.pem"
+
+    [security]                        # authentication and ACLs (docs/security.md)
+    authentication = ["bearer", "password"]
+    authorization = true
+    super_users = ["User:admin"]
+
     [stream]                          # streaming consume limits (docs/api.md)
     streams_max = 100
     remote_polls_per_leader_max = 2   # reads of other leaders' partitions
@@ -83,6 +93,9 @@ from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.raft.config import RaftTuning
+from lograft.security.quotas import QuotaConfig
+from lograft.security.settings import Authentication, SecuritySettings
+from lograft.security.tls import ClientCertificate, TlsSettings
 from lograft.storage.config import LogConfig
 from lograft.typed import FieldError, NonNegative, Record, build, type_at
 
@@ -143,6 +156,10 @@ class NodeConfig(Record):
     broker: BrokerSettings = BrokerSettings()
     groups: GroupRuntimeSettings = GroupRuntimeSettings()
     stream: StreamLimits = StreamLimits()
+    # None: plain HTTP everywhere (the local quick start only); docs/security.md.
+    tls: TlsSettings | None = None
+    security: SecuritySettings = SecuritySettings()
+    quotas: QuotaConfig = QuotaConfig()
     log_level: str = "INFO"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...);
     # a topic's own configs override them.
@@ -151,6 +168,7 @@ class NodeConfig(Record):
     def __post_init__(self) -> None:
         force_setattr(self, "log_level", self.log_level.upper())
         _check_voters(self.node_id, self.roles, self.voters)
+        _check_security(self.security, self.tls)
         if (
             "broker" in self.roles
             and self.http.advertised_url is None
@@ -269,3 +287,19 @@ def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...
         raise FieldError("voters", f"node {node_id} has the controller role but is not in voters")
     if "controller" not in roles and node_id in ids:
         raise FieldError("roles", f"node {node_id} is in voters, so roles must include controller")
+
+
+def _check_security(security: SecuritySettings, tls: TlsSettings | None) -> None:
+    ways = security.authentication
+    if Authentication.PASSWORD in ways and tls is None:
+        raise FieldError(
+            "security.authentication",
+            '"password" sends passwords in every request: it needs [tls] so they are encrypted',
+        )
+    if Authentication.CERTIFICATE in ways and (
+        tls is None or tls.client_certificate is ClientCertificate.NONE
+    ):
+        raise FieldError(
+            "security.authentication",
+            '"certificate" needs [tls] with client_certificate = "optional" or "required"',
+        )
