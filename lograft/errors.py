@@ -631,11 +631,19 @@ class UnsupportedContentEncodingError(LograftError):
 
 
 @_register
-class UnauthorizedError(LograftError):
-    """An internal endpoint was called without the cluster secret."""
+class SaslAuthenticationFailedError(LograftError):
+    """The caller did not prove who it is: no credential of a kind the node
+    accepts, or one that was refused (a bad or expired token, a wrong
+    password, an unmapped client certificate; on an internal endpoint, no or
+    a wrong cluster secret). `details.reason` is the stable reason
+    (`lograft.security.failures.AuthFailure`: `missing_credentials`,
+    `expired`, `bad_credentials`, ...). Kafka's SASL_AUTHENTICATION_FAILED.
+    Nodes before issue 12 answered an internal call without the secret with
+    CLUSTER_AUTHORIZATION_FAILED (401); that code now means a 403 of
+    authorization."""
 
-    code = "CLUSTER_AUTHORIZATION_FAILED"
-    kafka_code = 31
+    code = "SASL_AUTHENTICATION_FAILED"
+    kafka_code = 58
 
 
 @_register

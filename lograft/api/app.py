@@ -8,6 +8,10 @@ data routes refuse: serving_gate.py),
 every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
 (`X-Lograft-Cluster-Secret`), and the OpenAPI document at `/openapi.json`.
+
+Middleware, outermost first: the connection guard (http_server.py), errors
+as JSON, authentication (api/authentication.py: sets the Caller), the
+internal-secret check, the serving gate, request bodies (http_server.py).
 """
 
 from __future__ import annotations
@@ -18,35 +22,52 @@ from typing import Any
 
 from aiohttp import web
 
-from lograft.api.http_errors import (
-    REQUEST_BYTES_MAX_KEY,
-    UnauthorizedError,
-    error_middleware,
-    error_response,
-)
+from lograft.api.auth_failure_log import AuthFailureLog
+from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
+from lograft.api.caller import CALLER_KEY, Caller, How
+from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY, error_middleware
 from lograft.api.serving_gate import ServingCheck, serving_gate_middleware
+from lograft.security.failures import AuthenticationFailed, AuthFailure
 
 INTERNAL_PREFIX = "/internal/"
 SECRET_HEADER = "X-Lograft-Cluster-Secret"
+# The principal of another node calling an internal endpoint with the
+# cluster secret (How.CLUSTER; no credential can claim it, the How tells).
+CLUSTER_PRINCIPAL = "User:lograft-cluster"
+# The challenge of an internal endpoint's 401.
+SECRET_CHALLENGE = 'Cluster-Secret realm="lograft-internal"'
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, Any]]]
 # What /healthz adds to {"status": "ok"}.
 HealthDetail = Callable[[], dict[str, Any]]
 
 
-def secret_middleware(secret: str) -> Any:
-    """Internal endpoints answer only callers that present the cluster secret."""
+def secret_middleware(secret: str, failures: AuthFailureLog | None = None) -> Any:
+    """Internal endpoints answer only callers that present the cluster secret
+    (never client credentials: an Authorization header is not looked at).
+    Refused: 401 SASL_AUTHENTICATION_FAILED, details.reason
+    `missing_credentials` (no secret) or `bad_credentials` (a wrong one)."""
+    failures = failures or AuthFailureLog()
 
     @web.middleware
     async def check(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path.startswith(INTERNAL_PREFIX):
+        if is_internal(request):
             given = request.headers.get(SECRET_HEADER, "")
-            if not secret or not hmac.compare_digest(given.encode(), secret.encode()):
-                return error_response(
-                    UnauthorizedError(
-                        f"internal endpoint: send the cluster secret in {SECRET_HEADER}"
-                    )
+            if not secret or not hmac.compare_digest(
+                given.encode("utf-8", "surrogateescape"), secret.encode()
+            ):
+                failure = AuthenticationFailed(
+                    AuthFailure.BAD_CREDENTIALS if given else AuthFailure.MISSING,
+                    f"internal endpoint: send the cluster secret in {SECRET_HEADER}",
                 )
+                failures.failure(
+                    failure.reason.value,
+                    peer_host(request),
+                    failure.message,
+                    where=f"{request.method} {request.path}",
+                )
+                return refusal(failure, (SECRET_CHALLENGE,))
+            request[CALLER_KEY] = Caller(CLUSTER_PRINCIPAL, peer_host(request), "", How.CLUSTER)
         return await handler(request)
 
     return check
@@ -59,10 +80,18 @@ def create_app(
     ready: ReadyCheck,
     health: HealthDetail | None = None,
     serving: ServingCheck | None = None,
+    authenticator: Authenticator | None = None,
 ) -> web.Application:
     """`serving`: None when the node has no data routes (no broker role), else
-    what refuses them while the broker may not serve (api/serving_gate.py)."""
-    middlewares = [error_middleware, secret_middleware(cluster_secret)]
+    what refuses them while the broker may not serve (api/serving_gate.py).
+    `authenticator`: who is calling (api/authentication.py); None: everyone
+    is User:ANONYMOUS."""
+    authenticator = authenticator or Authenticator()
+    middlewares = [
+        error_middleware,
+        authenticator.middleware(),
+        secret_middleware(cluster_secret, authenticator.failures),
+    ]
     if serving is not None:
         middlewares.append(serving_gate_middleware(serving))
     app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)

@@ -16,7 +16,6 @@ from lograft.security.settings import ANONYMOUS
 
 __all__ = ["CALLER_KEY", "CLIENT_ID_HEADER", "Caller", "How", "caller_of"]
 
-CALLER_KEY = "lograft.caller"
 # Kafka's client.id, in HTTP form: names the client for quotas and logs.
 CLIENT_ID_HEADER = "X-Lograft-Client-Id"
 
@@ -41,6 +40,10 @@ class Caller(NamedTuple):
     def user(self) -> str:
         """The principal's name without its type (Kafka's quota user)."""
         return self.principal.partition(":")[2]
+
+
+# Where the authentication middleware puts the request's Caller.
+CALLER_KEY = web.RequestKey("lograft.caller", Caller)
 
 
 def caller_of(request: web.Request) -> Caller:

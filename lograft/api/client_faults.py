@@ -26,6 +26,7 @@ refused for want of room in `[http] request_bytes_inflight_max`).
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -109,9 +110,22 @@ def client_fault_kind(exc: BaseException) -> str | None:
     return None
 
 
+# A bytes literal as aiohttp's parse errors quote the request's bytes.
+_QUOTED_BYTES = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')
+QUOTED_BYTES_HIDDEN = "<request bytes not shown>"
+
+
+def redact_request_bytes(text: str) -> str:
+    """`text` without the request bytes aiohttp quotes in a parse error (an
+    over-long or malformed header line is quoted whole or in part: it may be
+    an Authorization header or the cluster secret)."""
+    return _QUOTED_BYTES.sub(QUOTED_BYTES_HIDDEN, text)
+
+
 def describe(exc: BaseException) -> str:
-    """One bounded line for a log: aiohttp's parse errors span several lines."""
-    return _bounded(" ".join(str(exc).split()) or type(exc).__name__)
+    """One bounded line for a log: aiohttp's parse errors span several lines;
+    the request bytes they quote are left out (they may hold a credential)."""
+    return _bounded(redact_request_bytes(" ".join(str(exc).split())) or type(exc).__name__)
 
 
 def quote(text: str) -> str:

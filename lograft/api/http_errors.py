@@ -137,7 +137,8 @@ _STATUS: dict[type[e.LograftError], int] = {
     # 415: content the node does not take (a Content-Encoding on a body).
     e.UnsupportedContentEncodingError: 415,
     # -- HTTP itself
-    e.UnauthorizedError: 401,
+    # 401: the caller did not prove who it is (details.reason says why).
+    e.SaslAuthenticationFailedError: 401,
     e.NotFoundError: 404,
     e.MethodNotAllowedError: 405,
     # UNKNOWN_SERVER_ERROR: an unexpected exception of the node's own.
@@ -155,7 +156,7 @@ RETRY_AFTER_S = 1
 
 # Defined with the other errors so that one node (or a client) re-raises them
 # as themselves from another's answer, not as UNKNOWN_SERVER_ERROR.
-UnauthorizedError = e.UnauthorizedError
+SaslAuthenticationFailedError = e.SaslAuthenticationFailedError
 NotFoundError = e.NotFoundError
 MethodNotAllowedError = e.MethodNotAllowedError
 

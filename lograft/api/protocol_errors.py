@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from lograft import errors as e
-from lograft.api.client_faults import describe, quote
+from lograft.api.client_faults import describe, quote, redact_request_bytes
 from lograft.api.http_errors import error_response
 
 Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
@@ -57,6 +57,8 @@ def protocol_error(status: int, exc: BaseException | None, message: str | None) 
         # aiohttp's message (without the status it prefixes to str(exc)),
         # quoting the bytes at fault: on one line, bounded.
         what = " ".join((message or (describe(exc) if exc else "bad request")).split())
+        # Never the request's bytes: a header line may be a credential.
+        what = redact_request_bytes(what)
         if len(what) > MESSAGE_CHARS_MAX:
             what = what[:MESSAGE_CHARS_MAX] + "..."
         return e.InvalidRequestError(f"the request is not valid HTTP/1.1: {what}")

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from lograft.api.app import create_app
+from lograft.api.authentication import Authenticator
 from lograft.api.http_server import HttpServer
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.record_work import RecordWork
@@ -74,6 +75,8 @@ from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
 from lograft.typed import build
 
 log = logging.getLogger(__name__)
+
+_NO_CREDENTIALS: dict[str, Any] = {}
 
 # Rounds of "newer metadata arrived while logs were opening" before applying anyway.
 APPLY_REFRESH_ROUNDS_MAX = 10
@@ -165,6 +168,13 @@ class Node:
         # Threads for record work of requests (decompress, validate, render).
         self.record_work = RecordWork(config.http.record_threads_max)
         self.loop_lag = LoopLagProbe()
+        # Who is calling ([security]); passwords against the newest image's
+        # credentials, so a new or changed password counts once it arrives.
+        self.authenticator = Authenticator(
+            config.security,
+            config.tls,
+            lambda: getattr(self.store.image, "scram_credentials", _NO_CREDENTIALS),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -179,6 +189,7 @@ class Node:
         )
         self._tasks.append(asyncio.create_task(self.loop_lag.run(), name="loop-lag"))
         await self.raft.start()
+        await self.authenticator.start()
         # Three connection pools, so that no call waits behind one it depends
         # on. A produce forwarded to a leader holds its connection until the
         # followers have fetched the records (acks=all): were replica fetches
@@ -270,6 +281,7 @@ class Node:
             ready=self.ready,
             health=lambda: {"loop_lag_ms": self.loop_lag.snapshot()},
             serving=self.catch_up.refusal if self.replicas is not None else None,
+            authenticator=self.authenticator,
         )
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)
@@ -355,6 +367,7 @@ class Node:
                 await self.runtime.stop()
             await self.raft.stop()
             await self.stop_calls()
+            await self.authenticator.close()
         finally:
             # Its threads are not daemons: left open, they outlive the node.
             self.record_work.close()

@@ -50,6 +50,9 @@ class SecuritySettings(typed.Record):
     bearer: BearerSettings | None = None
     # Password checks (PBKDF2, ~3 ms each) running at once, off the event loop.
     password_checks_inflight_max: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
+    # Verified (user, password) pairs remembered, so a Basic client does not
+    # pay a PBKDF2 per request; keyed by a keyed hash, never the password.
+    password_cache_entries_max: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 4096
     # Failed authentications are logged at most once per this interval per
     # (reason, peer address); the rest are counted into the next line, ms.
     auth_failure_log_interval_ms: Annotated[int, msgspec.Meta(ge=0)] = 10_000

@@ -296,6 +296,11 @@ class JwksCache:
         waited = self._clock() - self._attempted_at
         return waited >= self._settings.jwks_refetch_min_interval_ms / 1000
 
+    async def refresh(self) -> None:
+        """Fetch the keys now (at most once per `jwks_refetch_min_interval_ms`):
+        the node's background refresh; a failure keeps the keys known."""
+        await self._refresh()
+
     @property
     def refreshing(self) -> asyncio.Task[None] | None:
         """The background refresh under way, if any (tests await it)."""

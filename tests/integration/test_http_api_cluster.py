@@ -455,7 +455,7 @@ CASES = [
         b"{}",
         "application/json",
         401,
-        "CLUSTER_AUTHORIZATION_FAILED",
+        "SASL_AUTHENTICATION_FAILED",
     ),
 ]
 

@@ -171,7 +171,7 @@ def test_controller_elected_topic_visible_everywhere_and_internal_api_needs_secr
         for secret in ("wrong-secret", ""):
             resp = node.internal("controller/create-topic", change, secret=secret)
             assert resp.status == 401, resp
-            assert resp.body["error"]["code"] == "CLUSTER_AUTHORIZATION_FAILED"
+            assert resp.body["error"]["code"] == "SASL_AUTHENTICATION_FAILED"
         resp = node.internal("replica-fetch", {}, secret="wrong-secret")
         assert resp.status == 401, resp
     assert "sneaky" not in controller.topics()

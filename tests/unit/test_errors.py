@@ -41,8 +41,8 @@ def test_every_error_class_is_found_again_by_its_code() -> None:
     defined = _defined()
     assert len(defined) == len({cls.code for cls in defined}), "a code used twice"
     assert sorted(c.code for c in errors.all_error_classes()) == sorted(c.code for c in defined)
-    back = errors.LograftError.from_dict({"code": "CLUSTER_AUTHORIZATION_FAILED"})
-    assert type(back) is http_errors.UnauthorizedError
+    back = errors.LograftError.from_dict({"code": "SASL_AUTHENTICATION_FAILED"})
+    assert type(back) is http_errors.SaslAuthenticationFailedError
 
 
 @pytest.mark.parametrize("cls", errors.all_error_classes(), ids=lambda cls: cls.code)

@@ -267,7 +267,7 @@ async def test_node_to_node_bodies_have_a_budget_of_their_own(server: HttpServer
         # Without the secret nothing is read or taken: the caller is refused first.
         internal = await hold_large_body(server, "/internal/v1/echo")
         status, _, body = await response(internal[0])
-        assert (status, code(body)) == (401, "CLUSTER_AUTHORIZATION_FAILED")
+        assert (status, code(body)) == (401, "SASL_AUTHENTICATION_FAILED")
         internal[1].close()
         # And a peer's stalled body holds the peers' budget, not the clients'.
         internal = await hold_large_body(server, "/internal/v1/echo", f"{SECRET_HEADER}: {SECRET}")

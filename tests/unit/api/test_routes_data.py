@@ -316,7 +316,7 @@ async def test_bad_batches_and_content_types(client):
 
 
 async def test_internal_endpoints_need_the_secret_and_unknown_routes_are_json(client):
-    await _error(await client.get("/internal/v1/anything"), 401, "CLUSTER_AUTHORIZATION_FAILED")
+    await _error(await client.get("/internal/v1/anything"), 401, "SASL_AUTHENTICATION_FAILED")
     resp = await client.get("/internal/v1/anything", headers={SECRET_HEADER: "s"})
     await _error(resp, 404, "NOT_FOUND")
     await _error(await client.delete("/v1/topics/orders/records"), 405, "METHOD_NOT_ALLOWED")
@@ -412,7 +412,7 @@ async def test_forwarded_produce_refusals(client):
     headers = {SECRET_HEADER: "s", "Content-Type": FORWARD_CONTENT_TYPE}
     body = encode_request(ProduceRequest("orders", Acks.ALL, []))
     await _error(
-        await client.post("/internal/v1/produce", data=body), 401, "CLUSTER_AUTHORIZATION_FAILED"
+        await client.post("/internal/v1/produce", data=body), 401, "SASL_AUTHENTICATION_FAILED"
     )
     plain = {SECRET_HEADER: "s", "Content-Type": "application/json"}
     await _error(
