@@ -646,6 +646,37 @@ class SaslAuthenticationFailedError(LograftError):
     kafka_code = 58
 
 
+# --- authorization (lograft/api/access.py): the caller is known, and may not ---
+
+
+@_register
+class TopicAuthorizationFailedError(LograftError):
+    """The caller may not perform the operation on the topic (no ACL allows
+    it, or one denies it). Answered before any check of the topic's
+    existence, so it says nothing about whether the topic exists."""
+
+    code = "TOPIC_AUTHORIZATION_FAILED"
+    kafka_code = 29
+
+
+@_register
+class GroupAuthorizationFailedError(LograftError):
+    """The caller may not perform the operation on the consumer group."""
+
+    code = "GROUP_AUTHORIZATION_FAILED"
+    kafka_code = 30
+
+
+@_register
+class ClusterAuthorizationFailedError(LograftError):
+    """The caller may not perform the operation on the cluster (topic
+    creation without a topic ACL, ACL/user/quota administration, ...), or the
+    route has no authorization decision (refused: it fails closed)."""
+
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    kafka_code = 31
+
+
 @_register
 class NotFoundError(LograftError):
     """No such route (HTTP 404 for a path the API does not have)."""

@@ -22,6 +22,12 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api.access import (
+    ACCESS_KEY,
+    AccessControl,
+    authorization_middleware,
+    check_every_route_decided,
+)
 from lograft.api.auth_failure_log import AuthFailureLog
 from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
 from lograft.api.caller import CALLER_KEY, Caller, How
@@ -81,21 +87,30 @@ def create_app(
     health: HealthDetail | None = None,
     serving: ServingCheck | None = None,
     authenticator: Authenticator | None = None,
+    access: AccessControl | None = None,
 ) -> web.Application:
     """`serving`: None when the node has no data routes (no broker role), else
     what refuses them while the broker may not serve (api/serving_gate.py).
     `authenticator`: who is calling (api/authentication.py); None: everyone
-    is User:ANONYMOUS."""
+    is User:ANONYMOUS. `access`: None with `[security] authorization` off,
+    else what decides every route (api/access.py), after authentication; the
+    app then refuses to start with a route the table (api/route_access.py)
+    does not decide."""
     authenticator = authenticator or Authenticator()
     middlewares = [
         error_middleware,
         authenticator.middleware(),
         secret_middleware(cluster_secret, authenticator.failures),
     ]
+    if access is not None:
+        middlewares.append(authorization_middleware(access))
     if serving is not None:
         middlewares.append(serving_gate_middleware(serving))
     app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
+    if access is not None:
+        app[ACCESS_KEY] = access
+        app.on_startup.append(check_every_route_decided)
 
     async def healthz(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", **(health() if health is not None else {})})

@@ -136,6 +136,10 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.RequestBodyTimeoutError: 408,
     # 415: content the node does not take (a Content-Encoding on a body).
     e.UnsupportedContentEncodingError: 415,
+    # -- authorization: the caller is known and may not (api/access.py).
+    e.TopicAuthorizationFailedError: 403,
+    e.GroupAuthorizationFailedError: 403,
+    e.ClusterAuthorizationFailedError: 403,
     # -- HTTP itself
     # 401: the caller did not prove who it is (details.reason says why).
     e.SaslAuthenticationFailedError: 401,

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api import access
 from lograft.api.partition_offsets import LeaderOffsets, PartitionOffsets
 from lograft.api.request_shapes import AddPartitions, AlterConfigs, CreateTopic, decode_body
 from lograft.api.routes_data import json_response
@@ -35,6 +36,9 @@ from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter
 from lograft.quorum.records import ConfigResourceType
+from lograft.security.acls import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
+
+_CREATE, _DESCRIBE = AclOperation.CREATE, AclOperation.DESCRIBE
 
 # How long an admin change waits for this node's metadata to catch up, ms.
 METADATA_CATCH_UP_TIMEOUT_MS = 5_000
@@ -96,6 +100,10 @@ class AdminRoutes:
 
     async def create_topic(self, request: web.Request) -> web.Response:
         body = decode_body(await request.read(), CreateTopic)
+        # Kafka's CreateTopics: CREATE on the cluster covers every topic; else
+        # CREATE on the topic itself (a prefixed ACL lets a team make its own).
+        if not access.may(request, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, _CREATE):
+            access.require(request, ResourceType.TOPIC, body.name, _CREATE)
         replication_factor = body.replication_factor
         if replication_factor is None:
             replication_factor = min(3, max(1, len(self.store.image.brokers)))
@@ -133,8 +141,12 @@ class AdminRoutes:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def list_topics(self, _request: web.Request) -> web.Response:
+    async def list_topics(self, request: web.Request) -> web.Response:
         view = ImageView(self.store.image)
+        # Topics the caller may not DESCRIBE are absent, as in Kafka's Metadata.
+        visible = [
+            t for t in view.topics() if access.may(request, ResourceType.TOPIC, t.name, _DESCRIBE)
+        ]
         return json_response(
             {
                 "topics": [
@@ -145,7 +157,7 @@ class AdminRoutes:
                         "replication_factor": len(t.partitions[0].replicas) if t.partitions else 0,
                         "configs": dict(t.config),
                     }
-                    for t in view.topics()
+                    for t in visible
                 ]
             }
         )

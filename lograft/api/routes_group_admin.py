@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api import access
 from lograft.api.group_json import describe_json, parse_body
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.request_shapes import ResetOffsets
@@ -30,6 +31,9 @@ from lograft.brokers.peer_calls import GroupListing
 from lograft.echo import clip, shown
 from lograft.errors import InvalidRequestError, LograftError, UnknownTopicOrPartitionError
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.security.acls import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
+
+_GROUP, _DESCRIBE = ResourceType.GROUP, AclOperation.DESCRIBE
 
 # How long describe waits for partition leaders' high watermarks (lag), ms.
 DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
@@ -79,7 +83,7 @@ class GroupAdminRoutes:
             "loading_partitions": self.runtime.loading_partitions(),
         }
 
-    async def list_groups(self, _request: web.Request) -> web.Response:
+    async def list_groups(self, request: web.Request) -> web.Response:
         brokers = self.metadata.live_brokers()
         answers = await asyncio.gather(*(self._groups_of(b) for b in brokers))
         groups: list[dict[str, Any]] = []
@@ -91,6 +95,10 @@ class GroupAdminRoutes:
                 continue
             loading += doc.get("loading_partitions", [])
             groups += [{**g, "coordinator_id": broker_id} for g in doc.get("groups", [])]
+        # Kafka's ListGroups: DESCRIBE on the cluster shows every group, else
+        # only the groups the caller may DESCRIBE (the others are absent).
+        if not access.may(request, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, _DESCRIBE):
+            groups = [g for g in groups if access.may(request, _GROUP, g["group_id"], _DESCRIBE)]
         groups.sort(key=lambda g: g["group_id"])
         # A broker that did not answer, or a partition still loading, may hold
         # groups this list lacks: say so rather than answer a short list as whole.
@@ -131,6 +139,9 @@ class GroupAdminRoutes:
             raise InvalidRequestError("strategy timestamp needs timestamp (ms)", field="timestamp")
         if strategy is OffsetResetStrategy.OFFSET and offset is None:
             raise InvalidRequestError("strategy offset needs offset", field="offset")
+        # As a commit: READ on every topic reset, before looking them up.
+        named = body.topics or [p.topic for p in body.partitions or ()]
+        access.require_each(request, ResourceType.TOPIC, named, AclOperation.READ)
         tps = self._reset_partitions(body)
         check_partition_count(tps, self.runtime.config.offset_commit_partitions_max)
         self.runtime.check_can_reset(group_id)

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api import access
 from lograft.api.group_json import (
     heartbeat_json,
     offsets_from_json,
@@ -55,6 +56,7 @@ from lograft.errors import (
     LograftError,
 )
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.security.acls import AclOperation, ResourceType
 
 # How long fetching offsets with auto_offset_reset waits for partition leaders, ms.
 START_OFFSETS_TIMEOUT_MS = 5_000
@@ -148,6 +150,10 @@ class GroupRoutes:
         self, request: web.Request, body: Join | Heartbeat, member_id: str, epoch: int
     ) -> web.Response:
         subscribed = body.subscribed_topics
+        if subscribed:
+            # Kafka's ConsumerGroupHeartbeat: a member may subscribe only to
+            # topics it may see.
+            access.require_each(request, ResourceType.TOPIC, subscribed, AclOperation.DESCRIBE)
         owned = body.owned_partitions if isinstance(body, Heartbeat) else None
         hb = HeartbeatRequest(
             group_id=request.match_info["group"],
@@ -182,6 +188,10 @@ class GroupRoutes:
                 "a member's commit needs its member_epoch", field="member_epoch"
             )
         offsets = offsets_from_json(body.offsets)
+        # Before existence: a denied caller learns nothing of the topics.
+        access.require_each(
+            request, ResourceType.TOPIC, {tp.topic for tp in offsets}, AclOperation.READ
+        )
         check_partitions_exist(self.metadata, offsets)
         done = await self.runtime.commit_offsets(group_id, member_id, epoch or 0, offsets)
         return json_response(
@@ -199,7 +209,16 @@ class GroupRoutes:
         raw = request.query.get("topics")
         topics = None if raw is None else {t for t in raw.split(",") if t}
         reset_raw = request.query.get("auto_offset_reset")
+        if topics is not None:
+            access.require_each(request, ResourceType.TOPIC, topics, AclOperation.DESCRIBE)
         committed = self.runtime.fetch_offsets(group_id, topics)
+        if topics is None:
+            # All the group's offsets: only those of topics the caller may see.
+            committed = {
+                tp: c
+                for tp, c in committed.items()
+                if access.may(request, ResourceType.TOPIC, tp.topic, AclOperation.DESCRIBE)
+            }
         if reset_raw is None:
             entries = [
                 committed_json(tp, c)

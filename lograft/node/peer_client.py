@@ -215,13 +215,12 @@ class PeerClient(LocalFirst):
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
         timeout_ms: int | None = None,
-        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         who = _who(peer_id, base_url)
         timeout = aiohttp.ClientTimeout(total=(timeout_ms or self.timeout_ms) / 1000)
-        sent = {**(headers or {}), SECRET_HEADER: self.cluster_secret}
+        headers = {SECRET_HEADER: self.cluster_secret}
         if body is not None:
-            sent["Content-Type"] = content_type
+            headers["Content-Type"] = content_type
         try:
             async with self.session().request(
                 method,
@@ -229,7 +228,7 @@ class PeerClient(LocalFirst):
                 yarl.URL(base_url + path, encoded=True),
                 params=params,
                 data=body,
-                headers=sent,
+                headers=headers,
                 timeout=timeout,
             ) as resp:
                 status = resp.status

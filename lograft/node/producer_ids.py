@@ -15,8 +15,11 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api import access
+from lograft.api.caller import caller_of
 from lograft.api.routes_data import json_response
-from lograft.errors import BrokerNotAvailableError
+from lograft.errors import BrokerNotAvailableError, ClusterAuthorizationFailedError
+from lograft.security.acls import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 
 BlockFetcher = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -42,7 +45,21 @@ class ProducerIdManager:
 def add_producer_routes(
     app: web.Application, ids: ProducerIdManager, registered: Callable[[], bool]
 ) -> None:
-    async def init_producer(_request: web.Request) -> web.Response:
+    async def init_producer(request: web.Request) -> web.Response:
+        # Kafka's InitProducerId without a transactional id: IDEMPOTENT_WRITE
+        # on the cluster, or WRITE on any topic (KIP-679). lograft has no
+        # IDEMPOTENT_WRITE operation: ALL on the cluster stands for it.
+        if not access.may_any(request, ResourceType.TOPIC, AclOperation.WRITE) and not access.may(
+            request, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, AclOperation.ALL
+        ):
+            principal = caller_of(request).principal
+            raise ClusterAuthorizationFailedError(
+                f"{principal} may not take a producer id: that needs WRITE on at least "
+                "one topic, or ALL on the cluster",
+                principal=principal,
+                resource_type=ResourceType.CLUSTER.value,
+                operation=AclOperation.WRITE.value,
+            )
         if not registered():
             raise BrokerNotAvailableError("this broker is not registered yet; retry shortly")
         pid = await ids.next_id()

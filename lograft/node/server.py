@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from lograft.api.access import AccessControl
 from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
 from lograft.api.http_server import HttpServer
@@ -72,6 +73,7 @@ from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
+from lograft.security.acls import AclBinding
 from lograft.typed import build
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,13 @@ def check_config(config: NodeConfig) -> None:
     # First: its errors name top-level settings (cluster_secret), not [raft] ones.
     raft_password_for(config)
     raft_config_for(config)
+
+
+def image_acls(image: Any) -> frozenset[AclBinding]:
+    """The image's ACL bindings (`MetadataImage.acls`, helper A's field of
+    issue 12; none on an image without it yet)."""
+    acls = getattr(image, "acls", None)
+    return acls if isinstance(acls, frozenset) else frozenset()
 
 
 class Node:
@@ -272,6 +281,14 @@ class Node:
         """This node's controller runtime for in-process calls (None: no controller role)."""
         return None if self.runtime is None else LocalController(self.runtime, loop)
 
+    def _access_control(self) -> AccessControl | None:
+        """What decides each request with `[security] authorization` on: the
+        ACLs of this node's newest image (the store's, not the one the
+        replica manager applied: an ACL change applies as soon as it arrives)."""
+        if not self.config.security.authorization:
+            return None
+        return AccessControl(self.config.security, lambda: image_acls(self.store.image))
+
     async def _serve(self) -> None:
         cfg = self.config
         assert self.forward_calls is not None and self.client is not None
@@ -282,6 +299,7 @@ class Node:
             health=lambda: {"loop_lag_ms": self.loop_lag.snapshot()},
             serving=self.catch_up.refusal if self.replicas is not None else None,
             authenticator=self.authenticator,
+            access=self._access_control(),
         )
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)

@@ -59,6 +59,7 @@ from lograft.security.acls import (
 )
 
 __all__ = [
+    "HARDCODED_RESOURCE_NAME",
     "AuthorizationResult",
     "Authorizer",
     "Decision",
@@ -112,6 +113,11 @@ class Decision:
     def allowed(self) -> bool:
         return self.result is AuthorizationResult.ALLOWED
 
+
+# The name Kafka's `Authorizer.authorizeByResourceType` first decides a
+# resource of the type under, so that super users (and the no-ACL default)
+# answer as they would for any one resource.
+HARDCODED_RESOURCE_NAME = "hardcode"
 
 _SUPER_USER = Decision(AuthorizationResult.ALLOWED, Rule.SUPER_USER)
 _NO_MATCHING_ACL = Decision(AuthorizationResult.DENIED, Rule.NO_MATCHING_ACL)
@@ -277,6 +283,63 @@ class Authorizer:
         if allowed_by is not None:
             return Decision(AuthorizationResult.ALLOWED, Rule.MATCHING_ACL, allowed_by)
         return _NO_MATCHING_ACL if applies else self._default
+
+    def authorize_by_resource_type(
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """Whether `principal` from `host` may perform `operation` on at least
+        one resource of the type (Kafka's KIP-679 `authorizeByResourceType`,
+        which lets a producer with WRITE on any topic ask for a producer id).
+
+        As Kafka's default implementation decides it: allowed when a resource
+        named `hardcode` would be (a super user; the no-ACL default); else
+        allowed when an ALLOW of the operation (or ALL) for the caller (or
+        `User:*`) from its host names `*` literally, or names a literal or
+        prefixed pattern that no DENY covers: a literal DENY of the same name
+        or a prefixed DENY of one of its prefixes. A literal DENY of `*`
+        denies. Reads every binding of the type: for rare calls (one per
+        producer), not for every request."""
+        if self.authorize(principal, host, operation, resource_type, HARDCODED_RESOURCE_NAME):
+            return True
+        principals = (principal, WILDCARD_PRINCIPAL)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allow: list[tuple[PatternType, str]] = []
+        wildcard_allow = False
+        for acl in self._bindings_of(resource_type):
+            if acl.host not in (WILDCARD, host) or acl.principal not in principals:
+                continue
+            if acl.operation is not operation and acl.operation is not _O.ALL:
+                continue
+            literal = acl.pattern_type is PatternType.LITERAL
+            if acl.permission is AclPermission.DENY:
+                if literal and acl.resource_name == WILDCARD:
+                    return False
+                (deny_literal if literal else deny_prefixed).add(acl.resource_name)
+            elif literal and acl.resource_name == WILDCARD:
+                wildcard_allow = True  # wins over every deny but a wildcard one
+            else:
+                allow.append((acl.pattern_type, acl.resource_name))
+        if wildcard_allow:
+            return True
+        for pattern_type, name in allow:
+            if pattern_type is PatternType.LITERAL and name in deny_literal:
+                continue
+            if not any(name[:end] in deny_prefixed for end in range(1, len(name) + 1)):
+                return True
+        return False
+
+    def _bindings_of(self, resource_type: ResourceType) -> Iterator[AclBinding]:
+        for (kind, _name), entry in self._literal.items():
+            if kind is resource_type:
+                yield from _bindings(entry)
+        prefixed = self._prefixed[resource_type]
+        for name in prefixed.names:
+            yield from _bindings(prefixed.entries[name])
 
     def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[_Entry]:
         """The bindings, grouped by pattern, that apply to the resource (rule 2)."""
