@@ -163,9 +163,12 @@ class PeerCalls(Protocol):
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
         timeout_ms: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         """`method` `path` at `base_url` (a URL found by the caller, e.g. a
-        coordinator's); `peer_id`, when known, names the peer in errors."""
+        coordinator's); `peer_id`, when known, names the peer in errors.
+        `headers`: more request headers (a client's credentials, on a public
+        route called on its behalf); they never replace the cluster secret."""
         ...
 
 
@@ -303,6 +306,7 @@ class NoPeers(LocalFirst):
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
         timeout_ms: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         raise PeerAddressUnknownError(f"{base_url} is not a peer known here")
 

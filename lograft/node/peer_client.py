@@ -215,12 +215,13 @@ class PeerClient(LocalFirst):
         content_type: str = JSON,
         params: Mapping[str, str] | None = None,
         timeout_ms: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         who = _who(peer_id, base_url)
         timeout = aiohttp.ClientTimeout(total=(timeout_ms or self.timeout_ms) / 1000)
-        headers = {SECRET_HEADER: self.cluster_secret}
+        sent = {**(headers or {}), SECRET_HEADER: self.cluster_secret}
         if body is not None:
-            headers["Content-Type"] = content_type
+            sent["Content-Type"] = content_type
         try:
             async with self.session().request(
                 method,
@@ -228,7 +229,7 @@ class PeerClient(LocalFirst):
                 yarl.URL(base_url + path, encoded=True),
                 params=params,
                 data=body,
-                headers=headers,
+                headers=sent,
                 timeout=timeout,
             ) as resp:
                 status = resp.status

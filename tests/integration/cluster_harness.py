@@ -131,6 +131,9 @@ class NodeSpec:
     # ({"source": {...}} -> [stream.source]).
     stream: dict[str, Any] = field(default_factory=dict)
     log_defaults: dict[str, Any] = field(default_factory=dict)
+    # [security]: authentication and ACLs; a dict value is a sub-table
+    # ({"bearer": {...}} -> [security.bearer]).
+    security: dict[str, Any] = field(default_factory=dict)
 
     @property
     def http_address(self) -> str:
@@ -189,7 +192,7 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     lines += ["", *_toml_table("raft", spec.raft)]
     if spec.dial:
         lines += ["", *_toml_table("raft.dial", {str(k): v for k, v in spec.dial.items()})]
-    for section in ("controller", "broker", "groups", "stream", "log_defaults"):
+    for section in ("controller", "broker", "groups", "stream", "log_defaults", "security"):
         values = getattr(spec, section)
         if values:
             lines += ["", *_toml_table(section, values)]

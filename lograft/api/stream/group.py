@@ -73,8 +73,14 @@ class GroupMember:
         topic: str,
         auto_offset_reset: str,
         limits: GroupLimits,
+        on_behalf: Mapping[str, str] | None = None,
     ) -> None:
         self.calls = calls  # the streams' short calls to other nodes
+        # The stream client's own credentials (Authorization, client id):
+        # the group routes are public, so the coordinator authenticates and
+        # authorizes the client, not this node (the cluster secret is no
+        # credential there).
+        self.on_behalf = dict(on_behalf or {})
         self.bootstrap = bootstrap  # this node's own URL: any broker answers lookups
         self.dial = dial  # broker id -> URL to call it at
         self.group_id = group_id
@@ -297,6 +303,7 @@ class GroupMember:
                 body=None if body is None else orjson.dumps(body),
                 params=params,
                 timeout_ms=self.limits.request_timeout_ms,
+                headers=self.on_behalf,
             )
         except PeerUnreachableError as exc:
             raise BrokerNotAvailableError(f"group {self.group_id!r}: {exc.message}") from None

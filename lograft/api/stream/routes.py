@@ -51,10 +51,12 @@ import socket
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar
 
 from aiohttp import web
 
+from lograft.api.caller import CLIENT_ID_HEADER
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
@@ -105,6 +107,8 @@ class StreamRequest:
     resume: Mapping[int, int]  # positions from the cursor (Last-Event-ID)
     settings: SessionSettings
     group: GroupRequest | None
+    # The client's credential headers, sent on the group calls made for it.
+    on_behalf: Mapping[str, str]
 
 
 class StreamRoutes:
@@ -276,6 +280,7 @@ class StreamRoutes:
             topic=req.view.name,
             auto_offset_reset=req.group.auto_offset_reset,
             limits=self.limits.group,
+            on_behalf=req.on_behalf,
         )
         try:
             await member.join()
@@ -349,7 +354,7 @@ class StreamRoutes:
         resume = {p: o for p, o in cursor.items() if p in view.partitions}
         if group is None:
             resume = {p: o for p, o in resume.items() if p in partitions}
-        return StreamRequest(view, partitions, offset, resume, settings, group)
+        return StreamRequest(view, partitions, offset, resume, settings, group, _on_behalf(request))
 
     def _group(self, q: Mapping[str, str]) -> GroupRequest | None:
         group_id = q.get("group")
@@ -377,6 +382,22 @@ class StreamRoutes:
                 commit_interval_ms_min=limits.commit_interval_ms_min,
             )
         return GroupRequest(group_id, reset, interval)
+
+
+# The client's headers a stream sends on the group calls it makes for the
+# client: its credential and its client id (quotas count the client).
+_ON_BEHALF_HEADERS = ("Authorization", CLIENT_ID_HEADER)
+
+
+def _on_behalf(request: web.Request) -> Mapping[str, str]:
+    """The client's credential headers (each only when sent once: the
+    authentication middleware refused a request with more)."""
+    out: dict[str, str] = {}
+    for name in _ON_BEHALF_HEADERS:
+        values = request.headers.getall(name, [])
+        if len(values) == 1:
+            out[name] = values[0]
+    return MappingProxyType(out)
 
 
 def _bound_client_stall(request: web.Request, timeout_ms: int) -> None:

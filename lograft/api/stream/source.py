@@ -5,8 +5,9 @@ follows names this node, the chunk comes from the local replica
 (`ReplicaManager.fetch`, a long-poll); otherwise from the leader, through the
 long-polls every stream of this node shares per leader (`stream_polls`), at
 the leader's node-to-node address (the node's peer client: `[http.dial]`). The start
-offsets of a partition led elsewhere come from the leader's offsets endpoint,
-over the streams' pool for short calls (`remote_connections_max`), which no
+offsets of a partition led elsewhere come from the leader's internal
+partition-offsets endpoint (cluster secret; api/partition_offsets.py), over
+the streams' pool for short calls (`remote_connections_max`), which no
 long-poll ever holds.
 
 Every attempt asks the current metadata for the leader, so when leadership
@@ -35,6 +36,7 @@ from typing import TypeVar
 from lograft.api.services import MetadataView, PeerCalls
 from lograft.api.stream.limits import SourceLimits
 from lograft.api.stream.polls import RemoteReads
+from lograft.brokers.peer_calls import UnreadableAnswer
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
@@ -45,20 +47,8 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.typed import Record, decode_json
 
 T = TypeVar("T")
-
-
-class OffsetsAnswer(Record, frozen=True, forbid_unknown_fields=False):
-    """What this source reads of a leader's `GET .../offsets` answer (a
-    public response: fields it does not read, such as offset_for_timestamp,
-    are let through). A malformed answer is BROKER_NOT_AVAILABLE, retried
-    like an unreachable leader."""
-
-    earliest: int
-    latest: int
-    log_end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,15 +187,14 @@ class PartitionSource:
             return PartitionOffsets(
                 part.log.log_start_offset, part.high_watermark, part.log.log_end_offset
             )
-        url = self._leader_url(leader)
-        path = f"/v1/topics/{self.tp.topic}/partitions/{self.tp.partition}/offsets"
+        # The leader's internal offsets route, with the cluster secret: the
+        # public GET .../offsets would want the client's own credentials,
+        # which this node does not hold (the client was authenticated and
+        # authorized here, for the stream).
+        self._leader_url(leader)
         try:
-            body = await self.calls.call(
-                url,
-                "GET",
-                path,
-                peer_id=leader,
-                timeout_ms=self.limits.remote_timeout_margin_ms,
+            answers = await self.calls.partition_offsets(
+                leader, [self.tp], None, timeout_ms=self.limits.remote_timeout_margin_ms
             )
         except PeerUnreachableError as exc:
             raise BrokerNotAvailableError(
@@ -213,13 +202,14 @@ class PartitionSource:
                 f"{exc.message}",
                 leader_id=leader,
             ) from None
-        doc = decode_json(
-            body,
-            OffsetsAnswer,
-            error=BrokerNotAvailableError,
-            where=f"broker {leader}'s offsets of {self.tp}",
-        )
-        return PartitionOffsets(doc.earliest, doc.latest, doc.log_end_offset)
+        except UnreadableAnswer as exc:
+            raise BrokerNotAvailableError(
+                f"broker {leader}'s offsets of {self.tp}: {exc}", leader_id=leader
+            ) from None
+        found = answers[0]
+        if isinstance(found, LograftError):
+            raise found
+        return PartitionOffsets(found.log_start_offset, found.high_watermark, found.log_end_offset)
 
     async def _fetch_once(self, position: int, max_bytes: int) -> Chunk:
         leader = self._leader()

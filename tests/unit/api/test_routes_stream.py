@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from msgspec.structs import replace
 
 from lograft.api.app import create_app
+from lograft.api.partition_offsets import add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
 from lograft.api.services import TopicView
 from lograft.api.stream.limits import SourceLimits, StreamLimits
@@ -339,6 +340,7 @@ async def test_reads_from_a_remote_leader_and_follows_the_leader_here(make_env, 
     app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
     DataRoutes(rm2, md2).add_to(app2)
     StreamRoutes(rm2, md2, LIMITS).add_to(app2)  # serves stream-fetch
+    add_partition_offsets_route(app2, rm2, md2)  # a stream's start offsets
     remote = TestServer(app2)
     await remote.start_server()
     try:

@@ -25,6 +25,8 @@ from aiohttp.test_utils import TestServer
 from msgspec.structs import replace
 
 from lograft.api.app import create_app
+from lograft.api.partition_offsets import PATH as PARTITION_OFFSETS_PATH
+from lograft.api.partition_offsets import add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
 from lograft.api.stream.limits import StreamLimits
 from lograft.api.stream.routes import StreamRoutes
@@ -135,17 +137,19 @@ async def test_a_failed_start_stops_the_start_of_the_other_partitions(serve):
     release = asyncio.Event()
 
     async def offsets(request: web.Request) -> web.Response:
-        if request.match_info["p"] == "1":
+        (asked,) = (await request.json())["partitions"]
+        if asked["partition"] == 1:
             return web.json_response(
                 {"error": {"code": "INVALID_REQUEST", "message": "no", "retriable": False}},
                 status=400,
             )
         hanging.append(request)
         await release.wait()
-        return web.json_response({"earliest": 0, "latest": 0, "log_end_offset": 0})
+        bounds = {"log_start_offset": 0, "high_watermark": 0, "log_end_offset": 0}
+        return web.json_response({"partitions": [bounds]})
 
     app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    app.router.add_get("/v1/topics/orders/partitions/{p}/offsets", offsets)
+    app.router.add_post(PARTITION_OFFSETS_PATH, offsets)
     remote = TestServer(app)
     await remote.start_server()
     try:
@@ -174,7 +178,8 @@ async def remote_leader(path: Path) -> AsyncIterator[str]:
     """Broker 2 leading every partition of `orders`; yields its URL."""
     rm2 = await start_replicas(2, path)
     app2 = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
-    DataRoutes(rm2, FakeMetadata(2)).add_to(app2)  # offsets
+    DataRoutes(rm2, FakeMetadata(2)).add_to(app2)
+    add_partition_offsets_route(app2, rm2, FakeMetadata(2))  # a stream's start offsets
     StreamRoutes(rm2, FakeMetadata(2), LIMITS).add_to(app2)  # reads
     remote = TestServer(app2)
     await remote.start_server()
