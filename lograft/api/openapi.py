@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from lograft import __version__
+from lograft.api.authentication import PUBLIC_ROUTES
 from lograft.api.openapi_schemas import (
     COMPONENTS,
     PARTITION_NUMBER,
@@ -385,16 +386,32 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
+# The ways in of `[security] authentication` (docs/api.md, "Authentication").
+# Which ones a node takes is its config; `{}` (none) is what a node without
+# authentication takes. A refusal is a 401 SASL_AUTHENTICATION_FAILED error.
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+    "password": {"type": "http", "scheme": "basic"},
+    "certificate": {"type": "mutualTLS"},
+}
+_ANY_WAY_IN = [{}, *({name: []} for name in SECURITY_SCHEMES)]
+
+
 def document() -> dict[str, Any]:
     """A fresh copy each time: a caller (a schema loader) may change what it gets."""
-    return copy.deepcopy(
+    doc = copy.deepcopy(
         {
             "openapi": "3.1.0",
             "info": {"title": "lograft", "version": __version__},
             "paths": PATHS,
-            "components": {"schemas": COMPONENTS},
+            "components": {"schemas": COMPONENTS, "securitySchemes": SECURITY_SCHEMES},
+            "security": _ANY_WAY_IN,
         }
     )
+    for path in sorted(PUBLIC_ROUTES):  # answered without credentials
+        for operation in doc["paths"][path].values():
+            operation["security"] = [{}]
+    return doc
 
 
 def add_openapi_route(app: web.Application) -> None:

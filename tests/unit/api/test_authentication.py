@@ -718,3 +718,18 @@ def test_a_caller_rotating_addresses_cannot_grow_the_table(caplog) -> None:
     clock.now += 10
     failures.failure("bad_signature", "10.9.9.9", "the token's signature is wrong")
     assert any("95 more" in r.getMessage() for r in caplog.records)
+
+
+def test_the_openapi_document_names_the_ways_in_and_the_public_routes() -> None:
+    from lograft.api.authentication import PUBLIC_ROUTES
+    from lograft.api.openapi import document
+
+    doc = document()
+    assert set(doc["components"]["securitySchemes"]) == {"bearer", "password", "certificate"}
+    assert {} in doc["security"] and {"bearer": []} in doc["security"]
+    for path, operations in doc["paths"].items():
+        for operation in operations.values():
+            if path in PUBLIC_ROUTES:
+                assert operation["security"] == [{}], path
+            else:
+                assert "security" not in operation, path  # the document's: any way in
