@@ -61,6 +61,31 @@ ACLS = frozenset(
     )
     for rt in (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER)
 )
+
+
+def allow(principal: str, rt: ResourceType, name: str, op: AclOperation) -> AclBinding:
+    return AclBinding(
+        resource_type=rt,
+        resource_name=name,
+        pattern_type=PatternType.LITERAL,
+        principal=f"User:{principal}",
+        host="*",
+        operation=op,
+        permission=AclPermission.ALLOW,
+    )
+
+
+_T, _G, _O = ResourceType.TOPIC, ResourceType.GROUP, AclOperation
+# Principals with one ACL each, for the checks handlers make on the body.
+NARROW = frozenset(
+    {
+        allow("reader", _G, "billing", _O.READ),  # the group, no topic
+        allow("creator", _T, "events", _O.CREATE),  # one topic, not the cluster
+        allow("writer", _T, "orders", _O.WRITE),  # one topic
+    }
+)
+ACLS = ACLS | NARROW
+
 # Routes whose answer to a principal without ACLs is a listing without what it
 # may not see (200), not a 403; the key names the listing.
 LISTINGS = {("GET", "/v1/topics"): "topics", ("GET", "/v1/groups"): "groups"}
@@ -308,3 +333,84 @@ async def test_a_denied_describe_does_not_say_whether_the_topic_exists(
     assert answers[0][:2] == (403, "TOPIC_AUTHORIZATION_FAILED")
     resp = await node_client.get("/v1/topics/no-such-topic", headers=granted)
     assert resp.status == 404
+
+
+def bearer(user: str) -> dict[str, str]:
+    return {"Authorization": "Bearer " + token(sub=user)}
+
+
+async def answer(resp: Any) -> tuple[int, str | None]:
+    body = await resp.json()
+    return resp.status, body["error"]["code"] if "error" in body else None
+
+
+async def test_body_topics_are_checked_before_anything_else(
+    node_client: TestClient[Any, Any],
+) -> None:
+    """READ on the group is not enough: the topics a request names need
+    their own operation, checked before their existence is (`secret` does
+    not exist, and the answer is still 403)."""
+    reader = bearer("reader")
+    topic_denied = (403, "TOPIC_AUTHORIZATION_FAILED")
+    for topics in (["orders"], ["secret"]):
+        join = {"subscribed_topics": topics}
+        resp = await node_client.post("/v1/groups/billing/members", json=join, headers=reader)
+        assert await answer(resp) == topic_denied
+        beat = {"member_epoch": 1, "subscribed_topics": topics}
+        url = "/v1/groups/billing/members/m1/heartbeat"
+        assert await answer(await node_client.post(url, json=beat, headers=reader)) == topic_denied
+        commit = {"offsets": [{"topic": topics[0], "partition": 0, "offset": 1}]}
+        resp = await node_client.post("/v1/groups/billing/offsets", json=commit, headers=reader)
+        assert await answer(resp) == topic_denied
+        reset = {"strategy": "earliest", "topics": topics}
+        url = "/v1/groups/billing/offsets/reset"
+        assert await answer(await node_client.post(url, json=reset, headers=reader)) == topic_denied
+        reset = {"strategy": "earliest", "partitions": [{"topic": topics[0], "partition": 0}]}
+        assert await answer(await node_client.post(url, json=reset, headers=reader)) == topic_denied
+    # Offsets of named topics need DESCRIBE on them (READ on the group gives
+    # DESCRIBE on the group).
+    url = "/v1/groups/billing/offsets?topics=orders"
+    assert await answer(await node_client.get(url, headers=reader)) == topic_denied
+    # A heartbeat that names no topics needs only the group.
+    beat = {"member_epoch": 1}
+    url = "/v1/groups/billing/members/m1/heartbeat"
+    status, code = await answer(await node_client.post(url, json=beat, headers=reader))
+    assert status not in (401, 403), code
+    # Another group: denied by the group, whatever the body.
+    url = "/v1/groups/other/offsets"
+    assert await answer(await node_client.get(url, headers=reader)) == (
+        403,
+        "GROUP_AUTHORIZATION_FAILED",
+    )
+
+
+async def test_create_topic_needs_create_on_the_cluster_or_on_the_topic(
+    node_client: TestClient[Any, Any],
+) -> None:
+    creator = bearer("creator")
+    mine = await node_client.post("/v1/topics", json={"name": "events"}, headers=creator)
+    status, code = await answer(mine)
+    assert status not in (401, 403), code  # on to the controller (none here)
+    other = await node_client.post("/v1/topics", json={"name": "other"}, headers=creator)
+    assert await answer(other) == (403, "TOPIC_AUTHORIZATION_FAILED")
+
+
+async def test_a_producer_id_needs_write_on_some_topic(node_client: TestClient[Any, Any]) -> None:
+    status, code = await answer(await node_client.post("/v1/producers", headers=bearer("writer")))
+    assert status not in (401, 403), code
+    for user in ("reader", "creator", "nobody"):
+        resp = await node_client.post("/v1/producers", headers=bearer(user))
+        assert await answer(resp) == (403, "CLUSTER_AUTHORIZATION_FAILED")
+
+
+async def test_the_topic_listing_shows_what_the_caller_may_describe(
+    node_client: TestClient[Any, Any],
+) -> None:
+    async def names(user: str) -> list[str]:
+        resp = await node_client.get("/v1/topics", headers=bearer(user))
+        assert resp.status == 200
+        return [t["name"] for t in (await resp.json())["topics"]]
+
+    assert await names(GRANTED) == ["orders"]
+    assert await names("writer") == ["orders"]  # WRITE implies DESCRIBE
+    assert await names("reader") == []
