@@ -394,12 +394,12 @@ SECURITY_SCHEMES: dict[str, Any] = {
     "password": {"type": "http", "scheme": "basic"},
     "certificate": {"type": "mutualTLS"},
 }
-_ANY_WAY_IN = [{}, *({name: []} for name in SECURITY_SCHEMES)]
+_ANY_WAY_IN: list[dict[str, list[str]]] = [{}, *({name: []} for name in SECURITY_SCHEMES)]
 
 
 def document() -> dict[str, Any]:
     """A fresh copy each time: a caller (a schema loader) may change what it gets."""
-    doc = copy.deepcopy(
+    doc: dict[str, Any] = copy.deepcopy(
         {
             "openapi": "3.1.0",
             "info": {"title": "lograft", "version": __version__},
