@@ -394,7 +394,7 @@ SECURITY_SCHEMES: dict[str, Any] = {
     "password": {"type": "http", "scheme": "basic"},
     "certificate": {"type": "mutualTLS"},
 }
-_ANY_WAY_IN: list[dict[str, list[str]]] = [{}, *({name: []} for name in SECURITY_SCHEMES)]
+_ANY_WAY_IN: list[dict[str, list[str]]] = [{}] + [{name: []} for name in SECURITY_SCHEMES]
 
 
 def document() -> dict[str, Any]:
