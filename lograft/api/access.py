@@ -62,6 +62,12 @@ __all__ = [
 # The ACL bindings of the node's newest metadata image.
 AclSource = Callable[[], frozenset[AclBinding]]
 
+# Answers of `allowed_any` remembered until the ACLs change, at most
+# (principal, host, operation, resource type) keys: each answer reads every
+# pattern of the type (15 ms with 10,000 ACLs), and a client asks once per
+# producer it starts.
+ANY_ANSWERS_CACHED_MAX = 1024
+
 # At most this many denied names are shown in one error's message and details.
 DENIED_NAMES_SHOWN = 10
 
@@ -82,6 +88,7 @@ class AccessControl:
         )
         self._acls = acls
         self._synced: frozenset[AclBinding] = frozenset()
+        self._any_answers: dict[tuple[str, str, AclOperation, ResourceType], bool] = {}
         self.sync()
 
     def sync(self) -> None:
@@ -96,6 +103,7 @@ class AccessControl:
         for acl in current - previous:
             self.authorizer.add(acl)
         self._synced = current
+        self._any_answers.clear()
 
     def allowed(
         self, caller: Caller, resource_type: ResourceType, name: str, operation: AclOperation
@@ -110,9 +118,14 @@ class AccessControl:
     ) -> bool:
         """Whether the caller may perform `operation` on some resource of the type."""
         self.sync()
-        return self.authorizer.authorize_by_resource_type(
-            caller.principal, caller.host, operation, resource_type
-        )
+        key = (caller.principal, caller.host, operation, resource_type)
+        answer = self._any_answers.get(key)
+        if answer is None:
+            answer = self.authorizer.authorize_by_resource_type(*key)
+            if len(self._any_answers) >= ANY_ANSWERS_CACHED_MAX:
+                self._any_answers.clear()
+            self._any_answers[key] = answer
+        return answer
 
 
 ACCESS_KEY = web.AppKey("access_control", AccessControl)

@@ -301,17 +301,20 @@ class Authorizer:
         `User:*`) from its host names `*` literally, or names a literal or
         prefixed pattern that no DENY covers: a literal DENY of the same name
         or a prefixed DENY of one of its prefixes. A literal DENY of `*`
-        denies. Reads every binding of the type: for rare calls (one per
-        producer), not for every request."""
+        denies. Looks at every pattern of the type (the caller's and the
+        wildcard's bindings on each): for rare calls (one per producer), not
+        for every request; api/access.py remembers the answers."""
         if self.authorize(principal, host, operation, resource_type, HARDCODED_RESOURCE_NAME):
             return True
-        principals = (principal, WILDCARD_PRINCIPAL)
+        principals = (
+            (principal,) if principal == WILDCARD_PRINCIPAL else (principal, WILDCARD_PRINCIPAL)
+        )
         deny_literal: set[str] = set()
         deny_prefixed: set[str] = set()
         allow: list[tuple[PatternType, str]] = []
         wildcard_allow = False
-        for acl in self._bindings_of(resource_type):
-            if acl.host not in (WILDCARD, host) or acl.principal not in principals:
+        for acl in self._bindings_of(resource_type, principals):
+            if acl.host not in (WILDCARD, host):
                 continue
             if acl.operation is not operation and acl.operation is not _O.ALL:
                 continue
@@ -333,13 +336,16 @@ class Authorizer:
                 return True
         return False
 
-    def _bindings_of(self, resource_type: ResourceType) -> Iterator[AclBinding]:
-        for (kind, _name), entry in self._literal.items():
-            if kind is resource_type:
-                yield from _bindings(entry)
-        prefixed = self._prefixed[resource_type]
-        for name in prefixed.names:
-            yield from _bindings(prefixed.entries[name])
+    def _bindings_of(
+        self, resource_type: ResourceType, principals: tuple[str, ...]
+    ) -> Iterator[AclBinding]:
+        """The bindings of the type that name one of `principals`."""
+        entries = [e for (kind, _name), e in self._literal.items() if kind is resource_type]
+        entries += self._prefixed[resource_type].entries.values()
+        for entry in entries:
+            for who in principals:
+                for ace in entry.get(who, ()):
+                    yield ace[3]
 
     def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[_Entry]:
         """The bindings, grouped by pattern, that apply to the resource (rule 2)."""

@@ -300,3 +300,25 @@ def test_errors_are_403_and_codes_unique() -> None:
         assert status_for(cls("m")) == 403
     codes = [c.code for c in errors.all_error_classes()]
     assert len(codes) == len(set(codes))
+
+
+def test_answers_by_resource_type_are_remembered_until_the_acls_change() -> None:
+    acls = Acls()
+    access = AccessControl(SecuritySettings(authorization=True), acls)
+    t, write = ResourceType.TOPIC, AclOperation.WRITE
+    assert not access.allowed_any(ALICE, t, write)
+    calls = []
+    real = access.authorizer.authorize_by_resource_type
+
+    def counted(*args: Any) -> bool:
+        calls.append(args)
+        return real(*args)
+
+    access.authorizer.authorize_by_resource_type = counted  # type: ignore[method-assign]
+    assert not access.allowed_any(ALICE, t, write)
+    assert calls == []  # remembered
+    acls.current = frozenset({binding(t, "orders", write)})
+    assert access.allowed_any(ALICE, t, write)
+    assert len(calls) == 1  # the ACLs changed: asked again
+    acls.current = frozenset()
+    assert not access.allowed_any(ALICE, t, write)
