@@ -19,7 +19,15 @@ silently fork the nodes' views):
   change; epochs never go backwards;
 - a broker's epoch only grows across registrations; broker state changes
   follow `BROKER_TRANSITIONS`;
-- the next producer id only grows.
+- the next producer id only grows;
+- an ACL binding is added only when absent and removed only when present; a
+  SCRAM credential is removed only when present (security records are checked
+  by the lograft.security types they become, lograft/quorum/security_records.py).
+
+Security parts of the image (`acls`, `scram_credentials`, `client_quotas`) are
+copied on write like the rest: an image whose batch had no record of a kind
+holds the base image's object for it (`is`), so a reader (the authorizer, the
+password check, quota enforcement) rebuilds its index only on change.
 
 Replay is deterministic: the same records in the same order on equal images
 give equal images, on every node.
@@ -35,8 +43,10 @@ from typing import Any
 
 from lograft.errors import MetadataRecordError
 from lograft.quorum.records import (
+    AccessControlEntry,
     BrokerAction,
     BrokerRegistrationChange,
+    ClientQuota,
     Config,
     ConfigResourceType,
     Endpoints,
@@ -45,10 +55,27 @@ from lograft.quorum.records import (
     ProducerIds,
     Record,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnregisterBroker,
+    UserScramCredential,
 )
+from lograft.quorum.security_records import (
+    acl_of,
+    acl_record,
+    acl_sort_key,
+    check_quota_value,
+    credential_of,
+    credential_record,
+    entity_of,
+    entity_sort_key,
+    quota_record,
+)
+from lograft.security.acls import AclBinding
+from lograft.security.passwords import ScramCredential, ScramMechanism
+from lograft.security.quotas import QuotaEntity, QuotaKey
 
 NO_LEADER = -1
 
@@ -202,6 +229,12 @@ class MetadataImage:
     topic_ids: Mapping[str, str] = field(default_factory=_frozen)  # name -> topic id
     configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=_frozen)
     next_producer_id: int = 0
+    acls: frozenset[AclBinding] = frozenset()
+    # user name -> mechanism -> credential
+    scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
+        default_factory=_frozen
+    )
+    client_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] = field(default_factory=_frozen)
 
     @classmethod
     def empty(cls) -> MetadataImage:
@@ -257,6 +290,13 @@ class MetadataImage:
             out.append(
                 ProducerIds(broker_id=-1, broker_epoch=-1, next_producer_id=self.next_producer_id)
             )
+        out.extend(acl_record(acl) for acl in sorted(self.acls, key=acl_sort_key))
+        for name in sorted(self.scram_credentials):
+            by_mechanism = self.scram_credentials[name]
+            out.extend(credential_record(by_mechanism[m]) for m in sorted(by_mechanism))
+        for entity in sorted(self.client_quotas, key=entity_sort_key):
+            values = self.client_quotas[entity]
+            out.extend(quota_record(entity, key, values[key]) for key in sorted(values))
         return out
 
 
@@ -303,6 +343,9 @@ class MetadataDelta:
         self._partitions: dict[str, list[PartitionState]] = {}  # topics touched
         self._configs: dict[ConfigResource, Mapping[str, str]] | None = None
         self._next_producer_id = base.next_producer_id
+        self._acls: set[AclBinding] | None = None
+        self._credentials: dict[str, Mapping[ScramMechanism, ScramCredential]] | None = None
+        self._quotas: dict[QuotaEntity, Mapping[QuotaKey, float]] | None = None
         self._built = False
 
     # -- copy on write ----------------------------------------------------------
@@ -331,6 +374,21 @@ class MetadataDelta:
         if self._configs is None:
             self._configs = dict(self._base.configs)
         return self._configs
+
+    def _w_acls(self) -> set[AclBinding]:
+        if self._acls is None:
+            self._acls = set(self._base.acls)
+        return self._acls
+
+    def _w_credentials(self) -> dict[str, Mapping[ScramMechanism, ScramCredential]]:
+        if self._credentials is None:
+            self._credentials = dict(self._base.scram_credentials)
+        return self._credentials
+
+    def _w_quotas(self) -> dict[QuotaEntity, Mapping[QuotaKey, float]]:
+        if self._quotas is None:
+            self._quotas = dict(self._base.client_quotas)
+        return self._quotas
 
     def _brokers_view(self) -> Mapping[int, BrokerRegistration]:
         return self._base.brokers if self._brokers is None else self._brokers
@@ -443,6 +501,51 @@ class MetadataDelta:
             )
         self._next_producer_id = r.next_producer_id
 
+    def _acl(self, r: AccessControlEntry) -> None:
+        acl = acl_of(r)
+        acls = self._w_acls()
+        if acl in acls:
+            raise _bad(f"ACL {acl_sort_key(acl)} already exists")
+        acls.add(acl)
+
+    def _remove_acl(self, r: RemoveAccessControlEntry) -> None:
+        acl = acl_of(r)
+        acls = self._w_acls()
+        if acl not in acls:
+            raise _bad(f"ACL {acl_sort_key(acl)} does not exist")
+        acls.remove(acl)
+
+    def _scram_credential(self, r: UserScramCredential) -> None:
+        credential = credential_of(r)
+        credentials = self._w_credentials()
+        mechanisms = dict(credentials.get(credential.name, {}))
+        mechanisms[credential.mechanism] = credential
+        credentials[credential.name] = MappingProxyType(mechanisms)
+
+    def _remove_scram_credential(self, r: RemoveUserScramCredential) -> None:
+        credentials = self._w_credentials()
+        mechanisms = dict(credentials.get(r.name, {}))
+        if mechanisms.pop(r.mechanism, None) is None:
+            raise _bad(f"user {r.name!r} has no {r.mechanism} credential", user=r.name)
+        if mechanisms:
+            credentials[r.name] = MappingProxyType(mechanisms)
+        else:
+            del credentials[r.name]
+
+    def _client_quota(self, r: ClientQuota) -> None:
+        entity = entity_of(r.entity)
+        quotas = self._w_quotas()
+        values = dict(quotas.get(entity, {}))
+        if r.remove:
+            values.pop(r.key, None)
+        else:
+            check_quota_value(entity, r.key, r.value)
+            values[r.key] = r.value
+        if values:
+            quotas[entity] = MappingProxyType(values)
+        else:
+            quotas.pop(entity, None)
+
     # -- build --------------------------------------------------------------------
 
     def image(self) -> MetadataImage:
@@ -461,6 +564,11 @@ class MetadataDelta:
             topic_ids=base.topic_ids if self._topic_ids is None else _frozen(self._topic_ids),
             configs=base.configs if self._configs is None else _frozen(self._configs),
             next_producer_id=self._next_producer_id,
+            acls=base.acls if self._acls is None else frozenset(self._acls),
+            scram_credentials=(
+                base.scram_credentials if self._credentials is None else _frozen(self._credentials)
+            ),
+            client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
         )
 
 
@@ -475,5 +583,10 @@ _REPLAY: Mapping[type, Any] = MappingProxyType(
         RemoveTopic: MetadataDelta._remove_topic,
         Config: MetadataDelta._config,
         ProducerIds: MetadataDelta._producer_ids,
+        AccessControlEntry: MetadataDelta._acl,
+        RemoveAccessControlEntry: MetadataDelta._remove_acl,
+        UserScramCredential: MetadataDelta._scram_credential,
+        RemoveUserScramCredential: MetadataDelta._remove_scram_credential,
+        ClientQuota: MetadataDelta._client_quota,
     }
 )

@@ -13,8 +13,10 @@ pickle, so a node can only ever apply data, never code):
     record: {"type": "<TypeName>", "<field>": <value>, ..., "version": <int>}
     batch:  {"batch_version": 1, "records": [<record>, ...]}
 
-Field values are JSON scalars, lists of ints (replica lists, in order) or, for
-broker endpoints, an object {listener name: "host:port" or URL}. The encoder
+Field values are JSON scalars, lists of ints (replica lists, in order), for
+broker endpoints an object {listener name: "host:port" or URL}, bytes as
+base64 text (SCRAM salts and keys), and a quota entity as a list of
+{"entity_type", "entity_name"} objects. The encoder
 writes every field (None becomes null), so a record is self-describing.
 Decoding refuses unknown fields, missing required fields and values of the
 wrong type (a JSON true is not an int, 1.0 is not an int). A field with a
@@ -48,6 +50,9 @@ from lograft.errors import (
     UnknownMetadataRecordTypeError,
     UnsupportedMetadataRecordVersionError,
 )
+from lograft.security.acls import AclOperation, AclPermission, PatternType, ResourceType
+from lograft.security.passwords import ScramMechanism
+from lograft.security.quotas import QuotaKey
 
 BATCH_VERSION = 1
 
@@ -106,14 +111,12 @@ class ConfigResourceType(enum.StrEnum):
     CLUSTER = "cluster"
 
 
-class MetadataRecord(
-    typed.Record, tag_field="type", tag=True, kw_only=True, frozen=True, gc=False
-):
+class MetadataRecord(typed.Record, tag_field="type", tag=True, kw_only=True, frozen=True, gc=False):
     """Base of the records: the tag is the class name (`TYPE`).
 
     `version` is keyword-only, so it is encoded last and every record's own
-    fields stay positional. `gc=False`: records hold only scalars, tuples and
-    `Endpoints`, never a cycle, and a snapshot decodes 100k of them.
+    fields stay positional. `gc=False`: records hold only scalars, bytes, tuples,
+    `Endpoints` and `QuotaEntityPart`s, never a cycle, and a snapshot decodes 100k of them.
     """
 
     TYPE: ClassVar[str]
@@ -228,11 +231,94 @@ class ProducerIds(MetadataRecord):
     next_producer_id: int
 
 
-# --- ACLs --------------------------------------------------------------------------
-# Reserved for later: access-control entries will be records here (names below),
-# replayed into an `acls` part of the image. Until then, meeting one is an error
-# rather than a silently ignored record.
-RESERVED_RECORD_TYPES = frozenset({"AccessControlEntry", "RemoveAccessControlEntry"})
+# --- security: ACLs, SCRAM credentials, client quotas -----------------------------------
+# Kafka's AccessControlEntryRecord, UserScramCredentialRecord and ClientQuotaRecord
+# (and their removals), replayed into image.acls, image.scram_credentials and
+# image.client_quotas. Values are checked on replay by the lograft.security
+# types they become (AclBinding, ScramCredential, QuotaSetting): a record that
+# does not make one is a controller bug and refused on every node alike.
+
+
+class AccessControlEntry(MetadataRecord):
+    """One ACL binding added (Kafka's AccessControlEntryRecord).
+
+    Unlike Kafka's record there is no `id`: a binding is its own identity (the
+    image holds a set, and the controller refuses a duplicate), so a removal
+    names the binding's fields and replay needs no id index."""
+
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermission
+
+
+class RemoveAccessControlEntry(MetadataRecord):
+    """One ACL binding removed (Kafka's RemoveAccessControlEntryRecord), named
+    by all its fields."""
+
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermission
+
+
+class UserScramCredential(MetadataRecord):
+    """A user's credential for one mechanism, set or replaced (Kafka's
+    UserScramCredentialRecord). Bytes travel as base64 text in the JSON; the
+    password itself is never in any record."""
+
+    name: str
+    mechanism: ScramMechanism
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    def __repr__(self) -> str:
+        # The keys are as good as a password hash to crack: never in logs.
+        return (
+            f"UserScramCredential(name={self.name!r}, mechanism={self.mechanism.value}, "
+            f"iterations={self.iterations})"
+        )
+
+
+class RemoveUserScramCredential(MetadataRecord):
+    """A user's credential for one mechanism removed (Kafka's
+    RemoveUserScramCredentialRecord)."""
+
+    name: str
+    mechanism: ScramMechanism
+
+
+class QuotaEntityType(enum.StrEnum):
+    USER = "user"
+    CLIENT_ID = "client_id"
+
+
+class QuotaEntityPart(typed.Record, frozen=True, gc=False):
+    """One part of a quota entity (Kafka's ClientQuotaRecord.EntityData):
+    its type and its name, None for the default entity of that type."""
+
+    entity_type: QuotaEntityType
+    entity_name: str | None
+
+
+class ClientQuota(MetadataRecord):
+    """One quota of one entity set or removed (Kafka's ClientQuotaRecord).
+
+    `entity` lists the parts in the order user, client_id (at least one, each
+    type once). With `remove` true the key is removed and `value` is 0.0."""
+
+    entity: tuple[QuotaEntityPart, ...]
+    key: QuotaKey
+    value: float
+    remove: bool = False
 
 
 Record = (
@@ -245,6 +331,11 @@ Record = (
     | RemoveTopic
     | Config
     | ProducerIds
+    | AccessControlEntry
+    | RemoveAccessControlEntry
+    | UserScramCredential
+    | RemoveUserScramCredential
+    | ClientQuota
 )
 
 RECORD_CLASSES: tuple[type[Record], ...] = typing.get_args(Record)
@@ -292,10 +383,6 @@ def record_from_dict(data: Any) -> Record:
             f"record: expected object, got {type(data).__name__}", field="record"
         )
     type_name = data.get("type")
-    if type_name in RESERVED_RECORD_TYPES:
-        raise UnknownMetadataRecordTypeError(
-            f"record type {type_name!r} is reserved and not implemented yet", type=type_name
-        )
     cls = _BY_TYPE.get(type_name) if isinstance(type_name, str) else None
     if cls is None:
         raise UnknownMetadataRecordTypeError(f"unknown record type {type_name!r}", type=type_name)
