@@ -3,8 +3,12 @@
     python scripts/bench_auth.py
 
 prints the time per token of `BearerVerifier.principal` (RS256, ES256,
-EdDSA; keys cached, as in steady state) and per `check_password` call
-(SCRAM-SHA-512, 4096 iterations). No network: the JWKS comes from memory.
+EdDSA; keys cached, as in steady state; each token checked in full, and
+the same token again from the verified-token cache), per `check_password` call
+(SCRAM-SHA-512, 4096 iterations), and per HTTP Basic check of the node
+(`PasswordChecks.principal`, lograft/api/password_checks.py) with its
+verified cache (a Basic client's steady state) and without it. No network:
+the JWKS comes from memory.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import time
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from lograft.security.passwords import check_password, make_credential
+from lograft.api.password_checks import PasswordChecks
+from lograft.security.passwords import BasicCredentials, check_password, make_credential
 from lograft.security.tokens import BearerSettings, BearerVerifier, JwksCache
 
 TOKENS = 2000
@@ -38,17 +43,24 @@ async def bench_tokens() -> None:
     async def fetch(max_bytes: int, timeout_s: float) -> bytes:
         return document
 
-    settings = BearerSettings(issuer="https://idp", audience="lograft", jwks_url="https://idp/j")
-    verifier = BearerVerifier(settings, JwksCache(settings, fetch))
-    for kid, (key, alg) in keys.items():
-        claims = {"iss": "https://idp", "aud": "lograft", "sub": "alice"}
-        claims["exp"] = int(time.time()) + 600
-        token = jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
-        await verifier.principal(token)
-        start = time.perf_counter()
-        for _ in range(TOKENS):
+    for cached in (0, 4096):
+        settings = BearerSettings(
+            issuer="https://idp",
+            audience="lograft",
+            jwks_url="https://idp/j",
+            verified_tokens_cached_max=cached,
+        )
+        verifier = BearerVerifier(settings, JwksCache(settings, fetch))
+        for kid, (key, alg) in keys.items():
+            claims = {"iss": "https://idp", "aud": "lograft", "sub": "alice"}
+            claims["exp"] = int(time.time()) + 600
+            token = jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
             await verifier.principal(token)
-        print(f"{alg}: {(time.perf_counter() - start) / TOKENS * 1e6:.0f} us per token")
+            start = time.perf_counter()
+            for _ in range(TOKENS):
+                await verifier.principal(token)
+            spent = (time.perf_counter() - start) / TOKENS * 1e6
+            print(f"{alg}, verified_tokens_cached_max={cached}: {spent:.0f} us per token")
 
 
 def bench_passwords() -> None:
@@ -62,6 +74,21 @@ def bench_passwords() -> None:
     )
 
 
+async def bench_password_cache() -> None:
+    credential = make_credential("alice", "correct horse")
+    users = {"alice": {credential.mechanism: credential}}
+    basic = BasicCredentials("alice", "correct horse")
+    for entries, rounds in ((4096, TOKENS), (0, PASSWORDS)):
+        checks = PasswordChecks(lambda: users, inflight_max=4, cache_entries_max=entries)
+        await checks.principal(basic)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            await checks.principal(basic)
+        spent = (time.perf_counter() - start) / rounds * 1e6
+        print(f"Basic check, cache_entries_max={entries}: {spent:.0f} us per request")
+
+
 if __name__ == "__main__":
     asyncio.run(bench_tokens())
     bench_passwords()
+    asyncio.run(bench_password_cache())

@@ -38,16 +38,24 @@ it. A fetch reads at most `jwks_bytes_max` bytes and gives up after
 Costs on the event loop: parsing a bounded token and one signature check,
 0.1 to 0.25 ms a token end to end for RS256, ES256 and EdDSA
 (`scripts/bench_auth.py` on a loaded 2-core machine), so it runs inline.
+A client sends the same token with every request until it expires, so a
+token that verified is remembered (`verified_tokens_cached_max`, keyed by an
+HMAC of the token under a per-process random key) until its `exp` plus
+`clock_skew_ms`, or until the key set changes: a few microseconds a request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
+import os
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +119,10 @@ class BearerSettings(typed.Record):
     clock_skew_ms: Annotated[int, msgspec.Meta(ge=0, le=300_000)] = 30_000
     # The longest token read, in bytes (an Authorization header's value).
     token_bytes_max: Annotated[int, msgspec.Meta(ge=256, le=65_536)] = 8192
+    # Tokens that verified, remembered until they expire (or the keys
+    # change), so a client sending the same token does not pay a signature
+    # check per request; keyed by a keyed hash of the token. 0: off.
+    verified_tokens_cached_max: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 4096
     # The largest JWKS document fetched, in bytes.
     jwks_bytes_max: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 1024 * 1024
     jwks_fetch_timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 5000
@@ -226,6 +238,9 @@ class JwksCache:
         self._background: asyncio.Task[None] | None = None
         # PyJWK objects by (kid, alg): loading a key costs more than using it.
         self._loaded_keys: dict[tuple[str | None, str], jwt.PyJWK] = {}
+        # Bumped whenever the key set is replaced: a verified token stays
+        # verified only under the keys that verified it.
+        self.generation = 0
 
     @property
     def fetches(self) -> int:
@@ -353,6 +368,8 @@ class JwksCache:
                     exc,
                 )
                 return
+            if keys != self._keys:
+                self.generation += 1
             self._keys = keys
             self._loaded_keys.clear()
             self._loaded = True
@@ -391,13 +408,29 @@ _REFUSALS = (
 class BearerVerifier:
     """Checks bearer tokens against `settings` with keys from a `JwksCache`."""
 
-    def __init__(self, settings: BearerSettings, keys: JwksCache) -> None:
+    def __init__(
+        self,
+        settings: BearerSettings,
+        keys: JwksCache,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock`: wall-clock seconds, as `exp` counts them (tests inject one)."""
         self._settings = settings
         self._keys = keys
         self._jwt = jwt.PyJWT(options={"enforce_minimum_key_length": True})
+        self._clock = clock
+        # Verified tokens: keyed hash -> (principal, usable until, key generation).
+        self._verified: OrderedDict[bytes, tuple[str, float, int]] = OrderedDict()
+        self._cache_key = os.urandom(32)
+        # Signature checks done (tests and metrics).
+        self.checks = 0
 
     async def principal(self, token: str) -> str:
-        """`User:<principal claim>` of a valid token, or AuthenticationFailed."""
+        """`User:<principal claim>` of a valid token, or AuthenticationFailed.
+
+        A token that verified is remembered (`verified_tokens_cached_max`)
+        until its `exp` (plus `clock_skew_ms`, as the check allows) or until
+        the key set changes, whichever is first; a refused one never is."""
         settings = self._settings
         if len(token) > settings.token_bytes_max:
             raise _too_large(settings.token_bytes_max)
@@ -405,6 +438,31 @@ class BearerVerifier:
         # surrogateescape may hold anything else.
         if not token.isascii():
             raise AuthenticationFailed(AuthFailure.MALFORMED, "the token is not a valid JWT")
+        remembered = hmac.digest(self._cache_key, token.encode("ascii"), hashlib.sha256)
+        hit = self._verified.get(remembered)
+        if hit is not None:
+            principal, until, generation = hit
+            if generation == self._keys.generation and self._clock() < until:
+                self._verified.move_to_end(remembered)
+                return principal
+            del self._verified[remembered]
+        principal, expires = await self._verify(token)
+        self._remember(remembered, principal, expires)
+        return principal
+
+    def _remember(self, key: bytes, principal: str, expires: float) -> None:
+        limit = self._settings.verified_tokens_cached_max
+        if limit == 0:
+            return
+        until = expires + self._settings.clock_skew_ms / 1000
+        self._verified[key] = (principal, until, self._keys.generation)
+        while len(self._verified) > limit:
+            self._verified.popitem(last=False)
+
+    async def _verify(self, token: str) -> tuple[str, float]:
+        """The principal of a token and its `exp`, checked in full."""
+        settings = self._settings
+        self.checks += 1
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -428,7 +486,9 @@ class BearerVerifier:
                 AuthFailure.MISSING_CLAIM,
                 f"the token has no string {settings.principal_claim!r} claim",
             )
-        return user_principal(value, f"the token's {settings.principal_claim!r} claim")
+        principal = user_principal(value, f"the token's {settings.principal_claim!r} claim")
+        # Required and checked numeric by PyJWT.
+        return principal, float(claims["exp"])
 
     def _decode(self, token: str, key: jwt.PyJWK, alg: str) -> dict[str, Any]:
         settings = self._settings

@@ -621,3 +621,85 @@ async def test_a_fetcher_that_ignores_its_timeout_is_held_to_it() -> None:
     config = settings(jwks_fetch_timeout_ms=100)
     check = BearerVerifier(config, JwksCache(config, hang))
     assert await reason_of(check, token()) is AuthFailure.KEYS_UNAVAILABLE
+
+
+# -- the verified-token cache ---------------------------------------------------------
+
+
+class WallClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cached_verifier(idp: FakeIdp, wall: WallClock, clock: Clock | None = None, **changes):
+    config = settings(**changes)
+    cache = JwksCache(config, idp, clock or Clock())
+    return BearerVerifier(config, cache, wall), cache
+
+
+async def test_a_verified_token_is_not_checked_again_until_it_expires() -> None:
+    wall = WallClock()
+    check, _ = cached_verifier(FakeIdp(DEFAULT_JWKS), wall)
+    text = token(exp=int(wall.now) + 60)
+    for _ in range(5):
+        assert await check.principal(text) == "User:alice"
+    assert check.checks == 1
+    # Within the clock skew past exp the token still counts (as the check
+    # itself would allow); past it the cache lets go and the token is
+    # checked in full again (PyJWT reads the real clock: here it passes).
+    wall.now += 60 + 29
+    assert await check.principal(text) == "User:alice"
+    assert check.checks == 1
+    wall.now += 2
+    assert await check.principal(text) == "User:alice"
+    assert check.checks == 2
+
+
+async def test_a_changed_key_set_forgets_the_verified_tokens() -> None:
+    rotated = jwks(public_jwk(OTHER_EC_KEY, "ec-2"))
+    idp = FakeIdp(DEFAULT_JWKS, rotated)
+    clock = Clock()
+    wall = WallClock()
+    check, cache = cached_verifier(idp, wall, clock)
+    text = token()
+    assert await check.principal(text) == "User:alice"
+    assert await check.principal(text) == "User:alice"
+    assert check.checks == 1
+    # The provider drops ec-1: a token it signed is no longer taken.
+    clock.now += 10
+    await cache.refresh()
+    with pytest.raises(AuthenticationFailed) as refused:
+        await check.principal(text)
+    assert refused.value.reason is AuthFailure.UNKNOWN_KEY
+    # The same keys fetched again change nothing.
+    other = token("ec-2", key=OTHER_EC_KEY, alg="ES256")
+    assert await check.principal(other) == "User:alice"
+    clock.now += 10
+    await cache.refresh()
+    assert await check.principal(other) == "User:alice"
+    assert check.checks == 3
+
+
+async def test_refusals_are_never_cached_and_the_cache_is_bounded() -> None:
+    wall = WallClock()
+    check, _ = cached_verifier(FakeIdp(DEFAULT_JWKS), wall, verified_tokens_cached_max=3)
+    bad = token(aud="someone-else")
+    for _ in range(3):
+        with pytest.raises(AuthenticationFailed):
+            await check.principal(bad)
+    assert check.checks == 3 and not check._verified
+    for n in range(10):
+        await check.principal(token(sub=f"user-{n}"))
+    assert len(check._verified) == 3
+    assert all(len(key) == 32 for key in check._verified)  # keyed hashes, not tokens
+
+
+async def test_a_cache_of_zero_checks_every_time() -> None:
+    check, _ = cached_verifier(FakeIdp(DEFAULT_JWKS), WallClock(), verified_tokens_cached_max=0)
+    text = token()
+    for _ in range(3):
+        await check.principal(text)
+    assert check.checks == 3
