@@ -78,8 +78,6 @@ from lograft.typed import build
 
 log = logging.getLogger(__name__)
 
-_NO_CREDENTIALS: dict[str, Any] = {}
-
 # Rounds of "newer metadata arrived while logs were opening" before applying anyway.
 APPLY_REFRESH_ROUNDS_MAX = 10
 # A broker asking to shut down waits this long for its leaderships to move, ms.
@@ -182,7 +180,7 @@ class Node:
         self.authenticator = Authenticator(
             config.security,
             config.tls,
-            lambda: getattr(self.store.image, "scram_credentials", _NO_CREDENTIALS),
+            lambda: self.store.image.scram_credentials,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
