@@ -440,8 +440,41 @@ async def test_a_header_http_refuses_is_400_without_the_secret(
     assert served.reached == 0
 
 
+# JSON values of any shape, for a token's header and claims.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_JOSE_HEADER = st.fixed_dictionaries(
+    {},
+    optional={
+        "alg": st.sampled_from(["none", "HS256", "ES256", "RS256", "EdDSA", "PS256"]) | _JSON,
+        "kid": st.sampled_from(["ec-1", "rsa-1", "ed-1"]) | _JSON,
+        "typ": _JSON,
+        "crit": _JSON,
+        "jku": _JSON,
+        "b64": _JSON,
+    },
+)
+
+
+def _jws_shaped(header: Any, claims: Any, signature: bytes) -> str:
+    """A token whose three parts decode: a JOSE header and claims of any shape."""
+
+    def part(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    header = header if isinstance(header, dict) else {"alg": "ES256", "x": header}
+    return "Bearer " + ".".join(
+        (part(orjson.dumps(header)), part(orjson.dumps(claims)), part(signature))
+    )
+
+
 @hypothesis_settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     value=st.one_of(
@@ -453,6 +486,7 @@ async def test_a_header_http_refuses_is_400_without_the_secret(
             lambda parts: "Bearer " + ".".join(parts),
             st.lists(st.text("ABCDEFabcdef0123456789-_=", max_size=60), max_size=5),
         ),
+        st.builds(_jws_shaped, _JOSE_HEADER | _JSON, _JSON, st.binary(max_size=80)),
     )
 )
 def test_fuzzed_authorization_values_are_401(bearer_and_password_sync, value: str) -> None:
