@@ -20,7 +20,9 @@ parse), `client-disconnected` (the connection closed before the answer was
 written), `header-timeout` (`[http] header_read_timeout_ms`),
 `connections-limit` (`[http] connections_max` / `connections_per_ip_max`),
 `body-timeout` (`[http] body_read_timeout_ms`), `request-bytes-limit` (a body
-refused for want of room in `[http] request_bytes_inflight_max`).
+refused for want of room in `[http] request_bytes_inflight_max`),
+`tls-handshake` (no TLS handshake within `[http] tls_handshake_timeout_ms`, or
+a failed one: plain HTTP to a TLS port, an untrusted client certificate).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ HEADER_TIMEOUT = "header-timeout"
 CONNECTIONS_LIMIT = "connections-limit"
 BODY_TIMEOUT = "body-timeout"
 REQUEST_BYTES_LIMIT = "request-bytes-limit"
+TLS_HANDSHAKE = "tls-handshake"
 
 # Default of `[http] client_fault_log_interval_ms`: at most one INFO line per
 # kind of client fault in this long, ms.

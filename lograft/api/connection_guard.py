@@ -30,6 +30,16 @@ peers, which dial from addresses of their own. A peer holds at most about
 heartbeats, streams). A flood from many addresses at once has to be stopped in
 front of the node (firewall, load balancer), as it would be for Kafka.
 
+With `[tls]` on, the guard also runs each connection's TLS handshake
+(`loop.start_tls`, the standard library's `ssl`), so a connection is counted
+from the moment it is accepted, handshake included, and a connection over a
+cap is closed without one (no answer: the client has not yet agreed on keys).
+The handshake must finish within `[http] tls_handshake_timeout_ms` of the
+accept; a connection that fails it (plain HTTP sent to the TLS port, a client
+certificate the CA did not sign, a client that stalls) is closed and logged as
+the client fault `tls-handshake`. The header deadline starts once the
+handshake is done.
+
 Headers are complete when aiohttp hands the request to the application: the
 guard's middleware, the outermost, marks that. Bytes that arrive while a
 request is handled, or while the last request's body is still arriving, are
@@ -39,13 +49,21 @@ body or pipelined requests and start no deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.streams import StreamReader
 
-from lograft.api.client_faults import CONNECTIONS_LIMIT, HEADER_TIMEOUT, ClientFaultLog
+from lograft.api.client_faults import (
+    CONNECTIONS_LIMIT,
+    HEADER_TIMEOUT,
+    TLS_HANDSHAKE,
+    ClientFaultLog,
+    describe,
+)
 from lograft.api.http_errors import raw_error_response
 from lograft.errors import ConnectionsLimitReachedError
 
@@ -62,13 +80,20 @@ class ConnectionGuard:
         connections_per_ip_max: int,
         header_read_timeout_ms: int,
         faults: ClientFaultLog,
+        tls: ssl.SSLContext | None = None,
+        tls_handshake_timeout_ms: int = 10_000,
     ) -> None:
+        """`tls`: the server context each connection's handshake uses (None: plain HTTP)."""
+        self.tls = tls
+        self.tls_handshake_timeout_ms = tls_handshake_timeout_ms
         self.connections_max = connections_max
         self.connections_per_ip_max = min(connections_per_ip_max, connections_max)
         self.header_read_timeout_ms = header_read_timeout_ms
         self.faults = faults
         self._per_ip: dict[str, int] = {}
         self._by_transport: dict[asyncio.BaseTransport, _GuardedConnection] = {}
+        # TLS handshakes under way (cancelled when the listener stops).
+        self._handshakes: set[asyncio.Task[None]] = set()
         # The answers to a refused connection, built once: a flood costs no JSON.
         self._refuse_ip = raw_error_response(
             ConnectionsLimitReachedError(
@@ -87,6 +112,7 @@ class ConnectionGuard:
         # Observable (tests, and anyone debugging a flood).
         self.refused_total = 0
         self.header_timeouts_total = 0
+        self.tls_handshake_failures_total = 0
 
     @property
     def open_connections(self) -> int:
@@ -116,6 +142,16 @@ class ConnectionGuard:
 
         return request_started
 
+    async def abort_handshakes(self) -> None:
+        """Stop the TLS handshakes under way (the listener is stopping: aiohttp
+        does not know these connections yet, so it cannot close them)."""
+        tasks = list(self._handshakes)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     # -- accounting (the connections call these) -------------------------------------
 
     def _admit(self, conn: _GuardedConnection, transport: asyncio.BaseTransport) -> bytes | None:
@@ -133,6 +169,13 @@ class ConnectionGuard:
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         self._by_transport[transport] = conn
         return None
+
+    def _rekey(self, old: asyncio.BaseTransport, new: asyncio.BaseTransport) -> None:
+        """The connection counted under `old` goes on as `new` (its TLS transport,
+        the one aiohttp's requests name)."""
+        conn = self._by_transport.pop(old, None)
+        if conn is not None:
+            self._by_transport[new] = conn
 
     def _release(self, conn: _GuardedConnection, transport: asyncio.BaseTransport) -> None:
         if self._by_transport.pop(transport, None) is None:
@@ -153,6 +196,17 @@ class ConnectionGuard:
             self.header_read_timeout_ms,
         )
 
+    def _handshake_failed(self, conn: _GuardedConnection, exc: BaseException) -> None:
+        self.tls_handshake_failures_total += 1
+        self.faults.event(
+            TLS_HANDSHAKE,
+            "closed a connection from %s: no TLS handshake (plain HTTP to the TLS port, an "
+            "untrusted certificate, or not within tls_handshake_timeout_ms=%d): %s",
+            conn.ip,
+            self.tls_handshake_timeout_ms,
+            describe(exc),
+        )
+
 
 class _GuardedConnection(asyncio.Protocol):
     """One accepted connection: admits it, times its headers, and hands every
@@ -168,21 +222,77 @@ class _GuardedConnection(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._requests_in_progress = 0
         self._last_body: StreamReader | None = None
+        # Set while the TLS handshake runs; what the client sends right after
+        # it (in the read that completed it) waits here for the protocol.
+        self._early: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tcp = cast(asyncio.Transport, transport)
         self.ip = _remote_ip(tcp)
         refusal = self._guard._admit(self, tcp)
         if refusal is not None:
-            tcp.write(refusal)
+            if self._guard.tls is None:
+                tcp.write(refusal)  # a TLS client could not read it: closed without
             tcp.close()
             return
         self._transport = tcp
+        if self._guard.tls is None:
+            self._open(tcp)
+            return
+        # Nothing is read before start_tls takes the transport over (it
+        # resumes reading itself).
+        tcp.pause_reading()
+        self._early = []
+        task = asyncio.get_running_loop().create_task(self._handshake(tcp, self._guard.tls))
+        self._guard._handshakes.add(task)
+        task.add_done_callback(self._guard._handshakes.discard)
+
+    async def _handshake(self, tcp: asyncio.Transport, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(
+                tcp,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self._guard.tls_handshake_timeout_ms / 1000,
+            )
+        except asyncio.CancelledError:
+            self._handshake_over(tcp)
+            raise
+        except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
+            # start_tls closed the transport.
+            self._guard._handshake_failed(self, exc)
+            self._handshake_over(tcp)
+            return
+        if tls is None or self._transport is not tcp:
+            self._handshake_over(tcp)  # lost while the handshake finished
+            return
+        self._guard._rekey(tcp, tls)
+        self._transport = tls
+        self._open(tls)
+
+    def _handshake_over(self, tcp: asyncio.Transport) -> None:
+        """A connection that never got past its handshake: closed and uncounted."""
+        self._early = None
+        if self._inner is None:
+            self._guard._release(self, tcp)
+            self._transport = None
+            tcp.abort()
+
+    def _open(self, transport: asyncio.Transport) -> None:
+        """The connection is ready for HTTP: the wrapped protocol takes it."""
+        early, self._early = self._early, None
         self._start_deadline()
         self._inner = self._inner_factory()
-        self._inner.connection_made(tcp)
+        self._inner.connection_made(transport)
+        for data in early or ():
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self._early is not None:
+            self._early.append(data)  # decrypted before start_tls returned
+            return
         if self._inner is None:
             return  # refused: closing
         if (
@@ -207,10 +317,11 @@ class _GuardedConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_deadline()
         transport, self._transport = self._transport, None
-        if transport is None or self._inner is None:
+        if transport is None:
             return  # refused: never counted
         self._guard._release(self, transport)
-        self._inner.connection_lost(exc)
+        if self._inner is not None:  # None: lost during the TLS handshake
+            self._inner.connection_lost(exc)
 
     # -- the header deadline ------------------------------------------------------------
 

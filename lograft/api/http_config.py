@@ -71,6 +71,10 @@ class HttpConfig(Record):
     # A connection that has not sent a whole request's headers this long after
     # it opened (or after that request's first byte) is closed, ms.
     header_read_timeout_ms: Positive = 10_000
+    # With [tls]: a connection must finish its TLS handshake this long after it
+    # is accepted, or it is closed (it counts against the connection caps
+    # meanwhile), ms.
+    tls_handshake_timeout_ms: Positive = 10_000
     # An idle keep-alive connection is closed after this long, ms. Above the
     # 15 s aiohttp clients (the nodes among them) keep an idle connection, so
     # that the client, not the node, closes it first.

@@ -5,6 +5,9 @@ What a client may do to a connection, all from `[http]` in the node config
 
 - `connections_max`, `connections_per_ip_max`, `header_read_timeout_ms`:
   enforced by `ConnectionGuard` (connection_guard.py);
+- `tls_handshake_timeout_ms`: with `[tls]` (an `ssl.SSLContext` passed in),
+  each connection's TLS handshake, run by the guard so that connections in
+  a handshake count against the caps too;
 - `keepalive_timeout_ms`: an idle keep-alive connection is closed after this
   long (aiohttp's `keepalive_timeout`);
 - `request_bytes_inflight_max`, `request_bytes_inflight_wait_ms`,
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 from aiohttp import web
@@ -52,7 +56,10 @@ UNREAD_BODY_DRAIN_MS = 2_000
 
 
 class HttpServer:
-    def __init__(self, app: web.Application, config: HttpConfig) -> None:
+    def __init__(
+        self, app: web.Application, config: HttpConfig, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """`tls`: serve HTTPS with this server context (None: plain HTTP)."""
         self.config = config
         self.faults = ClientFaultLog(config.client_fault_log_interval_ms)
         self.guard = ConnectionGuard(
@@ -60,6 +67,8 @@ class HttpServer:
             connections_per_ip_max=config.connections_per_ip_max,
             header_read_timeout_ms=config.header_read_timeout_ms,
             faults=self.faults,
+            tls=tls,
+            tls_handshake_timeout_ms=config.tls_handshake_timeout_ms,
         )
         self.bodies = RequestBodies(
             request_bytes_max=config.request_bytes_max,
@@ -114,6 +123,7 @@ class HttpServer:
     async def stop(self) -> None:
         if self._listener is not None:
             self._listener.close()  # accept no more; open connections end below
+        await self.guard.abort_handshakes()
         await self._runner.cleanup()
         if self._listener is not None:
             await self._listener.wait_closed()

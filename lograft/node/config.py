@@ -117,9 +117,9 @@ class Voter(Record):
             if not is_host_port(address):
                 raise FieldError(key, f"{address!r}: write it as host:port")
 
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.http}"
+    def http_url(self, scheme: str = "http") -> str:
+        """Its HTTP API's base URL: `scheme` is "https" when the cluster runs [tls]."""
+        return f"{scheme}://{self.http}"
 
 
 class RaftSection(RaftTuning, kw_only=True):
@@ -169,6 +169,7 @@ class NodeConfig(Record):
         force_setattr(self, "log_level", self.log_level.upper())
         _check_voters(self.node_id, self.roles, self.voters)
         _check_security(self.security, self.tls)
+        _check_scheme(self.http.advertised_url, self.tls)
         if (
             "broker" in self.roles
             and self.http.advertised_url is None
@@ -189,11 +190,16 @@ class NodeConfig(Record):
         return "broker" in self.roles
 
     @property
+    def http_scheme(self) -> str:
+        """Of every node's HTTP API: "https" with [tls] (the same on every node)."""
+        return "http" if self.tls is None else "https"
+
+    @property
     def http_url(self) -> str:
         """The URL other nodes and clients dial to reach this node's HTTP API."""
         if self.http.advertised_url is not None:
             return self.http.advertised_url
-        return f"http://{self.http.host}:{self.http.port}"
+        return f"{self.http_scheme}://{self.http.host}:{self.http.port}"
 
     def voter(self, node_id: int) -> Voter | None:
         for v in self.voters:
@@ -287,6 +293,19 @@ def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...
         raise FieldError("voters", f"node {node_id} has the controller role but is not in voters")
     if "controller" not in roles and node_id in ids:
         raise FieldError("roles", f"node {node_id} is in voters, so roles must include controller")
+
+
+def _check_scheme(advertised_url: str | None, tls: TlsSettings | None) -> None:
+    if advertised_url is None:
+        return
+    scheme = advertised_url.partition("://")[0]
+    wanted = "http" if tls is None else "https"
+    if scheme != wanted:
+        raise FieldError(
+            "http.advertised_url",
+            f"{advertised_url!r}: the listener speaks {wanted} "
+            f"({'no [tls] section' if tls is None else 'with [tls]'}), so write {wanted}://",
+        )
 
 
 def _check_security(security: SecuritySettings, tls: TlsSettings | None) -> None:

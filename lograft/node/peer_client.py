@@ -6,6 +6,10 @@ batched partition-offsets requests, group listings, the streams' reads and
 offsets of partitions led elsewhere, and the controller RPCs
 (`ControllerClient`). It owns what each of those sites used to write again:
 
+- TLS: with `[tls]`, every call is HTTPS with the node's client context
+  (`lograft.security.tls.client_context`): the peer's certificate and host
+  name are verified against `ca_file`, and the node presents its own
+  certificate;
 - the connection pool (one `aiohttp.ClientSession`, created on first use in
   the event loop that uses it, so the heartbeat thread's client lives on that
   thread's loop) and its bound on connections;
@@ -41,6 +45,7 @@ the streams have one for short calls and one for their long-polls.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -106,10 +111,12 @@ class PeerClient(LocalFirst):
         timeout_ms: int = NODE_REQUEST_TIMEOUT_MS,
         answer_bytes_max: int = PEER_ANSWER_BYTES_MAX,
         trace_configs: list[aiohttp.TraceConfig] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`metadata` gives brokers' registered URLs (None: calls by broker id
         find none); `connections_max` / `connections_per_peer_max` 0: no limit;
-        `trace_configs`: aiohttp's hooks on every request (tests count them)."""
+        `trace_configs`: aiohttp's hooks on every request (tests count them);
+        `tls`: the client context of https calls (None: the system's defaults)."""
         super().__init__()
         self.cluster_secret = cluster_secret
         self.peers = peers or PeerUrls()
@@ -119,6 +126,7 @@ class PeerClient(LocalFirst):
         self.timeout_ms = timeout_ms
         self.answer_bytes_max = answer_bytes_max
         self.trace_configs = trace_configs
+        self.tls = tls
         self._session: aiohttp.ClientSession | None = None
 
     # -- addresses ------------------------------------------------------------------------
@@ -277,7 +285,9 @@ class PeerClient(LocalFirst):
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self.connections_max, limit_per_host=self.connections_per_peer_max
+                    limit=self.connections_max,
+                    limit_per_host=self.connections_per_peer_max,
+                    ssl=self.tls if self.tls is not None else True,
                 ),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000),
                 trace_configs=self.trace_configs,

@@ -8,8 +8,9 @@ changes). By default that is the peer's own address: the URL the broker
 registered (its advertised URL) for a broker, the voters list's `http` for a
 controller. `[http.dial]` replaces the host:port per peer, so a test can put a
 proxy on each directed link (as `[raft.dial]` does for Raft); the scheme stays
-the peer's. Clients never see these addresses: NOT_LEADER answers and
-`/v1/brokers` keep the advertised ones.
+the peer's. Voters' URLs take the cluster's scheme (https with `[tls]`).
+Clients never see these addresses: NOT_LEADER answers and `/v1/brokers` keep
+the advertised ones.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from lograft.node.config import Voter
 
 
 class PeerUrls:
-    def __init__(self, dial: Mapping[int, str] | None = None) -> None:
+    def __init__(self, dial: Mapping[int, str] | None = None, scheme: str = "http") -> None:
         # Peer node id -> host:port ([http.dial]).
         self.dial: Mapping[int, str] = dict(dial or {})
+        # Of every node's HTTP API (NodeConfig.http_scheme).
+        self.scheme = scheme
 
     def resolve(self, peer_id: int, advertised_url: str | None) -> str | None:
         """The base URL to dial for `peer_id`, whose own URL is `advertised_url`
@@ -34,7 +37,7 @@ class PeerUrls:
         if address is None:
             return advertised_url
         scheme, sep, _rest = advertised_url.partition("://")
-        return f"{scheme if sep else 'http'}://{address}"
+        return f"{scheme if sep else self.scheme}://{address}"
 
     def broker(self, metadata: MetadataView, broker_id: int) -> str | None:
         """The base URL of a registered broker (None if it has not registered)."""
@@ -42,6 +45,6 @@ class PeerUrls:
 
     def voter(self, voter: Voter) -> str:
         """The base URL of a controller voter."""
-        url = self.resolve(voter.node_id, voter.http_url)
+        url = self.resolve(voter.node_id, voter.http_url(self.scheme))
         assert url is not None  # a voter always has an address
         return url

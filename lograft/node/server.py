@@ -74,6 +74,7 @@ from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
 from lograft.security.acls import AclBinding
+from lograft.security.tls import client_context, server_context
 from lograft.typed import build
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,11 @@ class Node:
         self.raft = RaftAdapter(raft_config_for(config), self.store)
         self.controller_config = config.controller
         # The one place node-to-node HTTP calls get a peer's URL ([http.dial]).
-        self.peers = PeerUrls(config.http.dial)
+        self.peers = PeerUrls(config.http.dial, config.http_scheme)
+        # [tls]: the listener's context and the one node-to-node calls use
+        # (built now, so a bad file fails the start, not the first call).
+        self.tls_server = server_context(config.tls) if config.tls is not None else None
+        self.tls_client = client_context(config.tls) if config.tls is not None else None
         self.runtime: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinatorRuntime | None = None
@@ -237,7 +242,7 @@ class Node:
             main_loop = asyncio.get_running_loop()
             self.agent = BrokerAgent(
                 cfg.node_id,
-                {"http": cfg.http_url},  # http.advertised_url, else http://host:port
+                {"http": cfg.http_url},  # http.advertised_url, else http(s)://host:port
                 cfg.rack,
                 self.client,
                 # Caught up means the replicas follow the metadata, not just the
@@ -271,6 +276,7 @@ class Node:
             connections_max=connections_max,
             connections_per_peer_max=connections_per_peer_max,
             answer_bytes_max=self.config.http.peer_answer_bytes_max,
+            tls=self.tls_client,
         )
 
     def _local_controller(
@@ -361,7 +367,7 @@ class Node:
         from lograft.api.openapi import add_openapi_route
 
         add_openapi_route(app)
-        self._http = HttpServer(app, cfg.http)
+        self._http = HttpServer(app, cfg.http, self.tls_server)
         await self._http.start()
 
     async def stop(self) -> None:

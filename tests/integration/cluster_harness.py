@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -134,6 +135,9 @@ class NodeSpec:
     # [security]: authentication and ACLs; a dict value is a sub-table
     # ({"bearer": {...}} -> [security.bearer]).
     security: dict[str, Any] = field(default_factory=dict)
+    # [tls]: empty for plain HTTP; with it the node serves (and calls its
+    # peers over) https.
+    tls: dict[str, Any] = field(default_factory=dict)
 
     @property
     def http_address(self) -> str:
@@ -192,7 +196,15 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     lines += ["", *_toml_table("raft", spec.raft)]
     if spec.dial:
         lines += ["", *_toml_table("raft.dial", {str(k): v for k, v in spec.dial.items()})]
-    for section in ("controller", "broker", "groups", "stream", "log_defaults", "security"):
+    for section in (
+        "controller",
+        "broker",
+        "groups",
+        "stream",
+        "log_defaults",
+        "security",
+        "tls",
+    ):
         values = getattr(spec, section)
         if values:
             lines += ["", *_toml_table(section, values)]
@@ -218,8 +230,10 @@ def http_request(
     *,
     headers: Mapping[str, str] | None = None,
     timeout_s: float = HTTP_TIMEOUT_S,
+    context: ssl.SSLContext | None = None,
 ) -> Response:
-    """One HTTP request; any status is returned, connection errors raise OSError."""
+    """One HTTP request; any status is returned, connection errors raise OSError.
+    `context`: what an https URL is verified with."""
     data: bytes | None = None
     hdrs = dict(headers or {})
     if body is not None:
@@ -227,7 +241,7 @@ def http_request(
         hdrs.setdefault("Content-Type", "application/json")
     request = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()
@@ -256,7 +270,8 @@ class ClusterNode:
 
     @property
     def url(self) -> str:
-        return f"http://{self.spec.http_address}"
+        scheme = "https" if self.spec.tls else "http"
+        return f"{scheme}://{self.spec.http_address}"
 
     @property
     def config_path(self) -> Path:
@@ -385,7 +400,14 @@ class ClusterNode:
         headers: Mapping[str, str] | None = None,
         timeout_s: float = HTTP_TIMEOUT_S,
     ) -> Response:
-        return http_request(method, self.url + path, body, headers=headers, timeout_s=timeout_s)
+        return http_request(
+            method,
+            self.url + path,
+            body,
+            headers=headers,
+            timeout_s=timeout_s,
+            context=self.cluster.client_tls,
+        )
 
     def get(self, path: str, **kw: Any) -> Response:
         return self.request("GET", path, **kw)
@@ -443,11 +465,18 @@ class LograftCluster:
         http: Mapping[str, Any] | None = None,
         overrides: Mapping[int, Mapping[str, Any]] | None = None,
         roles: Mapping[int, tuple[str, ...]] | None = None,
+        tls: Path | None = None,
     ) -> None:
         """`raft`/`controller`/`broker`/`http` apply to every node; `overrides[node_id]` holds
         per-node NodeSpec fields (e.g. {"raft": {...}, "dial": {2: "127.0.0.1:1234"}}),
-        merged over the cluster-wide sections."""
+        merged over the cluster-wide sections. `tls`: a directory of certificates
+        `make_local_certificates` wrote (ca.pem, node-<id>.pem, node-<id>-key.pem):
+        every node serves https, and the harness's requests trust ca.pem."""
         self.workdir = workdir
+        # What the harness's own requests verify https answers with.
+        self.client_tls = (
+            ssl.create_default_context(cafile=tls / "ca.pem") if tls is not None else None
+        )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pgids: set[int] = set()
         self.nodes: dict[int, ClusterNode] = {}
@@ -463,6 +492,12 @@ class LograftCluster:
                 broker=dict(broker or {}),
                 http=dict(http or {}),
             )
+            if tls is not None:
+                spec.tls = {
+                    "certificate_file": tls / f"node-{node_id}.pem",
+                    "key_file": tls / f"node-{node_id}-key.pem",
+                    "ca_file": tls / "ca.pem",
+                }
             for key, value in (overrides or {}).get(node_id, {}).items():
                 current = getattr(spec, key)
                 setattr(spec, key, {**current, **value} if isinstance(current, dict) else value)

@@ -54,7 +54,7 @@ def test_a_full_config_parses(tmp_path: Path):
     assert cfg.node_id == 2
     assert cfg.is_controller and cfg.is_broker
     assert [v.raft for v in cfg.voters][1] == "127.0.0.1:19092"
-    assert cfg.voter(3).http_url == "http://127.0.0.1:9093"
+    assert cfg.voter(3).http_url() == "http://127.0.0.1:9093"
     assert cfg.raft.dial == {1: "127.0.0.1:29021"}
     assert cfg.raft.password == "a-raft-password-long-enough"
     assert cfg.raft.election_timeout_min_ms == 350
@@ -444,3 +444,27 @@ def test_a_bad_override_names_the_key_and_the_variable(tmp_path: Path, name, tex
         load_config(f, env={name: text})
     assert info.value.details.get("key") == key
     assert name in info.value.message
+
+
+def test_tls_makes_every_node_url_https(tmp_path: Path):
+    from lograft.node.peer_urls import PeerUrls
+
+    tls = '\n[tls]\ncertificate_file = "n.pem"\nkey_file = "n-key.pem"\n'
+    f = tmp_path / "node.toml"
+    f.write_text(GOOD + tls)
+    cfg = load_config(f, env={})
+    assert cfg.http_scheme == "https"
+    assert cfg.http_url == "https://127.0.0.1:9092"
+    peers = PeerUrls(cfg.http.dial, cfg.http_scheme)
+    voter = cfg.voter(3)
+    assert voter is not None
+    assert peers.voter(voter) == "https://127.0.0.1:9093"
+    assert PeerUrls({3: "127.0.0.1:1"}, "https").voter(voter) == "https://127.0.0.1:1"
+    # An advertised URL must name the scheme the listener speaks.
+    f.write_text(GOOD.replace("port = 9092", 'port = 9092\nadvertised_url = "http://n:9092"') + tls)
+    with pytest.raises(InvalidConfigError, match=r"\(with \[tls\]\), so write https://") as exc:
+        load_config(f, env={})
+    assert exc.value.details["key"] == "http.advertised_url"
+    f.write_text(GOOD.replace("port = 9092", 'port = 9092\nadvertised_url = "https://n:9092"'))
+    with pytest.raises(InvalidConfigError, match="so write http://"):
+        load_config(f, env={})
