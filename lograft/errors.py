@@ -677,6 +677,22 @@ class ClusterAuthorizationFailedError(LograftError):
     kafka_code = 31
 
 
+# --- quotas (lograft/api/quota_gate.py) ---------------------------------------
+
+
+@_register
+class ThrottlingQuotaExceededError(LograftError):
+    """The caller is over a client quota (producer_byte_rate,
+    consumer_byte_rate) by more than the node delays an answer for
+    (`[quotas] throttle_max_ms`): refused, nothing written or read. Retry
+    after `details.retry_after_ms` (the answer's Retry-After, in whole
+    seconds). Kafka's THROTTLING_QUOTA_EXCEEDED; retriable, as there."""
+
+    code = "THROTTLING_QUOTA_EXCEEDED"
+    kafka_code = 89
+    retriable = True
+
+
 @_register
 class NotFoundError(LograftError):
     """No such route (HTTP 404 for a path the API does not have)."""

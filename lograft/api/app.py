@@ -11,7 +11,8 @@ internal endpoints under `/internal/v1` behind the cluster secret
 
 Middleware, outermost first: the connection guard (http_server.py), errors
 as JSON, authentication (api/authentication.py: sets the Caller), the
-internal-secret check, the serving gate, request bodies (http_server.py).
+internal-secret check, authorization (api/access.py), the serving gate,
+client quotas (api/quota_gate.py), request bodies (http_server.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lograft.api.auth_failure_log import AuthFailureLog
 from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
 from lograft.api.caller import CALLER_KEY, Caller, How
 from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY, error_middleware
+from lograft.api.quota_gate import QUOTA_GATE_KEY, QuotaGate, quota_middleware
 from lograft.api.serving_gate import ServingCheck, serving_gate_middleware
 from lograft.security.failures import AuthenticationFailed, AuthFailure
 
@@ -88,6 +90,7 @@ def create_app(
     serving: ServingCheck | None = None,
     authenticator: Authenticator | None = None,
     access: AccessControl | None = None,
+    quotas: QuotaGate | None = None,
 ) -> web.Application:
     """`serving`: None when the node has no data routes (no broker role), else
     what refuses them while the broker may not serve (api/serving_gate.py).
@@ -95,7 +98,8 @@ def create_app(
     is User:ANONYMOUS. `access`: None with `[security] authorization` off,
     else what decides every route (api/access.py), after authentication; the
     app then refuses to start with a route the table (api/route_access.py)
-    does not decide."""
+    does not decide. `quotas`: the client quotas enforced on the public
+    routes (api/quota_gate.py); None: none."""
     authenticator = authenticator or Authenticator()
     middlewares = [
         error_middleware,
@@ -106,8 +110,12 @@ def create_app(
         middlewares.append(authorization_middleware(access))
     if serving is not None:
         middlewares.append(serving_gate_middleware(serving))
+    if quotas is not None:
+        middlewares.append(quota_middleware(quotas))
     app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
+    if quotas is not None:
+        app[QUOTA_GATE_KEY] = quotas
     if access is not None:
         app[ACCESS_KEY] = access
         app.on_startup.append(check_every_route_decided)

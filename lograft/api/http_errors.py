@@ -140,6 +140,9 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.TopicAuthorizationFailedError: 403,
     e.GroupAuthorizationFailedError: 403,
     e.ClusterAuthorizationFailedError: 403,
+    # 429 Too Many Requests: over a client quota by more than the node delays
+    # an answer for; Retry-After says when (api/quota_gate.py).
+    e.ThrottlingQuotaExceededError: 429,
     # -- HTTP itself
     # 401: the caller did not prove who it is (details.reason says why).
     e.SaslAuthenticationFailedError: 401,
@@ -177,8 +180,20 @@ def status_for(error: e.LograftError) -> int:
     return 503 if status == 500 and error.retriable else status
 
 
-def _headers(status: int) -> dict[str, str]:
-    return {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else {}
+def _headers(status: int, error: e.LograftError) -> dict[str, str]:
+    if status == 503:
+        return {"Retry-After": str(RETRY_AFTER_S)}
+    if status == 429:
+        return {"Retry-After": str(retry_after_s(error.details.get("retry_after_ms")))}
+    return {}
+
+
+def retry_after_s(retry_after_ms: object) -> int:
+    """Retry-After in whole seconds (RFC 9110), rounded up so a client that
+    waits it is never early; at least 1."""
+    if not isinstance(retry_after_ms, int) or isinstance(retry_after_ms, bool):
+        return RETRY_AFTER_S
+    return max(1, -(-retry_after_ms // 1000))
 
 
 def error_dict(error: e.LograftError) -> dict[str, Any]:
@@ -259,7 +274,7 @@ def error_response(error: e.LograftError) -> web.Response:
         status=status,
         body=render_error(error),
         content_type="application/json",
-        headers=_headers(status),
+        headers=_headers(status, error),
     )
 
 
@@ -272,7 +287,7 @@ def raw_error_response(error: e.LograftError) -> bytes:
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n"
-        + "".join(f"{k}: {v}\r\n" for k, v in _headers(status).items())
+        + "".join(f"{k}: {v}\r\n" for k, v in _headers(status, error).items())
         + "Connection: close\r\n\r\n"
     )
     return head.encode() + body

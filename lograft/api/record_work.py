@@ -21,6 +21,8 @@ once held a node's loop for 10 s and got it fenced). Such work runs here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -33,6 +35,13 @@ T = TypeVar("T")
 # ~1,000 small records, well under a millisecond of work.
 INLINE_BYTES_MAX = 64 * 1024
 DEFAULT_THREADS = 2
+
+# Seconds of thread time the current request's jobs took, where a
+# request_percentage quota measures its handler (api/quota_gate.py sets it
+# for the request's task; None: nobody is counting).
+WORK_TIME: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "lograft_record_work_time", default=None
+)
 
 
 def worth_a_thread(data: bytes) -> bool:
@@ -53,6 +62,9 @@ class RecordWork:
         """`fn()` in a worker thread (inline=True: here, now)."""
         if inline:
             return fn()
+        tally = WORK_TIME.get()
+        if tally is not None:
+            fn = _timed(fn, tally)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     @staticmethod
@@ -65,4 +77,15 @@ class RecordWork:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["INLINE_BYTES_MAX", "RecordWork", "worth_a_thread"]
+def _timed(fn: Callable[[], T], tally: list[float]) -> Callable[[], T]:
+    def timed() -> T:
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            tally.append(time.perf_counter() - started)  # list.append is atomic
+
+    return timed
+
+
+__all__ = ["INLINE_BYTES_MAX", "WORK_TIME", "RecordWork", "worth_a_thread"]

@@ -38,6 +38,7 @@ from aiohttp import web
 
 from lograft.api.fetch_json import PageRequest, render_page, response_body
 from lograft.api.http_errors import error_dict
+from lograft.api.quota_gate import request_quota
 from lograft.api.record_work import INLINE_BYTES_MAX, RecordWork, worth_a_thread
 from lograft.api.records_json import (
     READ_FORMATS,
@@ -186,6 +187,9 @@ class DataRoutes:
         view = self._topic(request.match_info["topic"])
         _refuse_internal(view.name)
         body = await request.read()
+        quota = request_quota(request)
+        if quota is not None:
+            quota.charge_produce(len(body))  # over the hard limit: 429, nothing written
         # A large body's records are decoded and encoded into batches in a
         # record-work thread: that Python work (about 0.2 s for 10,000 small
         # records) would otherwise hold the event loop. The JSON decode itself
@@ -222,7 +226,9 @@ class DataRoutes:
             first = next(r for r in results if isinstance(r, LograftError))
             first.details["offsets"] = offsets
             raise first
-        return json_response({"offsets": offsets}, 200 if failed == 0 else 207)
+        answer: dict[str, Any] = {"offsets": offsets}
+        _add_throttle(answer, request)
+        return json_response(answer, 200 if failed == 0 else 207)
 
     def _prepare_json(
         self, view: TopicView, body: bytes
@@ -282,18 +288,22 @@ class DataRoutes:
             )
         acks = Acks.parse(request.query.get("acks", "all"))
         self._require_local_leader(view, tp)
-        result = await self.router.append_raw(view, tp, await request.read(), acks)
+        body = await request.read()
+        quota = request_quota(request)
+        if quota is not None:
+            quota.charge_produce(len(body))  # over the hard limit: 429, nothing written
+        result = await self.router.append_raw(view, tp, body, acks)
         if acks is Acks.NONE:
             return web.Response(status=202)
-        return json_response(
-            {
-                "partition": tp.partition,
-                "base_offset": result.first_offset,
-                "last_offset": result.last_offset,
-                "log_append_time": result.log_append_time_ms,
-                "duplicate": result.duplicate,
-            }
-        )
+        answer: dict[str, Any] = {
+            "partition": tp.partition,
+            "base_offset": result.first_offset,
+            "last_offset": result.last_offset,
+            "log_append_time": result.log_append_time_ms,
+            "duplicate": result.duplicate,
+        }
+        _add_throttle(answer, request)
+        return json_response(answer)
 
     # -- fetch --------------------------------------------------------------------------
 
@@ -322,6 +332,9 @@ class DataRoutes:
                     f"{name}={shown(fmt)}; use one of {', '.join(READ_FORMATS)}"
                 )
         self._require_local_leader(view, tp)
+        quota = request_quota(request)
+        if quota is not None:
+            quota.check_consume()  # owes more than throttle_max_ms: 429, nothing read
         got = await self.replicas.fetch(
             tp,
             offset,
@@ -346,7 +359,17 @@ class DataRoutes:
         # hold up every other request of this node, broker heartbeats and
         # controller duties included (a loaded node was fenced that way).
         body = await self.work.run(render, inline=not worth_a_thread(got.data))
-        return await send_body(request, body, "application/json")
+        headers: dict[str, str] = {}
+        if quota is not None:
+            # Counted as sent: the body as rendered (the field adds ~25 bytes).
+            ms = quota.charge_consume(len(body))
+            if ms > 0:
+                body = await self.work.run(
+                    functools.partial(_with_throttle_field, body, ms),
+                    inline=len(body) <= INLINE_BYTES_MAX,
+                )
+            headers = await quota.wait()
+        return await send_body(request, body, "application/json", headers)
 
     async def _raw_fetch(
         self, request: web.Request, data: bytes, hw: int, log_start: int, offset: int
@@ -359,16 +382,16 @@ class DataRoutes:
 
         # 50 MiB of small batches is ~800,000 headers to walk.
         next_offset = await self.work.run(last_offset, inline=len(data) <= INLINE_BYTES_MAX)
-        return await send_body(
-            request,
-            data,
-            BATCH_CONTENT_TYPE,
-            {
-                "X-Lograft-High-Watermark": str(hw),
-                "X-Lograft-Log-Start-Offset": str(log_start),
-                "X-Lograft-Next-Offset": str(next_offset),
-            },
-        )
+        headers = {
+            "X-Lograft-High-Watermark": str(hw),
+            "X-Lograft-Log-Start-Offset": str(log_start),
+            "X-Lograft-Next-Offset": str(next_offset),
+        }
+        quota = request_quota(request)
+        if quota is not None:
+            quota.charge_consume(len(data))
+            headers.update(await quota.wait())
+        return await send_body(request, data, BATCH_CONTENT_TYPE, headers)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -397,6 +420,21 @@ class DataRoutes:
                     "timestamp": found.timestamp,
                 }
         return json_response(body)
+
+
+def _add_throttle(answer: dict[str, Any], request: web.Request) -> None:
+    """`throttle_time_ms` in a JSON answer the quotas delay (Kafka's field;
+    absent when not throttled). The header says the same."""
+    quota = request_quota(request)
+    if quota is not None:
+        ms = quota.settle()
+        if ms > 0:
+            answer["throttle_time_ms"] = ms
+
+
+def _with_throttle_field(body: bytes, ms: int) -> bytes:
+    """A JSON object's bytes with `"throttle_time_ms": ms` added last."""
+    return b"".join((body[:-1], b',"throttle_time_ms":', str(ms).encode(), b"}"))
 
 
 def _build_batches(groups: dict[int, list[ProduceRecord]], now_ms: int) -> dict[int, bytes]:

@@ -34,6 +34,7 @@ from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
 from lograft.api.http_server import HttpServer
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
+from lograft.api.quota_gate import QuotaGate
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import RenderLimits
 from lograft.api.routes_admin import AdminRoutes
@@ -187,6 +188,8 @@ class Node:
             config.tls,
             lambda: self.store.image.scram_credentials,
         )
+        # Client quotas, from the image (api/quota_gate.py; [quotas]).
+        self.quota_gate = QuotaGate(config.quotas, lambda: self.store.image.client_quotas)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -304,6 +307,7 @@ class Node:
             serving=self.catch_up.refusal if self.replicas is not None else None,
             authenticator=self.authenticator,
             access=self._access_control(),
+            quotas=self.quota_gate,
         )
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)

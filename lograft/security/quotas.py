@@ -279,6 +279,7 @@ class Throttle(NamedTuple):
     capped: bool = False  # the throttle was longer than the maximum (cut to it)
     quota: float | None = None  # the quota that applied, None when none did
     entity: QuotaEntity | None = None  # the entity whose quota applied
+    wanted_ms: int = 0  # the throttle before the cap (ms when not capped)
 
 
 _NO_THROTTLE = Throttle(0)
@@ -355,8 +356,8 @@ class ClientQuotas:
         rate.record(value, now_ms)
         wait = throttle_time_ms(rate.measure(now_ms), quota, rate.window(now_ms))
         if wait > self._throttle_max_ms:
-            return Throttle(self._throttle_max_ms, True, quota, entity)
-        return Throttle(wait, False, quota, entity)
+            return Throttle(self._throttle_max_ms, True, quota, entity, wait)
+        return Throttle(wait, False, quota, entity, wait)
 
     def record_request_time(self, user: str, client_id: str, seconds: float) -> Throttle:
         """Record `seconds` of handling time as a request percentage (Kafka's

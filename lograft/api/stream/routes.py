@@ -57,6 +57,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from lograft.api.caller import CLIENT_ID_HEADER
+from lograft.api.quota_gate import request_quota
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
 from lograft.api.request_ints import QUERY_INT_MAX, parse_int, parse_partition, query_int
@@ -200,6 +201,11 @@ class StreamRoutes:
                 "retry later or stream from another node",
                 streams_max=self.limits.streams_max,
             )
+        quota = request_quota(request)
+        if quota is not None:
+            quota.time_exempt = True  # a stream's pushes count as consumer bytes
+            quota.waited = True  # paced between pushes, not delayed as a whole
+            quota.check_consume()  # owes more than throttle_max_ms: 429
         task = asyncio.current_task()
         assert task is not None
         self.sessions[task] = None  # the slot is taken from here to the finally
@@ -226,7 +232,14 @@ class StreamRoutes:
                 raise
             _bound_client_stall(request, self.limits.client_stalled_timeout_ms)
             session = StreamSession(
-                request, response, sources, positions, req.settings, group, work=self.work
+                request,
+                response,
+                sources,
+                positions,
+                req.settings,
+                group,
+                work=self.work,
+                quota=quota,
             )
             self.sessions[task] = session
             await session.run()  # a group member leaves when it returns

@@ -36,6 +36,7 @@ import orjson
 from aiohttp import web
 
 from lograft.api.http_errors import error_body
+from lograft.api.quota_gate import RequestQuota
 from lograft.api.record_work import RecordWork, worth_a_thread
 from lograft.api.records_json import RenderLimits
 from lograft.api.stream import sse
@@ -94,6 +95,7 @@ class StreamSession:
         group: GroupBinding | None = None,
         *,
         work: RecordWork,
+        quota: RequestQuota | None = None,
     ) -> None:
         self.request = request
         self.response = response
@@ -104,6 +106,10 @@ class StreamSession:
         # Threads that render chunks worth one (the routes', shared; their
         # owner closes them, a session never builds its own).
         self.work = work
+        # The client's quotas: each push is counted as consumer bytes, and
+        # one over the quota is followed by `: throttle_ms=N` and a wait.
+        self.quota = quota
+        self.throttle_ms_total = 0
         # Fetch in flight -> its partition: at most one per partition.
         self._fetches: dict[asyncio.Task[Chunk], int] = {}
         # Observable state (tests, and anyone debugging a slow consumer).
@@ -271,6 +277,7 @@ class StreamSession:
                         await self._write(block.data)
                     finally:
                         self.held_bytes -= len(block.data)
+                    await self._pace(len(block.data))
                 self.records_delivered += block.records
                 self.positions[p] = block.position
         finally:
@@ -279,6 +286,17 @@ class StreamSession:
     async def _write(self, data: bytes) -> None:
         await self.response.write(data)  # awaits the transport's drain
         self._last_write = time.monotonic()
+
+    async def _pace(self, sent: int) -> None:
+        """Throttle between pushes: a push over the consumer quota is
+        followed by its throttle time as a comment, then that wait."""
+        if self.quota is None:
+            return
+        ms = self.quota.charge_consume(sent)
+        if ms > 0:
+            await self._write(b": throttle_ms=%d\n\n" % ms)
+            self.throttle_ms_total += ms
+            await self.quota.gate.sleep(ms)
 
     async def _heartbeat_if_due(self) -> None:
         if time.monotonic() - self._last_write >= self.settings.heartbeat_interval_ms / 1000:
