@@ -249,7 +249,7 @@ class Authenticator:
                     failure.reason.value,
                     host,
                     failure.message,
-                    principal=_claimed(request),
+                    principal=failure.principal or _claimed(request),
                     client_id=client_id,
                     where=f"{request.method} {request.path}",
                 )

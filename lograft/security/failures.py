@@ -46,9 +46,12 @@ class AuthFailure(enum.StrEnum):
 
 
 class AuthenticationFailed(Exception):
-    """A caller's credential was refused for `reason`; `message` is safe to show."""
+    """A caller's credential was refused for `reason`; `message` is safe to show.
+    `principal`: whom the credential names, when that is known for sure (a
+    correctly signed but expired token), for the log only."""
 
-    def __init__(self, reason: AuthFailure, message: str) -> None:
+    def __init__(self, reason: AuthFailure, message: str, *, principal: str | None = None) -> None:
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.message = message
+        self.principal = principal

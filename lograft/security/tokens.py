@@ -405,6 +405,17 @@ _REFUSALS = (
 )
 
 
+# Refusals of a token whose signature verified: its principal may be logged.
+_CLAIM_REFUSALS = frozenset(
+    {
+        AuthFailure.EXPIRED,
+        AuthFailure.NOT_YET_VALID,
+        AuthFailure.WRONG_AUDIENCE,
+        AuthFailure.WRONG_ISSUER,
+    }
+)
+
+
 class BearerVerifier:
     """Checks bearer tokens against `settings` with keys from a `JwksCache`."""
 
@@ -505,8 +516,36 @@ class BearerVerifier:
         except Exception as exc:
             for refusal in _REFUSALS:
                 if isinstance(exc, refusal.error):
-                    raise AuthenticationFailed(refusal.reason, refusal.message) from None
+                    raise AuthenticationFailed(
+                        refusal.reason,
+                        refusal.message,
+                        principal=self._signed_principal(token, key, alg, refusal.reason),
+                    ) from None
             raise
+
+    def _signed_principal(
+        self, token: str, key: jwt.PyJWK, alg: str, reason: AuthFailure
+    ) -> str | None:
+        """Whose token was refused for a claim (expired, another audience or
+        issuer, not yet valid), for the log: only when its signature holds,
+        so the name is the identity provider's word, not the caller's."""
+        if reason not in _CLAIM_REFUSALS:
+            return None
+        try:
+            claims = self._jwt.decode(
+                token,
+                key,
+                algorithms=[alg],
+                options={
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_aud": False,
+                    "verify_iss": False,
+                },
+            )
+            return user_principal(claims[self._settings.principal_claim], "the claim")
+        except Exception:
+            return None
 
 
 def fetcher_for(settings: BearerSettings) -> Fetcher:

@@ -703,3 +703,25 @@ async def test_a_cache_of_zero_checks_every_time() -> None:
     for _ in range(3):
         await check.principal(text)
     assert check.checks == 3
+
+
+@pytest.mark.parametrize(
+    ("make", "principal"),
+    [
+        (lambda: token(exp=now() - 120), "User:alice"),
+        (lambda: token(aud="someone-else"), "User:alice"),
+        (lambda: token(iss="https://evil.example", sub="bob"), "User:bob"),
+        (lambda: token(nbf=now() + 120), "User:alice"),
+        # The signature does not hold: whom it names is the caller's say-so.
+        (lambda: token("ec-1", key=OTHER_EC_KEY), None),
+        (lambda: token("ec-1", key=OTHER_EC_KEY, exp=now() - 120), None),
+        (lambda: unsigned({"alg": "none", "kid": "ec-1"}, claims()), None),
+    ],
+)
+async def test_a_refusal_names_the_principal_only_of_a_correctly_signed_token(
+    make, principal
+) -> None:
+    check, _ = verifier()
+    with pytest.raises(AuthenticationFailed) as refused:
+        await check.principal(make())
+    assert refused.value.principal == principal
