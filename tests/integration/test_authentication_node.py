@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from lograft.security.local_ca import make_local_certificates
 from tests.integration.cluster_harness import (
     CLUSTER_SECRET,
     SECRET_HEADER,
@@ -234,3 +236,80 @@ def stream_first_record(node: ClusterNode, token: str) -> Any:
         raise AssertionError("no record within 30 s")
     finally:
         conn.close()
+
+
+# -- over TLS: client certificates and passwords -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("authn-certs")
+    make_local_certificates(directory, nodes=["node-1"], clients=["admin"])
+    return directory
+
+
+@pytest.fixture
+def tls_node(
+    lograft_cluster: Callable[..., LograftCluster], tmp_path: Path, certs: Path
+) -> ClusterNode:
+    jwks = write_jwks(tmp_path / "jwks.json")
+    cluster = lograft_cluster(
+        size=1,
+        tls=certs,
+        overrides={
+            1: {
+                "tls": {
+                    "client_certificate": "optional",
+                    "principal_mapping_rules": "RULE:^CN=([^,]+),.*$/$1/L,DEFAULT",
+                },
+                "security": {
+                    "authentication": ["bearer", "password", "certificate"],
+                    "bearer": {"issuer": ISSUER, "audience": AUDIENCE, "jwks_file": str(jwks)},
+                },
+            }
+        },
+    )
+    cluster.start()
+    return cluster[1]
+
+
+def https_get(
+    node: ClusterNode, path: str, certs: Path, *, client: str | None = None, **headers: str
+) -> tuple[int, Any]:
+    context = ssl.create_default_context(cafile=certs / "ca.pem")
+    if client is not None:
+        context.load_cert_chain(certs / f"{client}.pem", certs / f"{client}-key.pem")
+    host, port = node.spec.http_address.split(":")
+    conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
+    try:
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_certificates_and_passwords_over_tls(tls_node: ClusterNode, certs: Path) -> None:
+    node = tls_node
+    # The client certificate is the caller when no Authorization header is sent.
+    status, body = https_get(node, "/v1/topics", certs, client="admin")
+    assert status == 200, body
+    status, body = https_get(node, "/v1/topics", certs)
+    assert (status, body["error"]["details"]["reason"]) == (401, "no_certificate")
+    # A bearer token still works on the same listener.
+    status, body = https_get(node, "/v1/topics", certs, Authorization=f"Bearer {mint()}")
+    assert status == 200, body
+    # A wrong password, or a user that does not exist: one reason, one answer.
+    password = "tls-only-s3cret-passw0rd"
+    bodies = []
+    for user in ("alice", "nobody"):
+        header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        status, body = https_get(node, "/v1/topics", certs, client="admin", Authorization=header)
+        assert (status, body["error"]["details"]["reason"]) == (401, "bad_credentials")
+        bodies.append(body)
+        assert header.partition(" ")[2] not in json.dumps(body)
+    assert bodies[0]["error"]["message"] == bodies[1]["error"]["message"]
+    log = node.log_text()
+    assert password not in log
+    # Once per (reason, peer) in the interval: the first one is named.
+    assert "reason=bad_credentials principal=User:alice" in log
