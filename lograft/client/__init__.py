@@ -54,6 +54,8 @@ _EXPORTS: dict[str, str] = {
     "ProducerStats": "lograft.client.sender",
     "RecordMetadata": "lograft.client.types",
     "SerializationError": "lograft.client.errors",
+    "ThrottleStats": "lograft.client.throttle",
+    "ThrottledTransport": "lograft.client.throttle",
     "TimestampType": "lograft.client.types",
     "TopicMetadata": "lograft.client.metadata",
     "TopicPartition": "lograft.client.types",
@@ -87,6 +89,7 @@ if TYPE_CHECKING:
     from lograft.client.serde import deserializers, serializers
     from lograft.client.sync_consumer import Consumer
     from lograft.client.sync_producer import Producer
+    from lograft.client.throttle import ThrottledTransport, ThrottleStats
     from lograft.client.transport import HttpResponse, HttpTransport, Transport
     from lograft.client.types import ConsumerRecord, RecordMetadata, TimestampType
     from lograft.protocol.topic_partition import TopicPartition
@@ -133,6 +136,8 @@ __all__ = [
     "ProducerStats",
     "RecordMetadata",
     "SerializationError",
+    "ThrottleStats",
+    "ThrottledTransport",
     "TimestampType",
     "TopicMetadata",
     "TopicPartition",

@@ -48,6 +48,7 @@ from lograft.client.fetcher import Fetcher, Missing, PartitionState
 from lograft.client.membership import RebalanceEvent
 from lograft.client.metadata import connect
 from lograft.client.serde import Deserializer
+from lograft.client.throttle import ThrottleStats, throttle_stats_of
 from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord
 from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
@@ -530,6 +531,11 @@ class AsyncConsumer:
     @property
     def fetch_requests(self) -> int:
         return self._fetcher.requests
+
+    @property
+    def throttle_stats(self) -> ThrottleStats:
+        """What quotas cost this consumer (client/throttle.py)."""
+        return throttle_stats_of(self._transport)
 
     @property
     def group(self) -> ConsumerGroup | None:

@@ -31,6 +31,7 @@ from lograft.client.errors import (
     OutcomeUnknownError,
     UnexpectedResponseError,
 )
+from lograft.client.throttle import ThrottledTransport
 from lograft.client.transport import HttpResponse, HttpTransport, Transport
 from lograft.errors import (
     FencedLeaderEpochError,
@@ -363,13 +364,17 @@ def outcome_unknown(method: str, url: str, exc: LograftError) -> OutcomeUnknownE
 
 
 def connect(config: CommonConfig, transport: Transport | None) -> tuple[Transport, ClusterMetadata]:
-    """The transport (HTTP unless one is given, as tests do) and the metadata
-    cache a producer or consumer builds from its settings."""
-    chosen: Transport = transport or HttpTransport(
-        connect_timeout_ms=config.connect_timeout_ms,
-        connections_max=config.connections_max,
-        client_id=config.client_id,
-        response_max_bytes=config.response_max_bytes,
+    """The transport (HTTP unless one is given, as tests do), honouring the
+    nodes' quota throttles (client/throttle.py), and the metadata cache a
+    producer, consumer or admin builds from its settings."""
+    chosen: Transport = ThrottledTransport(
+        transport
+        or HttpTransport(
+            connect_timeout_ms=config.connect_timeout_ms,
+            connections_max=config.connections_max,
+            client_id=config.client_id,
+            response_max_bytes=config.response_max_bytes,
+        )
     )
     metadata = ClusterMetadata(
         chosen,

@@ -33,6 +33,7 @@ from lograft.client.partitioning import StickyPartitioner
 from lograft.client.producer_batch import Completion, estimate_size
 from lograft.client.sender import ProducerStats, Sender
 from lograft.client.serde import Serializer, bytes_serializer
+from lograft.client.throttle import throttle_stats_of
 from lograft.client.transport import Transport
 from lograft.client.types import Header, RecordMetadata
 from lograft.errors import RecordTooLargeError
@@ -142,7 +143,7 @@ class AsyncProducer:
         self.config: ProducerConfig = make_config(ProducerConfig, bootstrap_servers, settings)
         self._transport, self.metadata = connect(self.config, transport)
         self.pool = BufferPool(self.config.buffer_memory_bytes)
-        self.stats = ProducerStats()
+        self.stats = ProducerStats(throttle=throttle_stats_of(self._transport))
         self._partitioner = StickyPartitioner()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: RecordAccumulator | None = None

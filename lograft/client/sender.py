@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lograft.client.accumulator import RecordAccumulator
 from lograft.client.backoff import backoff_ms
@@ -47,6 +47,7 @@ from lograft.client.errors import (
 from lograft.client.idempotence import IdempotenceState
 from lograft.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
 from lograft.client.producer_batch import BatchState, ProducerBatch
+from lograft.client.throttle import ThrottleStats
 from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
 from lograft.errors import (
     LograftError,
@@ -69,6 +70,9 @@ class ProducerStats:
     duplicates: int = 0  # acknowledgements with "duplicate": true
     batches_failed: int = 0
     producer_id_resets: int = 0
+    # What quotas cost: throttled answers, the throttle time announced, 429s
+    # (the transport's counters, lograft/client/throttle.py).
+    throttle: ThrottleStats = field(default_factory=ThrottleStats)
 
 
 class Sender:

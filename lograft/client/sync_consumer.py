@@ -24,6 +24,7 @@ from lograft.client.consumer import AsyncConsumer
 from lograft.client.consumer_group import RebalanceCallback, RebalanceListener
 from lograft.client.loop_thread import LoopThread
 from lograft.client.membership import RebalanceEvent
+from lograft.client.throttle import ThrottleStats
 from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord
 from lograft.protocol.topic_partition import TopicPartition
@@ -213,3 +214,8 @@ class Consumer:
     @property
     def fetch_requests(self) -> int:
         return self._async.fetch_requests
+
+    @property
+    def throttle_stats(self) -> ThrottleStats:
+        """What quotas cost this consumer (client/throttle.py)."""
+        return self._async.throttle_stats
