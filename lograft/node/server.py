@@ -74,7 +74,6 @@ from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter, RaftConfig
-from lograft.security.acls import AclBinding
 from lograft.security.tls import client_context, server_context
 from lograft.typed import build
 
@@ -134,13 +133,6 @@ def check_config(config: NodeConfig) -> None:
     # First: its errors name top-level settings (cluster_secret), not [raft] ones.
     raft_password_for(config)
     raft_config_for(config)
-
-
-def image_acls(image: Any) -> frozenset[AclBinding]:
-    """The image's ACL bindings (`MetadataImage.acls`, helper A's field of
-    issue 12; none on an image without it yet)."""
-    acls = getattr(image, "acls", None)
-    return acls if isinstance(acls, frozenset) else frozenset()
 
 
 class Node:
@@ -294,7 +286,7 @@ class Node:
         replica manager applied: an ACL change applies as soon as it arrives)."""
         if not self.config.security.authorization:
             return None
-        return AccessControl(self.config.security, lambda: image_acls(self.store.image))
+        return AccessControl(self.config.security, lambda: self.store.image.acls)
 
     async def _serve(self) -> None:
         cfg = self.config

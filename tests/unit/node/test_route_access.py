@@ -9,9 +9,8 @@ The node is a real one (broker and controller roles, wired by
 lograft/node/server.py, `[security]` on: bearer tokens and ACLs) with Raft,
 the controller runtime, the broker agent and the HTTP listener stubbed out,
 served by aiohttp's test server, with its own authentication middleware
-(api/authentication.py). Its image holds the topic `orders` and the
-ACLs below (`image_acls` is patched: the metadata records for ACLs are
-helper A's). Tokens are signed with the test keys of
+(api/authentication.py). Its image holds the topic `orders` and the ACLs
+below, replayed from metadata records. Tokens are signed with the test keys of
 tests/unit/security/test_tokens.py and checked against a JWKS file.
 """
 
@@ -34,6 +33,7 @@ from lograft.api.route_access import ROUTE_ACCESS, Kind, access_key
 from lograft.node.broker_agent import AgentState
 from lograft.node.config import parse_config
 from lograft.quorum.records import Partition, Topic, encode_batch
+from lograft.quorum.security_records import acl_record, acl_sort_key
 from lograft.security.acls import (
     CLUSTER_RESOURCE_NAME,
     AclBinding,
@@ -178,12 +178,13 @@ async def node_client(
     )
     n = node_module.Node(cfg)
     seed_topic(n.store, "orders")
+    # The ACLs, as the controller writes them: records in the metadata.
+    n.store.apply(2, encode_batch([acl_record(acl) for acl in sorted(ACLS, key=acl_sort_key)]))
     monkeypatch.setattr(n.raft, "start", nothing)
     monkeypatch.setattr(ControllerRuntime, "start", nothing)
     monkeypatch.setattr(ControllerRuntime, "stop", nothing)
     monkeypatch.setattr(node_module, "BrokerAgent", NoAgent)
     monkeypatch.setattr(node_module, "HttpServer", CapturedServer)
-    monkeypatch.setattr(node_module, "image_acls", lambda _image: ACLS)
     # Past the serving gate: the walk is about authorization, which comes first.
     monkeypatch.setattr(n.catch_up, "refusal", lambda: None)
     CapturedServer.apps.clear()
