@@ -208,6 +208,16 @@ class InternalTopicProtectedError(LograftError):
     code = "INTERNAL_TOPIC_PROTECTED"
 
 
+@_register
+class ResourceNotFoundError(LograftError):
+    """A named security resource that does not exist: deleting a user (or
+    one mechanism of a user) that has no SCRAM credential. Kafka's
+    RESOURCE_NOT_FOUND, as AlterUserScramCredentials answers it."""
+
+    code = "RESOURCE_NOT_FOUND"
+    kafka_code = 91
+
+
 # --- storage faults ------------------------------------------------------------
 
 

@@ -93,6 +93,9 @@ class HttpConfig(Record):
     # Threads that decompress, validate and render records for requests, off
     # the event loop; more such work waits for one.
     record_threads_max: Positive = 2
+    # Passwords hashed at once (PBKDF2 in threads) for PUT /v1/users/{user};
+    # more such requests wait for one.
+    password_hashes_inflight_max: Positive = 2
 
     def __post_init__(self) -> None:
         if self.request_bytes_inflight_max < self.request_bytes_max:

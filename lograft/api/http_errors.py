@@ -59,6 +59,7 @@ _STATUS: dict[type[e.LograftError], int] = {
     e.UnsupportedCompressionError: 400,
     # 403: understood and valid, but refused whoever asks (not an auth failure).
     e.InternalTopicProtectedError: 403,
+    e.ResourceNotFoundError: 404,
     e.RecordTooLargeError: 413,
     e.UnknownTopicOrPartitionError: 404,
     e.TopicAlreadyExistsError: 409,

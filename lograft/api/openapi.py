@@ -120,6 +120,97 @@ _GROUP_LINKS = {
     )
 }
 
+# ACL filter query parameters (lograft/security/acl_filters.py): absent = any.
+_ACL_FILTER = [
+    _query("principal", {"type": "string", "minLength": 3, "maxLength": 1024}),
+    _query("host", {"type": "string", "minLength": 1, "maxLength": 64}),
+    _query("resource_type", ref("ResourceType")),
+    _query("resource_name", {"type": "string", "minLength": 1, "maxLength": 255}),
+    _query("pattern_type", {"enum": ["literal", "prefixed", "any", "match"]}),
+    _query("operation", ref("AclOperation")),
+    _query("permission", ref("AclPermission")),
+]
+USER = _path("user", {"type": "string", "minLength": 1, "maxLength": 255}, "alice")
+_EXAMPLE_ACL = {
+    "principal": "User:alice",
+    "host": "*",
+    "resource_type": "topic",
+    "resource_name": "orders",
+    "pattern_type": "literal",
+    "operation": "read",
+    "permission": "allow",
+}
+_SECURITY_PATHS: dict[str, dict[str, Any]] = {
+    "/v1/acls": {
+        "get": _op(
+            "listAcls",
+            "list the ACL bindings matching a filter (absent fields match anything; "
+            "pattern_type=match: every binding that applies to resource_name)",
+            {"200": _json("AclList")},
+            params=_ACL_FILTER,
+        ),
+        "post": _op(
+            "createAcls",
+            "add ACL bindings (one that exists is left as it is, under 'existing')",
+            {"201": _json("AclsCreated", "added")},
+            body=_json_body("CreateAcls", {"acls": [_EXAMPLE_ACL]}),
+        ),
+        "delete": _op(
+            "deleteAcls",
+            "remove every ACL binding matching a filter (at most "
+            "[controller] acls_per_request_max in one request)",
+            {"200": _json("AclsDeleted")},
+            params=_ACL_FILTER,
+        ),
+    },
+    "/v1/users": {
+        "get": _op(
+            "listUsers",
+            "users with SCRAM credentials and their mechanisms (never salts, keys or passwords)",
+            {"200": _json("UserList")},
+        ),
+    },
+    "/v1/users/{user}": {
+        "put": _op(
+            "setUserPassword",
+            "set a user's password: hashed (PBKDF2, SCRAM) on the receiving node; only the "
+            "salted hash is stored",
+            {"200": _json("UserSet")},
+            params=[USER],
+            body=_json_body(
+                "SetPassword",
+                {"password": "correct horse battery", "mechanism": "SCRAM-SHA-512"},
+            ),
+        ),
+        "delete": _op(
+            "deleteUser",
+            "remove a user's credentials: one mechanism, or all when absent",
+            {"200": _json("UserDeleted")},
+            params=[USER, _query("mechanism", ref("ScramMechanism"))],
+        ),
+    },
+    "/v1/quotas": {
+        "get": _op(
+            "listQuotas",
+            "client quotas, optionally only those of a named user and/or client id",
+            {"200": _json("QuotaList")},
+            params=[
+                _query("user", {"type": "string", "minLength": 1, "maxLength": 1024}),
+                _query("client_id", {"type": "string", "minLength": 1, "maxLength": 255}),
+            ],
+        ),
+        "post": _op(
+            "alterQuotas",
+            "set and remove quotas of one entity (user and/or client_id; null: the default)",
+            {"200": _json("QuotasAltered")},
+            body=_json_body(
+                "AlterQuotas",
+                {"entity": {"user": "alice"}, "set": {"producer_byte_rate": 1048576}},
+            ),
+        ),
+    },
+}
+
 PATHS: dict[str, dict[str, Any]] = {
     "/healthz": {"get": _op("health", "the process is up", {"200": _json("Health")})},
     "/readyz": {
@@ -383,6 +474,7 @@ PATHS: dict[str, dict[str, Any]] = {
             ],
         ),
     },
+    **_SECURITY_PATHS,
 }
 
 

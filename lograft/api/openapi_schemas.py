@@ -333,6 +333,48 @@ GROUP_DESCRIPTION = obj(
 )
 GROUP_DELETED = obj({"group_id": STRING, "deleted": {"const": True}})
 
+# -- security metadata (routes_security) -------------------------------------------------------
+
+ACL_LIST = obj({"acls": array(ref("AclBinding"))})
+ACLS_CREATED = obj(
+    {
+        "created": array(ref("AclBinding")),
+        "existing": array(ref("AclBinding")),
+        "metadata_offset": INT64,
+    }
+)
+ACLS_DELETED = obj({"deleted": array(ref("AclBinding")), "metadata_offset": INT64})
+USER_LIST = obj(
+    {
+        "users": array(
+            obj(
+                {
+                    "name": STRING,
+                    "mechanisms": array(
+                        obj({"mechanism": ref("ScramMechanism"), "iterations": UINT64})
+                    ),
+                }
+            )
+        )
+    }
+)
+USER_SET = obj(
+    {
+        "name": STRING,
+        "mechanism": ref("ScramMechanism"),
+        "iterations": UINT64,
+        "metadata_offset": INT64,
+    }
+)
+USER_DELETED = obj(
+    {"name": STRING, "mechanisms": array(ref("ScramMechanism")), "metadata_offset": INT64}
+)
+QUOTA_VALUES: Schema = {"type": "object", "additionalProperties": {"type": "number"}}
+QUOTA_LIST = obj({"quotas": array(obj({"entity": ref("QuotaEntity"), "values": QUOTA_VALUES}))})
+QUOTAS_ALTERED = obj(
+    {"entity": ref("QuotaEntity"), "values": QUOTA_VALUES, "metadata_offset": INT64}
+)
+
 COMPONENTS: dict[str, Schema] = {
     "Error": obj({"error": ref("ErrorObject")}),
     "ErrorObject": ERROR_OBJECT,
@@ -361,6 +403,14 @@ COMPONENTS: dict[str, Schema] = {
     "GroupList": GROUP_LIST,
     "GroupDescription": GROUP_DESCRIPTION,
     "GroupDeleted": GROUP_DELETED,
+    "AclList": ACL_LIST,
+    "AclsCreated": ACLS_CREATED,
+    "AclsDeleted": ACLS_DELETED,
+    "UserList": USER_LIST,
+    "UserSet": USER_SET,
+    "UserDeleted": USER_DELETED,
+    "QuotaList": QUOTA_LIST,
+    "QuotasAltered": QUOTAS_ALTERED,
     # The request bodies, from the Records that parse them (request_shapes).
     **json_schemas(ref("{name}")["$ref"]),
 }

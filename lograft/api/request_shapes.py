@@ -35,6 +35,14 @@ from lograft.api.request_ints import INT32_MAX, INT64_MAX, INT64_MIN
 from lograft.errors import InvalidRequestError
 from lograft.protocol import controller_wire
 from lograft.protocol.offset_reset import OffsetResetStrategy
+from lograft.security.acls import AclBinding
+from lograft.security.passwords import (
+    ITERATIONS_DEFAULT,
+    ITERATIONS_MAX,
+    ITERATIONS_MIN,
+    ScramMechanism,
+)
+from lograft.security.quotas import QuotaEntity, QuotaKey
 
 T = TypeVar("T")
 
@@ -156,6 +164,33 @@ class ResetOffsets(typed.Record):
     partitions: list[TopicPartitionRef] | None = None
 
 
+# -- security metadata (routes_security) ---------------------------------------------------
+
+
+class CreateAcls(typed.Record):
+    acls: Annotated[list[AclBinding], Meta(min_length=1)]
+
+
+class SetPassword(typed.Record):
+    """A user's password, hashed on the receiving node (the password's bounds
+    are checked there, with a message that never repeats it)."""
+
+    password: str
+    mechanism: ScramMechanism = ScramMechanism.SCRAM_SHA_512
+    iterations: Annotated[int, Meta(ge=ITERATIONS_MIN, le=ITERATIONS_MAX)] = ITERATIONS_DEFAULT
+
+
+class AlterQuotas(typed.Record):
+    """Set and remove quotas of one entity; `user` / `client_id` null in the
+    entity is the default entity of that kind."""
+
+    entity: QuotaEntity
+    values: dict[QuotaKey, Annotated[float, Meta(gt=0)]] = msgspec.field(
+        default_factory=dict, name="set"
+    )
+    remove: list[QuotaKey] = msgspec.field(default_factory=list)
+
+
 # The bodies the OpenAPI document names, by component name.
 BODIES: tuple[type[typed.Record], ...] = (
     ProduceBody,
@@ -166,6 +201,9 @@ BODIES: tuple[type[typed.Record], ...] = (
     Heartbeat,
     Commit,
     ResetOffsets,
+    CreateAcls,
+    SetPassword,
+    AlterQuotas,
 )
 
 

@@ -48,6 +48,11 @@ class ControllerRpc:
             "delete-topic": self.delete_topic,
             "create-partitions": self.create_partitions,
             "alter-configs": self.alter_configs,
+            "create-acls": self.create_acls,
+            "delete-acls": self.delete_acls,
+            "upsert-scram-credential": self.upsert_scram_credential,
+            "delete-scram-credential": self.delete_scram_credential,
+            "alter-client-quotas": self.alter_client_quotas,
         }
         self.methods: dict[str, Rpc] = {name: self._with_offset(m) for name, m in plain.items()}
 
@@ -232,6 +237,66 @@ class ControllerRpc:
 
     async def _alter_config(self, req: c.AlterConfigRequest) -> None:
         await self.runtime.run(lambda img, _s, _n: c.alter_config(img, req, self.config))
+
+    # -- security metadata: the request is checked whole before anything commits --
+
+    async def create_acls(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.CreateAclsRequest)
+        res = await self.runtime.run(lambda img, _s, _n: c.create_acls(img, wire.acls, self.config))
+        return w.body_of(
+            w.CreateAclsResponse(
+                created=list(res.created),
+                existing=list(res.existing),
+                metadata_offset=self._offset(),
+            )
+        )
+
+    async def delete_acls(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.DeleteAclsRequest)
+        deleted = await self.runtime.run(
+            lambda img, _s, _n: c.delete_acls(img, wire.filter, self.config)
+        )
+        return w.body_of(
+            w.DeleteAclsResponse(deleted=list(deleted), metadata_offset=self._offset())
+        )
+
+    async def upsert_scram_credential(self, body: dict[str, Any]) -> dict[str, Any]:
+        credential = w.request_of(body, w.UpsertScramCredentialRequest).credential
+        await self.runtime.run(
+            lambda img, _s, _n: c.upsert_scram_credential(img, credential, self.config)
+        )
+        return w.body_of(
+            w.UpsertScramCredentialResponse(
+                name=credential.name,
+                mechanism=credential.mechanism,
+                iterations=credential.iterations,
+                metadata_offset=self._offset(),
+            )
+        )
+
+    async def delete_scram_credential(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.DeleteScramCredentialRequest)
+        removed = await self.runtime.run(
+            lambda img, _s, _n: c.delete_scram_credential(img, wire.name, wire.mechanism)
+        )
+        return w.body_of(
+            w.DeleteScramCredentialResponse(
+                name=wire.name, mechanisms=list(removed), metadata_offset=self._offset()
+            )
+        )
+
+    async def alter_client_quotas(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.AlterClientQuotasRequest)
+        after = await self.runtime.run(
+            lambda img, _s, _n: c.alter_client_quotas(
+                img, wire.entity, wire.values, wire.remove, self.config
+            )
+        )
+        return w.body_of(
+            w.AlterClientQuotasResponse(
+                entity=wire.entity, values=dict(after), metadata_offset=self._offset()
+            )
+        )
 
 
 def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> None:

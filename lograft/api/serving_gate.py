@@ -89,6 +89,16 @@ OPEN_ROUTES: frozenset[tuple[str, str]] = frozenset(
         ("DELETE", "/v1/topics/{topic}"),
         ("POST", "/v1/topics/{topic}/partitions"),
         ("PATCH", "/v1/topics/{topic}/configs"),
+        # Security metadata (routes_security): changes go to the active
+        # controller; reads are of this node's image, as the topic list.
+        ("GET", "/v1/acls"),
+        ("POST", "/v1/acls"),
+        ("DELETE", "/v1/acls"),
+        ("GET", "/v1/users"),
+        ("PUT", "/v1/users/{user}"),
+        ("DELETE", "/v1/users/{user}"),
+        ("GET", "/v1/quotas"),
+        ("POST", "/v1/quotas"),
         # The controller's RPCs (registration, heartbeats, ...): a controller
         # answers other brokers whatever its own broker role's state.
         ("POST", CONTROLLER_PREFIX + "/{name}"),

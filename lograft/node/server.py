@@ -46,6 +46,7 @@ from lograft.api.routes_internal import (
     add_controller_routes,
     add_replica_fetch_route,
 )
+from lograft.api.routes_security import PasswordHasher, SecurityRoutes
 from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.topic_deletion import deleted_topics
@@ -312,6 +313,12 @@ class Node:
             replicas=self.replicas,
             calls=self.forward_calls,
             replicas_caught_up=self.wait_broker_applied,
+        ).add_to(app)
+        SecurityRoutes(
+            store=self.store,
+            raft=self.raft,
+            controller=self.client,
+            hasher=PasswordHasher(cfg.http.password_hashes_inflight_max),
         ).add_to(app)
         if self.replicas is not None:
             render = RenderLimits(

@@ -12,12 +12,14 @@ Every answer carries `metadata_offset`: the metadata offset that includes the
 call's change, so the caller can wait until its own image has caught up.
 
 The administrative calls (create-topic, delete-topic, create-partitions,
-alter-configs) carry what a client's admin request asked (checked first by
-lograft/api/request_shapes.py); their requests are declared here too, so the
-controller reads them the same way. What a type cannot say (a topic name's
-characters, the partition and replication bounds, config names and values)
-is judged by the controller with its own codes (INVALID_TOPIC_EXCEPTION,
-INVALID_PARTITIONS, INVALID_CONFIG, ...), as for a public request.
+alter-configs; for security create-acls, delete-acls, upsert-scram-credential,
+delete-scram-credential, alter-client-quotas) carry what a client's admin
+request asked (checked first by lograft/api/request_shapes.py); their
+requests are declared here too, so the controller reads them the same way.
+What a type cannot say (a topic name's characters, the partition and
+replication bounds, config names and values) is judged by the controller
+with its own codes (INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+INVALID_CONFIG, ...), as for a public request.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from lograft.errors import InvalidRequestError, LograftError
+from lograft.security.acl_filters import AclFilter
+from lograft.security.acls import AclBinding
+from lograft.security.passwords import ScramCredential, ScramMechanism, UserName
+from lograft.security.quotas import QuotaEntity, QuotaKey
 from lograft.typed import Record, build, to_builtins
 
 INT32_MAX = (1 << 31) - 1
@@ -176,6 +182,67 @@ class AlterConfigsResponse(Record, frozen=True):
     metadata_offset: int
 
 
+# -- security metadata (issue 12) --------------------------------------------------------
+# The values are lograft.security's checked types: a request that does not
+# make one is INVALID_REQUEST naming the field before the controller sees it.
+
+
+class CreateAclsRequest(Record, frozen=True):
+    acls: list[AclBinding]
+
+
+class CreateAclsResponse(Record, frozen=True):
+    created: list[AclBinding]  # added now
+    existing: list[AclBinding]  # were there already (nothing added)
+    metadata_offset: int
+
+
+class DeleteAclsRequest(Record, frozen=True):
+    filter: AclFilter
+
+
+class DeleteAclsResponse(Record, frozen=True):
+    deleted: list[AclBinding]
+    metadata_offset: int
+
+
+class UpsertScramCredentialRequest(Record, frozen=True):
+    """The credential the receiving node computed from the password; the
+    password itself never leaves that node."""
+
+    credential: ScramCredential
+
+
+class UpsertScramCredentialResponse(Record, frozen=True):
+    name: str
+    mechanism: ScramMechanism
+    iterations: int
+    metadata_offset: int
+
+
+class DeleteScramCredentialRequest(Record, frozen=True, omit_defaults=True):
+    name: UserName
+    mechanism: ScramMechanism | None = None  # None: every mechanism
+
+
+class DeleteScramCredentialResponse(Record, frozen=True):
+    name: str
+    mechanisms: list[ScramMechanism]
+    metadata_offset: int
+
+
+class AlterClientQuotasRequest(Record, frozen=True):
+    entity: QuotaEntity
+    values: dict[QuotaKey, float] = msgspec.field(default_factory=dict, name="set")
+    remove: list[QuotaKey] = msgspec.field(default_factory=list)
+
+
+class AlterClientQuotasResponse(Record, frozen=True):
+    entity: QuotaEntity
+    values: dict[QuotaKey, float]  # the entity's quotas after the change
+    metadata_offset: int
+
+
 # name -> (request, response)
 RPCS: dict[str, tuple[type[Record], type[Record]]] = {
     "register": (RegisterBrokerRequest, RegisterBrokerResponse),
@@ -186,6 +253,11 @@ RPCS: dict[str, tuple[type[Record], type[Record]]] = {
     "delete-topic": (DeleteTopicRequest, DeleteTopicResponse),
     "create-partitions": (CreatePartitionsRequest, CreatePartitionsResponse),
     "alter-configs": (AlterConfigsRequest, AlterConfigsResponse),
+    "create-acls": (CreateAclsRequest, CreateAclsResponse),
+    "delete-acls": (DeleteAclsRequest, DeleteAclsResponse),
+    "upsert-scram-credential": (UpsertScramCredentialRequest, UpsertScramCredentialResponse),
+    "delete-scram-credential": (DeleteScramCredentialRequest, DeleteScramCredentialResponse),
+    "alter-client-quotas": (AlterClientQuotasRequest, AlterClientQuotasResponse),
 }
 
 
@@ -221,6 +293,8 @@ def body_of(message: Record) -> dict[str, Any]:
 
 __all__ = [
     "RPCS",
+    "AlterClientQuotasRequest",
+    "AlterClientQuotasResponse",
     "AlterConfigsRequest",
     "AlterConfigsResponse",
     "AlterPartitionAnswer",
@@ -228,10 +302,16 @@ __all__ = [
     "AlterPartitionsRequest",
     "AlterPartitionsResponse",
     "ConfigValue",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
     "CreatePartitionsRequest",
     "CreatePartitionsResponse",
     "CreateTopicRequest",
     "CreateTopicResponse",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
+    "DeleteScramCredentialRequest",
+    "DeleteScramCredentialResponse",
     "DeleteTopicRequest",
     "DeleteTopicResponse",
     "HeartbeatRequest",
@@ -242,6 +322,8 @@ __all__ = [
     "RegisterBrokerResponse",
     "ResourceType",
     "TopicAssignment",
+    "UpsertScramCredentialRequest",
+    "UpsertScramCredentialResponse",
     "body_of",
     "heartbeat_request",
     "request_of",

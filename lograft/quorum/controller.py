@@ -42,6 +42,14 @@ from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.leader_balance import balance_preferred_leaders
 from lograft.quorum.producer_ids import ProducerIdBlock, allocate_producer_ids
 from lograft.quorum.result import ControllerResult
+from lograft.quorum.security_changes import (
+    CreatedAcls,
+    alter_client_quotas,
+    create_acls,
+    delete_acls,
+    delete_scram_credential,
+    upsert_scram_credential,
+)
 from lograft.quorum.sessions import BrokerSessions, sessions_after_failover
 from lograft.quorum.topics import (
     CreatePartitionsResponse,
@@ -65,22 +73,28 @@ __all__ = [
     "CreatePartitionsResponse",
     "CreateTopicRequest",
     "CreateTopicResponse",
+    "CreatedAcls",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "ProducerIdBlock",
     "RegisterBrokerRequest",
     "RegisterBrokerResponse",
     "allocate_producer_ids",
+    "alter_client_quotas",
     "alter_config",
     "alter_partition",
     "alter_partitions",
     "balance_preferred_leaders",
     "broker_heartbeat",
+    "create_acls",
     "create_partitions",
     "create_topic",
+    "delete_acls",
+    "delete_scram_credential",
     "delete_topic",
     "fence_expired_brokers",
     "register_broker",
     "sessions_after_failover",
     "unregister_broker",
+    "upsert_scram_credential",
 ]

@@ -55,6 +55,16 @@ class ControllerConfig(Record):
     partitions_per_topic_max: Positive = 2_000
     configs_per_request_max: Positive = 100
     config_value_bytes_max: Positive = 4_096
+    # Security metadata (issue 12). ACL bindings one create or delete request
+    # may add or remove (one atomic batch; ~250 bytes a record).
+    acls_per_request_max: Positive = 1_000
+    # ACL bindings the cluster holds at most (every node keeps them in memory
+    # and every snapshot writes them; the authorizer was measured at 10,000).
+    acls_max: Positive = 10_000
+    # Users with a SCRAM credential, at most.
+    scram_users_max: Positive = 10_000
+    # Client quota entities (user and/or client id) with a quota, at most.
+    quota_entities_max: Positive = 10_000
 
     def __post_init__(self) -> None:
         # A session shorter than two heartbeats would fence a broker on one lost heartbeat.
