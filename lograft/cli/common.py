@@ -10,9 +10,10 @@ exit code 1.
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
@@ -20,12 +21,15 @@ import orjson
 
 from lograft.client.config import parse_bootstrap
 from lograft.client.errors import ClusterUnreachableError
-from lograft.errors import LograftError
+from lograft.errors import InvalidConfigError, LograftError
 
 if TYPE_CHECKING:
     from lograft.client.admin import Admin
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
+# Credentials from the environment (kept out of `ps` and shell history).
+TOKEN_ENV = "LOGRAFT_TOKEN"
+PASSWORD_ENV = "LOGRAFT_PASSWORD"
 BOOTSTRAP_DEFAULT = "http://127.0.0.1:9091"
 # One request (connect + answer) may take this long, ms; long-polls add their wait.
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000
@@ -116,10 +120,75 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_security_args(parser: argparse.ArgumentParser) -> None:
+    """TLS and credentials (docs/cli.md, "Secure clusters")."""
+    group = parser.add_argument_group("TLS and credentials (https:// bootstrap URLs)")
+    group.add_argument(
+        "--cacert", metavar="FILE", help="CA bundle (PEM) the nodes' certificates chain to"
+    )
+    group.add_argument(
+        "--cert", metavar="FILE", help="client certificate (PEM), for nodes that ask for one"
+    )
+    group.add_argument("--key", metavar="FILE", help="the client certificate's key (PEM)")
+    way = group.add_mutually_exclusive_group()
+    way.add_argument(
+        "--token",
+        metavar="JWT",
+        help=f"bearer token (visible to other users in ps: prefer ${TOKEN_ENV} or --token-file)",
+    )
+    way.add_argument(
+        "--token-file", metavar="FILE", help="file holding a bearer token, read before each request"
+    )
+    way.add_argument(
+        "--user",
+        metavar="NAME",
+        help=f"user name for a password; the password from ${PASSWORD_ENV}, else a prompt",
+    )
+
+
+def connection_settings(
+    args: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+    prompt: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """The client settings of the TLS and credential options (and their
+    environment variables): at most one way in."""
+    env = os.environ if env is None else env
+    settings: dict[str, Any] = {
+        "ssl_cafile": getattr(args, "cacert", None),
+        "ssl_certfile": getattr(args, "cert", None),
+        "ssl_keyfile": getattr(args, "key", None),
+    }
+    token, token_file = getattr(args, "token", None), getattr(args, "token_file", None)
+    user = getattr(args, "user", None)
+    if token is not None:
+        settings["bearer_token"] = token
+    elif token_file is not None:
+        settings["bearer_token_file"] = token_file
+    elif user is not None:
+        settings["username"] = user
+        settings["password"] = env.get(PASSWORD_ENV) or _ask_password(user, prompt)
+    elif env.get(TOKEN_ENV):
+        settings["bearer_token"] = env[TOKEN_ENV]
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def _ask_password(user: str, prompt: Callable[[str], str] | None) -> str:
+    if prompt is None:
+        if not sys.stdin.isatty():
+            raise InvalidConfigError(
+                f"--user {user}: no terminal to ask the password on; set ${PASSWORD_ENV}",
+                setting="password",
+            )
+        prompt = getpass.getpass
+    return prompt(f"password for {user}: ")
+
+
 def finish_parser(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
     """A cluster subcommand's connection options, its function and its name
     (`lograft <name>: ...` in messages)."""
     add_connection_args(parser)
+    add_security_args(parser)
     parser.set_defaults(func=func, cmd_name=name, parser=parser)
 
 
@@ -139,6 +208,7 @@ def client_for(args: argparse.Namespace) -> Admin:
         default_api_timeout_ms=COORDINATOR_RETRY_TIMEOUT_MS,
         retry_backoff_ms=RETRY_BACKOFF_MS_MIN,
         retry_backoff_max_ms=RETRY_BACKOFF_MS_MAX,
+        **connection_settings(args),
     )
 
 

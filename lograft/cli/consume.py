@@ -32,6 +32,7 @@ import orjson
 from lograft.cli.common import (
     EXIT_OK,
     Streams,
+    connection_settings,
     finish_parser,
     non_negative_int,
     positive_int,
@@ -139,6 +140,7 @@ def cmd_consume(args: argparse.Namespace, streams: Streams) -> int:
         request_timeout_ms=args.timeout_ms + args.max_wait_ms,
         default_api_timeout_ms=args.timeout_ms,
         max_poll_records=FETCH_RECORDS_MAX,
+        **connection_settings(args),
     )
     try:
         tps = _partitions(consumer, args.topic, args.partition)

@@ -20,6 +20,7 @@ from lograft.cli.common import (
     EXIT_OK,
     Streams,
     client_for,
+    connection_settings,
     count,
     finish_parser,
     non_negative_int,
@@ -324,7 +325,8 @@ def _bounds(args: argparse.Namespace, timestamp: int | None) -> dict[Any, Partit
     from lograft.client import Consumer, TopicPartition
 
     with Consumer(args.bootstrap, client_id="lograft-cli", request_timeout_ms=args.timeout_ms,
-                  default_api_timeout_ms=args.timeout_ms) as consumer:  # fmt: skip
+                  default_api_timeout_ms=args.timeout_ms,
+                  **connection_settings(args)) as consumer:  # fmt: skip
         numbers = sorted(consumer.partitions_for_topic(args.topic))
         only = args.partitions
         missing = sorted(set(only or ()) - set(numbers))

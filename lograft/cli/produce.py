@@ -40,6 +40,7 @@ from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
     Streams,
+    connection_settings,
     count,
     error_text,
     finish_parser,
@@ -287,6 +288,7 @@ def _producer_settings(args: argparse.Namespace) -> dict[str, Any]:
         "delivery_timeout_ms": args.timeout_ms + args.linger_ms,
         "max_block_ms": args.timeout_ms,
         "client_id": "lograft-cli",
+        **connection_settings(args),
     }
 
 

@@ -14,12 +14,14 @@ transport differs, the default differs and the reason is given beside it.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from msgspec import Meta
 
+from lograft.client.credentials import Credentials, tls_context
 from lograft.errors import InvalidConfigError
 from lograft.protocol.compression import Compression
 from lograft.typed import NonNegative, Positive, Record, build, check_fields
@@ -29,6 +31,8 @@ C = TypeVar("C", bound="CommonConfig")
 AcksValue = Literal["0", "1", "all"]
 OffsetReset = Literal["earliest", "latest", "none"]
 COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+# Settings that hold a secret: never in a repr or an error message.
+_SECRET_SETTINGS = ("bearer_token", "password")
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> tuple[str, ...]:
@@ -93,13 +97,74 @@ class CommonConfig(Record):
     # ConsumerConfig.max_fetch_batch_bytes): read as it arrives and refused
     # past this, so a node cannot make the client buffer without bound.
     response_max_bytes: Positive = 16 * 1024 * 1024
+    # TLS (https:// URLs): the CA bundle (PEM) nodes' certificates must chain
+    # to; None: the system's trust store.
+    ssl_cafile: str | None = None
+    # A client certificate chain and its key (PEM), shown to nodes that ask
+    # ([tls] client_certificate; the "certificate" way in).
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    # One way in, at most (credentials.py): a bearer token, a file holding
+    # one (read again whenever it changes), or a user name and password
+    # (HTTP Basic). Typed Any so that a wrong type is reported without
+    # quoting the value; checked in __post_init__. Never in the repr.
+    bearer_token: Any = None
+    bearer_token_file: str | None = None
+    username: str | None = None
+    password: Any = None
 
     def urls(self) -> tuple[str, ...]:
         return parse_bootstrap(self.bootstrap_servers)
 
+    def credentials(self) -> Credentials:
+        """The Authorization each request carries."""
+        return Credentials(
+            bearer_token=self.bearer_token,
+            bearer_token_file=self.bearer_token_file,
+            username=self.username,
+            password=self.password,
+        )
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The context of https requests; None when no TLS setting is given
+        (https URLs then use aiohttp's default: the system's trust store)."""
+        if self.ssl_cafile is None and self.ssl_certfile is None and self.ssl_keyfile is None:
+            return None
+        return tls_context(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
+
+    def __repr__(self) -> str:
+        # msgspec's repr would show a token or password.
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"{type(self).__name__}({shown})"
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        # What rich and msgspec's own printing show: no secret.
+        shown = [
+            (name, getattr(self, name))
+            for name in self.__struct_fields__
+            if name not in _SECRET_SETTINGS
+        ]
+        return [*shown, ("credentials", self.credentials().kind)]
+
     def __post_init__(self) -> None:
         check_fields(self, error=InvalidConfigError, detail="setting")
+        for name in _SECRET_SETTINGS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidConfigError(
+                    f"{name} must be a string, got {type(value).__name__}", setting=name
+                )
         self.urls()
+        credentials = self.credentials()
+        self.tls_context()  # files read now: a bad path fails here, not at the first request
+        if credentials.kind == "basic":
+            plain = [u for u in self.urls() if u.startswith("http://")]
+            if plain:
+                raise InvalidConfigError(
+                    f"username/password would travel unencrypted to {plain[0]}: use https:// "
+                    "bootstrap URLs (a node takes passwords only with [tls])",
+                    setting="bootstrap_servers",
+                )
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise InvalidConfigError(
                 f"retry_backoff_max_ms={self.retry_backoff_max_ms} is below "

@@ -374,6 +374,8 @@ def connect(config: CommonConfig, transport: Transport | None) -> tuple[Transpor
             connections_max=config.connections_max,
             client_id=config.client_id,
             response_max_bytes=config.response_max_bytes,
+            credentials=config.credentials(),
+            tls=config.tls_context(),
         )
     )
     metadata = ClusterMetadata(

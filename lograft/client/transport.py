@@ -14,12 +14,16 @@ Invariants:
   `response_max_bytes`). A body is read as it arrives and refused as soon
   as it passes the bound (a declared Content-Length over it before reading
   anything), so a node cannot make the client hold more than the bound.
+- Every request carries `X-Lograft-Client-Id` (the client's `client_id`) and,
+  with credentials, the `Authorization` of that moment (a token file is read
+  again when it changed); https requests use the TLS context given.
 - The aiohttp session is created lazily inside the running event loop on the
   first request, so a transport may be constructed in any thread.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,6 +31,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from lograft.client.credentials import Credentials
 from lograft.client.errors import NetworkError, UnexpectedResponseError, error_from_response
 from lograft.errors import LograftError
 
@@ -34,6 +39,9 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 NEXT_OFFSET_HEADER = "X-Lograft-Next-Offset"
 HIGH_WATERMARK_HEADER = "X-Lograft-High-Watermark"
 LOG_START_OFFSET_HEADER = "X-Lograft-Log-Start-Offset"
+# Kafka's client.id in HTTP form (lograft/api/caller.py CLIENT_ID_HEADER):
+# names the client in the node's quotas and logs.
+CLIENT_ID_HEADER = "X-Lograft-Client-Id"
 
 # Default bound of an answer's body, bytes (CommonConfig.response_max_bytes).
 RESPONSE_MAX_BYTES = 16 * 1024 * 1024
@@ -105,8 +113,15 @@ class HttpTransport:
         connections_max: int = 100,
         client_id: str = "lograft-python",
         response_max_bytes: int = RESPONSE_MAX_BYTES,
+        credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`credentials`: the Authorization of every request (None: none);
+        `tls`: the context of https requests (None: the system's defaults)."""
         self._connect_timeout_s = connect_timeout_ms / 1000
+        self._credentials = credentials if credentials else None
+        self._tls = tls
+        self._client_id = client_id
         self._response_max_bytes = response_max_bytes
         self._connections_max = connections_max
         self._user_agent = f"{client_id} (lograft.client)"
@@ -118,8 +133,10 @@ class HttpTransport:
             raise NetworkError("the transport is closed", sent=False)
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections_max),
-                headers={"User-Agent": self._user_agent},
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections_max, ssl=self._tls if self._tls is not None else True
+                ),
+                headers={"User-Agent": self._user_agent, CLIENT_ID_HEADER: self._client_id},
                 # Bodies are bytes we build or parse ourselves.
                 auto_decompress=False,
             )
@@ -140,19 +157,33 @@ class HttpTransport:
         (None: `response_max_bytes`)."""
         limit = self._response_max_bytes if body_max_bytes is None else body_max_bytes
         session = self._get_session()
+        if self._credentials is not None:
+            authorization = self._credentials.authorization()
+            if authorization is not None:
+                headers = {**(headers or {}), "Authorization": authorization}
         timeout = aiohttp.ClientTimeout(
             total=timeout_ms / 1000, sock_connect=min(self._connect_timeout_s, timeout_ms / 1000)
         )
         try:
             async with session.request(
-                method, url, params=params, data=data, headers=headers, timeout=timeout
+                method,
+                url,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=timeout,
+                # Nodes never redirect; following one would take the
+                # Authorization header somewhere else.
+                allow_redirects=False,
             ) as resp:
                 body = await _read_body(resp, limit, url)
                 return HttpResponse(resp.status, body, resp.headers, url)
         except _NOT_SENT as exc:
             raise NetworkError(f"could not connect to {url}: {exc}", url=url, sent=False) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            what = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc!r}"
+            # str, never repr: an aiohttp error's repr holds the request's
+            # headers (RequestInfo), the Authorization among them.
+            what = "timed out" if isinstance(exc, TimeoutError) else f"failed: {_describe(exc)}"
             raise NetworkError(f"{method} {url} {what}", url=url, sent=True) from exc
 
     async def close(self) -> None:
@@ -160,6 +191,10 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _read_body(resp: aiohttp.ClientResponse, limit: int, url: str) -> bytes:

@@ -466,17 +466,27 @@ class LograftCluster:
         overrides: Mapping[int, Mapping[str, Any]] | None = None,
         roles: Mapping[int, tuple[str, ...]] | None = None,
         tls: Path | None = None,
+        tls_settings: Mapping[str, Any] | None = None,
+        client_certificate: str | None = None,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
         """`raft`/`controller`/`broker`/`http` apply to every node; `overrides[node_id]` holds
         per-node NodeSpec fields (e.g. {"raft": {...}, "dial": {2: "127.0.0.1:1234"}}),
         merged over the cluster-wide sections. `tls`: a directory of certificates
         `make_local_certificates` wrote (ca.pem, node-<id>.pem, node-<id>-key.pem):
-        every node serves https, and the harness's requests trust ca.pem."""
+        every node serves https, and the harness's requests trust ca.pem;
+        `tls_settings` go into every node's [tls] too; `client_certificate`:
+        the name of a client certificate there the harness's requests show.
+        `security`: every node's [security]."""
         self.workdir = workdir
         # What the harness's own requests verify https answers with.
         self.client_tls = (
             ssl.create_default_context(cafile=tls / "ca.pem") if tls is not None else None
         )
+        if self.client_tls is not None and tls is not None and client_certificate is not None:
+            self.client_tls.load_cert_chain(
+                tls / f"{client_certificate}.pem", tls / f"{client_certificate}-key.pem"
+            )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pgids: set[int] = set()
         self.nodes: dict[int, ClusterNode] = {}
@@ -497,7 +507,10 @@ class LograftCluster:
                     "certificate_file": tls / f"node-{node_id}.pem",
                     "key_file": tls / f"node-{node_id}-key.pem",
                     "ca_file": tls / "ca.pem",
+                    **(tls_settings or {}),
                 }
+            if security is not None:
+                spec.security = dict(security)
             for key, value in (overrides or {}).get(node_id, {}).items():
                 current = getattr(spec, key)
                 setattr(spec, key, {**current, **value} if isinstance(current, dict) else value)

@@ -1,7 +1,10 @@
-"""Three real nodes with `[tls]`: the listener serves https only, every
-node-to-node call (controller RPCs and heartbeats, replica fetches, forwarded
-produces) goes over TLS with the node's certificate, and a client that does not
-trust the cluster's CA, or speaks plain HTTP, is refused at once."""
+"""Three real nodes with `[tls]` and bearer/certificate authentication: the
+listener serves https only, every node-to-node call (controller RPCs and
+heartbeats, replica fetches, forwarded produces) goes over TLS with the node's
+certificate, a client that does not trust the cluster's CA or speaks plain HTTP
+is refused at once, and the Python client reaches the cluster with a CA
+bundle and a bearer token (a file read again when it changes) or a client
+certificate."""
 
 from __future__ import annotations
 
@@ -11,8 +14,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import jwt
 import pytest
 
+from lograft.client import Admin, Consumer, Producer, TopicPartition
+from lograft.client.errors import ClusterUnreachableError
+from lograft.errors import SaslAuthenticationFailedError
+from lograft.security.dev_tokens import DevIssuer
 from lograft.security.local_ca import make_local_certificates
 from tests.integration.cluster_harness import LograftCluster, http_request
 from tests.integration.data_plane import (
@@ -29,13 +37,36 @@ pytestmark = [pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tls-certs")
-    make_local_certificates(directory, nodes=["node-1", "node-2", "node-3"])
+    make_local_certificates(directory, nodes=["node-1", "node-2", "node-3"], clients=["admin"])
     return directory
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[LograftCluster]:
-    with running_cluster(tmp_path_factory, "tls", log_lines=80, tls=certs) as c:
+def issuer(certs: Path) -> DevIssuer:
+    return DevIssuer.create_or_load(certs / "issuer")
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, certs: Path, issuer: DevIssuer
+) -> Iterator[LograftCluster]:
+    security = {
+        "authentication": ["bearer", "certificate"],
+        "bearer": {
+            "issuer": issuer.issuer,
+            "audience": issuer.audience,
+            "jwks_file": str(issuer.jwks_file),
+        },
+    }
+    with running_cluster(
+        tmp_path_factory,
+        "tls",
+        log_lines=80,
+        tls=certs,
+        tls_settings={"client_certificate": "optional"},
+        client_certificate="admin",  # the harness's own requests: User:admin by certificate
+        security=security,
+    ) as c:
         yield c
 
 
@@ -66,6 +97,11 @@ def test_a_client_without_the_ca_is_refused(cluster: LograftCluster) -> None:
     node = cluster[1]
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
         urllib.request.urlopen(node.url + "/healthz", timeout=10)
+    with (
+        pytest.raises(ClusterUnreachableError, match="certificate verify failed"),
+        Admin(node.url, request_timeout_ms=5_000) as admin,
+    ):
+        admin.list_topics()
 
 
 def test_plain_http_to_a_tls_node_fails_at_once(cluster: LograftCluster) -> None:
@@ -75,3 +111,33 @@ def test_plain_http_to_a_tls_node_fails_at_once(cluster: LograftCluster) -> None
         http_request("GET", f"http://{node.spec.http_address}/healthz", timeout_s=10)
     assert time.monotonic() - started < 5
     assert node.get("/healthz").status == 200
+
+
+def test_the_python_client_with_a_token_file_and_a_certificate(
+    cluster: LograftCluster, certs: Path, issuer: DevIssuer, tmp_path: Path
+) -> None:
+    urls = [n.url for n in cluster]
+    ca = str(certs / "ca.pem")
+    token_file = tmp_path / "token"
+    now = int(time.time())
+    expired = {"iss": issuer.issuer, "aud": issuer.audience, "sub": "alice", "exp": now - 3600}
+    token_file.write_text(jwt.encode(expired, issuer.key, "ES256", headers={"kid": issuer.kid}))
+    with Admin(urls, ssl_cafile=ca, bearer_token_file=str(token_file)) as admin:
+        with pytest.raises(SaslAuthenticationFailedError) as refused:
+            admin.list_topics()
+        assert refused.value.details["reason"] == "expired"
+        token_file.write_text(issuer.mint("alice", lifetime_s=600))  # rotated
+        admin.create_topic("by-token", partitions=1, replication_factor=3)
+    wait_in_sync(cluster, "by-token")
+    with Producer(urls, ssl_cafile=ca, bearer_token=issuer.mint("alice")) as producer:
+        producer.send("by-token", b"over tls", partition=0).get(timeout=30)
+    with Consumer(
+        urls,
+        ssl_cafile=ca,
+        ssl_certfile=str(certs / "admin.pem"),
+        ssl_keyfile=str(certs / "admin-key.pem"),
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    ) as consumer:
+        consumer.assign([TopicPartition("by-token", 0)])
+        assert next(iter(consumer)).value == b"over tls"

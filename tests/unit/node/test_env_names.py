@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[3]
 # Variables that are not node settings, each read by the named place.
 NOT_SETTINGS = {
     "LOGRAFT_BOOTSTRAP",  # lograft.cli: default --bootstrap
+    "LOGRAFT_TOKEN",  # lograft.cli: a bearer token when no --token/--token-file/--user
+    "LOGRAFT_PASSWORD",  # lograft.cli: the password of --user
     "LOGRAFT_EXTRAS",  # scripts/setup.sh: extra pip extras
     "LOGRAFT_SRC",  # container builds: where the source is
     "LOGRAFT_REQUIRE_JAVA",  # scripts/setup.sh / tests: Java must be found
