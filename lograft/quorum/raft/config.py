@@ -79,6 +79,11 @@ class RaftTuning(Record):
     # True: send each entry at once (low commit latency, metadata is low volume).
     # False: pysyncobj's batching, one append_entries per heartbeat interval.
     send_entries_immediately: bool = True
+    # True: a node acknowledges (and a leader counts itself for) only entries
+    # fsynced to its journal; entries of one tick share one fsync. False: the
+    # page cache only, as stock pysyncobj (a power cut can lose acknowledged
+    # metadata). See docs/quorum.md "What is synced to disk".
+    journal_fsync: bool = True
 
     # Log compaction: a full snapshot is written after this many entries or time.
     log_compaction_min_entries: Annotated[int, Meta(ge=2)] = 5000

@@ -44,7 +44,9 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from lograft.errors import RaftStartupError, RaftStoppedError
 from lograft.quorum.raft.config import RaftConfig, parse_address
+from lograft.quorum.raft.durability import DurabilityGate, use_journal_factory
 from lograft.quorum.raft.handshake import HandshakeLimits
+from lograft.quorum.raft.journal import DurableJournal
 from lograft.quorum.raft.snapshot import (
     Snapshot,
     as_entry,
@@ -208,6 +210,10 @@ class RaftCore:
         self._snapshot_offset: int | None = None
         self._snapshot_written = False
         self._fatal: BaseException | None = None
+        self._journal: DurableJournal | None = None
+        self._gate = DurabilityGate(
+            lambda exc: self._record_fatal(exc, "writing the Raft journal failed")
+        )
 
     # -- any thread ------------------------------------------------------------
 
@@ -228,9 +234,18 @@ class RaftCore:
         leader = None if so is None else so._getLeader()
         return None if leader is None else str(leader.id)
 
+    @property
+    def journal(self) -> DurableJournal | None:
+        """The Raft log on disk (fsync counters for benchmarks and tests)."""
+        return self._journal
+
     def start(self) -> None:
         """Blocking: bind, load the snapshot, run the first tick. Call off the event loop."""
-        self._config.data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir = self._config.data_dir
+        created = not data_dir.exists()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if created and self._config.journal_fsync:
+            fsync_path(data_dir.parent)  # the new directory's entry survives a power cut
         if self._config.voter and self._config.listen_address is not None:
             wait_for_port_free(self._config.listen_address, self._config.bind_timeout_ms)
         self._thread = threading.Thread(
@@ -354,8 +369,24 @@ class RaftCore:
             max_bytes=cfg.max_handshake_bytes,
             max_connections=cfg.max_handshake_connections,
         )
-        transport = transport_factory(observer_id, handshake)
-        return _ReplicatedLog(self, self_node, peers, conf, transport)
+        transport = transport_factory(observer_id, handshake, self._gate)
+        try:
+            with use_journal_factory(self._open_journal):
+                so = _ReplicatedLog(self, self_node, peers, conf, transport)
+        except BaseException:
+            if self._journal is not None:
+                self._journal._destroy()  # SyncObj never got far enough to close it
+            raise
+        if self._journal is None:
+            raise RuntimeError("pysyncobj did not build its journal through our factory")
+        self._gate.attach_journal(self._journal)
+        # SyncObj may have appended its first no-op entry: durable before any tick.
+        self._gate.release()
+        return so
+
+    def _open_journal(self, path: str) -> DurableJournal:
+        self._journal = DurableJournal(path, fsync=self._config.journal_fsync)
+        return self._journal
 
     def _run(self) -> None:
         try:
@@ -380,7 +411,10 @@ class RaftCore:
         # pysyncobj loads the snapshot lazily on its first tick; run it now so
         # that start() returns with the state machine restored.
         try:
-            so.doTick(0.0)
+            try:
+                so.doTick(0.0)
+            finally:
+                self._gate.release()
             self._after_tick(so)
         except BaseException as exc:
             self._record_fatal(exc, "first Raft tick failed")
@@ -397,7 +431,14 @@ class RaftCore:
         tick_s = self._config.tick_interval_ms / 1000
         while not self._stop_requested.is_set() and self._fatal is None:
             try:
-                so.doTick(tick_s)
+                try:
+                    so.doTick(tick_s)
+                finally:
+                    # Followers appended and answered during the poll: one
+                    # fsync, then the answers go (durability.py); and the
+                    # leader's count at the start of the next tick sees only
+                    # durable entries, even after a tick that raised.
+                    self._gate.release()
             except Exception:
                 if self._fatal is not None:
                     break  # the state machine or a snapshot failed: fail-stop

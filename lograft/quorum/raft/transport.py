@@ -46,6 +46,7 @@ from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from lograft.quorum.raft.config import parse_address
+from lograft.quorum.raft.durability import DurabilityGate
 from lograft.quorum.raft.handshake import (
     HandshakeLimits,
     authenticated,
@@ -99,13 +100,26 @@ class PeerTCPTransport(TCPTransport):
         *,
         handshake: HandshakeLimits,
         observer_id: str | None = None,
+        gate: DurabilityGate | None = None,
     ) -> None:
         if selfNode is None and observer_id is None:
             raise ValueError("an observer transport needs observer_id")
         self._observer_id = observer_id
         self._handshake = handshake
+        self._gate = gate
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(self._expire_handshakes)
+        if gate is not None:
+            gate.attach_sender(super().send)
+            # Runs after the tick's own work, before it polls: the group commit.
+            syncObj.addOnTickCallback(gate.release)
+
+    def send(self, node: Node, message: Any) -> bool:
+        # Every Raft message pysyncobj sends passes here: one that reflects
+        # journal writes not yet durable waits for the next release().
+        if self._gate is not None and self._gate.hold(node, message):
+            return True
+        return bool(super().send(node, message))
 
     # -- strangers: connections that have not proven the password -------------
 
@@ -185,6 +199,10 @@ class PeerTCPTransport(TCPTransport):
         self._onReadonlyNodeConnected(node)
 
 
-def transport_factory(observer_id: str | None, handshake: HandshakeLimits) -> Any:
-    """The `transportClass` callable SyncObj expects, bound to our observer id and limits."""
-    return functools.partial(PeerTCPTransport, observer_id=observer_id, handshake=handshake)
+def transport_factory(
+    observer_id: str | None, handshake: HandshakeLimits, gate: DurabilityGate | None = None
+) -> Any:
+    """The `transportClass` callable SyncObj expects, bound to our observer id, limits, gate."""
+    return functools.partial(
+        PeerTCPTransport, observer_id=observer_id, handshake=handshake, gate=gate
+    )

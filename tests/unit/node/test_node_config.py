@@ -59,6 +59,7 @@ def test_a_full_config_parses(tmp_path: Path):
     assert cfg.raft.password == "a-raft-password-long-enough"
     assert cfg.raft.election_timeout_min_ms == 350
     assert cfg.raft.tuning()["election_timeout_min_ms"] == 350
+    assert cfg.raft.tuning()["journal_fsync"] is True  # the metadata log is fsynced by default
     assert cfg.controller.broker_session_timeout_ms == 1500
     assert cfg.http.port == 9092
     assert cfg.http_url == "http://127.0.0.1:9092"
@@ -405,6 +406,7 @@ def test_overrides_are_typed_by_the_setting(tmp_path: Path):
         f,
         env={
             "LOGRAFT_CFG_RAFT__SEND_ENTRIES_IMMEDIATELY": "false",
+            "LOGRAFT_CFG_RAFT__JOURNAL_FSYNC": "false",
             "LOGRAFT_CFG_STREAM__SOURCE__FETCH_WAIT_MS": "250",
             "LOGRAFT_CFG_GROUPS__ASSIGNOR_DEFAULT": "range",
             "LOGRAFT_CFG_ROLES": "controller,broker",
@@ -413,6 +415,7 @@ def test_overrides_are_typed_by_the_setting(tmp_path: Path):
         },
     )
     assert cfg.raft.send_entries_immediately is False
+    assert cfg.raft.tuning()["journal_fsync"] is False
     assert cfg.stream.source.fetch_wait_ms == 250
     assert cfg.groups.assignor_default == "range"
     assert cfg.roles == ("controller", "broker")
