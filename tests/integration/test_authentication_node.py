@@ -274,7 +274,14 @@ def tls_node(
 
 
 def https_get(
-    node: ClusterNode, path: str, certs: Path, *, client: str | None = None, **headers: str
+    node: ClusterNode,
+    path: str,
+    certs: Path,
+    *,
+    client: str | None = None,
+    method: str = "GET",
+    body: Any = None,
+    **headers: str,
 ) -> tuple[int, Any]:
     context = ssl.create_default_context(cafile=certs / "ca.pem")
     if client is not None:
@@ -282,7 +289,10 @@ def https_get(
     host, port = node.spec.http_address.split(":")
     conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
     try:
-        conn.request("GET", path, headers=headers)
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=headers)
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read() or b"null")
     finally:
@@ -309,7 +319,34 @@ def test_certificates_and_passwords_over_tls(tls_node: ClusterNode, certs: Path)
         bodies.append(body)
         assert header.partition(" ")[2] not in json.dumps(body)
     assert bodies[0]["error"]["message"] == bodies[1]["error"]["message"]
+
+    # alice gets that password (PUT /v1/users, as the certificate's admin):
+    # her Basic requests are her; a changed password refuses the old one.
+    status, body = https_get(
+        node, "/v1/users/alice", certs, client="admin", method="PUT", body={"password": password}
+    )
+    assert status == 200, body
+    alice = "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()
+
+    def as_alice(header: str = alice) -> tuple[int, Any]:
+        # No client certificate: the password alone is the credential.
+        return https_get(node, "/v1/topics", certs, Authorization=header)
+
+    node.cluster.eventually(lambda: as_alice()[0] == 200, 10, "alice's credential applied")
+    for _ in range(3):
+        assert as_alice()[0] == 200
+    status, body = https_get(
+        node, "/v1/users/alice", certs, client="admin", method="PUT", body={"password": "N3w-one"}
+    )
+    assert status == 200, body
+    node.cluster.eventually(lambda: as_alice()[0] == 401, 10, "the old password refused")
+    status, body = as_alice()
+    assert body["error"]["details"]["reason"] == "bad_credentials"
+    new = "Basic " + base64.b64encode(b"alice:N3w-one").decode()
+    assert as_alice(new)[0] == 200
+
     log = node.log_text()
-    assert password not in log
+    assert password not in log and "N3w-one" not in log
+    assert alice.partition(" ")[2] not in log and new.partition(" ")[2] not in log
     # Once per (reason, peer) in the interval: the first one is named.
     assert "reason=bad_credentials principal=User:alice" in log
