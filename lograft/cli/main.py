@@ -2,8 +2,8 @@
 
 Commands: `node` (run a node), `dump-log` (inspect segment files), and the
 cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
-`groups ...`, `produce`, `consume` (modules `cluster`, `topics`, `groups`,
-`produce`, `consume`), all built on `lograft.client` (`Admin`, `Producer`,
+`groups ...`, `produce`, `consume`, `acls ...`, `users ...`, `quotas ...`
+(modules of the same names), all built on `lograft.client` (`Admin`, `Producer`,
 `Consumer`). See docs/cli.md.
 
 Exit codes: 0 success, 1 a failure the message explains (missing file, server
@@ -19,11 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lograft import __version__
+from lograft.cli import acls as cli_acls
 from lograft.cli import cluster as cli_cluster
 from lograft.cli import consume as cli_consume
 from lograft.cli import groups as cli_groups
 from lograft.cli import produce as cli_produce
+from lograft.cli import quotas as cli_quotas
 from lograft.cli import topics as cli_topics
+from lograft.cli import users as cli_users
 from lograft.cli.common import (
     EXIT_FAILURE,
     Streams,
@@ -103,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_groups.add_parser(sub)
     cli_produce.add_parser(sub)
     cli_consume.add_parser(sub)
+    cli_acls.add_parser(sub)
+    cli_users.add_parser(sub)
+    cli_quotas.add_parser(sub)
     return parser
 
 

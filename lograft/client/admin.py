@@ -1,4 +1,5 @@
-"""`Admin` / `AsyncAdmin`: the admin API (topics, cluster, consumer groups).
+"""`Admin` / `AsyncAdmin`: the admin API (topics, cluster, consumer groups,
+ACLs, users and client quotas).
 
     with Admin("http://127.0.0.1:9091") as admin:
         admin.create_topic("orders", partitions=3, configs={"retention_ms": "86400000"})
@@ -7,10 +8,10 @@
 
 Every method is one call of the HTTP admin API (docs/api.md) and returns its
 JSON answer as it came (a dict), or raises the typed error of an error answer.
-This is what `lograft topics|groups|cluster` are built on.
+This is what `lograft topics|groups|cluster|acls|users|quotas` are built on.
 
 Where a call goes:
-- topic and cluster calls and the group list go to any node (the last that
+- topic, cluster, ACL, user and quota calls and the group list go to any node (the last that
   answered first, then the bootstrap URLs, then known brokers); a node that
   cannot be reached is skipped, and none reachable is ClusterUnreachableError
   naming every URL tried. Changes are forwarded to the active controller by
@@ -67,6 +68,18 @@ class AdminConfig(CommonConfig, kw_only=True):
 
 def topic_path(name: str, suffix: str = "") -> str:
     return f"/v1/topics/{urllib.parse.quote(name, safe='')}{suffix}"
+
+
+def user_path(name: str) -> str:
+    return f"/v1/users/{urllib.parse.quote(name, safe='')}"
+
+
+def acl_path(acl_filter: Mapping[str, str]) -> str:
+    return "/v1/acls" + _query_string(acl_filter)
+
+
+def _query_string(params: Mapping[str, str]) -> str:
+    return "?" + urllib.parse.urlencode(dict(params)) if params else ""
 
 
 class AsyncAdmin:
@@ -146,6 +159,69 @@ class AsyncAdmin:
         """`GET /v1/groups` (the node asks every live broker; see
         `unreachable_brokers` and `loading_partitions` in the answer)."""
         return await self._any("GET", "/v1/groups")
+
+    # -- security metadata: ACLs, users, quotas (any node) ------------------------------------
+
+    async def list_acls(self, **acl_filter: str) -> Any:
+        """`GET /v1/acls`: the ACL bindings matching the filter (keyword
+        arguments: principal, host, resource_type, resource_name,
+        pattern_type literal|prefixed|any|match, operation, permission;
+        absent ones match anything)."""
+        return await self._any("GET", acl_path(acl_filter))
+
+    async def create_acls(self, acls: Sequence[Mapping[str, str]]) -> Any:
+        """`POST /v1/acls`: add bindings (`created` and `existing` in the answer)."""
+        return await self._any("POST", "/v1/acls", {"acls": [dict(a) for a in acls]})
+
+    async def delete_acls(self, **acl_filter: str) -> Any:
+        """`DELETE /v1/acls`: remove every binding the filter matches (no
+        filter: every binding)."""
+        return await self._any("DELETE", acl_path(acl_filter))
+
+    async def list_users(self) -> Any:
+        """`GET /v1/users`: users and their mechanisms (never a password or key)."""
+        return await self._any("GET", "/v1/users")
+
+    async def set_user_password(
+        self,
+        user: str,
+        password: str,
+        *,
+        mechanism: str | None = None,
+        iterations: int | None = None,
+    ) -> Any:
+        """`PUT /v1/users/{user}`: the node hashes the password (send it over TLS)."""
+        body: dict[str, Any] = {"password": password}
+        if mechanism is not None:
+            body["mechanism"] = mechanism
+        if iterations is not None:
+            body["iterations"] = iterations
+        return await self._any("PUT", user_path(user), body)
+
+    async def delete_user(self, user: str, *, mechanism: str | None = None) -> Any:
+        """`DELETE /v1/users/{user}`: one mechanism's credential, or all."""
+        query = "" if mechanism is None else "?" + urllib.parse.urlencode({"mechanism": mechanism})
+        return await self._any("DELETE", user_path(user) + query)
+
+    async def describe_quotas(
+        self, *, user: str | None = None, client_id: str | None = None
+    ) -> Any:
+        """`GET /v1/quotas`: every entity's quotas, or those naming `user` / `client_id`."""
+        query = {k: v for k, v in (("user", user), ("client_id", client_id)) if v is not None}
+        return await self._any("GET", "/v1/quotas" + _query_string(query))
+
+    async def alter_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        *,
+        values: Mapping[str, float] | None = None,
+        remove: Sequence[str] = (),
+    ) -> Any:
+        """`POST /v1/quotas`: set and remove quotas of one entity
+        (`{"user": "alice"}`; a None name is the default user / client id).
+        `values` is the body's `set`: {quota key: value}."""
+        body = {"entity": dict(entity), "set": dict(values or {}), "remove": list(remove)}
+        return await self._any("POST", "/v1/quotas", body)
 
     # -- a group's coordinator -----------------------------------------------------------------
 
@@ -256,6 +332,47 @@ class Admin:
 
     def list_groups(self) -> Any:
         return self._thread.run(self._async.list_groups())
+
+    def list_acls(self, **acl_filter: str) -> Any:
+        return self._thread.run(self._async.list_acls(**acl_filter))
+
+    def create_acls(self, acls: Sequence[Mapping[str, str]]) -> Any:
+        return self._thread.run(self._async.create_acls(acls))
+
+    def delete_acls(self, **acl_filter: str) -> Any:
+        return self._thread.run(self._async.delete_acls(**acl_filter))
+
+    def list_users(self) -> Any:
+        return self._thread.run(self._async.list_users())
+
+    def set_user_password(
+        self,
+        user: str,
+        password: str,
+        *,
+        mechanism: str | None = None,
+        iterations: int | None = None,
+    ) -> Any:
+        return self._thread.run(
+            self._async.set_user_password(
+                user, password, mechanism=mechanism, iterations=iterations
+            )
+        )
+
+    def delete_user(self, user: str, *, mechanism: str | None = None) -> Any:
+        return self._thread.run(self._async.delete_user(user, mechanism=mechanism))
+
+    def describe_quotas(self, *, user: str | None = None, client_id: str | None = None) -> Any:
+        return self._thread.run(self._async.describe_quotas(user=user, client_id=client_id))
+
+    def alter_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        *,
+        values: Mapping[str, float] | None = None,
+        remove: Sequence[str] = (),
+    ) -> Any:
+        return self._thread.run(self._async.alter_quotas(entity, values=values, remove=remove))
 
     def coordinator_url(self, group_id: str) -> str | None:
         return self._async.coordinator_url(group_id)
