@@ -7,6 +7,8 @@
 #   scripts/cluster.sh status       which nodes run, and the cluster view
 #   scripts/cluster.sh kill N       SIGKILL node N (watch a failover)
 #   scripts/cluster.sh restart N    start node N again
+#   scripts/cluster.sh start --secure   the same with TLS, authentication and ACLs
+#   scripts/cluster.sh token USER   print a bearer token for User:USER (secure cluster)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

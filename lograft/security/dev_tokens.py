@@ -6,7 +6,7 @@ OIDC identity provider: the nodes' `[security.bearer]` reads `jwks.json`
 (`jwks_file`), and `scripts/cluster.sh token <user>` mints a token for
 `User:<user>` that those nodes accept (lograft/security/tokens.py verifies).
 
-    issuer = DevIssuer.create_or_load(Path("tmp/cluster/secure"))
+    issuer = DevIssuer.create_or_load(Path("data/cluster-secure/issuer"))
     token = issuer.mint("alice", lifetime_s=3600)
 
 The key is ECDSA P-256, the tokens ES256 with the key's RFC 7638 thumbprint as

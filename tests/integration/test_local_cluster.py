@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster_harness import eventually, http_request, port_is_free
+from tests.integration.cluster_harness import Response, eventually, http_request, port_is_free
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "local_cluster.py"
@@ -144,4 +145,45 @@ def test_start_serves_the_printed_examples_then_kill_restart_and_stop(cluster_di
     assert again.returncode == 0, again.stderr
     doc = http_request("GET", f"{url}/v1/topics/orders")
     assert doc.status == 200 and len(doc.body["partitions"]) == 3, doc
+    assert _run(cluster_dir, base, "stop").returncode == 0
+
+
+def test_start_secure_serves_https_with_tokens_and_acls(cluster_dir: Path) -> None:
+    """`start --secure`: a local CA, node certificates and a token issuer made
+    once, an admin token at every start, and the printed curl session's
+    steps: no credentials refused, admin allowed, another user's token
+    minted by `token` seeing nothing until an ACL allows it."""
+    base = _free_base()
+    url = f"https://127.0.0.1:{local_cluster.http_port(base, 1)}"
+    started = _run(cluster_dir, base, "start", "--secure")
+    assert started.returncode == 0, started.stderr
+    ca = cluster_dir / "tls" / "ca.pem"
+    token_file = cluster_dir / "admin.token"
+    assert f"curl -s --cacert $CA {url}/v1/topics" in started.stdout
+    assert f'ADMIN="Authorization: Bearer $(cat {token_file})"' in started.stdout
+    context = ssl.create_default_context(cafile=ca)
+    admin = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+
+    def call(method: str, path: str, body: object = None, **headers: str) -> Response:
+        return http_request(method, url + path, body, headers=headers, context=context)
+
+    refused = call("GET", "/v1/topics")
+    assert refused.status == 401, refused
+    assert refused.body["error"]["code"] == "SASL_AUTHENTICATION_FAILED"
+    topic = {"name": "orders", "partitions": 1, "replication_factor": 3}
+    assert call("POST", "/v1/topics", topic, **admin).status == 201
+    minted = _run(cluster_dir, base, "token", "alice")
+    assert minted.returncode == 0, minted.stderr
+    alice = {"Authorization": f"Bearer {minted.stdout.strip()}"}
+    assert call("GET", "/v1/topics", **alice).body == {"topics": []}
+    status = _run(cluster_dir, base, "status")
+    assert '"active_controller"' in status.stdout, status
+    # Started again: the same CA (the client's ca.pem still verifies) and a new token.
+    assert _run(cluster_dir, base, "stop").returncode == 0
+    first_ca = ca.read_bytes()
+    again = _run(cluster_dir, base, "start")  # the directory is secure: it stays so
+    assert again.returncode == 0, again.stderr
+    assert ca.read_bytes() == first_ca
+    renewed = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    assert call("GET", "/v1/topics/orders", **renewed).status == 200
     assert _run(cluster_dir, base, "stop").returncode == 0
