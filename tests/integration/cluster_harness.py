@@ -138,6 +138,8 @@ class NodeSpec:
     # [tls]: empty for plain HTTP; with it the node serves (and calls its
     # peers over) https.
     tls: dict[str, Any] = field(default_factory=dict)
+    # [quotas]: how client quotas are measured and enforced.
+    quotas: dict[str, Any] = field(default_factory=dict)
 
     @property
     def http_address(self) -> str:
@@ -204,6 +206,7 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
         "log_defaults",
         "security",
         "tls",
+        "quotas",
     ):
         values = getattr(spec, section)
         if values:
