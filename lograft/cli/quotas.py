@@ -1,9 +1,11 @@
 """`lograft quotas set|describe`: client quotas, as kafka-configs
 --entity-type users|clients does.
 
-An entity is `--user NAME` or `--default-user`, and/or `--client-id NAME` or
-`--default-client-id`. Keys: producer_byte_rate, consumer_byte_rate (bytes
-per second), request_percentage (percent of one thread's time).
+An entity is `--for-user NAME` or `--for-default-user`, and/or
+`--for-client-id NAME` or `--for-default-client-id` (`--user` is the
+caller's own user name, a connection option of every command). Keys:
+producer_byte_rate, consumer_byte_rate (bytes per second), request_percentage
+(percent of one thread's time).
 """
 
 from __future__ import annotations
@@ -56,31 +58,38 @@ def add_parser(sub: Any) -> None:
     describe = qsub.add_parser(
         "describe",
         help="list quotas",
-        description="List every entity's quotas, or those naming --user / --client-id.",
+        description="List every entity's quotas, or those naming --for-user / --for-client-id.",
     )
-    describe.add_argument("--user", metavar="NAME")
-    describe.add_argument("--client-id", metavar="NAME")
+    describe.add_argument("--for-user", metavar="NAME", help="only quotas naming this user")
+    describe.add_argument(
+        "--for-client-id", metavar="NAME", help="only quotas naming this client id"
+    )
     describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(describe, cmd_describe, "quotas describe")
 
 
 def _entity_args(parser: argparse.ArgumentParser) -> None:
     user = parser.add_mutually_exclusive_group()
-    user.add_argument("--user", metavar="NAME", help="a user (a principal's name: alice)")
-    user.add_argument("--default-user", action="store_true", help="the default user")
+    user.add_argument("--for-user", metavar="NAME", help="a user (a principal's name: alice)")
+    user.add_argument("--for-default-user", action="store_true", help="the default user")
     client = parser.add_mutually_exclusive_group()
-    client.add_argument("--client-id", metavar="NAME", help="a client id")
-    client.add_argument("--default-client-id", action="store_true", help="the default client id")
+    client.add_argument("--for-client-id", metavar="NAME", help="a client id")
+    client.add_argument(
+        "--for-default-client-id", action="store_true", help="the default client id"
+    )
 
 
 def _entity(args: argparse.Namespace) -> dict[str, str | None]:
     entity: dict[str, str | None] = {}
-    if args.user is not None or args.default_user:
-        entity["user"] = args.user
-    if args.client_id is not None or args.default_client_id:
-        entity["client_id"] = args.client_id
+    if args.for_user is not None or args.for_default_user:
+        entity["user"] = args.for_user
+    if args.for_client_id is not None or args.for_default_client_id:
+        entity["client_id"] = args.for_client_id
     if not entity:
-        args.parser.error("name an entity: --user/--default-user and/or --client-id/...")
+        args.parser.error(
+            "name an entity: --for-user/--for-default-user and/or "
+            "--for-client-id/--for-default-client-id"
+        )
     return entity
 
 
@@ -135,7 +144,7 @@ def cmd_set(args: argparse.Namespace, streams: Streams) -> int:
 
 def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
-        doc = admin.describe_quotas(user=args.user, client_id=args.client_id)
+        doc = admin.describe_quotas(user=args.for_user, client_id=args.for_client_id)
     if args.json:
         print_json(doc, streams)
         return EXIT_OK

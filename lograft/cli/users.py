@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
         "for on the terminal (twice), or read from the first line of stdin with "
         "--password-stdin; it is never a command-line argument.",
     )
-    add.add_argument("user", metavar="USER")
+    add.add_argument("name", metavar="USER")
     add.add_argument(
         "--password-stdin", action="store_true", help="read the password from stdin's first line"
     )
@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> None:
         help="delete a user's credentials",
         description="Delete USER's credential for --mechanism, or all of them.",
     )
-    delete.add_argument("user", metavar="USER")
+    delete.add_argument("name", metavar="USER")
     delete.add_argument("--mechanism", choices=MECHANISMS, help="only this mechanism's")
     finish_parser(delete, cmd_delete, "users delete")
 
@@ -80,7 +80,7 @@ def read_password(args: argparse.Namespace, streams: Streams) -> str:
     else:
         if not streams.stdin.isatty():
             args.parser.error("no terminal to ask for the password on: use --password-stdin")
-        password = getpass.getpass(f"password for {args.user}: ")
+        password = getpass.getpass(f"new password for user {args.name}: ")
         if getpass.getpass("again: ") != password:
             args.parser.error("the passwords differ")
     if not password:
@@ -92,10 +92,10 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
     password = read_password(args, streams)
     with client_for(args) as admin:
         doc = admin.set_user_password(
-            args.user, password, mechanism=args.mechanism, iterations=args.iterations
+            args.name, password, mechanism=args.mechanism, iterations=args.iterations
         )
     streams.stdout.write(
-        f"set password of user {doc.get('name', args.user)} "
+        f"set password of user {doc.get('name', args.name)} "
         f"({doc.get('mechanism')}, {doc.get('iterations')} iterations)\n"
     )
     return EXIT_OK
@@ -103,9 +103,9 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
 
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
-        doc = admin.delete_user(args.user, mechanism=args.mechanism)
+        doc = admin.delete_user(args.name, mechanism=args.mechanism)
     mechanisms = ", ".join(doc.get("mechanisms") or [])
-    streams.stdout.write(f"deleted user {args.user}'s credentials: {mechanisms}\n")
+    streams.stdout.write(f"deleted user {args.name}'s credentials: {mechanisms}\n")
     return EXIT_OK
 
 

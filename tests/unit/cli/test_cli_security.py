@@ -192,7 +192,7 @@ def test_quotas_set_describe(server: SecurityServer) -> None:
         server,
         "quotas",
         "set",
-        "--user",
+        "--for-user",
         "alice",
         "--set",
         "producer_byte_rate=1048576",
@@ -207,8 +207,8 @@ def test_quotas_set_describe(server: SecurityServer) -> None:
         server,
         "quotas",
         "set",
-        "--default-user",
-        "--client-id",
+        "--for-default-user",
+        "--for-client-id",
         "etl",
         "--set",
         "consumer_byte_rate=2048",
@@ -220,13 +220,13 @@ def test_quotas_set_describe(server: SecurityServer) -> None:
         "<default>  etl        consumer_byte_rate=2048",
         "alice      -          producer_byte_rate=1048576, request_percentage=12.5",
     ]
-    res = cli(server, "quotas", "describe", "--client-id", "etl")
+    res = cli(server, "quotas", "describe", "--for-client-id", "etl")
     assert len(res.lines) == 2
     res = cli(
         server,
         "quotas",
         "set",
-        "--user",
+        "--for-user",
         "alice",
         "--remove",
         "producer_byte_rate",
@@ -235,6 +235,6 @@ def test_quotas_set_describe(server: SecurityServer) -> None:
     )
     assert res.lines == ["quotas of user=alice: none"]
     usage_error(server, "quotas", "set", "--set", "producer_byte_rate=1")  # no entity
-    usage_error(server, "quotas", "set", "--user", "a", "--set", "bogus=1")
-    res = cli(server, "quotas", "set", "--user", "a", "--set", "producer_byte_rate=1.5")
+    usage_error(server, "quotas", "set", "--for-user", "a", "--set", "bogus=1")
+    res = cli(server, "quotas", "set", "--for-user", "a", "--set", "producer_byte_rate=1.5")
     assert res.code == 1 and "set.producer_byte_rate" in res.err
