@@ -71,7 +71,9 @@ PRODUCE_OUTCOME = {
         obj({"partition": PARTITION_NUMBER, "error": ref("ErrorObject")}),
     ]
 }
-PRODUCE_RESULT = obj({"offsets": array(PRODUCE_OUTCOME)})
+# Present when a client quota delayed the answer (docs/api.md "Quotas"), ms.
+THROTTLE_TIME_MS: Schema = {"type": "integer", "minimum": 1}
+PRODUCE_RESULT = obj({"offsets": array(PRODUCE_OUTCOME)}, {"throttle_time_ms": THROTTLE_TIME_MS})
 BATCH_APPENDED = obj(
     {
         "partition": PARTITION_NUMBER,
@@ -79,7 +81,8 @@ BATCH_APPENDED = obj(
         "last_offset": UINT64,
         "log_append_time": INT64,
         "duplicate": BOOLEAN,
-    }
+    },
+    {"throttle_time_ms": THROTTLE_TIME_MS},
 )
 ENCODING = {"enum": ["base64"]}
 FETCHED_RECORD = obj(
@@ -104,7 +107,8 @@ FETCHED = obj(
         "next_offset": UINT64,
         "high_watermark": UINT64,
         "log_start_offset": UINT64,
-    }
+    },
+    {"throttle_time_ms": THROTTLE_TIME_MS},
 )
 PARTITION_OFFSETS = obj(
     {
