@@ -139,8 +139,7 @@ def _handler(checks: str) -> RouteAccess:
     return RouteAccess(Kind.HANDLER, checks=checks)
 
 
-# Helper A's security administration (api/routes_security.py), decided here
-# before they land so that they are never served undecided.
+# The security administration (api/routes_security.py): ACLs, users, quotas.
 SECURITY_ADMIN_ROUTES: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
     {
         ("GET", "/v1/acls"): _acl(_cluster(_O.DESCRIBE)),

@@ -221,10 +221,8 @@ async def test_every_route_is_decided_and_the_document_matches_the_router(
     public = {r for r in routes if not r[1].startswith("/internal/")}
     assert public == documented(), "the OpenAPI document and the router disagree"
     assert documented() - set(ROUTE_ACCESS) == set(), "documented routes without a decision"
-    # The table names only routes a node has, but for those still to land.
-    from lograft.api.route_access import SECURITY_ADMIN_ROUTES
-
-    assert set(ROUTE_ACCESS) - routes <= set(SECURITY_ADMIN_ROUTES)
+    # The table names only routes a node has: no stale row.
+    assert set(ROUTE_ACCESS) == routes
 
 
 def test_the_walk_fails_for_a_route_without_a_decision() -> None:
