@@ -55,6 +55,13 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    sent before the drain deadline, not seen by the consumer) is "lost": it
    counts as infinitely late, so a percentile that falls on it prints "lost".
 
+4. Flush policies side by side (`--only flush`): raw acks=all produce, as in
+   case 1, on one topic per policy of `--flush-policies` (default
+   `none,group_commit`), for each value size, the policies taking turns
+   (`--flush-rounds` rounds), all in the same run and cluster: records/s and
+   request p99 of acknowledgement from the page cache against
+   acknowledgement once every ISR member has fsynced.
+
 `--topic-config KEY=VALUE` (repeatable) gives every topic the benchmark
 creates that config, e.g. `flush_policy=every_batch` to measure appends that
 fsync.
@@ -147,6 +154,8 @@ class Throughput:
     nodes_cpu_s: float | None = None
     error_samples: list[str] = field(default_factory=list)
     leader_moves: int = 0
+    # The topic's flush_policy when the case sets one (case 4).
+    flush_policy: str = ""
 
     def note_error(self, status: int, body: bytes) -> None:
         self.errors += 1
@@ -156,7 +165,8 @@ class Throughput:
     @property
     def name(self) -> str:
         acks = f" acks={self.acks}" if self.kind == "produce" else ""
-        return f"{self.kind} {self.fmt} {self.record_bytes} B{acks}"
+        policy = f" {self.flush_policy}" if self.flush_policy else ""
+        return f"{self.kind} {self.fmt} {self.record_bytes} B{acks}{policy}"
 
     def to_dict(self) -> dict[str, Any]:
         secs = self.seconds or float("nan")
@@ -382,12 +392,14 @@ class Client:
         self.urls = {b["id"]: b["endpoints"]["http"] for b in doc["brokers"] if not b["fenced"]}
         progress(f"brokers: {self.urls}")
 
-    async def create_topic(self, name: str, partitions: int) -> dict[int, str]:
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> dict[int, str]:
         body = {
             "name": name,
             "partitions": partitions,
             "replication_factor": 3,
-            "configs": self.topic_configs,
+            "configs": {**self.topic_configs, **(configs or {})},
         }
         async with self.session.post(f"{self.bootstrap}/v1/topics", json=body) as resp:
             if resp.status != 201:
@@ -786,10 +798,12 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
         client = Client(session, args.bootstrap, dict(args.topic_config))
         await client.discover()
 
-        async def topic(name: str, partitions: int) -> dict[int, str]:
+        async def topic(
+            name: str, partitions: int, configs: dict[str, str] | None = None
+        ) -> dict[int, str]:
             full = f"bench-{run_id}-{name}"
             topics.append(full)
-            return await client.create_topic(full, partitions)
+            return await client.create_topic(full, partitions, configs)
 
         try:
             fetch_sources: dict[int, tuple[str, dict[int, str]]] = {}
@@ -826,6 +840,26 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                         rate = f"{d['records_per_s']:,.0f} records/s, {d['mb_per_s']} MB/s"
                         progress(f"{case.name}: {rate}")
                         out["fetch"].append(d)
+            if "flush" in args.only:
+                out["flush"] = []
+                for round_no in range(args.flush_rounds):
+                    for size in RECORD_SIZES:
+                        for policy in args.flush_policies:
+                            name = f"flush-{policy.replace('_', '-')}-{size}-r{round_no}"
+                            configs = {"flush_policy": policy}
+                            leaders = await topic(name, args.partitions, configs)
+                            case = Throughput("produce", "raw", size, "all", flush_policy=policy)
+                            progress(f"{case.name}: {args.warmup}+{args.seconds} s ...")
+                            before = await client.describe(topics[-1])
+                            await produce_case(client, topics[-1], leaders, case, args, pids)
+                            case.leader_moves = moves(before, await client.describe(topics[-1]))
+                            d = case.to_dict()
+                            d["round"] = round_no
+                            progress(
+                                f"{case.name}: {d['records_per_s']:,.0f} records/s, "
+                                f"p99 {d['request_p99_ms']} ms, errors {case.errors}"
+                            )
+                            out["flush"].append(d)
             if "latency" in args.only:
                 for rate in args.latency_rate:
                     leaders = await topic(f"latency-{rate}", 1)
@@ -854,10 +888,10 @@ def render_table(doc: dict[str, Any]) -> str:
         "",
     ]
     header = (
-        f"{'case':<28}{'records/s':>12}{'MB/s':>9}{'wire MB/s':>11}{'req p50 ms':>12}"
+        f"{'case':<42}{'records/s':>12}{'MB/s':>9}{'wire MB/s':>11}{'req p50 ms':>12}"
         f"{'req p99 ms':>12}{'errors':>8}{'moves':>7}{'client CPU':>12}{'nodes CPU':>11}"
     )
-    rows = [*doc["results"]["produce"], *doc["results"]["fetch"]]
+    rows = [*doc["results"]["produce"], *doc["results"]["fetch"], *doc["results"].get("flush", [])]
     if rows:
         lines += [
             f"req p50/p99: {THROUGHPUT_LATENCY_METHOD}",
@@ -873,7 +907,7 @@ def render_table(doc: dict[str, Any]) -> str:
                 "-" if r["nodes_cpu_s"] is None else f"{100 * r['nodes_cpu_s'] / r['seconds']:.0f}%"
             )
             lines.append(
-                f"{r['case']:<28}{r['records_per_s']:>12,.0f}{r['mb_per_s']:>9.2f}"
+                f"{r['case']:<42}{r['records_per_s']:>12,.0f}{r['mb_per_s']:>9.2f}"
                 f"{r['wire_mb_per_s']:>11.2f}{_fmt(r['request_p50_ms']):>12}"
                 f"{_fmt(r['request_p99_ms']):>12}{r['errors']:>8}{r['leader_moves']:>7}"
                 f"{100 * r['client_cpu_s'] / r['seconds']:>11.0f}%{nodes:>11}"
@@ -948,7 +982,18 @@ def main() -> int:
         "--only",
         default="produce,fetch,latency",
         type=lambda s: set(s.split(",")),
-        help="comma-separated subset of produce,fetch,latency (fetch needs produce)",
+        help="comma-separated subset of produce,fetch,latency,flush (fetch needs produce); "
+        "flush is not in the default",
+    )
+    ap.add_argument(
+        "--flush-policies",
+        type=lambda s: s.split(","),
+        default=["none", "group_commit"],
+        help="with --only flush: the flush_policy of each topic compared (default "
+        "none,group_commit)",
+    )
+    ap.add_argument(
+        "--flush-rounds", type=int, default=1, help="with --only flush: rounds of turns"
     )
     ap.add_argument(
         "--topic-config",

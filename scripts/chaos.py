@@ -4,6 +4,11 @@ fresh three-node cluster, and print and write the report table (issue 6).
 
     .venv/bin/python scripts/chaos.py --scenarios all --seeds 3
     .venv/bin/python scripts/chaos.py --scenarios kill-leader,pause-leader --seed 42 --seeds 1
+    .venv/bin/python scripts/chaos.py --scenarios power-cut-all-nodes --flush-policy none
+
+`--flush-policy` sets the workload topic's flush_policy over the scenario's
+(the power-cut scenarios run group_commit; under none, the all-nodes cut
+loses acknowledged writes and the run FAILs: docs/reliability.md).
 
 Seeds are SEED, SEED+1, ... (SEED random and printed when not given); one run
 is replayed with `--scenarios NAME --seed S --seeds 1`. Exits 0 only if every
@@ -26,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lograft.storage.config import FlushPolicy  # noqa: E402
 from tests.chaos.checker import MIN_ACKNOWLEDGED  # noqa: E402
 from tests.chaos.runner import (  # noqa: E402
     DEFAULT_DURATION_S,
@@ -76,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the writers' acks (default all; 1 checks the checker: acks=1 writes can be lost)",
     )
     parser.add_argument(
+        "--flush-policy",
+        choices=[p.value for p in FlushPolicy],
+        default=None,
+        help="the workload topic's flush_policy (default: the scenario's, else none)",
+    )
+    parser.add_argument(
         "--min-acks",
         type=int,
         default=MIN_ACKNOWLEDGED,
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_workdirs=args.keep,
         min_acknowledged=args.min_acks,
         settings=WorkloadSettings(acks=args.acks),
+        flush_policy=args.flush_policy,
         log=lambda line: print(line, flush=True),
     )
     table = report_table(outcomes)

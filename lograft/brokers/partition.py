@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lograft.brokers.fetch_session import FetchOutcome, decide_fetch, truncation_offset
+from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.high_watermark import (
     compute_high_watermark,
     enough_replicas_for_acks_all,
@@ -71,7 +72,7 @@ from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.fetch_wire import EpochEndOffset, PartitionFetch
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.storage.config import TimestampType
+from lograft.storage.config import FlushPolicy, TimestampType
 from lograft.storage.log import AppendInfo, Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
 
@@ -211,6 +212,9 @@ class Partition:
         # one's producer checks must see this one's producer state, and its
         # offsets must follow this one's.
         self.append_lane = asyncio.Lock()
+        # The log's group committer (`flush_policy = group_commit`), set by
+        # the replica manager, which drives it.
+        self.committer: GroupCommitter | None = None
 
     # -- transitions ---------------------------------------------------------------
 
@@ -490,15 +494,25 @@ class Partition:
             if not w.future.done():
                 w.future.set_exception(error)
 
+    @property
+    def group_commit(self) -> bool:
+        return self.log.config.flush_policy is FlushPolicy.GROUP_COMMIT
+
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER:
             return False
-        leos = self.tracker.follower_leos(r for r in self.isr if r != self.broker_id)
+        followers = [r for r in self.isr if r != self.broker_id]
+        if self.group_commit:
+            # Only what every ISR member has fsynced: the leader's durable
+            # offset (a new leader's may lag its HW until its first commit:
+            # then the HW holds) and what each follower last reported.
+            end = max(self.log.durable_offset, self.high_watermark)
+            offsets = self.tracker.follower_durables(followers)
+        else:
+            end = self.log.log_end_offset
+            offsets = self.tracker.follower_leos(followers)
         new_hw = compute_high_watermark(
-            self.high_watermark,
-            self.log.log_end_offset,
-            leos,
-            self.settings.min_insync_replicas,
+            self.high_watermark, end, offsets, self.settings.min_insync_replicas
         )
         if new_hw == self.high_watermark:
             return False
@@ -548,7 +562,7 @@ class Partition:
         error = decision.error()
         if error is not None:
             return self._fetch_result(b"", None, error)
-        self.tracker.on_fetch(follower, request.fetch_offset, leo, now_ms)
+        self.tracker.on_fetch(follower, request.fetch_offset, leo, now_ms, request.durable_offset)
         self.maybe_advance_high_watermark()
         return self._fetch_result(b"", None, read_from=request.fetch_offset)
 
@@ -623,6 +637,7 @@ class Partition:
             fetch_offset=self.log.log_end_offset,
             last_fetched_epoch=self.log.epochs.latest_epoch,
             current_leader_epoch=self.leader_epoch,
+            durable_offset=self.log.durable_offset,
         )
 
     def apply_fetch_response(

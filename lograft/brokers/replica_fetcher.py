@@ -235,6 +235,16 @@ class ReplicaFetcher:
         outcomes = await self._work.run(
             functools.partial(_apply_each, todo), inline=not _costly(todo)
         )
+        # flush_policy = group_commit: the next fetch reports what is
+        # fsynced, so it goes once what was just appended is (all of this
+        # answer's partitions' commits at once).
+        commits = [
+            part.committer.sync()
+            for (part, _r), exc in zip(todo, outcomes, strict=True)
+            if exc is None and part.group_commit and part.committer is not None
+        ]
+        if commits:
+            await asyncio.gather(*commits)
         for (part, _r), exc in zip(todo, outcomes, strict=True):
             if exc is None:
                 progressed = True

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
     Assignment,
@@ -90,7 +91,7 @@ from lograft.protocol.fetch_wire import (
 )
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.storage import checkpoint
+from lograft.storage import checkpoint, power_loss
 from lograft.storage.config import LogConfig, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms
@@ -356,6 +357,9 @@ class ReplicaManager:
             with contextlib.suppress(Exception):
                 await self._epoch_flush
         self.maintainer.stop()
+        for p in self.partitions.values():
+            if p.committer is not None:
+                await p.committer.close()
         # Writes under way finish first: stopping a replica takes its role lock.
         self.work.close()
         self.write_hw_checkpoint()
@@ -548,10 +552,22 @@ class ReplicaManager:
         except BaseException:
             target.close()  # its descriptors are this replica's, which failed
             raise
+        # By name, not by the replica: a replica holding its committer
+        # holding it would be cyclic garbage when removed.
+        part.committer = GroupCommitter(
+            part.log, self.work, functools.partial(self._became_durable, tp)
+        )
         self.partitions[tp] = part
         self.maintainer.add(part.log, lambda: part.high_watermark)
         log.info("created replica %s: %s", tp, part.log.recovery.summary())
         return part
+
+    def _became_durable(self, tp: TopicPartition, _durable_offset: int) -> None:
+        """A group commit of `tp`'s log ended: as leader, the HW may move
+        (which releases acks=all waiters); wake the long-polls it concerns."""
+        part = self.partitions.get(tp)
+        if part is not None and part.maybe_advance_high_watermark():
+            self._changes.notify(tp)
 
     def _configs(
         self, topic_config: Mapping[str, Any], replication_factor: int
@@ -598,6 +614,8 @@ class ReplicaManager:
             if not (same_term and part.is_leader and a.partition_epoch <= part.partition_epoch):
                 part.become_leader(a, now)
                 self._role_changed(part)
+            if part.group_commit and part.committer is not None:
+                part.committer.kick()  # what it holds but has not fsynced (a restart)
         elif (
             not (same_term and part.role is Role.FOLLOWER)
             or a.partition_epoch > part.partition_epoch
@@ -670,6 +688,8 @@ class ReplicaManager:
         check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
         part, result = await self._append_as_leader(tp, data, acks, id_end, records_checked)
+        if part.group_commit and part.committer is not None:
+            part.committer.kick()
         self._changes.notify(tp)
         if acks is not Acks.ALL:
             return result
@@ -1156,7 +1176,10 @@ def _claim_directory(directory: Path, topic_id: str) -> None:
         if owner == topic_id:
             return
         shutil.rmtree(directory)
+        power_loss.forget(directory)
     directory.mkdir(parents=True)
+    # Its name must survive a power cut with the files it will hold.
+    checkpoint.fsync_dir(directory.parent)
     checkpoint.write_atomic(marker, topic_id.encode())
 
 

@@ -30,12 +30,14 @@ UNKNOWN_OFFSET = -1
 @dataclass(frozen=True, slots=True)
 class FollowerState:
     """`leo` is the follower's last fetch offset (its LEO), -1 until its first
-    fetch from this leader."""
+    fetch from this leader; `durable` is what its last fetch said it has
+    fsynced (at most `leo`), -1 when unknown."""
 
     leo: int
     last_caught_up_ms: int
     last_fetch_ms: int
     last_fetch_leader_leo: int
+    durable: int = UNKNOWN_OFFSET
 
 
 class FollowerStateTracker:
@@ -67,10 +69,17 @@ class FollowerStateTracker:
         }
 
     def on_fetch(
-        self, broker_id: int, fetch_offset: int, leader_leo_at_fetch: int, now_ms: int
+        self,
+        broker_id: int,
+        fetch_offset: int,
+        leader_leo_at_fetch: int,
+        now_ms: int,
+        durable_offset: int = UNKNOWN_OFFSET,
     ) -> FollowerState:
         """Record a follower's fetch that the fetch decision accepted (not
-        one answered with a diverging epoch or an error)."""
+        one answered with a diverging epoch or an error). `durable_offset`
+        (from the network) is held to [-1, fetch_offset]: a follower cannot
+        have fsynced what it does not hold."""
         state = self._states.get(broker_id)
         if state is None:
             raise NotLeaderOrFollowerError(
@@ -93,6 +102,7 @@ class FollowerStateTracker:
             # The leader's LEO never drops while it leads; max() keeps a
             # reordered report from moving it back.
             last_fetch_leader_leo=max(state.last_fetch_leader_leo, leader_leo_at_fetch),
+            durable=min(durable_offset, fetch_offset) if durable_offset >= 0 else UNKNOWN_OFFSET,
         )
         self._states[broker_id] = new
         return new
@@ -107,3 +117,8 @@ class FollowerStateTracker:
         """LEOs of the given followers (e.g. the ISR) for the HW computation;
         the leader, if listed, is skipped."""
         return {r: self._states[r].leo for r in members if r != self.leader_id}
+
+    def follower_durables(self, members: Iterable[int]) -> dict[int, int]:
+        """Durable offsets of the given followers (-1: unknown), for the HW
+        under `flush_policy = group_commit`; the leader, if listed, is skipped."""
+        return {r: self._states[r].durable for r in members if r != self.leader_id}

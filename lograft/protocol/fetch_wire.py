@@ -5,7 +5,12 @@ Request (`POST /internal/v1/replica-fetch`, JSON)::
     {"replica_id": 2, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 8388608,
      "partition_max_bytes": 1048576,
      "partitions": [{"topic": "t", "partition": 0, "fetch_offset": 42,
-                     "last_fetched_epoch": 3, "current_leader_epoch": 4}, ...]}
+                     "last_fetched_epoch": 3, "current_leader_epoch": 4,
+                     "durable_offset": 40}, ...]}
+
+`durable_offset`: below it the follower's log is fsynced (-1, or left out:
+not tracked). A leader under `flush_policy = group_commit` moves its high
+watermark by these, not by the fetch offsets (brokers/group_commit.py).
 
 Response (`application/vnd.lograft.fetch`): a 4-byte big-endian length, that
 many bytes of JSON header, then the raw record batches of every partition
@@ -49,6 +54,8 @@ class PartitionFetch:
     fetch_offset: int
     last_fetched_epoch: int = UNDEFINED_EPOCH
     current_leader_epoch: int = UNDEFINED_EPOCH
+    # Below this the follower's log is fsynced; -1: not tracked.
+    durable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,7 @@ class ReplicaFetchRequest:
                         "fetch_offset": p.fetch.fetch_offset,
                         "last_fetched_epoch": p.fetch.last_fetched_epoch,
                         "current_leader_epoch": p.fetch.current_leader_epoch,
+                        "durable_offset": p.fetch.durable_offset,
                     }
                     for p in self.partitions
                 ],
@@ -112,7 +120,12 @@ class ReplicaFetchRequest:
                 FetchPartitionRequest(
                     p.topic,
                     p.partition,
-                    PartitionFetch(p.fetch_offset, p.last_fetched_epoch, p.current_leader_epoch),
+                    PartitionFetch(
+                        p.fetch_offset,
+                        p.last_fetched_epoch,
+                        p.current_leader_epoch,
+                        p.durable_offset,
+                    ),
                 )
                 for p in doc.partitions
             ],
@@ -129,6 +142,7 @@ class _FetchPartitionBody(Record, frozen=True, kw_only=True):
     fetch_offset: int
     last_fetched_epoch: int = UNDEFINED_EPOCH
     current_leader_epoch: int = UNDEFINED_EPOCH
+    durable_offset: int = -1
 
 
 class _ReplicaFetchBody(Record, frozen=True, kw_only=True):

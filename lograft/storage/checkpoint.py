@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from lograft.errors import LograftError
+from lograft.storage import power_loss
 
 VERSION = 0
 
@@ -35,9 +36,11 @@ def write_atomic(path: Path, data: bytes) -> None:
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
+        power_loss.synced(tmp)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    power_loss.replaced(tmp, path)
     fsync_dir(path.parent)
 
 
@@ -45,6 +48,7 @@ def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
+        power_loss.dir_synced(directory)
     finally:
         os.close(fd)
 

@@ -37,6 +37,10 @@ class FlushPolicy(enum.StrEnum):
     NONE = "none"  # rely on replication and the page cache; flush at roll/close only
     INTERVAL_MS = "interval_ms"  # a background flusher fsyncs every flush_interval_ms
     EVERY_BATCH = "every_batch"  # fsync before an append returns
+    # acks=all answered once every ISR member has fsynced the batch; one
+    # fsync, off the event loop, covers every append since the last
+    # (lograft/brokers/group_commit.py). Flushes at roll/close like `none`.
+    GROUP_COMMIT = "group_commit"
 
 
 class CleanupPolicy(enum.StrEnum):

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lograft.storage import power_loss
 from lograft.storage.handles import FilePool, default_pool
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -140,6 +141,7 @@ class _MappedIndex:
             return
         try:
             os.fsync(fd)
+            power_loss.synced(self.path)
         finally:
             os.close(fd)
 

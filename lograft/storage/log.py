@@ -5,6 +5,9 @@ Invariants kept here (asserted where cheap):
 - offsets increase strictly through the segments; the log end offset (LEO)
   is the next offset to assign and equals the active segment's next offset;
 - log_start_offset <= LEO and recovery_point <= LEO;
+- every byte below the durable offset has been fsynced, and the durable
+  offset is at least the recovery point (a group commit moves only the
+  former: the checkpoint stays for the flush at roll);
 - every byte on disk below the recovery point has been fsynced; after an
   unclean shutdown everything from the segment holding the recovery point on
   is re-validated and cut at the first torn or corrupt batch;
@@ -59,7 +62,7 @@ from lograft.protocol.batch import (
     validate_batches,
 )
 from lograft.protocol.compression import DecompressionBudget
-from lograft.storage import checkpoint
+from lograft.storage import checkpoint, power_loss
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache
@@ -160,12 +163,22 @@ class Log:
         self._truncations = 0
         self.log_start_offset = 0
         self.recovery_point = 0
+        # Offsets below this are on disk (fsynced): the recovery point, or
+        # past it after a group commit (`commit`).
+        self.durable_offset = 0
+        # A file was created in the directory since its last fsync (a roll):
+        # a commit must fsync the directory too, or the new segment's name
+        # may not survive a power cut.
+        self._dir_unsynced = False
         self._last_flush_ms = clock()
         # Called (under the log's lock, on the appending thread) after every
         # write, so the maintenance thread can check only logs with new data
         # instead of every log five times a second. Must be cheap and not block.
         self.on_write: Callable[[Log], None] | None = None
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.exists():
+            self.directory.mkdir(parents=True)
+            # The new directory's name must survive a power cut with its files.
+            checkpoint.fsync_dir(self.directory.parent)
         self.recovery = self._load()
         self.epochs = self._load_epoch_cache()
         self.epochs.truncate_from_end(self.log_end_offset)
@@ -225,6 +238,7 @@ class Log:
         # page cache, not the disk, so the re-read segments are marked
         # unflushed and the point moves only when a flush has fsynced them.
         self.recovery_point = min(max(self.recovery_point, 0), self.log_end_offset)
+        self.durable_offset = self.recovery_point
         marker.unlink(missing_ok=True)
         checkpoint.fsync_dir(self.directory)
         return report
@@ -273,6 +287,7 @@ class Log:
                 upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
                 dropped = seg.recover(upper)
                 seg.unflushed = True
+                seg.unsynced = True
                 report.segments_recovered += 1
                 report.indexes_rebuilt += int(needs_index)
                 if dropped:
@@ -505,7 +520,8 @@ class Log:
                 with suppress(OSError, LograftError):
                     seg.truncate_to(first)
                 raise
-            self.recovery_point = self.log_end_offset
+            seg.unsynced = False
+            self.recovery_point = self.durable_offset = self.log_end_offset
 
     def update_config(self, config: LogConfig) -> None:
         """Apply changed topic configs to the open log (Kafka's updateConfig).
@@ -541,6 +557,7 @@ class Log:
             assert base >= old.next_offset, "a new segment must start at or after the LEO"
             old.seal()
             seg = LogSegment.create_active(self.directory, base, self.config, self.pool, now)
+        self._dir_unsynced = True
         self._segments[base] = seg
         self._active = seg
         return seg
@@ -670,6 +687,7 @@ class Log:
             self._clamp_cleaner_checkpoint(leo)
             self.epochs.truncate_from_end(leo)
             self.recovery_point = min(self.recovery_point, leo)
+            self.durable_offset = min(self.durable_offset, leo)
             checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
             assert leo <= offset
             return removed
@@ -688,7 +706,8 @@ class Log:
         )
         self._segments[offset] = self._active
         self.log_start_offset = offset
-        self.recovery_point = offset
+        self.recovery_point = self.durable_offset = offset
+        self._dir_unsynced = True
         self._truncations += 1
         self._clamp_cleaner_checkpoint(offset)
         self.epochs.clear()
@@ -769,19 +788,58 @@ class Log:
                 # Clear before syncing: an append racing with the fsync marks
                 # its segment again and the next flush picks it up.
                 for s in segs:
-                    s.unflushed = False
+                    s.unflushed = s.unsynced = False
+                dir_unsynced, self._dir_unsynced = self._dir_unsynced, False
             try:
+                if dir_unsynced:
+                    checkpoint.fsync_dir(self.directory)
                 for s in segs:
                     s.flush()
             except Exception:
                 for s in segs:
-                    s.unflushed = True
+                    s.unflushed = s.unsynced = True
+                self._dir_unsynced = self._dir_unsynced or dir_unsynced
                 raise
             with self._lock:
                 self._last_flush_ms = self.clock()
+                self.durable_offset = max(self.durable_offset, min(target, self.log_end_offset))
                 if target > self.recovery_point:
                     self.recovery_point = target
                     checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, target)
+
+    def commit(self) -> int:
+        """Group commit: make every batch appended so far durable and return
+        the durable offset. One fdatasync of each segment written since the
+        last commit (the active one, and the one a roll sealed meanwhile),
+        and of the directory when a segment was created since: so one call
+        covers every append before it, however many producers made them.
+        Appends may go on meanwhile (the next commit covers them); the
+        recovery-point checkpoint is left to the flush at roll. Blocking:
+        run it off the event loop (lograft/brokers/group_commit.py)."""
+        with self._flush_lock:
+            with self._lock:
+                self._check_open()
+                target = self.log_end_offset
+                if target <= self.durable_offset:
+                    return self.durable_offset
+                segs = [s for s in self._segments.values() if s.unsynced]
+                for s in segs:
+                    s.unsynced = False
+                dir_unsynced, self._dir_unsynced = self._dir_unsynced, False
+            try:
+                if dir_unsynced:
+                    checkpoint.fsync_dir(self.directory)
+                for s in segs:
+                    s.sync_data()
+            except Exception:
+                for s in segs:
+                    s.unsynced = True
+                self._dir_unsynced = self._dir_unsynced or dir_unsynced
+                raise
+            with self._lock:
+                # Truncations take the flush lock: none ran since `target`.
+                self.durable_offset = max(self.durable_offset, target)
+                return self.durable_offset
 
     def maybe_flush(self) -> bool:
         """Called periodically by the maintenance thread; flushes per policy."""
@@ -796,7 +854,7 @@ class Log:
             self.flush()
             return True
         if sealed_dirty:
-            self.flush(sealed_only=policy is FlushPolicy.NONE)
+            self.flush(sealed_only=policy in (FlushPolicy.NONE, FlushPolicy.GROUP_COMMIT))
             return True
         return False
 
@@ -808,7 +866,7 @@ class Log:
             for seg in self._segments.values():
                 if seg.unflushed:
                     seg.flush()
-            self.recovery_point = self.log_end_offset
+            self.recovery_point = self.durable_offset = self.log_end_offset
             checkpoint.write_offset(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
             checkpoint.write_offset(self.directory / LOG_START_FILE, self.log_start_offset)
             for seg in self._segments.values():
@@ -845,6 +903,7 @@ class Log:
                 seg.close()
             self._closed = True
             shutil.rmtree(self.directory, ignore_errors=True)
+            power_loss.forget(self.directory)
 
     # -- compaction support -----------------------------------------------------
 

@@ -17,7 +17,7 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ from lograft.protocol.batch import (
     PREFIX,
     validate_batch,
 )
+from lograft.storage import power_loss
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.index import OffsetIndex, TimeIndex
@@ -154,6 +155,9 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self._bytes_since_index = 0
         self.unflushed = False
+        # Bytes appended since the last fsync of the `.log` file (a group
+        # commit's `sync_data` or a full `flush`).
+        self.unsynced = False
         # Bytes past `size` that a failed write left and could not cut.
         self.tail_dirty = False
 
@@ -286,6 +290,7 @@ class LogSegment:
         self.size = pos
         self.next_offset = batches[-1].last_offset + 1
         self.unflushed = True
+        self.unsynced = True
 
     def _index_batch(self, position: int, b: AppendedBatch) -> None:
         if b.max_timestamp > self.max_timestamp:
@@ -306,6 +311,7 @@ class LogSegment:
 
     def _undo_partial_write(self, size: int) -> None:
         assert self._fd is not None
+        power_loss.truncated(self.log_path, size)
         with suppress(OSError):
             os.ftruncate(self._fd, size)
             return
@@ -322,6 +328,7 @@ class LogSegment:
     def _cut_dirty_tail(self) -> None:
         if not self.tail_dirty or self._fd is None:
             return
+        power_loss.truncated(self.log_path, self.size)
         try:
             os.ftruncate(self._fd, self.size)
         except OSError as exc:
@@ -329,6 +336,7 @@ class LogSegment:
         self.tail_dirty = False
 
     def _truncate_file(self, size: int) -> None:
+        power_loss.truncated(self.log_path, size)
         if self._fd is not None:
             os.ftruncate(self._fd, size)
             self.tail_dirty = False
@@ -408,23 +416,38 @@ class LogSegment:
 
     def flush(self) -> None:
         try:
-            # A duplicate: the flusher runs outside the log's lock, and a roll
-            # may close the segment's own descriptor meanwhile.
-            with self._fd_lock:
-                own = os.dup(self._fd) if self._fd is not None else None
-            if own is not None:
-                try:
-                    os.fsync(own)
-                finally:
-                    os.close(own)
-            else:
-                with self.pool.borrow(str(self.log_path)) as fd:
-                    os.fsync(fd)
+            self._sync_log(os.fsync)
             self.index.flush()
             self.time_index.flush()
         except OSError as exc:
             raise _storage_error(exc, self.log_path) from exc
         self.unflushed = False
+
+    def sync_data(self) -> None:
+        """fdatasync the `.log` file alone (a group commit): its bytes and
+        size, not the indexes, which recovery rebuilds for every segment
+        past the recovery point after an unclean shutdown."""
+        try:
+            self._sync_log(os.fdatasync)
+        except OSError as exc:
+            raise _storage_error(exc, self.log_path) from exc
+
+    def _sync_log(self, sync: Callable[[int], None]) -> None:
+        # Bytes written before the sync began are those it makes durable.
+        size = self.size
+        # A duplicate: the flusher runs outside the log's lock, and a roll
+        # may close the segment's own descriptor meanwhile.
+        with self._fd_lock:
+            own = os.dup(self._fd) if self._fd is not None else None
+        if own is not None:
+            try:
+                sync(own)
+            finally:
+                os.close(own)
+        else:
+            with self.pool.borrow(str(self.log_path)) as fd:
+                sync(fd)
+        power_loss.synced(self.log_path, size)
 
     def close(self) -> None:
         """Release the files. `tail_dirty` stays set if torn bytes could not
@@ -450,6 +473,7 @@ class LogSegment:
         self.index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+        power_loss.forget(self.log_path)
 
     # -- reading -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
+from lograft.storage import power_loss
 from lograft.storage.checkpoint import fsync_dir
 from lograft.storage.segment import (
     INDEX_SUFFIX,
@@ -51,6 +52,11 @@ def parse_log_swap(name: str) -> tuple[int, int] | None:
     return base, int(tail)
 
 
+def _replace(src: Path, dst: Path) -> None:
+    os.replace(src, dst)
+    power_loss.replaced(src, dst)
+
+
 def segment_files(directory: Path, base: int) -> list[Path]:
     return [directory / file_name(base, s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)]
 
@@ -64,8 +70,8 @@ def commit_swap(directory: Path, base: int, end: int, old_bases: list[int]) -> N
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         src = staging / file_name(base, suffix)
         if src.exists():
-            os.replace(src, directory / (file_name(base, suffix) + SWAP_SUFFIX))
-    os.replace(staging / file_name(base, LOG_SUFFIX), directory / log_swap_name(base, end))
+            _replace(src, directory / (file_name(base, suffix) + SWAP_SUFFIX))
+    _replace(staging / file_name(base, LOG_SUFFIX), directory / log_swap_name(base, end))
     fsync_dir(directory)
     _finish(directory, base, end, old_bases)
 
@@ -82,8 +88,8 @@ def _finish(directory: Path, base: int, end: int, old_bases: list[int]) -> None:
     for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
         swapped = directory / (file_name(base, suffix) + SWAP_SUFFIX)
         if swapped.exists():
-            os.replace(swapped, directory / file_name(base, suffix))
-    os.replace(directory / log_swap_name(base, end), directory / file_name(base, LOG_SUFFIX))
+            _replace(swapped, directory / file_name(base, suffix))
+    _replace(directory / log_swap_name(base, end), directory / file_name(base, LOG_SUFFIX))
     fsync_dir(directory)
     shutil.rmtree(directory / CLEANER_DIR, ignore_errors=True)
 

@@ -75,7 +75,11 @@ RECOVERY_S = 60.0
 STOP_S = 60.0
 CONVERGE_S = 90.0
 
-SCENARIO_MODULES = ("tests.chaos.scenarios_process", "tests.chaos.scenarios_network")
+SCENARIO_MODULES = (
+    "tests.chaos.scenarios_process",
+    "tests.chaos.scenarios_network",
+    "tests.chaos.scenarios_power",
+)
 
 
 def load_scenarios() -> dict[str, Scenario]:
@@ -139,12 +143,27 @@ def run_scenario(
     failover_budget_ms: int = FAILOVER_BUDGET_MS,
     min_acknowledged: int = MIN_ACKNOWLEDGED,
     settings: WorkloadSettings | None = None,
+    flush_policy: str | None = None,
     log: Callable[[str], None] = print,
 ) -> RunOutcome:
+    """`flush_policy`: the workload topic's, over the scenario's and the default."""
     say = _stamp(log, f"[{scenario.name} seed={seed}]")
     outcome = RunOutcome(scenario.name, seed, workdir)
     began = time.monotonic()
-    cluster = LograftCluster(workdir, 3, broker=CHAOS_BROKER, raft=scenario.raft)
+    overrides: dict[int, dict[str, Any]] = {}
+    if scenario.power_loss:
+        from lograft.storage.power_loss import ENV_VAR
+
+        overrides = {
+            n: {"env": {ENV_VAR: str(workdir / f"node-{n}.power-loss")}} for n in (1, 2, 3)
+        }
+    cluster = LograftCluster(
+        workdir, 3, broker=CHAOS_BROKER, raft=scenario.raft, overrides=overrides
+    )
+    topic_configs = {"min_insync_replicas": str(MIN_INSYNC_REPLICAS), **scenario.topic_configs}
+    if flush_policy is not None:
+        topic_configs["flush_policy"] = flush_policy
+    outcome.facts["topic_configs"] = topic_configs
     workload: Workload | None = None
     try:
         with contextlib.ExitStack() as stack:
@@ -159,7 +178,7 @@ def run_scenario(
                 TOPIC,
                 PARTITIONS,
                 REPLICATION_FACTOR,
-                configs={"min_insync_replicas": str(MIN_INSYNC_REPLICAS)},
+                configs=topic_configs,
             )
             wait_converged(cluster, TOPIC, CLUSTER_READY_S)
             partitions = list(range(PARTITIONS))
@@ -254,6 +273,7 @@ def run_matrix(
     keep_workdirs: bool = False,
     min_acknowledged: int = MIN_ACKNOWLEDGED,
     settings: WorkloadSettings | None = None,
+    flush_policy: str | None = None,
     log: Callable[[str], None] = print,
 ) -> list[RunOutcome]:
     """Every scenario with every seed; a passing run's work dir is removed unless kept."""
@@ -268,6 +288,7 @@ def run_matrix(
                 duration_s=duration_s,
                 min_acknowledged=min_acknowledged,
                 settings=settings,
+                flush_policy=flush_policy,
                 log=log,
             )
             outcomes.append(o)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.integration.cluster_harness import LograftCluster
@@ -50,6 +51,16 @@ class Scenario:
     # `[raft]` settings of every node of the scenario's cluster (e.g. frequent
     # metadata snapshots), over the defaults.
     raft: Mapping[str, Any] = field(default_factory=dict)
+    # Configs of the workload topic, over the runner's (e.g. a flush_policy).
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    # Run every node in the power-loss test mode (lograft/storage/power_loss.py),
+    # recording into `<workdir>/node-<id>.power-loss` (`power_loss_dir`).
+    power_loss: bool = False
+
+
+def power_loss_dir(cluster: LograftCluster, node_id: int) -> Path:
+    """Where node `node_id` of a `power_loss` scenario records its fsyncs."""
+    return cluster.workdir / f"node-{node_id}.power-loss"
 
 
 REGISTRY: dict[str, Scenario] = {}

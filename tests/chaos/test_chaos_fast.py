@@ -7,7 +7,9 @@ The whole matrix runs with scripts/chaos.py (docs/reliability.md).
 And the checker must fail when it should: `isolate-leader` with `acks=1`
 writers, under which lograft may lose acknowledged writes (the isolated
 leader acknowledges alone and is truncated when it rejoins), must be
-reported as loss.
+reported as loss. So must a power cut of all three nodes under
+`flush_policy = none` (the fast subset runs it under group_commit, where it
+must lose nothing): proof that the power-loss test mode drops what it should.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lograft.storage.config import FlushPolicy
 from tests.chaos.runner import report_details, report_table, run_scenario, select
 from tests.chaos.workload import WorkloadSettings
 
@@ -53,6 +56,20 @@ def test_the_checker_reports_loss_of_acks_1_writes(tmp_path: Path) -> None:
         tmp_path / "acks-1",
         duration_s=DURATION_S,
         settings=WorkloadSettings(acks="1"),
+    )
+    detail = f"{report_table([outcome])}\n\n{report_details([outcome])}"
+    assert outcome.verdict == "FAIL", detail
+    assert outcome.result is not None and outcome.result.lost, detail
+
+
+def test_the_checker_reports_loss_after_a_power_cut_under_none(tmp_path: Path) -> None:
+    (scenario,) = select("power-cut-all-nodes")
+    outcome = run_scenario(
+        scenario,
+        SEED,
+        tmp_path / "power-cut-none",
+        duration_s=DURATION_S,
+        flush_policy=FlushPolicy.NONE.value,
     )
     detail = f"{report_table([outcome])}\n\n{report_details([outcome])}"
     assert outcome.verdict == "FAIL", detail

@@ -140,6 +140,9 @@ class NodeSpec:
     tls: dict[str, Any] = field(default_factory=dict)
     # [quotas]: how client quotas are measured and enforced.
     quotas: dict[str, Any] = field(default_factory=dict)
+    # Extra environment of the node process (test switches such as
+    # lograft/storage/power_loss.py's).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def http_address(self) -> str:
@@ -306,6 +309,7 @@ class ClusterNode:
         self.write_config()
         self.starts += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGRAFT_CFG_")}
+        env.update(self.spec.env)
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts} of node {self.node_id} =====\n".encode())
             log.flush()
