@@ -60,7 +60,9 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    `none,group_commit`), for each value size, the policies taking turns
    (`--flush-rounds` rounds), all in the same run and cluster: records/s and
    request p99 of acknowledgement from the page cache against
-   acknowledgement once every ISR member has fsynced.
+   acknowledgement once every ISR member has fsynced. Then case 3's
+   produce-to-consume latency at each `--latency-rate`, once per policy
+   (open loop, coordinated omission corrected: p99 at a given rate).
 
 `--topic-config KEY=VALUE` (repeatable) gives every topic the benchmark
 creates that config, e.g. `flush_policy=every_batch` to measure appends that
@@ -860,6 +862,17 @@ async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
                                 f"p99 {d['request_p99_ms']} ms, errors {case.errors}"
                             )
                             out["flush"].append(d)
+                for rate in args.latency_rate:
+                    for policy in args.flush_policies:
+                        name = f"flush-latency-{policy.replace('_', '-')}-{rate}"
+                        leaders = await topic(name, 1, {"flush_policy": policy})
+                        progress(
+                            f"latency {policy}: {rate} records/s for "
+                            f"{args.warmup}+{args.latency_seconds} s ..."
+                        )
+                        lat = await latency_case(client, topics[-1], leaders[0], rate, args, pids)
+                        out["latency"].append({**lat.to_dict(), "flush_policy": policy})
+                        progress(f"latency {policy}: {out['latency'][-1]}")
             if "latency" in args.only:
                 for rate in args.latency_rate:
                     leaders = await topic(f"latency-{rate}", 1)
@@ -916,7 +929,8 @@ def render_table(doc: dict[str, Any]) -> str:
         lines += [
             "",
             f"produce-to-consume latency: {lat['rate_per_s']} records/s for {lat['seconds']} s "
-            f"after {lat['warmup_s']} s of warm-up "
+            + (f"[flush_policy {lat['flush_policy']}] " if "flush_policy" in lat else "")
+            + f"after {lat['warmup_s']} s of warm-up "
             f"(raw one-record batches, acks=all, raw long-poll consumer)",
             f"  measured: {lat['method']}",
             f"  counted records: scheduled {lat['scheduled']}, sent {lat['sent']}, "

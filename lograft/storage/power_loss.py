@@ -76,30 +76,34 @@ class Recorder:
         copy = self.directory / COPIES / _copy_name(key)
         with self._lock:
             try:
-                ino = os.stat(key).st_ino
+                self._copy(key, copy, size)
             except FileNotFoundError:
-                return
-            start = 0
-            if key.endswith(_APPEND_ONLY_SUFFIX) and key in self._copied:
-                start = min(self._copied[key], self._changed_from.get(key, self._copied[key]))
-            with open(key, "rb") as src, open(copy, "r+b" if start else "wb") as dst:
-                src.seek(start)
-                dst.seek(start)
-                want = None if size is None else max(size - start, 0)
-                data = src.read() if want is None else src.read(want)
-                dst.write(data)
-                end = start + len(data)
-                dst.truncate(end)
-            self._copied[key] = end
-            self._changed_from.pop(key, None)
-            self._write({"op": "file", "path": key, "ino": ino, "size": end})
+                return  # deleted since its fsync: nothing of it survives
+
+    def _copy(self, key: str, copy: Path, size: int | None) -> None:
+        ino = os.stat(key).st_ino
+        start = 0
+        if key.endswith(_APPEND_ONLY_SUFFIX) and key in self._copied:
+            start = min(self._copied[key], self._changed_from.get(key, self._copied[key]))
+        with open(key, "rb") as src, open(copy, "r+b" if start else "wb") as dst:
+            src.seek(start)
+            dst.seek(start)
+            want = None if size is None else max(size - start, 0)
+            data = src.read() if want is None else src.read(want)
+            dst.write(data)
+            end = start + len(data)
+            dst.truncate(end)
+        self._copied[key] = end
+        self._changed_from.pop(key, None)
+        self._write({"op": "file", "path": key, "ino": ino, "size": end})
 
     def dir_synced(self, directory: Path) -> None:
         key = os.path.abspath(directory)
         with self._lock:
-            names = {}
-            for entry in os.scandir(key):
-                names[entry.name] = entry.inode()
+            try:
+                names = {entry.name: entry.inode() for entry in os.scandir(key)}
+            except FileNotFoundError:
+                return
             self._write({"op": "dir", "path": key, "names": names})
 
     def truncated(self, path: Path, size: int) -> None:

@@ -147,3 +147,26 @@ async def test_acks_all_under_group_commit_returns_once_the_isr_fsynced(tmp_path
         assert committer is not None and 1 <= committer.commits < 10, committer.commits
     finally:
         await c.stop()
+
+
+async def test_a_failing_commit_holds_the_durable_offset_without_stalling_its_caller(
+    tmp_path, monkeypatch
+):
+    from lograft.errors import StorageError
+
+    log = Log(tmp_path / "p", LogConfig(flush_policy=FlushPolicy.GROUP_COMMIT))
+    work = LogWork(1)
+
+    def broken() -> int:
+        raise StorageError("disk gone")
+
+    monkeypatch.setattr(log, "commit", broken)
+    committer = GroupCommitter(log, work, lambda _d: None)
+    try:
+        log.append(_batch(), leader_epoch=0)
+        assert await asyncio.wait_for(committer.sync(), 5) == 0
+        assert committer.failures == 1 and committer.commits == 0
+    finally:
+        await committer.close()
+        work.close()
+        log.close()
