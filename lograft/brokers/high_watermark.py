@@ -40,7 +40,9 @@ def compute_high_watermark(
     """The leader's new HW: the smallest LEO in the ISR (leader included),
     never below `current_hw`, and unchanged while the ISR (leader included) is
     smaller than `min_insync_replicas`. `isr_follower_leos` maps each ISR
-    follower (not the leader) to its LEO."""
+    follower (not the leader) to its LEO. Under `flush_policy = group_commit`
+    the partition passes durable (fsynced) offsets instead of LEOs, the
+    leader's and the followers' (partition.py)."""
     if min_insync_replicas < 1:
         raise ValueError(f"min_insync_replicas must be >= 1, got {min_insync_replicas}")
     assert 0 <= current_hw <= leader_leo, ("HW <= LEO", current_hw, leader_leo)

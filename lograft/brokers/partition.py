@@ -13,7 +13,8 @@ Invariants, asserted:
 - 0 <= high watermark <= log end offset;
 - on a leader the high watermark never goes backwards, and it only covers
   offsets that at least `min_insync_replicas` ISR members hold (helper
-  functions in high_watermark.py);
+  functions in high_watermark.py); under `flush_policy = group_commit`,
+  hold fsynced (group_commit.py);
 - every acks=all waiter is answered: resolved when the HW passes its
   records, failed when leadership is lost or the partition stops, or timed
   out by its caller.
