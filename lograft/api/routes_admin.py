@@ -213,7 +213,7 @@ class AdminRoutes:
     async def brokers(self, _request: web.Request) -> web.Response:
         return json_response({"brokers": self._brokers()})
 
-    async def cluster(self, _request: web.Request) -> web.Response:
+    async def cluster(self, request: web.Request) -> web.Response:
         status = await self.raft.status()
         raft = status.to_dict()
         return json_response(
@@ -233,7 +233,12 @@ class AdminRoutes:
                     "observers": raft["observers"],
                 },
                 "brokers": self._brokers(),
-                "topics": len(self.store.image.topic_ids),
+                # Counted as the listing is: only topics the caller may DESCRIBE.
+                "topics": sum(
+                    1
+                    for name in self.store.image.topic_ids
+                    if access.may(request, ResourceType.TOPIC, name, _DESCRIBE)
+                ),
             }
         )
 

@@ -413,3 +413,7 @@ async def test_the_topic_listing_shows_what_the_caller_may_describe(
     assert await names(GRANTED) == ["orders"]
     assert await names("writer") == ["orders"]  # WRITE implies DESCRIBE
     assert await names("reader") == []
+    # The cluster view counts topics as the listing shows them.
+    for user, count in ((GRANTED, 1), ("writer", 1), ("reader", 0)):
+        resp = await node_client.get("/v1/cluster", headers=bearer(user))
+        assert resp.status == 200 and (await resp.json())["topics"] == count, user
