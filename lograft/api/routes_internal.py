@@ -261,7 +261,12 @@ class ControllerRpc:
         )
 
     async def upsert_scram_credential(self, body: dict[str, Any]) -> dict[str, Any]:
-        credential = w.request_of(body, w.UpsertScramCredentialRequest).credential
+        try:
+            credential = w.request_of(body, w.UpsertScramCredentialRequest).credential
+        except InvalidRequestError as exc:
+            # The message would show the bad value: a salt or key is never echoed.
+            field = exc.details.get("field", "credential")
+            raise InvalidRequestError(f"{field}: not a valid credential", field=field) from None
         await self.runtime.run(
             lambda img, _s, _n: c.upsert_scram_credential(img, credential, self.config)
         )

@@ -42,7 +42,9 @@ _ACL_FIELDS = (
 def acl_of(record: AccessControlEntry | RemoveAccessControlEntry) -> AclBinding:
     """The binding a record names, checked as a request's binding is."""
     fields = {name: getattr(record, name) for name in _ACL_FIELDS}
-    return typed.build(fields, AclBinding, error=MetadataRecordError, where=record.TYPE)
+    return typed.build(
+        fields, AclBinding, error=MetadataRecordError, where=record.TYPE, detail="field"
+    )
 
 
 def acl_record(acl: AclBinding) -> AccessControlEntry:
@@ -59,6 +61,7 @@ def acl_sort_key(acl: AclBinding) -> tuple[str, ...]:
 
 
 def credential_of(record: UserScramCredential) -> ScramCredential:
+    """The credential a record holds, checked; a refusal names the field, never its value."""
     fields: dict[str, Any] = {
         "name": record.name,
         "mechanism": record.mechanism,
@@ -67,7 +70,23 @@ def credential_of(record: UserScramCredential) -> ScramCredential:
         "stored_key": record.stored_key,
         "server_key": record.server_key,
     }
-    return typed.build(fields, ScramCredential, error=MetadataRecordError, where=record.TYPE)
+    try:
+        return typed.build(
+            fields, ScramCredential, error=MetadataRecordError, where=record.TYPE, detail="field"
+        )
+    except MetadataRecordError as exc:
+        field = str(exc.details.get("field", ""))
+        if not field.endswith(_SECRET_FIELDS):
+            raise
+        # The message would show the bad value: a salt or key stays out of logs.
+        raise MetadataRecordError(
+            f"{field}: not a valid {field.rsplit('.', 1)[-1]} for user {record.name!r}",
+            type=record.TYPE,
+            field=field,
+        ) from None
+
+
+_SECRET_FIELDS = ("salt", "stored_key", "server_key")
 
 
 def credential_record(credential: ScramCredential) -> UserScramCredential:

@@ -274,3 +274,22 @@ async def test_password_hashing_is_off_the_loop_and_bounded(monkeypatch) -> None
     assert [r.name for r in results] == [f"u{i}" for i in range(6)]
     assert 1 <= peak <= 2
     assert threading.get_ident() not in loop_threads
+
+
+async def test_a_bad_credential_on_the_internal_rpc_is_not_echoed(node: Node) -> None:
+    from lograft.errors import InvalidRequestError
+
+    body = {
+        "credential": {
+            "name": "alice",
+            "mechanism": "SCRAM-SHA-256",
+            "salt": "c2VjcmV0LXNhbHQ=",  # 11 bytes: too short
+            "iterations": 4096,
+            "stored_key": "A" * 44,
+            "server_key": "A" * 44,
+        }
+    }
+    with pytest.raises(InvalidRequestError) as caught:
+        await node.controller.rpc.methods["upsert-scram-credential"](body)
+    assert caught.value.details["field"] == "credential.salt"
+    assert "c2VjcmV0" not in caught.value.message and "secret" not in caught.value.message

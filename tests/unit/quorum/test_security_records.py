@@ -249,3 +249,19 @@ def test_snapshot_holds_the_security_parts() -> None:
     assert restored.scram_credentials == image.scram_credentials
     assert restored.client_quotas == image.client_quotas
     assert restored.to_records() == records
+
+
+def test_a_refused_credential_record_never_shows_its_bytes() -> None:
+    record = credential_record(ALICE)
+    short = UserScramCredential(
+        name=record.name,
+        mechanism=record.mechanism,
+        salt=b"\xab" * 8,  # too short
+        iterations=record.iterations,
+        stored_key=record.stored_key,
+        server_key=record.server_key,
+    )
+    with pytest.raises(MetadataRecordError) as caught:
+        _image(short)
+    assert "salt" in caught.value.message
+    assert "\\xab" not in caught.value.message and "q6ur" not in caught.value.message
