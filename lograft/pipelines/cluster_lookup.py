@@ -62,6 +62,7 @@ class ClusterLookup:
             request_timeout_ms=opts.request_timeout_ms,
             default_api_timeout_ms=opts.offset_lookup_timeout_ms,
             client_id="lograft-spark-driver",
+            **dict(opts.security),
         )
         self._loop = asyncio.new_event_loop()
         self._transport, self.metadata = connect(self._config, None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lograft.client.config import parse_bootstrap
@@ -52,6 +52,21 @@ DEFAULT_OFFSET_LOOKUP_TIMEOUT_MS = 60_000
 
 _BOOTSTRAP_HELP = "the URLs of one or more lograft nodes, e.g. http://127.0.0.1:9091"
 
+# TLS and credentials of the source's and the sink's clients (docs/client.md,
+# "Secure clusters"): documented spelling -> the client setting it sets. Files
+# must exist on the driver and on every executor. Spark redacts the values of
+# options whose names match spark.redaction.regex (password, token) in its UI
+# and plans; lograft never shows them either.
+CLIENT_SECURITY_OPTIONS: dict[str, str] = {
+    "sslCaFile": "ssl_cafile",
+    "sslCertFile": "ssl_certfile",
+    "sslKeyFile": "ssl_keyfile",
+    "bearerToken": "bearer_token",
+    "bearerTokenFile": "bearer_token_file",
+    "username": "username",
+    "password": "password",
+}
+
 # Source options: lower-case key -> documented spelling.
 SOURCE_OPTIONS: dict[str, str] = {
     name.lower(): name
@@ -79,6 +94,7 @@ SOURCE_OPTIONS: dict[str, str] = {
         "fetchMaxDecompressedBytes",
         "requestTimeoutMs",
         "offsetLookupTimeoutMs",
+        *CLIENT_SECURITY_OPTIONS,
     )
 }
 
@@ -94,7 +110,8 @@ SINK_PRODUCER_OPTIONS: dict[str, str] = {
     "requestTimeoutMs": "request_timeout_ms",
 }
 SINK_OPTIONS: dict[str, str] = {
-    name.lower(): name for name in ("bootstrap", "topic", *SINK_PRODUCER_OPTIONS)
+    name.lower(): name
+    for name in ("bootstrap", "topic", *SINK_PRODUCER_OPTIONS, *CLIENT_SECURITY_OPTIONS)
 }
 # Spark itself passes these to a streaming sink (`queryName` when the query has
 # one: writeStream.queryName(...)); they mean nothing to lograft.
@@ -169,6 +186,8 @@ class SourceOptions:
     request_timeout_ms: int
     offset_lookup_timeout_ms: int
     given: frozenset[str]  # lower-case names of the options set, for warnings
+    # Client settings from CLIENT_SECURITY_OPTIONS; never in the repr.
+    security: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +195,8 @@ class SinkOptions:
     bootstrap: tuple[str, ...]
     topic: str | None  # overrides a `topic` column, as in Kafka's sink
     producer_settings: tuple[tuple[str, Any], ...]  # Producer(**dict(...))
+    # Client settings from CLIENT_SECURITY_OPTIONS; never in the repr.
+    security: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
 
 # -- parsing helpers -----------------------------------------------------------------------
@@ -461,6 +482,7 @@ def parse_source_options(raw: Mapping[str, str]) -> SourceOptions:
         request_timeout_ms=long_or("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS),
         offset_lookup_timeout_ms=long_or("offsetLookupTimeoutMs", DEFAULT_OFFSET_LOOKUP_TIMEOUT_MS),
         given=frozenset(options),
+        security=client_security(options),
     )
 
 
@@ -537,12 +559,24 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         if setting not in ("acks", "compression_type"):
             value = parse_long(name, value, minimum=0)
         settings.append((setting, value))
-    return SinkOptions(bootstrap, topic, tuple(settings))
+    return SinkOptions(bootstrap, topic, tuple(settings), client_security(options))
+
+
+def client_security(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
+    """The client settings of the TLS and credential options given (lower-case keys)."""
+    return tuple(
+        (setting, options[name.lower()])
+        for name, setting in CLIENT_SECURITY_OPTIONS.items()
+        if name.lower() in options
+    )
 
 
 def sink_option_name(setting: str) -> str:
     """The sink option that sets a Producer setting (for messages)."""
-    for name, producer_setting in SINK_PRODUCER_OPTIONS.items():
+    for name, producer_setting in (
+        *SINK_PRODUCER_OPTIONS.items(),
+        *CLIENT_SECURITY_OPTIONS.items(),
+    ):
         if producer_setting == setting:
             return name
     return setting

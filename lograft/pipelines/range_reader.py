@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -95,6 +95,8 @@ class ReadSettings:
     fetch_max_bytes: int
     request_timeout_ms: int
     fetch_max_decompressed_bytes: int = DEFAULT_FETCH_MAX_DECOMPRESSED_BYTES
+    # TLS and credential client settings (options.CLIENT_SECURITY_OPTIONS); not in the repr.
+    security: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
     @classmethod
     def of(cls, opts: SourceOptions) -> ReadSettings:
@@ -106,6 +108,7 @@ class ReadSettings:
             opts.fetch_max_bytes,
             opts.request_timeout_ms,
             opts.fetch_max_decompressed_bytes,
+            opts.security,
         )
 
 
@@ -136,6 +139,7 @@ class _RangeReader:
             max_partition_fetch_bytes=settings.fetch_max_bytes,
             max_partition_fetch_decompressed_bytes=settings.fetch_max_decompressed_bytes,
             client_id="lograft-spark-executor",
+            **dict(settings.security),
         )
         self.loop = asyncio.new_event_loop()
         self.transport, self.metadata = connect(self.config, transport)

@@ -103,7 +103,11 @@ def check_producer_settings(opts: SinkOptions) -> None:
     from lograft.client.config import ProducerConfig
 
     try:
-        ProducerConfig(bootstrap_servers=opts.bootstrap, **dict(opts.producer_settings))
+        ProducerConfig(
+            bootstrap_servers=opts.bootstrap,
+            **dict(opts.producer_settings),
+            **dict(opts.security),
+        )
     except InvalidConfigError as exc:
         setting = str(exc.details.get("setting", ""))
         name = sink_option_name(setting)
@@ -145,7 +149,10 @@ def write_rows(opts: SinkOptions, columns: SinkColumns, batches: Iterator[pa.Rec
     from lograft.client.sync_producer import Producer
 
     producer = Producer(
-        list(opts.bootstrap), client_id="lograft-spark-sink", **dict(opts.producer_settings)
+        list(opts.bootstrap),
+        client_id="lograft-spark-sink",
+        **dict(opts.producer_settings),
+        **dict(opts.security),
     )
     first_error = _FirstError()
     count = 0

@@ -229,3 +229,27 @@ def test_sink_options():
         with pytest.raises(InvalidConfigError) as err:
             parse_sink_options({**BOOT, **bad})
         assert word in err.value.message
+
+
+def test_tls_and_credential_options_reach_the_clients_and_never_the_repr():
+    from lograft.pipelines.range_reader import ReadSettings
+
+    secure = {
+        "bootstrap": "https://127.0.0.1:9091",
+        "sslCaFile": "/etc/lograft/ca.pem",
+        "bearerTokenFile": "/run/token",
+    }
+    opts = parse_source_options({**secure, "subscribe": "t"})
+    assert dict(opts.security) == {
+        "ssl_cafile": "/etc/lograft/ca.pem",
+        "bearer_token_file": "/run/token",
+    }
+    assert dict(ReadSettings.of(opts).security) == dict(opts.security)
+    sink = parse_sink_options(
+        {"bootstrap": "https://n:1", "USERNAME": "etl", "password": "pw-not-shown"}
+    )
+    assert dict(sink.security) == {"username": "etl", "password": "pw-not-shown"}
+    assert "pw-not-shown" not in repr(sink)
+    token = parse_source_options({**BOOT, "subscribe": "t", "bearerToken": "tok.not.shown"})
+    assert "tok.not.shown" not in repr(token)
+    assert "tok.not.shown" not in repr(ReadSettings.of(token))
