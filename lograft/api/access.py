@@ -54,6 +54,7 @@ __all__ = [
     "denied",
     "may",
     "may_any",
+    "reauthorize",
     "require",
     "require_each",
     "undecided_routes",
@@ -230,6 +231,27 @@ def enforce(control: AccessControl, decision: RouteAccess, request: web.Request)
             caller, need.resource_type, name, need.operation
         ):
             raise denied(caller, need.resource_type, (name,), need.operation)
+
+
+def reauthorize(request: web.Request) -> None:
+    """Decide the request's route again for its caller, against the ACLs of
+    now (403 as the middleware would): a long-lived answer (a stream) asks
+    before each push, so an ACL removed while it runs stops it, as Kafka
+    authorizes every fetch of a long-lived connection. Nothing with
+    authorization off."""
+    control = _control(request)
+    if control is None:
+        return
+    route = request.match_info.route
+    resource = route.resource
+    if resource is None:
+        return
+    decision = decision_for(route.method, resource.canonical)
+    if decision is None:
+        raise ClusterAuthorizationFailedError(
+            f"{route.method} {resource.canonical} has no authorization decision: refused",
+        )
+    enforce(control, decision, request)
 
 
 def authorization_middleware(control: AccessControl) -> Any:

@@ -9,6 +9,7 @@ which it checks itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -51,10 +52,18 @@ def offsets_from_json(
     return out
 
 
-def partitions_json(parts: Partitions) -> dict[str, list[int]]:
+def _everything(_topic: str) -> bool:
+    return True
+
+
+def partitions_json(
+    parts: Partitions, visible: Callable[[str], bool] = _everything
+) -> dict[str, list[int]]:
+    """`{"topic": [p, ...]}` of the partitions whose topic is `visible`."""
     out: dict[str, list[int]] = {}
     for tp in parts:
-        out.setdefault(tp.topic, []).append(tp.partition)
+        if visible(tp.topic):
+            out.setdefault(tp.topic, []).append(tp.partition)
     return {topic: sorted(out[topic]) for topic in sorted(out)}
 
 
@@ -71,7 +80,12 @@ def heartbeat_json(
     }
 
 
-def describe_json(d: GroupDescription) -> dict[str, Any]:
+def describe_json(
+    d: GroupDescription, visible: Callable[[str], bool] = _everything
+) -> dict[str, Any]:
+    """The group's description, naming only `visible` topics: a caller may
+    describe a group without being allowed to DESCRIBE every topic its
+    members read (the others are absent, as from the group's offsets)."""
     return {
         "group_id": d.group_id,
         "state": d.state.value,
@@ -83,13 +97,13 @@ def describe_json(d: GroupDescription) -> dict[str, Any]:
                 "member_id": m.member_id,
                 "client_id": m.client_id,
                 "client_host": m.client_host,
-                "subscribed_topics": list(m.subscribed_topics),
+                "subscribed_topics": [t for t in m.subscribed_topics if visible(t)],
                 "assignor": m.assignor,
                 "member_epoch": m.member_epoch,
                 "member_state": m.member_state.value,
-                "assigned": partitions_json(m.assigned),
-                "pending_revocation": partitions_json(m.pending_revocation),
-                "target": partitions_json(m.target),
+                "assigned": partitions_json(m.assigned, visible),
+                "pending_revocation": partitions_json(m.pending_revocation, visible),
+                "target": partitions_json(m.target, visible),
             }
             for m in d.members
         ],
@@ -104,5 +118,6 @@ def describe_json(d: GroupDescription) -> dict[str, Any]:
                 "owner": o.owner,
             }
             for o in d.offsets
+            if visible(o.topic_partition.topic)
         ],
     }

@@ -160,6 +160,7 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         ("GET", "/readyz"): _PUBLIC,
         ("GET", "/openapi.json"): _PUBLIC,
         # -- the cluster view (Kafka's Metadata request answers brokers to anyone)
+        # Its topic count counts only the topics the caller may DESCRIBE.
         ("GET", "/v1/cluster"): _AUTHENTICATED,
         ("GET", "/v1/brokers"): _AUTHENTICATED,
         # -- topics
@@ -178,7 +179,8 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         ("POST", "/v1/topics/{topic}/partitions/{partition}/batches"): _acl(_topic(_O.WRITE)),
         ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): _acl(_topic(_O.READ)),
         ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): _acl(_topic(_O.DESCRIBE)),
-        # Checked before the stream starts (no event is sent to a denied caller).
+        # Checked before the stream starts (no event is sent to a denied caller),
+        # and again before each push (api/access.py reauthorize).
         ("GET", "/v1/topics/{topic}/stream"): _acl(
             _topic(_O.READ), Need(_G, _O.READ, query="group")
         ),
@@ -212,7 +214,11 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
             "DESCRIBE on the cluster lists every group; else only the groups "
             "the caller may DESCRIBE are listed"
         ),
-        ("GET", "/v1/groups/{group}"): _acl(_group(_O.DESCRIBE)),
+        ("GET", "/v1/groups/{group}"): RouteAccess(
+            Kind.ACL,
+            (_group(_O.DESCRIBE),),
+            checks="topics the caller may not DESCRIBE are absent from the description",
+        ),
         ("DELETE", "/v1/groups/{group}"): _acl(_group(_O.DELETE)),
         ("POST", "/v1/groups/{group}/offsets/reset"): RouteAccess(
             Kind.ACL, (_group(_O.READ),), checks="and READ on every topic reset"

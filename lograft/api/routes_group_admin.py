@@ -120,11 +120,17 @@ class GroupAdminRoutes:
     async def describe(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
 
+        def visible(topic: str) -> bool:
+            return access.may(request, ResourceType.TOPIC, topic, _DESCRIBE)
+
         async def high_watermarks(tps: Any) -> dict[TopicPartition, int]:
-            return await self.offsets.high_watermarks(tps, DESCRIBE_OFFSETS_TIMEOUT_MS)
+            # Only the visible topics' leaders are asked; the others are not shown.
+            wanted = [tp for tp in tps if visible(tp.topic)]
+            return await self.offsets.high_watermarks(wanted, DESCRIBE_OFFSETS_TIMEOUT_MS)
 
         description = await self.runtime.describe_group(group_id, high_watermarks)
-        return json_response(describe_json(description))
+        # Topics the caller may not DESCRIBE are absent (GET .../offsets alike).
+        return json_response(describe_json(description, visible))
 
     async def delete(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]

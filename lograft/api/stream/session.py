@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from lograft.api.access import reauthorize
 from lograft.api.http_errors import error_body
 from lograft.api.quota_gate import RequestQuota
 from lograft.api.record_work import RecordWork, worth_a_thread
@@ -265,6 +266,10 @@ class StreamSession:
         # is rendered in a worker thread.
         inline = not worth_a_thread(chunk.data)
         try:
+            # The caller's ACLs of now, not of when the stream started: an
+            # ACL removed meanwhile ends the stream with a 403 error event
+            # before anything more is sent (api/access.py `reauthorize`).
+            reauthorize(self.request)
             while True:
                 block: Block | None = await self.work.run(
                     functools.partial(next, blocks, None), inline=inline

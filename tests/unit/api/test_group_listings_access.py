@@ -1,7 +1,8 @@
 """Listings filtered by authorization on one broker (real ReplicaManager and
 coordinator runtime): `GET /v1/groups` lists only the groups the caller may
-DESCRIBE (every group with DESCRIBE on the cluster), and a group's offsets
-fetched without `topics` only those of topics it may DESCRIBE."""
+DESCRIBE (every group with DESCRIBE on the cluster), a group's offsets
+fetched without `topics` only those of topics it may DESCRIBE, and a group's
+description names no topic the caller may not DESCRIBE."""
 
 from __future__ import annotations
 
@@ -146,4 +147,39 @@ async def test_listings_hold_only_what_the_caller_may_describe(
     status, doc = await call(client, "viewer", "GET", "/v1/groups/g/offsets?topics=hidden")
     assert (status, doc["error"]["code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
     status, doc = await call(client, "viewer", "GET", "/v1/groups/h/offsets")
+    assert (status, doc["error"]["code"]) == (403, "GROUP_AUTHORIZATION_FAILED")
+
+
+async def test_a_group_description_names_only_topics_the_caller_may_describe(
+    served: tuple[TestClient[Any, Any], GroupCoordinatorRuntime],
+) -> None:
+    """DESCRIBE on a group is not DESCRIBE on its topics: a member reading a
+    topic the caller may not see shows neither that topic nor its offsets,
+    high watermark or lag (found by the issue 12 attack: they were shown)."""
+    client, runtime = served
+    status, doc = await call(client, "admin", "GET", "/v1/groups/g/coordinator")
+    assert status == 200, doc
+    coordinator = runtime.coordinator(doc["partition"])
+    assert coordinator is not None and await coordinator.wait_loaded(LOAD_WAIT_S)
+    join = {"subscribed_topics": ["hidden", "orders"]}
+    status, member = await call(client, "admin", "POST", "/v1/groups/g/members", join)
+    assert status == 200 and sorted(member["assignment"]) == ["hidden", "orders"], member
+    commit = {
+        "member_id": member["member_id"],
+        "member_epoch": member["member_epoch"],
+        "offsets": [{"topic": t, "partition": 0, "offset": 0} for t in ("hidden", "orders")],
+    }
+    status, done = await call(client, "admin", "POST", "/v1/groups/g/offsets", commit)
+    assert status == 200, done
+
+    status, full = await call(client, "admin", "GET", "/v1/groups/g")
+    assert status == 200 and "hidden" in str(full), full
+    status, seen = await call(client, "viewer", "GET", "/v1/groups/g")
+    assert status == 200, seen
+    assert "hidden" not in str(seen), seen
+    (m,) = seen["members"]
+    assert m["subscribed_topics"] == ["orders"]
+    assert list(m["assigned"]) == ["orders"] and list(m["target"]) == ["orders"]
+    assert [o["topic"] for o in seen["offsets"]] == ["orders"]
+    status, doc = await call(client, "nobody", "GET", "/v1/groups/g")
     assert (status, doc["error"]["code"]) == (403, "GROUP_AUTHORIZATION_FAILED")

@@ -20,6 +20,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from msgspec.structs import replace
 
+from lograft.api.access import AccessControl
 from lograft.api.app import create_app
 from lograft.api.partition_offsets import add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
@@ -33,6 +34,14 @@ from lograft.node.peer_client import PeerClient
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.security.acls import (
+    AclBinding,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+)
+from lograft.security.settings import ANONYMOUS, SecuritySettings
 from tests.sse_support import SseEvent, SseParser, cursor_of
 
 PARTITIONS = 3
@@ -101,11 +110,19 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
     opened: list[tuple[TestClient, ReplicaManager, PeerClient]] = []
 
     async def make(
-        limits: StreamLimits = LIMITS, leader: int = 1, urls: dict[int, str] | None = None
+        limits: StreamLimits = LIMITS,
+        leader: int = 1,
+        urls: dict[int, str] | None = None,
+        access: AccessControl | None = None,
     ) -> Env:
         rm = await start_replicas(1, tmp_path / f"b1-{len(opened)}")
         md = FakeMetadata(leader, urls)
-        app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+        app = create_app(
+            cluster_secret="s",
+            request_bytes_max=1 << 20,
+            ready=lambda: (True, {}),
+            access=access,
+        )
         calls = PeerClient(cluster_secret="s", metadata=md)
         DataRoutes(rm, md, calls).add_to(app)
         routes = StreamRoutes(rm, md, limits, calls=calls, poll_calls=calls)
@@ -325,6 +342,37 @@ async def test_an_error_after_the_start_is_an_error_event_and_ends_the_stream(ma
     errors = [e for e in events if e.name == "error"]
     assert len(errors) == 1 and events[-1] is errors[0]
     assert errors[0].json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    await eventually(lambda: not env.routes.sessions, "the stream to end")
+
+
+async def test_an_acl_removed_while_a_stream_runs_ends_it_before_the_next_push(make_env):
+    """The stream's READ is decided again before each push (Kafka authorizes
+    every fetch): once the ACL is gone, the next records are not sent and
+    the stream ends with a 403 error event (found by the issue 12 attack: an
+    open stream went on delivering after its READ was removed)."""
+    read = AclBinding(
+        resource_type=ResourceType.TOPIC,
+        resource_name="orders",
+        pattern_type=PatternType.LITERAL,
+        principal=ANONYMOUS,
+        host="*",
+        operation=AclOperation.READ,
+        permission=AclPermission.ALLOW,
+    )
+    acls = {"now": frozenset({read})}
+    access = AccessControl(SecuritySettings(authorization=True), lambda: acls["now"])
+    env = await make_env(access=access)
+    await produce(env.rm, 0, ["a"])
+    stream = await open_stream(env.client, "partitions=0&offset=earliest&format=string")
+    (ev,) = await stream.records(1)
+    assert ev.json()["value"] == "a"
+    acls["now"] = frozenset()  # the ACL removed from the metadata
+    await produce(env.rm, 0, ["after"])
+    events = await stream.rest()
+    assert all(e.data is None or "after" not in e.data for e in events), events
+    errors = [e for e in events if e.name == "error"]
+    assert len(errors) == 1 and events[-1] is errors[0]
+    assert errors[0].json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
     await eventually(lambda: not env.routes.sessions, "the stream to end")
 
 
