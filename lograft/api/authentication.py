@@ -268,8 +268,8 @@ class Authenticator:
         try:
             if headers:
                 return await self._header(headers[0])
-            if self._mapper is not None:
-                der = _peer_certificate(request)
+            der = _peer_certificate(request) if self._mapper is not None else None
+            if self._mapper is not None and der is not None:
                 return self._certificate_principal(der, self._mapper), How.CERTIFICATE
         except AuthenticationFailed:
             raise

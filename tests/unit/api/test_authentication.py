@@ -707,7 +707,8 @@ async def test_a_client_certificate_is_its_mapped_subject(certs) -> None:
         url = f"https://localhost:{client.port}/v1/cluster"
         context = ssl.create_default_context(cafile=certs / "ca.pem")
         plain = await client.session.get(url, ssl=context)
-        await _refused(plain, "no_certificate")
+        error = await _refused(plain, "missing_credentials")  # no header, no certificate
+        assert "a TLS client certificate" in error["message"]
         assert plain.headers["WWW-Authenticate"] == 'Certificate realm="lograft"'
         # A new context: the session's pool would reuse the connection without one.
         context = ssl.create_default_context(cafile=certs / "ca.pem")
