@@ -118,6 +118,14 @@ class QuotaGate:
     async def sleep(self, ms: int) -> None:
         await self._sleep(ms / 1000)
 
+    def bytes_fitting(self, quota: float) -> int:
+        """The most bytes one request may carry at `quota` bytes/s and still
+        be throttled no longer than throttle_max_ms when it comes alone: one
+        rate span's worth (its shortest) plus throttle_max_ms's."""
+        config = self.config
+        span_ms = config.window_size_ms * config.rate_span_min_windows
+        return max(1, int(quota * (span_ms + config.throttle_max_ms) / 1000))
+
 
 _NOTHING = object()
 
@@ -163,6 +171,18 @@ class RequestQuota:
         owed = quotas.record(self.user, self.client_id, 0)
         if owed.capped:
             raise self._refusal(owed, QuotaKey.CONSUMER_BYTE_RATE, 0)
+
+    def consume_bytes_max(self) -> int | None:
+        """The most one fetch may read for this caller (None: no consumer
+        quota applies): what fits under its quota in one window plus
+        throttle_max_ms, so that no single answer needs a longer throttle
+        than the maximum (Kafka caps a fetch the same way, at what the quota
+        allows in its window: ClientQuotaManager.getMaxValueInQuotaWindow).
+        At least one batch is always read, whatever its size."""
+        if not self.gate.active(QuotaKey.CONSUMER_BYTE_RATE):
+            return None
+        found = self.gate.quotas[QuotaKey.CONSUMER_BYTE_RATE].resolve(self.user, self.client_id)
+        return None if found is None else self.gate.bytes_fitting(found[1])
 
     def charge_consume(self, nbytes: int) -> int:
         """Count `nbytes` about to be sent to a consumer; the throttle (ms,
@@ -228,11 +248,7 @@ class RequestQuota:
             f"retry after {wait_ms} ms"
         )
         # A request too large for the quota on its own never fits: say so.
-        fits = int(
-            quota
-            * (config.window_size_ms * config.rate_span_min_windows + config.throttle_max_ms)
-            / 1000
-        )
+        fits = self.gate.bytes_fitting(quota)
         if nbytes > fits:
             details["request_bytes"] = nbytes
             details["request_bytes_max"] = fits

@@ -335,6 +335,9 @@ class DataRoutes:
         quota = request_quota(request)
         if quota is not None:
             quota.check_consume()  # owes more than throttle_max_ms: 429, nothing read
+            quota_max = quota.consume_bytes_max()
+            if quota_max is not None:
+                max_bytes = min(max_bytes, quota_max)
         got = await self.replicas.fetch(
             tp,
             offset,

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from lograft.client import AsyncProducer
+from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
 from lograft.protocol.batch import RecordInput, build_batch
 from tests.integration.cluster_harness import ClusterNode, LograftCluster
 
@@ -43,13 +43,15 @@ def node(lograft_cluster: Callable[..., LograftCluster]) -> Iterator[ClusterNode
     yield node
 
 
-def set_quota(node: ClusterNode, client_id: str, value: int) -> None:
-    body = {"entity": {"client_id": client_id}, "set": {"producer_byte_rate": value}}
+def set_quota(
+    node: ClusterNode, client_id: str, value: int, key: str = "producer_byte_rate"
+) -> None:
+    body = {"entity": {"client_id": client_id}, "set": {key: value}}
     node.ok("POST", "/v1/quotas", body)
 
     def applied() -> bool:
         got = node.ok("GET", f"/v1/quotas?client_id={client_id}")
-        return any(q["values"].get("producer_byte_rate") == value for q in got["quotas"])
+        return any(q["values"].get(key) == value for q in got["quotas"])
 
     node.cluster.eventually(applied, 20, f"quota of {client_id} applied")
 
@@ -120,3 +122,26 @@ async def test_the_producer_backs_off_and_delivers_everything(node):
     assert stats.throttled_responses + stats.quota_refusals > 0, stats
     # 320 kB at 100 kB/s, with one window's credit: at least 2 s of waiting.
     assert took >= (records * size - QUOTA) / QUOTA - 0.2, (took, stats)
+
+
+async def test_the_consumer_is_throttled_and_reads_everything(node):
+    records, size = 4, 60_000
+    async with aiohttp.ClientSession() as session:
+        for _ in range(records):
+            status, _, body = await produce_raw(session, node, batch(size), "it-writer")
+            assert status == 200, body
+    set_quota(node, "it-reader", QUOTA, "consumer_byte_rate")
+    tp = TopicPartition("q", 0)
+    started = time.monotonic()
+    async with AsyncConsumer(node.url, client_id="it-reader", auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        got: list[bytes] = []
+        while len(got) < records:
+            polled = await asyncio.wait_for(c.poll(timeout_ms=1000), 60)
+            got += [r.value for r in polled.get(tp, [])]
+        stats = c.throttle_stats
+    took = time.monotonic() - started
+    assert got == [b"x" * size] * records
+    assert stats.throttled_responses + stats.quota_refusals > 0, stats
+    # 240 kB at 100 kB/s, with one window's credit: over a second of waiting.
+    assert took >= (records * size - QUOTA) / QUOTA - 0.5, (took, stats)

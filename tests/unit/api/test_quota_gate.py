@@ -273,3 +273,23 @@ async def test_timed_passes_cancellation_through():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_fetch_reads_no_more_than_the_quota_lets_one_answer_carry(env):
+    for _ in range(3):
+        assert (await _produce_raw(env, _batch(2000), FAST)).status == 200
+    env.set_quota("slow", CONSUME, 100)  # one answer: 100 B/s * (1 s + 10 s) = 1100 B
+    resp = await env.client.get(
+        "/v1/topics/orders/partitions/0/records",
+        params={"offset": "0"},
+        headers={"Accept": BATCH_CONTENT_TYPE, **SLOW},
+    )
+    assert resp.status == 200
+    # At least one batch, whatever its size, and no more.
+    assert resp.headers["X-Lograft-Next-Offset"] == "1"
+    resp = await env.client.get(
+        "/v1/topics/orders/partitions/0/records",
+        params={"offset": "0"},
+        headers={"Accept": BATCH_CONTENT_TYPE, **FAST},
+    )
+    assert resp.headers["X-Lograft-Next-Offset"] == "3"
