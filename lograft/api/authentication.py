@@ -42,6 +42,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -74,6 +75,7 @@ __all__ = [
     "is_internal",
     "is_public",
     "peer_host",
+    "reauthenticate",
     "refusal",
 ]
 
@@ -241,9 +243,8 @@ class Authenticator:
             if not self.settings.authenticating:
                 request[CALLER_KEY] = Caller(ANONYMOUS, host, client_id, How.ANONYMOUS)
                 return await handler(request)
-            principal: str | None = None
             try:
-                principal, how = await self._authenticate(request)
+                principal, how, expires_at = await self._authenticate(request)
             except AuthenticationFailed as failure:
                 self.failures.failure(
                     failure.reason.value,
@@ -254,12 +255,12 @@ class Authenticator:
                     where=f"{request.method} {request.path}",
                 )
                 return refusal(failure, self.challenges, accepted=list(self.accepted))
-            request[CALLER_KEY] = Caller(principal, host, client_id, how)
+            request[CALLER_KEY] = Caller(principal, host, client_id, how, expires_at)
             return await handler(request)
 
         return authenticate
 
-    async def _authenticate(self, request: web.Request) -> tuple[str, How]:
+    async def _authenticate(self, request: web.Request) -> tuple[str, How, float | None]:
         headers = request.headers.getall("Authorization", [])
         if len(headers) > 1:
             raise AuthenticationFailed(
@@ -270,7 +271,7 @@ class Authenticator:
                 return await self._header(headers[0])
             der = _peer_certificate(request) if self._mapper is not None else None
             if self._mapper is not None and der is not None:
-                return self._certificate_principal(der, self._mapper), How.CERTIFICATE
+                return self._certificate_principal(der, self._mapper), How.CERTIFICATE, None
         except AuthenticationFailed:
             raise
         except Exception:
@@ -283,14 +284,15 @@ class Authenticator:
             ) from None
         raise AuthenticationFailed(AuthFailure.MISSING, f"no credentials: {self._how_to()}")
 
-    async def _header(self, value: str) -> tuple[str, How]:
+    async def _header(self, value: str) -> tuple[str, How, float | None]:
         scheme = value.lstrip(" ").partition(" ")[0].lower()
         if scheme == "bearer" and self._bearer is not None:
             token = parse_bearer_authorization(value, self._token_bytes_max)
-            return await self._bearer.principal(token), How.BEARER
+            principal, until = await self._bearer.verified(token)
+            return principal, How.BEARER, until
         if scheme == "basic" and self.passwords is not None:
             basic = parse_basic_authorization(value)
-            return await self.passwords.principal(basic), How.PASSWORD
+            return await self.passwords.principal(basic), How.PASSWORD, None
         # The scheme is not repeated: a client that sent a bare secret as
         # the header would find it in the answer and in the log.
         raise AuthenticationFailed(
@@ -317,6 +319,21 @@ class Authenticator:
         if len(self._certificates) > CERTIFICATE_PRINCIPALS_CACHED_MAX:
             self._certificates.popitem(last=False)
         return principal
+
+
+def reauthenticate(request: web.Request) -> None:
+    """Refuse to go on answering a request whose credential has expired since
+    it came (401 SASL_AUTHENTICATION_FAILED, reason `expired`): a
+    long-lived answer (a stream) asks before each push, as Kafka
+    re-authenticates a connection once its token expires (KIP-368)."""
+    caller = request.get(CALLER_KEY)
+    if caller is None or caller.expires_at is None or time.time() < caller.expires_at:
+        return
+    raise SaslAuthenticationFailedError(
+        "authentication failed: the token has expired since the request came; "
+        "send the request again with a new token",
+        reason=AuthFailure.EXPIRED.value,
+    )
 
 
 def _peer_certificate(request: web.Request) -> bytes | None:

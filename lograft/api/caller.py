@@ -35,6 +35,10 @@ class Caller(NamedTuple):
     host: str  # the peer's IP address, canonical text (acls.canonical_host)
     client_id: str  # the X-Lograft-Client-Id header, checked; "" when absent
     how: How
+    # When the credential stops counting, wall-clock seconds (a bearer
+    # token's exp plus the clock skew allowed); None: it does not expire. A
+    # long-lived answer (a stream) ends then (authentication.reauthenticate).
+    expires_at: float | None = None
 
     @property
     def user(self) -> str:

@@ -437,11 +437,17 @@ class BearerVerifier:
         self.checks = 0
 
     async def principal(self, token: str) -> str:
-        """`User:<principal claim>` of a valid token, or AuthenticationFailed.
+        """`User:<principal claim>` of a valid token, or AuthenticationFailed."""
+        return (await self.verified(token))[0]
+
+    async def verified(self, token: str) -> tuple[str, float]:
+        """`User:<principal claim>` of a valid token and until when it counts
+        (its `exp` plus `clock_skew_ms`, wall-clock seconds), or
+        AuthenticationFailed.
 
         A token that verified is remembered (`verified_tokens_cached_max`)
-        until its `exp` (plus `clock_skew_ms`, as the check allows) or until
-        the key set changes, whichever is first; a refused one never is."""
+        until then or until the key set changes, whichever is first; a
+        refused one never is."""
         settings = self._settings
         if len(token) > settings.token_bytes_max:
             raise _too_large(settings.token_bytes_max)
@@ -455,17 +461,17 @@ class BearerVerifier:
             principal, until, generation = hit
             if generation == self._keys.generation and self._clock() < until:
                 self._verified.move_to_end(remembered)
-                return principal
+                return principal, until
             del self._verified[remembered]
         principal, expires = await self._verify(token)
-        self._remember(remembered, principal, expires)
-        return principal
+        until = expires + settings.clock_skew_ms / 1000
+        self._remember(remembered, principal, until)
+        return principal, until
 
-    def _remember(self, key: bytes, principal: str, expires: float) -> None:
+    def _remember(self, key: bytes, principal: str, until: float) -> None:
         limit = self._settings.verified_tokens_cached_max
         if limit == 0:
             return
-        until = expires + self._settings.clock_skew_ms / 1000
         self._verified[key] = (principal, until, self._keys.generation)
         while len(self._verified) > limit:
             self._verified.popitem(last=False)

@@ -36,6 +36,7 @@ import orjson
 from aiohttp import web
 
 from lograft.api.access import reauthorize
+from lograft.api.authentication import reauthenticate
 from lograft.api.http_errors import error_body
 from lograft.api.quota_gate import RequestQuota
 from lograft.api.record_work import RecordWork, worth_a_thread
@@ -269,6 +270,9 @@ class StreamSession:
             # The caller's ACLs of now, not of when the stream started: an
             # ACL removed meanwhile ends the stream with a 403 error event
             # before anything more is sent (api/access.py `reauthorize`).
+            # Likewise a token that has expired since the stream started
+            # (api/authentication.py `reauthenticate`): 401 error event.
+            reauthenticate(self.request)
             reauthorize(self.request)
             while True:
                 block: Block | None = await self.work.run(

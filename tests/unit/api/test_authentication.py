@@ -181,6 +181,7 @@ async def test_without_authentication_every_caller_is_anonymous(anonymous) -> No
         "host": "127.0.0.1",
         "client_id": "billing-7",
         "how": "anonymous",
+        "expires_at": None,
     }
     # Credentials are not looked at when nothing is checked.
     resp = await client.get("/v1/cluster", headers={"Authorization": "Bearer junk"})
@@ -250,12 +251,16 @@ async def test_a_valid_bearer_token_is_its_subject(bearer_and_password) -> None:
         headers={"Authorization": f"Bearer {token()}", CLIENT_ID_HEADER: "app"},
     )
     assert resp.status == 200
-    assert await resp.json() == {
+    body = await resp.json()
+    # The token counts until its exp plus the clock skew allowed (30 s).
+    expires_at = body.pop("expires_at")
+    assert body == {
         "principal": "User:alice",
         "host": "127.0.0.1",
         "client_id": "app",
         "how": "bearer",
     }
+    assert abs(expires_at - (now() + 300 + 30)) < 5
 
 
 async def test_the_keys_are_fetched_when_the_authenticator_starts() -> None:
@@ -319,6 +324,7 @@ async def test_internal_routes_take_only_the_cluster_secret(bearer_and_password)
         "host": "127.0.0.1",
         "client_id": "",
         "how": "cluster",
+        "expires_at": None,
     }
 
 

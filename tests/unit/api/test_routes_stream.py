@@ -22,6 +22,7 @@ from msgspec.structs import replace
 
 from lograft.api.access import AccessControl
 from lograft.api.app import create_app
+from lograft.api.authentication import Authenticator
 from lograft.api.partition_offsets import add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
 from lograft.api.services import TopicView
@@ -114,6 +115,7 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
         leader: int = 1,
         urls: dict[int, str] | None = None,
         access: AccessControl | None = None,
+        authenticator: Authenticator | None = None,
     ) -> Env:
         rm = await start_replicas(1, tmp_path / f"b1-{len(opened)}")
         md = FakeMetadata(leader, urls)
@@ -122,6 +124,7 @@ async def make_env(tmp_path) -> AsyncIterator[Callable[..., Any]]:
             request_bytes_max=1 << 20,
             ready=lambda: (True, {}),
             access=access,
+            authenticator=authenticator,
         )
         calls = PeerClient(cluster_secret="s", metadata=md)
         DataRoutes(rm, md, calls).add_to(app)
@@ -530,3 +533,47 @@ async def _recv(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
     data = await loop.sock_recv(sock, 1 << 16)
     assert data, "the stream ended early"
     return data
+
+
+async def test_a_stream_ends_when_its_token_expires(make_env):
+    """A bearer token counts until its exp (plus the clock skew allowed): a
+    stream opened with it ends with a 401 `expired` error event before the
+    first push after that, as Kafka re-authenticates a connection once its
+    token expires (KIP-368); nothing more is sent."""
+    from lograft import typed
+    from lograft.errors import InvalidConfigError
+    from tests.unit.security.test_tokens import DEFAULT_JWKS, FakeIdp, token
+
+    settings = typed.build(
+        {
+            "authentication": ["bearer"],
+            "bearer": {
+                "issuer": "https://idp.example",
+                "audience": "lograft",
+                "jwks_url": "https://idp.example/jwks",
+                "clock_skew_ms": 0,
+            },
+        },
+        SecuritySettings,
+        error=InvalidConfigError,
+    )
+    env = await make_env(authenticator=Authenticator(settings, jwks_fetcher=FakeIdp(DEFAULT_JWKS)))
+    expires = int(time.time()) + 2
+    await produce(env.rm, 0, ["a"])
+    stream = await open_stream(
+        env.client,
+        "partitions=0&offset=earliest&format=string",
+        Authorization=f"Bearer {token(exp=expires)}",
+    )
+    (ev,) = await stream.records(1)
+    assert ev.json()["value"] == "a"
+    # Wall-clock time has to pass the token's exp: nothing signals it.
+    await eventually(lambda: time.time() >= expires, "the token to expire", timeout_s=10)
+    await produce(env.rm, 0, ["after"])
+    events = await stream.rest()
+    assert all(e.data is None or "after" not in e.data for e in events), events
+    errors = [e for e in events if e.name == "error"]
+    assert len(errors) == 1 and events[-1] is errors[0]
+    error = errors[0].json()["error"]
+    assert (error["code"], error["details"]["reason"]) == ("SASL_AUTHENTICATION_FAILED", "expired")
+    await eventually(lambda: not env.routes.sessions, "the stream to end")
