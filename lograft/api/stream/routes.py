@@ -156,7 +156,10 @@ class StreamRoutes:
         )
 
     def add_to(self, app: web.Application) -> None:
-        app.router.add_get("/v1/topics/{topic}/stream", self.stream)
+        # No HEAD: a HEAD would run the whole stream with its body thrown
+        # away (a group member joining, and committing records it never
+        # sent as consumed); it is 405, like any other method but GET.
+        app.router.add_get("/v1/topics/{topic}/stream", self.stream, allow_head=False)
         lim = self.limits
         serve = ServeLimits(
             lim.remote_poll_partitions_max, lim.remote_poll_bytes_max, lim.chunk_bytes_max

@@ -379,6 +379,18 @@ async def test_an_acl_removed_while_a_stream_runs_ends_it_before_the_next_push(m
     await eventually(lambda: not env.routes.sessions, "the stream to end")
 
 
+async def test_a_head_is_refused_and_starts_no_stream(make_env):
+    """HEAD is not a stream with its body thrown away: found by the issue 12
+    attack, a HEAD with `group=` joined the group and committed records it
+    never sent as consumed. 405, and no session starts."""
+    env = await make_env()
+    await produce(env.rm, 0, ["a"])
+    resp = await env.client.head("/v1/topics/orders/stream?partitions=0&offset=earliest")
+    assert resp.status == 405
+    assert "HEAD" not in resp.headers.get("Allow", "")
+    assert not env.routes.sessions
+
+
 # -- leaders elsewhere -------------------------------------------------------------------------
 
 
