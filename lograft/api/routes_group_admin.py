@@ -21,6 +21,7 @@ from aiohttp import web
 
 from lograft.api import access
 from lograft.api.group_json import describe_json, parse_body
+from lograft.api.internal_paths import GROUPS_PATH
 from lograft.api.partition_offsets import PartitionOffsets
 from lograft.api.request_shapes import ResetOffsets
 from lograft.api.routes_data import json_response
@@ -39,8 +40,6 @@ _GROUP, _DESCRIBE = ResourceType.GROUP, AclOperation.DESCRIBE
 DESCRIBE_OFFSETS_TIMEOUT_MS = 2_000
 # How long reset waits for partition leaders' offsets (it fails without them), ms.
 RESET_OFFSETS_TIMEOUT_MS = 5_000
-# Where a broker lists the groups it coordinates, for other nodes.
-GROUPS_PATH = "/internal/v1/groups"
 # How long listing groups waits for each broker, ms.
 LIST_GROUPS_TIMEOUT_MS = 5_000
 

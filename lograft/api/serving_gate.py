@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from lograft.api.internal_paths import GROUPS_PATH
 from lograft.api.partition_offsets import PATH as PARTITION_OFFSETS_PATH
-from lograft.api.routes_group_admin import GROUPS_PATH
 from lograft.api.routes_internal import CONTROLLER_PREFIX, REPLICA_FETCH_PATH
 from lograft.api.stream.fetch import PATH as STREAM_FETCH_PATH
 from lograft.brokers.produce_router import FORWARD_PATH

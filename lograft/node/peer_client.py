@@ -54,9 +54,9 @@ import orjson
 import yarl
 
 from lograft.api.app import SECRET_HEADER
+from lograft.api.internal_paths import GROUPS_PATH
 from lograft.api.partition_offsets import PATH as OFFSETS_PATH
 from lograft.api.partition_offsets import decode_offsets_answer, encode_offsets_request
-from lograft.api.routes_group_admin import GROUPS_PATH
 from lograft.api.services import MetadataView
 from lograft.brokers.peer_calls import (
     JSON,

@@ -1,0 +1,10 @@
+"""Paths of internal routes that modules on both sides of an import cycle name.
+
+`route_access` decides every route and the route modules import `access`, so
+a path both need lives here, in a leaf, rather than in its route module.
+"""
+
+from __future__ import annotations
+
+# Where a broker lists the groups it coordinates, for other nodes.
+GROUPS_PATH = "/internal/v1/groups"
