@@ -44,6 +44,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -99,6 +100,11 @@ _CHALLENGES = {
     # still says what would be accepted.
     Authentication.CERTIFICATE: f'Certificate realm="{REALM}"',
 }
+# Whether the request's credential still counts (a password: its user's
+# record unchanged), for `reauthenticate`.
+_STILL_VALID_KEY: web.RequestKey[Callable[[], bool]] = web.RequestKey(
+    "lograft.credential_still_valid"
+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -268,7 +274,7 @@ class Authenticator:
             )
         try:
             if headers:
-                return await self._header(headers[0])
+                return await self._header(request, headers[0])
             der = _peer_certificate(request) if self._mapper is not None else None
             if self._mapper is not None and der is not None:
                 return self._certificate_principal(der, self._mapper), How.CERTIFICATE, None
@@ -284,7 +290,7 @@ class Authenticator:
             ) from None
         raise AuthenticationFailed(AuthFailure.MISSING, f"no credentials: {self._how_to()}")
 
-    async def _header(self, value: str) -> tuple[str, How, float | None]:
+    async def _header(self, request: web.Request, value: str) -> tuple[str, How, float | None]:
         scheme = value.lstrip(" ").partition(" ")[0].lower()
         if scheme == "bearer" and self._bearer is not None:
             token = parse_bearer_authorization(value, self._token_bytes_max)
@@ -292,7 +298,11 @@ class Authenticator:
             return principal, How.BEARER, until
         if scheme == "basic" and self.passwords is not None:
             basic = parse_basic_authorization(value)
-            return await self.passwords.principal(basic), How.PASSWORD, None
+            checked = self.passwords.checked_against(basic.user)
+            principal = await self.passwords.principal(basic)
+            passwords = self.passwords
+            request[_STILL_VALID_KEY] = lambda: passwords.still_current(basic.user, checked)
+            return principal, How.PASSWORD, None
         # The scheme is not repeated: a client that sent a bare secret as
         # the header would find it in the answer and in the log.
         raise AuthenticationFailed(
@@ -322,18 +332,26 @@ class Authenticator:
 
 
 def reauthenticate(request: web.Request) -> None:
-    """Refuse to go on answering a request whose credential has expired since
-    it came (401 SASL_AUTHENTICATION_FAILED, reason `expired`): a
-    long-lived answer (a stream) asks before each push, as Kafka
-    re-authenticates a connection once its token expires (KIP-368)."""
+    """Refuse to go on answering a request whose credential has stopped
+    counting since it came (401 SASL_AUTHENTICATION_FAILED): a token past
+    its exp (reason `expired`), a password whose user's credential was
+    changed or removed (`bad_credentials`). A long-lived answer (a stream)
+    asks before each push, as Kafka re-authenticates a connection once its
+    token expires (KIP-368) and SCRAM sessions at re-authentication."""
     caller = request.get(CALLER_KEY)
-    if caller is None or caller.expires_at is None or time.time() < caller.expires_at:
-        return
-    raise SaslAuthenticationFailedError(
-        "authentication failed: the token has expired since the request came; "
-        "send the request again with a new token",
-        reason=AuthFailure.EXPIRED.value,
-    )
+    if caller is not None and caller.expires_at is not None and time.time() >= caller.expires_at:
+        raise SaslAuthenticationFailedError(
+            "authentication failed: the token has expired since the request came; "
+            "send the request again with a new token",
+            reason=AuthFailure.EXPIRED.value,
+        )
+    still_valid = request.get(_STILL_VALID_KEY)
+    if still_valid is not None and not still_valid():
+        raise SaslAuthenticationFailedError(
+            "authentication failed: the user's password was changed or the user removed "
+            "since the request came",
+            reason=AuthFailure.BAD_CREDENTIALS.value,
+        )
 
 
 def _peer_certificate(request: web.Request) -> bytes | None:

@@ -94,6 +94,15 @@ class PasswordChecks:
             self._remember(key, credential)
         return user_principal(basic.user, "the Basic user name")
 
+    def still_current(self, user: str, checked: ScramCredential | None) -> bool:
+        """Whether `user`'s credential is still the record a password was
+        checked against (False once it changed or the user was removed)."""
+        return checked is not None and credential_for(self._credentials().get(user)) == checked
+
+    def checked_against(self, user: str) -> ScramCredential | None:
+        """The record a password of `user` is checked against now."""
+        return credential_for(self._credentials().get(user))
+
     def _cache_key(self, basic: BasicCredentials) -> bytes:
         # The user name cannot hold ":" (HTTP Basic), so "user:password" is unambiguous.
         text = f"{basic.user}:{basic.password}".encode("utf-8", "surrogatepass")

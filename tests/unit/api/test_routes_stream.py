@@ -42,7 +42,7 @@ from lograft.security.acls import (
     PatternType,
     ResourceType,
 )
-from lograft.security.settings import ANONYMOUS, SecuritySettings
+from lograft.security.settings import ANONYMOUS, Authentication, SecuritySettings
 from tests.sse_support import SseEvent, SseParser, cursor_of
 
 PARTITIONS = 3
@@ -588,4 +588,40 @@ async def test_a_stream_ends_when_its_token_expires(make_env):
     assert len(errors) == 1 and events[-1] is errors[0]
     error = errors[0].json()["error"]
     assert (error["code"], error["details"]["reason"]) == ("SASL_AUTHENTICATION_FAILED", "expired")
+    await eventually(lambda: not env.routes.sessions, "the stream to end")
+
+
+async def test_a_stream_ends_when_its_users_password_changes(make_env):
+    """A password counts while its user's credential is the one it was
+    checked against: changed (or the user removed) while a stream runs, the
+    stream ends with a 401 `bad_credentials` error event before the next push."""
+    import base64
+
+    from lograft.security.passwords import make_credential
+
+    bob = make_credential("bob", "first-password")
+    users = {"bob": {bob.mechanism: bob}}
+    authenticator = Authenticator(
+        SecuritySettings(authentication=(Authentication.PASSWORD,)), credentials=lambda: users
+    )
+    env = await make_env(authenticator=authenticator)
+    await produce(env.rm, 0, ["a"])
+    basic = "Basic " + base64.b64encode(b"bob:first-password").decode()
+    stream = await open_stream(
+        env.client, "partitions=0&offset=earliest&format=string", Authorization=basic
+    )
+    (ev,) = await stream.records(1)
+    assert ev.json()["value"] == "a"
+    changed = make_credential("bob", "second-password")
+    users["bob"] = {changed.mechanism: changed}
+    await produce(env.rm, 0, ["after"])
+    events = await stream.rest()
+    assert all(e.data is None or "after" not in e.data for e in events), events
+    errors = [e for e in events if e.name == "error"]
+    assert len(errors) == 1 and events[-1] is errors[0]
+    error = errors[0].json()["error"]
+    assert (error["code"], error["details"]["reason"]) == (
+        "SASL_AUTHENTICATION_FAILED",
+        "bad_credentials",
+    )
     await eventually(lambda: not env.routes.sessions, "the stream to end")
