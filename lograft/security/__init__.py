@@ -27,10 +27,11 @@ TLS settings, authorization and quotas.
   `cryptography` (`scripts/make_certs.py`), for clusters on machines you
   control and for tests.
 
-NOT YET WIRED INTO THE NODE: nothing in api/, brokers/ or node/ uses this
-package yet; no request is authenticated, authorized or throttled by it. The
-wiring (metadata records, routes, config sections) is the next step of
-issue 12. Layering: this package imports only `lograft.errors`,
+Wired into the node by `lograft.api`: `authentication.py` (who is calling:
+tokens, passwords against the metadata's SCRAM credentials, certificates),
+`access.py` and `route_access.py` (ACLs), `quota_gate.py` (quotas); the
+node config's `[tls]`, `[security]` and `[quotas]` sections hold the
+settings defined here. Layering: this package imports only `lograft.errors`,
 `lograft.typed` and stdlib / third-party libraries (import-linter's
 "security" contract).
 """
