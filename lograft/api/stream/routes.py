@@ -56,7 +56,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from lograft.api.caller import CLIENT_ID_HEADER
+from lograft.api.caller import CLIENT_ID_HEADER, How, caller_of
 from lograft.api.quota_gate import request_quota
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import READ_FORMATS, RenderLimits
@@ -343,6 +343,17 @@ class StreamRoutes:
         if view is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
         group = self._group(q)
+        if group is not None and caller_of(request).how is How.CERTIFICATE:
+            # The member's calls to the coordinator carry the client's
+            # Authorization header; a certificate cannot be passed on, and
+            # the coordinator would see this node's own certificate instead
+            # (another principal, with its ACLs).
+            raise InvalidRequestError(
+                "a group stream needs a bearer token or a password (Authorization header): "
+                "the node calls the group's coordinator with the client's credential, and a "
+                "TLS client certificate cannot be passed on; stream without group= or send "
+                "an Authorization header"
+            )
         partitions = _partitions(view, q.get("partitions"))
         offset = _offset(q.get("offset", "latest"))
         for key in ("format", "key_format"):

@@ -17,12 +17,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from msgspec.structs import replace
 
 from lograft.api.access import AccessControl
 from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
+from lograft.api.caller import CALLER_KEY, Caller, How
 from lograft.api.partition_offsets import add_partition_offsets_route
 from lograft.api.routes_data import DataRoutes
 from lograft.api.services import TopicView
@@ -389,6 +391,42 @@ async def test_a_head_is_refused_and_starts_no_stream(make_env):
     assert resp.status == 405
     assert "HEAD" not in resp.headers.get("Allow", "")
     assert not env.routes.sessions
+
+
+async def test_a_group_stream_of_a_certificate_caller_is_refused(tmp_path):
+    """The member's coordinator calls carry the client's Authorization; a
+    caller known by its TLS certificate has none, and the coordinator saw
+    the node's own certificate instead (found by the issue 12 attack: 403
+    naming User:CN=node-1..., and with the node principal's rights had it
+    any). Refused 400 before anything joins; without group= it streams."""
+    rm = await start_replicas(1, tmp_path / "b1")
+    md = FakeMetadata(1)
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+
+    @web.middleware
+    async def by_certificate(request: web.Request, handler: Any) -> web.StreamResponse:
+        caller = request.get(CALLER_KEY)
+        if caller is not None:
+            request[CALLER_KEY] = Caller("User:CN=alice", caller.host, "", How.CERTIFICATE)
+        return await handler(request)
+
+    app.middlewares.insert(2, by_certificate)  # after authentication
+    calls = PeerClient(cluster_secret="s", metadata=md)
+    routes = StreamRoutes(rm, md, LIMITS, calls=calls, poll_calls=calls)
+    routes.add_to(app)
+    try:
+        async with TestClient(TestServer(app)) as client:
+            resp = await client.get("/v1/topics/orders/stream?group=g")
+            assert resp.status == 400, await resp.text()
+            body = await resp.json()
+            assert "Authorization" in body["error"]["message"]
+            assert not routes.sessions
+            stream = await open_stream(client, "partitions=0")
+            assert (await stream.next()).event_id == "0:0"
+            stream.resp.close()
+    finally:
+        await calls.close()
+        await rm.stop()
 
 
 # -- leaders elsewhere -------------------------------------------------------------------------
