@@ -7,10 +7,10 @@ answer (the HTTP mapping lives in `lograft.api`, not here); the message says
 what a person can fix and never contains the secret itself (no token, no
 password, no header value), so it is safe to log and to return.
 
-Not a `lograft.errors.LograftError` on purpose: every error class that can go
-on the wire is registered in `lograft.errors`, which this package does not
-change. The node wiring of issue 12 maps this exception to one registered
-error (e.g. SASL_AUTHENTICATION_FAILED, Kafka's code 58) carrying the reason.
+Not a `lograft.errors.LograftError` on purpose: this package is a pure core
+that knows nothing of the wire. `lograft/api/authentication.py` maps this
+exception to the registered `SaslAuthenticationFailedError`
+(SASL_AUTHENTICATION_FAILED, Kafka's code 58, HTTP 401) carrying the reason.
 """
 
 from __future__ import annotations

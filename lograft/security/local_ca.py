@@ -1,6 +1,6 @@
 """A local certificate authority for development and tests, with `cryptography`.
 
-`scripts/make_certs.py` (and the future `scripts/cluster.sh start --secure`)
+`scripts/make_certs.py` and `scripts/cluster.sh start --secure` use it: it
 makes a CA and, signed by it, one certificate per node (usable as server and
 as client: nodes present it to each other) and one per client, written as
 PEM files a `[tls]` section and curl (`--cacert`, `--cert`, `--key`) read.

@@ -185,7 +185,7 @@ def parse_quota(value: Any, *, where: str = "") -> QuotaSetting:
 
 
 class QuotaConfig(typed.Record):
-    """How quotas are measured and enforced (a node config section later)."""
+    """How quotas are measured and enforced: the `[quotas]` section."""
 
     # Kafka's quota.window.num: samples retained.
     window_samples: Annotated[int, msgspec.Meta(ge=2, le=1000)] = 11

@@ -100,7 +100,7 @@ Fetcher = Callable[[int, float], Awaitable[bytes]]
 
 
 class BearerSettings(typed.Record):
-    """How bearer tokens are checked (the future `[auth.bearer]` section).
+    """How bearer tokens are checked: the `[security.bearer]` section.
 
     Exactly one of `jwks_file` and `jwks_url` is set. Units are in the names.
     """
