@@ -64,6 +64,14 @@ leader per broker), replication factor 3, min_insync_replicas 2:
    produce-to-consume latency at each `--latency-rate`, once per policy
    (open loop, coordinated omission corrected: p99 at a given rate).
 
+`--secure` (with `--start`) runs the same against a cluster with issue 12's
+security on, as `scripts/cluster.sh start --secure` makes it: https with
+the local CA, bearer authentication (every request carries the token of
+`User:bench`, which the nodes verify: ES256 against the local JWKS, then
+their verified-token cache) and ACLs (User:bench is not a super user: an
+ACL allows it everything on topics prefixed `bench-`, so every request is
+authorized against the ACLs). Run it without and with `--secure` to compare.
+
 `--topic-config KEY=VALUE` (repeatable) gives every topic the benchmark
 creates that config, e.g. `flush_policy=every_batch` to measure appends that
 fsync.
@@ -89,10 +97,12 @@ import platform
 import random
 import shlex
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -296,14 +306,27 @@ def _ports_free(ports: list[int]) -> bool:
     return True
 
 
+# The principal of --secure's requests (not a super user).
+BENCH_USER = "bench"
+
+
+@dataclass(frozen=True)
+class SecureAccess:
+    """What every request of a --secure run carries."""
+
+    context: ssl.SSLContext
+    headers: dict[str, str]
+
+
 class TempCluster:
     """Three nodes from scripts/local_cluster.py's configs, in a temporary directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, secure: bool = False) -> None:
         sys.path.insert(0, str(SCRIPTS))
         import local_cluster  # a sibling script, not a package
 
         self.lc = local_cluster
+        self.secure = secure
         self.dir = Path(tempfile.mkdtemp(prefix="lograft-bench-"))
         for _ in range(200):
             base = random.randrange(20_000, 40_000, 10)
@@ -317,12 +340,15 @@ class TempCluster:
 
     @property
     def bootstrap(self) -> str:
-        return f"http://127.0.0.1:{self.lc.http_port(self.base, 1)}"
+        scheme = "https" if self.secure else "http"
+        return f"{scheme}://127.0.0.1:{self.lc.http_port(self.base, 1)}"
 
     def start(self) -> None:
         progress(f"starting a temporary 3-node cluster in {self.dir} (HTTP {self.bootstrap})")
         with contextlib.redirect_stdout(sys.stderr):
-            self.lc.write_configs(self.dir, self.base)
+            if self.secure:
+                self.lc.make_secure_files(self.dir)
+            self.lc.write_configs(self.dir, self.base, self.secure)
             for n in self.lc.NODES:
                 self.lc.start_node(self.dir, n)
             if not self.lc.wait_ready(self.dir, self.base, self.lc.NODES):
@@ -332,6 +358,36 @@ class TempCluster:
 
     def pids(self) -> list[int]:
         return [p for n in self.lc.NODES if (p := self.lc.pid_of(self.dir, n)) is not None]
+
+    def grant_bench_user(self) -> SecureAccess:
+        """ACLs for User:bench (everything on topics prefixed bench-), made as
+        admin, and what bench's requests carry: the CA and bench's token."""
+        admin = (self.dir / f"{self.lc.ADMIN}.token").read_text().strip()
+        context = ssl.create_default_context(cafile=self.dir / "tls" / "ca.pem")
+        body = {
+            "acls": [
+                {
+                    "principal": f"User:{BENCH_USER}",
+                    "host": "*",
+                    "resource_type": "topic",
+                    "resource_name": "bench-",
+                    "pattern_type": "prefixed",
+                    "operation": "all",
+                    "permission": "allow",
+                }
+            ]
+        }
+        request = urllib.request.Request(
+            f"{self.bootstrap}/v1/acls",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30, context=context) as resp:
+            if resp.status not in (200, 201):
+                raise RuntimeError(f"POST /v1/acls answered {resp.status}")
+        token = self.lc.mint(self.dir, BENCH_USER, 24 * 3600)
+        return SecureAccess(context, {"Authorization": f"Bearer {token}"})
 
     def stop(self, keep: bool) -> None:
         with contextlib.redirect_stdout(sys.stderr):
@@ -790,13 +846,18 @@ def machine() -> dict[str, Any]:
     }
 
 
-async def run(args: argparse.Namespace, pids: list[int]) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace, pids: list[int], access: SecureAccess | None = None
+) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=120)
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, ssl=access.context if access else True)
     run_id = uuid.uuid4().hex[:6]
     topics: list[str] = []
     out: dict[str, Any] = {"produce": [], "fetch": [], "latency": []}
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    headers = access.headers if access else None
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=connector, headers=headers
+    ) as session:
         client = Client(session, args.bootstrap, dict(args.topic_config))
         await client.discover()
 
@@ -972,6 +1033,11 @@ def main() -> int:
     ap.add_argument("--bootstrap", default="http://127.0.0.1:9091", help="any node's HTTP URL")
     ap.add_argument("--start", action="store_true", help="start (and stop) a temporary cluster")
     ap.add_argument("--keep", action="store_true", help="with --start: keep its directory")
+    ap.add_argument(
+        "--secure",
+        action="store_true",
+        help="with --start: TLS, bearer authentication and ACLs on (see above)",
+    )
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the bench topics")
     ap.add_argument("--partitions", type=int, default=3, help="partitions per throughput topic")
     ap.add_argument("--seconds", type=float, default=10.0, help="counted seconds per case")
@@ -1021,17 +1087,22 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--save-json", type=Path, help="also write the JSON object to this file")
     args = ap.parse_args()
+    if args.secure and not args.start:
+        ap.error("--secure needs --start (it makes the cluster's CA, tokens and ACLs)")
 
     temp: TempCluster | None = None
+    access: SecureAccess | None = None
     started = time.monotonic()
     load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
     try:
         if args.start:
-            temp = TempCluster()
+            temp = TempCluster(args.secure)
             temp.start()
             args.bootstrap = temp.bootstrap
+            if args.secure:
+                access = temp.grant_bench_user()
         pids = temp.pids() if temp is not None else []
-        results = asyncio.run(run(args, pids))
+        results = asyncio.run(run(args, pids, access))
     finally:
         if temp is not None:
             temp.stop(args.keep)
@@ -1040,6 +1111,7 @@ def main() -> int:
         "machine": machine(),
         "cluster": (
             "temporary 3 nodes (controller+broker each) on 127.0.0.1, local_cluster.py configs"
+            + (" with --secure (TLS, bearer auth as User:bench, ACLs)" if args.secure else "")
             if args.start
             else f"running cluster at {args.bootstrap}"
         ),

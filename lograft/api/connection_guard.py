@@ -257,14 +257,16 @@ class _GuardedConnection(asyncio.Protocol):
                 server_side=True,
                 ssl_handshake_timeout=self._guard.tls_handshake_timeout_ms / 1000,
             )
-        except asyncio.CancelledError:
-            self._handshake_over(tcp)
-            raise
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
-            # start_tls closed the transport.
+            # The client's doing (start_tls closed the transport).
             self._guard._handshake_failed(self, exc)
             self._handshake_over(tcp)
             return
+        except BaseException:
+            # Cancelled (the listener stops), or a fault of the node's own
+            # (logged with its traceback by asyncio): uncounted either way.
+            self._handshake_over(tcp)
+            raise
         if tls is None or self._transport is not tcp:
             self._handshake_over(tcp)  # lost while the handshake finished
             return

@@ -70,6 +70,21 @@ def parse_bootstrap(servers: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(urls)
 
 
+# Longest client_id, characters: what a node accepts in X-Lograft-Client-Id
+# (lograft/api/authentication.py CLIENT_ID_CHARS_MAX).
+CLIENT_ID_CHARS_MAX = 255
+
+
+def _check_client_id(client_id: str) -> None:
+    """The node answers 400 to a client id it cannot take: refuse it here, once."""
+    if len(client_id) > CLIENT_ID_CHARS_MAX or not client_id.isprintable():
+        raise InvalidConfigError(
+            f"client_id must be at most {CLIENT_ID_CHARS_MAX} printable characters "
+            f"(it is sent in X-Lograft-Client-Id), got {len(client_id)} characters",
+            setting="client_id",
+        )
+
+
 def parse_acks(acks: object) -> AcksValue:
     text = str(acks).lower()
     if text in ("all", "-1"):
@@ -155,6 +170,7 @@ class CommonConfig(Record):
                     f"{name} must be a string, got {type(value).__name__}", setting=name
                 )
         self.urls()
+        _check_client_id(self.client_id)
         credentials = self.credentials()
         self.tls_context()  # files read now: a bad path fails here, not at the first request
         if credentials.kind == "basic":

@@ -140,3 +140,11 @@ async def test_every_request_carries_the_client_id_and_current_token(tmp_path: P
         finally:
             await transport.close()
     assert seen == [("Bearer first.token", "billing"), ("Bearer second.token.longer", "billing")]
+
+
+@pytest.mark.parametrize("client_id", ["x" * 256, "tab\there", "new\nline"])
+def test_a_client_id_the_node_would_refuse_is_refused_here(client_id) -> None:
+    with pytest.raises(InvalidConfigError) as exc:
+        ConsumerConfig(client_id=client_id)
+    assert exc.value.details["setting"] == "client_id"
+    assert ConsumerConfig(client_id="billing-äöü").client_id == "billing-äöü"
