@@ -165,12 +165,17 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         ("GET", "/v1/brokers"): _AUTHENTICATED,
         # -- topics
         ("GET", "/v1/topics"): _handler(
-            "lists only the topics the caller may DESCRIBE (the others are absent, not 403)"
+            "lists only the topics the caller may DESCRIBE (the others are absent, not 403); "
+            "a topic's configs only with DESCRIBE_CONFIGS on it"
         ),
         ("POST", "/v1/topics"): _handler(
             "CREATE on the cluster, or else CREATE on the topic named in the body"
         ),
-        ("GET", "/v1/topics/{topic}"): _acl(_topic(_O.DESCRIBE)),
+        ("GET", "/v1/topics/{topic}"): RouteAccess(
+            Kind.ACL,
+            (_topic(_O.DESCRIBE),),
+            checks="configs shown only with DESCRIBE_CONFIGS on the topic",
+        ),
         ("DELETE", "/v1/topics/{topic}"): _acl(_topic(_O.DELETE)),
         ("POST", "/v1/topics/{topic}/partitions"): _acl(_topic(_O.ALTER)),
         ("PATCH", "/v1/topics/{topic}/configs"): _acl(_topic(_O.ALTER_CONFIGS)),

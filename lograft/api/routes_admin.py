@@ -155,7 +155,7 @@ class AdminRoutes:
                         "topic_id": t.topic_id,
                         "partitions": len(t.partitions),
                         "replication_factor": len(t.partitions[0].replicas) if t.partitions else 0,
-                        "configs": dict(t.config),
+                        **_configs_shown(request, t.name, t.config),
                     }
                     for t in visible
                 ]
@@ -191,7 +191,7 @@ class AdminRoutes:
             {
                 "name": topic.name,
                 "topic_id": topic.topic_id,
-                "configs": dict(topic.config),
+                **_configs_shown(request, name, topic.config),
                 "partitions": partitions,
             }
         )
@@ -251,6 +251,16 @@ class _StoreView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(ImageView(self.store.image), name)
+
+
+def _configs_shown(request: web.Request, name: str, config: Any) -> dict[str, Any]:
+    """`{"configs": ...}` when the caller may DESCRIBE_CONFIGS the topic, else
+    nothing: as in Kafka, describing a topic (DESCRIBE, implied by READ or
+    WRITE) does not show its configs (DescribeConfigs needs DESCRIBE_CONFIGS,
+    implied by ALTER_CONFIGS)."""
+    if not access.may(request, ResourceType.TOPIC, name, AclOperation.DESCRIBE_CONFIGS):
+        return {}
+    return {"configs": dict(config)}
 
 
 def _offsets_json(found: LeaderOffsets | LograftError) -> dict[str, int | None]:

@@ -413,6 +413,12 @@ async def test_the_topic_listing_shows_what_the_caller_may_describe(
     assert await names(GRANTED) == ["orders"]
     assert await names("writer") == ["orders"]  # WRITE implies DESCRIBE
     assert await names("reader") == []
+    # Configs only with DESCRIBE_CONFIGS (as Kafka's DescribeConfigs): WRITE
+    # implies DESCRIBE, not DESCRIBE_CONFIGS (found by the issue 12 attack).
+    for user, shown in ((GRANTED, True), ("writer", False)):
+        resp = await node_client.get("/v1/topics", headers=bearer(user))
+        (topic,) = (await resp.json())["topics"]
+        assert ("configs" in topic) is shown, (user, topic)
     # The cluster view counts topics as the listing shows them.
     for user, count in ((GRANTED, 1), ("writer", 1), ("reader", 0)):
         resp = await node_client.get("/v1/cluster", headers=bearer(user))
