@@ -57,6 +57,10 @@ class StreamLimits(Record):
 
     # Streams one node serves at once.
     streams_max: Positive = 100
+    # Streams one authenticated principal may hold on one node at once, so that
+    # one caller cannot take every slot of streams_max (unauthenticated callers,
+    # all User:ANONYMOUS, share streams_max only).
+    streams_per_principal_max: Positive = 25
     # Raw batch bytes one round of fetches reads, all partitions together, bytes.
     chunk_bytes_default: Positive = 256 * 1024
     # Largest `max_bytes` a client may ask for, bytes.

@@ -142,6 +142,8 @@ class StreamRoutes:
         self.poll_calls = poll_calls or NoPeers()
         # Every stream's handler task -> its session once it runs (None while it starts).
         self.sessions: dict[asyncio.Task[object], StreamSession | None] = {}
+        # Streams per authenticated principal (streams_per_principal_max).
+        self._by_principal: dict[str, int] = {}
         lim = self.limits
         self.remote = RemoteReads(
             self.poll_calls,
@@ -204,6 +206,14 @@ class StreamRoutes:
                 "retry later or stream from another node",
                 streams_max=self.limits.streams_max,
             )
+        principal = _counted_principal(request)
+        per_principal = self.limits.streams_per_principal_max
+        if principal is not None and self._by_principal.get(principal, 0) >= per_principal:
+            raise StreamsLimitReachedError(
+                f"{principal} already has {per_principal} streams on this node "
+                "(streams_per_principal_max); close one, or stream from another node",
+                streams_per_principal_max=per_principal,
+            )
         quota = request_quota(request)
         if quota is not None:
             quota.time_exempt = True  # a stream's pushes count as consumer bytes
@@ -212,6 +222,8 @@ class StreamRoutes:
         task = asyncio.current_task()
         assert task is not None
         self.sessions[task] = None  # the slot is taken from here to the finally
+        if principal is not None:
+            self._by_principal[principal] = self._by_principal.get(principal, 0) + 1
         try:
             started = await self._while_connected(request, self._start(req))
             if started is None:
@@ -249,6 +261,10 @@ class StreamRoutes:
             return response
         finally:
             del self.sessions[task]
+            if principal is not None:
+                left = self._by_principal.pop(principal) - 1
+                if left:
+                    self._by_principal[principal] = left
 
     async def _while_connected(self, request: web.Request, start: Awaitable[T]) -> T | None:
         """`start`'s result, or None as soon as the client has gone (`start` is
@@ -414,6 +430,13 @@ class StreamRoutes:
 # The client's headers a stream sends on the group calls it makes for the
 # client: its credential and its client id (quotas count the client).
 _ON_BEHALF_HEADERS = ("Authorization", CLIENT_ID_HEADER)
+
+
+def _counted_principal(request: web.Request) -> str | None:
+    """The principal whose streams are counted against
+    `streams_per_principal_max`; None for an unauthenticated caller."""
+    caller = caller_of(request)
+    return None if caller.how is How.ANONYMOUS else caller.principal
 
 
 def _on_behalf(request: web.Request) -> Mapping[str, str]:

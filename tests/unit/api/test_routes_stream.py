@@ -338,6 +338,51 @@ async def test_a_node_serves_at_most_streams_max_streams(make_env):
     assert (await second.next()).event_id == "0:0"
 
 
+async def test_one_principal_holds_at_most_streams_per_principal_max_streams(tmp_path):
+    """One authenticated principal cannot take every slot of streams_max
+    (found by the issue 12 attack: one caller with READ on one topic held
+    all 100 and the node refused everyone else's streams)."""
+    rm = await start_replicas(1, tmp_path / "b1")
+    md = FakeMetadata(1)
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+
+    @web.middleware
+    async def by_header(request: web.Request, handler: Any) -> web.StreamResponse:
+        caller = request.get(CALLER_KEY)
+        if caller is not None:
+            user = request.headers["X-Test-User"]
+            request[CALLER_KEY] = Caller(f"User:{user}", caller.host, "", How.BEARER)
+        return await handler(request)
+
+    app.middlewares.insert(2, by_header)  # after authentication
+    calls = PeerClient(cluster_secret="s", metadata=md)
+    limits = replace(LIMITS, streams_max=10, streams_per_principal_max=1)
+    routes = StreamRoutes(rm, md, limits, calls=calls, poll_calls=calls)
+    routes.add_to(app)
+    try:
+        async with TestClient(TestServer(app)) as client:
+            first = await open_stream(client, "partitions=0", **{"X-Test-User": "alice"})
+            await first.next()
+            resp = await client.get(
+                "/v1/topics/orders/stream?partitions=0", headers={"X-Test-User": "alice"}
+            )
+            assert resp.status == 503
+            err = (await resp.json())["error"]
+            assert err["code"] == "STREAMS_LIMIT_REACHED"
+            assert err["details"]["streams_per_principal_max"] == 1
+            other = await open_stream(client, "partitions=0", **{"X-Test-User": "bob"})
+            assert (await other.next()).event_id == "0:0"
+            first.resp.close()
+            await eventually(lambda: len(routes.sessions) == 1, "alice's stream to end")
+            again = await open_stream(client, "partitions=0", **{"X-Test-User": "alice"})
+            assert (await again.next()).event_id == "0:0"
+            other.resp.close()
+            again.resp.close()
+    finally:
+        await calls.close()
+        await rm.stop()
+
+
 async def test_an_error_after_the_start_is_an_error_event_and_ends_the_stream(make_env):
     env = await make_env()
     stream = await open_stream(env.client, "partitions=0")
