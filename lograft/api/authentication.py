@@ -20,8 +20,10 @@ No credential, one of a kind the node does not accept, more than one
 Authorization header, or a credential that is refused: `401
 SASL_AUTHENTICATION_FAILED` with `details.reason` (the stable
 `AuthFailure` value) and `details.accepted` (the ways in), and a
-`WWW-Authenticate` challenge per accepted way. The refusal is logged at a
-bounded rate (api/auth_failure_log.py). No answer or log line holds a
+`WWW-Authenticate` challenge per accepted way. An uncached password from a
+peer address that has failed too often lately is refused before it is hashed
+(reason `too_many_failures`, with `Retry-After`: api/password_failures.py).
+The refusal is logged at a bounded rate (api/auth_failure_log.py). No answer or log line holds a
 credential: messages come from `lograft.security`, which never repeats one,
 and the Authorization scheme a caller sent is not echoed either (it may be
 a bare password).
@@ -51,8 +53,9 @@ from aiohttp import web
 
 from lograft.api.auth_failure_log import AuthFailureLog, auth_logger
 from lograft.api.caller import CALLER_KEY, CLIENT_ID_HEADER, Caller, How
-from lograft.api.http_errors import error_response
+from lograft.api.http_errors import error_response, retry_after_s
 from lograft.api.password_checks import CredentialSource, PasswordChecks
+from lograft.api.password_failures import PasswordFailureBudget
 from lograft.errors import InvalidRequestError, SaslAuthenticationFailedError
 from lograft.security.certificates import PrincipalMapper, certificate_principal
 from lograft.security.failures import AuthenticationFailed, AuthFailure
@@ -160,13 +163,18 @@ def client_id_of(request: web.Request) -> str:
 def refusal(
     failure: AuthenticationFailed, challenges: tuple[str, ...], **details: Any
 ) -> web.Response:
-    """The 401 answer for `failure`."""
+    """The 401 answer for `failure`; with `Retry-After` (and
+    `details.retry_after_ms`) when trying again later can succeed."""
+    if failure.retry_after_ms is not None:
+        details["retry_after_ms"] = failure.retry_after_ms
     error = SaslAuthenticationFailedError(
         f"authentication failed: {failure.message}", reason=failure.reason.value, **details
     )
     response = error_response(error)
     for challenge in challenges:
         response.headers.add("WWW-Authenticate", challenge)
+    if failure.retry_after_ms is not None:
+        response.headers["Retry-After"] = str(retry_after_s(failure.retry_after_ms))
     return response
 
 
@@ -181,10 +189,12 @@ class Authenticator:
         *,
         jwks_fetcher: Fetcher | None = None,
         failures: AuthFailureLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`credentials`: the current SCRAM credentials (needed with
         "password"); `jwks_fetcher`: where the bearer keys come from
-        (default: `[security.bearer]`'s file or URL)."""
+        (default: `[security.bearer]`'s file or URL); `clock`: the
+        password failure budget's (seconds, monotonic)."""
         self.settings = settings = settings if settings is not None else SecuritySettings()
         self.failures = failures or AuthFailureLog(settings.auth_failure_log_interval_ms)
         ways = settings.authentication
@@ -200,11 +210,19 @@ class Authenticator:
             self._bearer = BearerVerifier(bearer, self.keys)
             self._token_bytes_max = bearer.token_bytes_max
         self.passwords: PasswordChecks | None = None
+        self.password_failures: PasswordFailureBudget | None = None
         if Authentication.PASSWORD in ways:
+            self.password_failures = PasswordFailureBudget(
+                settings.password_failures_per_address_max,
+                settings.password_failure_window_ms,
+                settings.password_failure_addresses_max,
+                clock=clock,
+            )
             self.passwords = PasswordChecks(
                 credentials if credentials is not None else dict,
                 inflight_max=settings.password_checks_inflight_max,
                 cache_entries_max=settings.password_cache_entries_max,
+                budget=self.password_failures,
             )
         self._mapper: PrincipalMapper | None = None
         if Authentication.CERTIFICATE in ways:
@@ -250,7 +268,7 @@ class Authenticator:
                 request[CALLER_KEY] = Caller(ANONYMOUS, host, client_id, How.ANONYMOUS)
                 return await handler(request)
             try:
-                principal, how, expires_at = await self._authenticate(request)
+                principal, how, expires_at = await self._authenticate(request, host)
             except AuthenticationFailed as failure:
                 self.failures.failure(
                     failure.reason.value,
@@ -266,7 +284,7 @@ class Authenticator:
 
         return authenticate
 
-    async def _authenticate(self, request: web.Request) -> tuple[str, How, float | None]:
+    async def _authenticate(self, request: web.Request, host: str) -> tuple[str, How, float | None]:
         headers = request.headers.getall("Authorization", [])
         if len(headers) > 1:
             raise AuthenticationFailed(
@@ -274,7 +292,7 @@ class Authenticator:
             )
         try:
             if headers:
-                return await self._header(request, headers[0])
+                return await self._header(request, headers[0], host)
             der = _peer_certificate(request) if self._mapper is not None else None
             if self._mapper is not None and der is not None:
                 return self._certificate_principal(der, self._mapper), How.CERTIFICATE, None
@@ -290,7 +308,9 @@ class Authenticator:
             ) from None
         raise AuthenticationFailed(AuthFailure.MISSING, f"no credentials: {self._how_to()}")
 
-    async def _header(self, request: web.Request, value: str) -> tuple[str, How, float | None]:
+    async def _header(
+        self, request: web.Request, value: str, host: str
+    ) -> tuple[str, How, float | None]:
         scheme = value.lstrip(" ").partition(" ")[0].lower()
         if scheme == "bearer" and self._bearer is not None:
             token = parse_bearer_authorization(value, self._token_bytes_max)
@@ -299,7 +319,7 @@ class Authenticator:
         if scheme == "basic" and self.passwords is not None:
             basic = parse_basic_authorization(value)
             checked = self.passwords.checked_against(basic.user)
-            principal = await self.passwords.principal(basic)
+            principal = await self.passwords.principal(basic, host)
             passwords = self.passwords
             request[_STILL_VALID_KEY] = lambda: passwords.still_current(basic.user, checked)
             return principal, How.PASSWORD, None

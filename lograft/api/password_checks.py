@@ -18,6 +18,14 @@ changed password (new salt, new keys) or a deleted user misses and is
 checked, and so refused, again. Failures are never remembered: an unknown
 user and a wrong password cost a full check each time (the same work, so
 the timing does not tell which user names exist).
+
+Failures are bounded per peer address instead (api/password_failures.py):
+after the cache, before hashing, a check spends one of its address's
+`[security] password_failures_per_address_max` tokens, given back when the
+password is right; an address with none left is refused at once
+(`too_many_failures`) without a PBKDF2. A cached password never reaches the
+budget, so a flood from a shared address does not refuse a user who has
+logged in.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
+from lograft.api.password_failures import PasswordFailureBudget
 from lograft.security.passwords import (
     BasicCredentials,
     ScramCredential,
@@ -64,9 +73,16 @@ class PasswordChecks:
     """Checks Basic credentials off the event loop, with a verified cache."""
 
     def __init__(
-        self, credentials: CredentialSource, *, inflight_max: int, cache_entries_max: int
+        self,
+        credentials: CredentialSource,
+        *,
+        inflight_max: int,
+        cache_entries_max: int,
+        budget: PasswordFailureBudget | None = None,
     ) -> None:
+        """`budget`: the per-address failure budget (None: every check hashes)."""
         self._credentials = credentials
+        self._budget = budget
         self._inflight_max = inflight_max
         self._slots: asyncio.Semaphore | None = None
         self._cache_entries_max = cache_entries_max
@@ -80,16 +96,19 @@ class PasswordChecks:
     def cached(self) -> int:
         return len(self._cache)
 
-    async def principal(self, basic: BasicCredentials) -> str:
+    async def principal(self, basic: BasicCredentials, host: str = "") -> str:
         """`User:<name>` when the password is the user's; else
-        `AuthenticationFailed` (BAD_CREDENTIALS, or MALFORMED/TOO_LARGE)."""
+        `AuthenticationFailed` (BAD_CREDENTIALS, MALFORMED/TOO_LARGE, or
+        TOO_MANY_FAILURES when the peer address `host` is over its budget)."""
         credential = credential_for(self._credentials().get(basic.user))
         key = self._cache_key(basic)
         if credential is not None and self._cache.get(key) == credential:
             self._cache.move_to_end(key)
             self.hits += 1
             return user_principal(basic.user, "the Basic user name")
-        await self._check(credential, basic.password)
+        if self._budget is not None:
+            self._budget.take(host)  # raises, before any hashing, when none is left
+        await self._check(credential, basic.password, host)
         if credential is not None:  # the check passed: check_password raised otherwise
             self._remember(key, credential)
         return user_principal(basic.user, "the Basic user name")
@@ -114,23 +133,34 @@ class PasswordChecks:
         while len(self._cache) > self._cache_entries_max:
             self._cache.popitem(last=False)
 
-    async def _check(self, credential: ScramCredential | None, password: str) -> None:
+    async def _check(self, credential: ScramCredential | None, password: str, host: str) -> None:
         if self._slots is None:  # made on the loop that uses it
             self._slots = asyncio.Semaphore(self._inflight_max)
         slots = self._slots
-        await slots.acquire()
+        try:
+            await slots.acquire()
+        except BaseException:
+            # Given up while waiting for a slot (the client went away):
+            # nothing was hashed, so nothing failed.
+            if self._budget is not None:
+                self._budget.give_back(host)
+            raise
         self.checks += 1
         try:
             check = asyncio.ensure_future(asyncio.to_thread(check_password, credential, password))
         except BaseException:
             slots.release()
+            if self._budget is not None:
+                self._budget.give_back(host)
             raise
-        # The slot is freed when the hashing ends, not when the request does.
-        check.add_done_callback(lambda done: _release(slots, done))
+        # The slot is freed, and the budget settled, when the hashing ends,
+        # not when the request does (its client may have gone away).
+        check.add_done_callback(lambda done: self._settle(slots, done, host))
         await asyncio.shield(check)
 
-
-def _release(slots: asyncio.Semaphore, done: asyncio.Future[None]) -> None:
-    slots.release()
-    if not done.cancelled():
-        done.exception()  # retrieved: an abandoned check's refusal is not an error
+    def _settle(self, slots: asyncio.Semaphore, done: asyncio.Future[None], host: str) -> None:
+        slots.release()
+        # Retrieved: an abandoned check's refusal is not an error.
+        failed = done.cancelled() or done.exception() is not None
+        if not failed and self._budget is not None:
+            self._budget.give_back(host)  # a right password is no failure

@@ -40,6 +40,10 @@ class AuthFailure(enum.StrEnum):
     # Passwords: an unknown user and a wrong password are one reason, so an
     # answer never tells which user names exist.
     BAD_CREDENTIALS = "bad_credentials"
+    # Too many failed password checks from the caller's address lately: its
+    # uncached password checks are refused without hashing until the budget
+    # frees (lograft/api/password_failures.py); the answer says when.
+    TOO_MANY_FAILURES = "too_many_failures"
     # Client certificates.
     NO_CERTIFICATE = "no_certificate"
     NO_MATCHING_RULE = "no_matching_rule"
@@ -48,10 +52,19 @@ class AuthFailure(enum.StrEnum):
 class AuthenticationFailed(Exception):
     """A caller's credential was refused for `reason`; `message` is safe to show.
     `principal`: whom the credential names, when that is known for sure (a
-    correctly signed but expired token), for the log only."""
+    correctly signed but expired token), for the log only. `retry_after_ms`:
+    when trying again can succeed (TOO_MANY_FAILURES), else None."""
 
-    def __init__(self, reason: AuthFailure, message: str, *, principal: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: AuthFailure,
+        message: str,
+        *,
+        principal: str | None = None,
+        retry_after_ms: int | None = None,
+    ) -> None:
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.message = message
         self.principal = principal
+        self.retry_after_ms = retry_after_ms

@@ -53,6 +53,18 @@ class SecuritySettings(typed.Record):
     # Verified (user, password) pairs remembered, so a Basic client does not
     # pay a PBKDF2 per request; keyed by a keyed hash, never the password.
     password_cache_entries_max: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 4096
+    # Failed password checks a peer address may run up before its further
+    # uncached password checks are refused without hashing (401
+    # too_many_failures, Retry-After); 0: no budget. A person guessing hits
+    # it within seconds; a user mistyping a few times does not.
+    password_failures_per_address_max: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 10
+    # An address's failures are forgotten at password_failures_per_address_max
+    # per this long (a token bucket: after the budget, one more try every
+    # window / max), ms.
+    password_failure_window_ms: Annotated[int, msgspec.Meta(ge=1, le=86_400_000)] = 60_000
+    # Peer addresses whose failures are tracked at once; beyond, the one
+    # that failed least recently is forgotten (a bounded table).
+    password_failure_addresses_max: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
     # Failed authentications are logged at most once per this interval per
     # (reason, peer address); the rest are counted into the next line, ms.
     auth_failure_log_interval_ms: Annotated[int, msgspec.Meta(ge=0)] = 10_000

@@ -265,6 +265,9 @@ def tls_node(
                 "security": {
                     "authentication": ["bearer", "password", "certificate"],
                     "bearer": {"issuer": ISSUER, "audience": AUDIENCE, "jwks_file": str(jwks)},
+                    # Polling for a password change fails meanwhile (from
+                    # 127.0.0.1, every request): room for a slow commit.
+                    "password_failures_per_address_max": 30,
                 },
             }
         },
@@ -351,3 +354,23 @@ def test_certificates_and_passwords_over_tls(tls_node: ClusterNode, certs: Path)
     assert alice.partition(" ")[2] not in log and new.partition(" ")[2] not in log
     # Once per (reason, peer) in the interval: the first one is named.
     assert "reason=bad_credentials principal=User:alice" in log
+
+    # Guessing from this address spends its failure budget: then a password
+    # not in the verified cache is refused without hashing, with the wait.
+    for attempt in range(31):
+        status, body = as_alice("Basic " + base64.b64encode(f"alice:g{attempt}".encode()).decode())
+        assert status == 401, body
+        if body["error"]["details"]["reason"] == "too_many_failures":
+            break
+        assert body["error"]["details"]["reason"] == "bad_credentials"
+    else:
+        raise AssertionError("31 wrong passwords were all hashed")
+    assert body["error"]["details"]["retry_after_ms"] > 0
+    # A user who has logged in (the verified cache), a token and a
+    # certificate are not refused by it.
+    assert as_alice(new)[0] == 200
+    assert https_get(node, "/v1/topics", certs, Authorization=f"Bearer {mint()}")[0] == 200
+    assert https_get(node, "/v1/topics", certs, client="admin")[0] == 200
+    node.cluster.eventually(
+        lambda: "reason=too_many_failures" in node.log_text(), 10, "the refusal logged"
+    )
