@@ -372,10 +372,17 @@ def _tokens() -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.parametrize(("name", "value", "reason"), _tokens(), ids=[c[0] for c in _tokens()])
+# Built when each test runs, not at collection: a token's exp and nbf are
+# relative to now, and a full suite runs some tests many minutes after it
+# collected them (a default-lifetime token had expired by then).
+_TOKEN_NAMES = [c[0] for c in _tokens()]
+
+
+@pytest.mark.parametrize("name", _TOKEN_NAMES, ids=_TOKEN_NAMES)
 async def test_every_bad_credential_is_401_and_reaches_nothing(
-    bearer_and_password, caplog, name, value, reason
+    bearer_and_password, caplog, name
 ) -> None:
+    value, reason = next((v, r) for n, v, r in _tokens() if n == name)
     served, client = bearer_and_password
     caplog.set_level(logging.DEBUG)
     resp = await client.post(

@@ -95,15 +95,20 @@ def now() -> int:
     return int(time.time())
 
 
-# The six callers of the walk: their Authorization header (None: none).
-CASES: dict[str, str | None] = {
-    "no credentials": None,
-    "bad credentials": "Bearer " + token(key=OTHER_EC_KEY),
-    "expired token": "Bearer " + token(exp=now() - 3600, iat=now() - 7200),
-    "wrong audience": "Bearer " + token(aud="someone-else"),
-    "principal without the ACL": "Bearer " + token(sub="nobody"),
-    "principal with the ACL": "Bearer " + token(sub=GRANTED),
-}
+def cases() -> dict[str, str | None]:
+    """The six callers of the walk: their Authorization header (None: none).
+    Built when a test runs, not at import: the tokens' exp is relative to
+    now, and a full suite may run these tests long after importing them."""
+    return {
+        "no credentials": None,
+        "bad credentials": "Bearer " + token(key=OTHER_EC_KEY),
+        "expired token": "Bearer " + token(exp=now() - 3600, iat=now() - 7200),
+        "wrong audience": "Bearer " + token(aud="someone-else"),
+        "principal without the ACL": "Bearer " + token(sub="nobody"),
+        "principal with the ACL": "Bearer " + token(sub=GRANTED),
+    }
+
+
 UNAUTHENTICATED = ("no credentials", "bad credentials", "expired token", "wrong audience")
 
 
@@ -276,9 +281,10 @@ async def call(
 
 async def test_the_walk(node_client: TestClient[Any, Any]) -> None:
     failures: list[str] = []
+    callers = cases()
     for method, path, op in walk():
         decision = ROUTE_ACCESS[(method, path)]
-        for case, authorization in CASES.items():
+        for case, authorization in callers.items():
             status, body = await call(node_client, method, path, op, authorization)
             code = body["error"]["code"] if isinstance(body, dict) and "error" in body else None
             where = f"{method} {path} [{case}]: {status} {code}"
@@ -294,7 +300,7 @@ async def test_the_walk(node_client: TestClient[Any, Any]) -> None:
                 if (method, path) == ("GET", "/v1/topics"):
                     # ... while the principal with the ACL sees the topic.
                     _s, seen = await call(
-                        node_client, method, path, op, CASES["principal with the ACL"]
+                        node_client, method, path, op, callers["principal with the ACL"]
                     )
                     ok = ok and [t["name"] for t in seen["topics"]] == ["orders"]
             else:
@@ -310,7 +316,7 @@ async def test_internal_routes_take_no_client_credentials(
     internal = sorted(k for k, v in ROUTE_ACCESS.items() if v.kind is Kind.INTERNAL)
     for method, pattern in internal:
         url = pattern.replace("{name}", "heartbeat")
-        for authorization in CASES.values():
+        for authorization in cases().values():
             headers = {} if authorization is None else {"Authorization": authorization}
             resp = await node_client.request(method, url, data=b"{}", headers=headers)
             assert resp.status == 401, (method, url, resp.status)
@@ -319,8 +325,9 @@ async def test_internal_routes_take_no_client_credentials(
 async def test_a_denied_describe_does_not_say_whether_the_topic_exists(
     node_client: TestClient[Any, Any],
 ) -> None:
-    nobody = {"Authorization": CASES["principal without the ACL"] or ""}
-    granted = {"Authorization": CASES["principal with the ACL"] or ""}
+    callers = cases()
+    nobody = {"Authorization": callers["principal without the ACL"] or ""}
+    granted = {"Authorization": callers["principal with the ACL"] or ""}
     answers = []
     for topic in ("orders", "no-such-topic"):
         resp = await node_client.get(f"/v1/topics/{topic}", headers=nobody)
