@@ -23,7 +23,8 @@ echo "[test] C record scanner (scripts/check_native.py: built, and of this check
 export LOGRAFT_REQUIRE_C_EXTENSION=1
 echo "[test] pytest"
 set +e
-"$PY" -m pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests, so the suite's time stays in view.
+"$PY" -m pytest -q -p no:cacheprovider --durations=20 "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then
