@@ -109,6 +109,8 @@ def secure_sections(directory: Path) -> str:
         f'ca_file = "{tls}/ca.pem"\n'
         '# A client may show a certificate (the "certificate" way in), need not.\n'
         'client_certificate = "optional"\n'
+        "# The admin certificate (CN=admin,OU=clients) is User:admin, the super user.\n"
+        f'principal_mapping_rules = "{CLIENT_MAPPING}"\n'
         "\n[security]\n"
         'authentication = ["bearer", "password", "certificate"]\n'
         "authorization = true\n"

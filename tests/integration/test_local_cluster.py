@@ -151,7 +151,8 @@ def test_start_serves_the_printed_examples_then_kill_restart_and_stop(cluster_di
 def test_start_secure_serves_https_with_tokens_and_acls(cluster_dir: Path) -> None:
     """`start --secure`: a local CA, node certificates and a token issuer made
     once, an admin token at every start, and the printed curl session's
-    steps: no credentials refused, admin allowed, another user's token
+    steps: no credentials refused, admin allowed (by token and by its client
+    certificate), another user's token
     minted by `token` seeing nothing until an ACL allows it."""
     base = _free_base()
     url = f"https://127.0.0.1:{local_cluster.http_port(base, 1)}"
@@ -172,6 +173,12 @@ def test_start_secure_serves_https_with_tokens_and_acls(cluster_dir: Path) -> No
     assert refused.body["error"]["code"] == "SASL_AUTHENTICATION_FAILED"
     topic = {"name": "orders", "partitions": 1, "replication_factor": 3}
     assert call("POST", "/v1/topics", topic, **admin).status == 201
+    # The admin client certificate is User:admin (the super user) too: it sees orders.
+    with_cert = ssl.create_default_context(cafile=ca)
+    tls = cluster_dir / "tls"
+    with_cert.load_cert_chain(tls / "admin.pem", tls / "admin-key.pem")
+    by_cert = http_request("GET", url + "/v1/topics", None, headers={}, context=with_cert)
+    assert [t["name"] for t in by_cert.body["topics"]] == ["orders"], by_cert
     minted = _run(cluster_dir, base, "token", "alice")
     assert minted.returncode == 0, minted.stderr
     alice = {"Authorization": f"Bearer {minted.stdout.strip()}"}
