@@ -14,6 +14,11 @@ new ISR only if both still hold. Checks, in order, each with its own error:
 6. the new ISR is well formed and holds the leader -> INVALID_REQUEST / ISR_WITHOUT_LEADER
 7. every member is a replica, registered, usable   -> INELIGIBLE_REPLICA
 
+The ELR follows the new ISR (election.elr_after): a follower the leader
+drops for lagging, leaving fewer than `min_insync_replicas`, holds every
+committed record (the HW stops there) and joins the ELR; an ISR back at
+`min_insync_replicas` empties it.
+
 The leader epoch is checked before leadership so that a deposed leader learns
 it is stale (and refreshes its metadata) rather than merely "not leader".
 The stored ISR keeps the replicas' preferred order, so one set has one form.
@@ -44,8 +49,10 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.quorum.broker_lifecycle import registered_broker
+from lograft.quorum.configs import partition_min_isr
+from lograft.quorum.election import elr_after, partition_change
 from lograft.quorum.image import MetadataImage, PartitionState
-from lograft.quorum.records import PartitionChange, Record
+from lograft.quorum.records import Record
 from lograft.quorum.result import ControllerResult
 
 # Partitions one AlterPartition request may carry. Bounds the request body and
@@ -163,7 +170,9 @@ def _decide(
     if isr == current.isr:
         # A retry of an applied change (or a no-op): nothing to append.
         return ControllerResult((), _response(current))
-    change = PartitionChange(current.topic_id, current.partition, isr=isr)
+    elr = elr_after(current, isr, partition_min_isr(image, current))
+    change = partition_change(current, isr, current.leader, elr=elr)
+    assert change is not None
     return ControllerResult((change,), _response(current.changed(change)))
 
 

@@ -11,7 +11,9 @@ Whenever a broker stops being usable (fenced, shutting down, replaced by a new
 incarnation, unregistered) the same batch takes it out of every ISR and moves
 the leadership of its partitions (election.changes_without_brokers). Whenever
 one becomes usable, the same batch elects leaders for the offline partitions it
-can lead.
+can lead. A registration after an unclean shutdown (`previous_broker_epoch`
+not the replaced incarnation's epoch) also takes the broker out of every ELR
+and every offline partition's kept ISR (election.changes_after_unclean_shutdown).
 
 Broker epochs: a new incarnation gets `max(image.offset, old epoch) + 1`. The
 image offset only grows, so epochs grow per broker id even across
@@ -29,9 +31,13 @@ from lograft.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
-from lograft.quorum.configs import unclean_topic_ids
+from lograft.quorum.configs import topic_min_isr, unclean_topic_ids
 from lograft.quorum.controller_config import ControllerConfig
-from lograft.quorum.election import changes_without_brokers, elect_offline_leaders
+from lograft.quorum.election import (
+    changes_after_unclean_shutdown,
+    changes_without_brokers,
+    elect_offline_leaders,
+)
 from lograft.quorum.image import BrokerRegistration, BrokerState, MetadataImage
 from lograft.quorum.records import (
     BrokerAction,
@@ -49,14 +55,16 @@ from lograft.quorum.sessions import BrokerSessions
 def _leave(image: MetadataImage, gone: set[int]) -> list[PartitionChange]:
     """ISR and leadership changes for `gone` brokers no longer being usable."""
     usable = set(image.usable_broker_ids()) - gone
-    return changes_without_brokers(image, gone, usable, unclean_topic_ids(image))
+    return changes_without_brokers(
+        image, gone, usable, unclean_topic_ids(image), topic_min_isr(image)
+    )
 
 
 def _join(image: MetadataImage, broker_id: int) -> list[PartitionChange]:
     """Leaders for offline partitions, now that `broker_id` is usable too."""
     usable = {*image.usable_broker_ids(), broker_id}
     offline = (p for p in image.all_partitions() if p.offline)
-    return elect_offline_leaders(offline, usable, unclean_topic_ids(image))
+    return elect_offline_leaders(offline, usable, unclean_topic_ids(image), topic_min_isr(image))
 
 
 def registered_broker(
@@ -86,6 +94,12 @@ class RegisterBrokerRequest:
     incarnation_id: str  # a UUID the broker process mints at start
     endpoints: Endpoints
     rack: str | None = None
+    # The broker epoch this broker held when it last shut down cleanly (its
+    # logs closed and flushed), -1 when its last shutdown was not clean (or it
+    # never had one: a new broker holds no records to lose). None: not
+    # reported, by a broker from before this field, taken as clean (what every
+    # registration meant then).
+    previous_broker_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +156,28 @@ def register_broker(
     records: list[Record] = [register]
     if old is not None and not old.fenced:
         records.extend(_leave(image, {old.broker_id}))
+    if old is not None and not _clean_shutdown(old, request):
+        records.extend(_forget_unclean(image, old.broker_id, records))
     sessions = sessions.heartbeat(request.broker_id, now_ms)
     return ControllerResult(tuple(records), RegisterBrokerResponse(epoch), sessions)
+
+
+def _clean_shutdown(old: BrokerRegistration, request: RegisterBrokerRequest) -> bool:
+    """Kafka's unclean shutdown detection (KIP-966): the broker names the epoch
+    it shut down cleanly in; any other value means its last incarnation ended
+    some other way (SIGKILL, power loss) and its logs may lack records."""
+    if request.previous_broker_epoch is None:
+        return True
+    return request.previous_broker_epoch == old.broker_epoch
+
+
+def _forget_unclean(
+    image: MetadataImage, broker_id: int, earlier: list[Record]
+) -> list[PartitionChange]:
+    """`broker_id` out of every ELR and offline kept ISR, judged on the
+    partitions as `earlier` (this batch's records so far) leaves them."""
+    after = image.apply_batch(image.offset + 1, earlier)
+    return changes_after_unclean_shutdown(after.all_partitions(), broker_id)
 
 
 def unregister_broker(

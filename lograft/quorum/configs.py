@@ -15,13 +15,21 @@ from dataclasses import dataclass
 from lograft.echo import clip, shown
 from lograft.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from lograft.quorum.controller_config import ControllerConfig
-from lograft.quorum.election import elect_offline_leaders
-from lograft.quorum.image import MetadataImage
+from lograft.quorum.election import (
+    MinIsr,
+    elect_offline_leaders,
+    min_isr_of,
+    partition_change,
+)
+from lograft.quorum.image import MetadataImage, PartitionState
 from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import Config, ConfigResourceType, Record
 from lograft.quorum.result import ControllerResult
 
 UNCLEAN_LEADER_ELECTION = "unclean_leader_election"
+# Checked by lograft/api/topic_configs.py (an integer from 1 to the replication
+# factor); read here because the ELR depends on it (election.py).
+MIN_INSYNC_REPLICAS = "min_insync_replicas"
 
 CONFIG_KEY_LENGTH_MAX = 255
 _KEY = re.compile(r"[a-zA-Z0-9._-]+")
@@ -68,6 +76,27 @@ def unclean_topic_ids(image: MetadataImage) -> frozenset[str]:
     )
 
 
+def topic_min_isr(image: MetadataImage) -> MinIsr:
+    """Topic id -> effective min_insync_replicas, for the topics (or cluster)
+    that set one; election.min_isr_of gives the default for the others."""
+    out: dict[str, int] = {}
+    for name, topic_id in image.topic_ids.items():
+        value = effective_topic_config(image, name, MIN_INSYNC_REPLICAS)
+        if value is not None and value.isdigit():
+            out[topic_id] = int(value)
+    return out
+
+
+def partition_min_isr(image: MetadataImage, p: PartitionState) -> int:
+    """`p`'s effective min_insync_replicas (one topic's lookup)."""
+    topic = image.topics.get(p.topic_id)
+    value = (
+        None if topic is None else effective_topic_config(image, topic.name, MIN_INSYNC_REPLICAS)
+    )
+    configured = {p.topic_id: int(value)} if value is not None and value.isdigit() else {}
+    return min_isr_of(p, configured)
+
+
 @dataclass(frozen=True, slots=True)
 class AlterConfigRequest:
     resource_type: ConfigResourceType
@@ -88,7 +117,22 @@ def alter_config(
     records: list[Record] = [record]
     if request.key == UNCLEAN_LEADER_ELECTION:
         records.extend(_elections_after(image, record))
+    if request.key == MIN_INSYNC_REPLICAS:
+        records.extend(_elr_cleared(image, record))
     return ControllerResult(tuple(records), None)
+
+
+def _elr_cleared(image: MetadataImage, record: Config) -> list[Record]:
+    """A changed min_insync_replicas empties the ELRs it concerns, as in Kafka:
+    lowered, a leader's HW may move again with an ISR that was too short, so
+    replicas outside it no longer hold every committed record."""
+    if record.resource_type is ConfigResourceType.TOPIC:
+        topic = image.topic(record.resource_name)
+        partitions = topic.partitions if topic is not None else ()
+    else:
+        partitions = tuple(image.all_partitions())
+    changes = (partition_change(p, p.isr, p.leader, elr=()) for p in partitions if p.elr)
+    return [c for c in changes if c is not None]
 
 
 def _check_resource(image: MetadataImage, kind: ConfigResourceType, name: str) -> None:
@@ -104,4 +148,6 @@ def _elections_after(image: MetadataImage, record: Config) -> list[Record]:
     after = image.replay(record, image.offset + 1)
     usable = set(after.usable_broker_ids())
     offline = (p for p in after.all_partitions() if p.offline)
-    return list(elect_offline_leaders(offline, usable, unclean_topic_ids(after)))
+    return list(
+        elect_offline_leaders(offline, usable, unclean_topic_ids(after), topic_min_isr(after))
+    )

@@ -1,21 +1,41 @@
-"""Leader election and the ISR consequences of brokers going away: pure rules.
+"""Leader election, eligible leader replicas and the ISR consequences of
+brokers going away: pure rules.
 
-Rules (Kafka's, with its "last ISR" kept as an ELR-lite):
+Rules (Kafka's KIP-966, with lograft's "kept ISR"):
 
 - A leader is the first replica, in preferred order, that is in the ISR and
   usable (registered, unfenced, not shutting down).
-- Only if the topic allows unclean election, and no ISR member is usable, the
-  first usable replica outside the ISR leads, with itself as the whole ISR (it
-  may lack committed records: that is what "unclean" means).
-- Otherwise the partition goes offline (leader -1).
-- Brokers that go away leave every ISR, except that an ISR is never emptied:
-  when all its members go, it is kept as it was. Those members held every
-  committed record, so when any of them comes back it can lead again without
-  loss, and it is the only kind of broker a clean election will pick. The
-  members still away leave the ISR as that leader is elected.
+- Else the first usable replica of the ELR (eligible leader replicas, below)
+  leads, with itself as the whole ISR: it holds every committed record, so
+  this election is clean.
+- Only if the topic allows unclean election, and no ISR or ELR member is
+  usable, a usable replica outside both leads, with itself as the whole ISR
+  (it may lack committed records: that is what "unclean" means). The last
+  known leader goes first (it was in sync last), then preferred order.
+- Otherwise the partition goes offline (leader -1), and its last leader is
+  kept as `last_known_leader`.
+- Brokers that go away leave every ISR, except that an ISR is never emptied
+  by their going: when all its members go, it is kept as it was. Those
+  members held every committed record, so when any of them comes back it can
+  lead again without loss. The members still away leave the ISR as that
+  leader is elected (into the ELR, below).
+
+The ELR (`elr_after`, Kafka's maybePopulateTargetElr): whenever the ISR
+changes to fewer than the topic's `min_insync_replicas` members, every
+replica that was in the ISR or ELR and is not in the new ISR is in the ELR;
+once the ISR has `min_insync_replicas` members again the ELR is empty. It is
+sound because a leader's high watermark does not move while its ISR is
+smaller than `min_insync_replicas` (lograft/brokers/high_watermark.py): a
+replica that left the ISR then already held everything below the HW, and the
+HW has not moved since. A broker that registers after an unclean shutdown
+(`changes_after_unclean_shutdown`) may have lost records it held (unflushed
+writes under `flush_policy = none`), so it leaves every ELR, and the kept
+ISR of every offline partition (which may then be empty): it is electable
+cleanly again only after it has rejoined an ISR by catching up with a leader.
 
 So outside these functions, every partition is either led by a usable broker
-with only usable brokers in its ISR, or offline with no usable ISR member.
+with only usable brokers in its ISR, or offline with no usable ISR or ELR
+member.
 
 Functions return `PartitionChange` records carrying only what changed, and
 nothing at all for a partition that does not change.
@@ -23,29 +43,64 @@ nothing at all for a partition that does not change.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
 
-from lograft.quorum.image import NO_LEADER, MetadataImage, PartitionState
+from lograft.quorum.image import NO_LEADER, PartitionState
 from lograft.quorum.records import PartitionChange
+
+# The broker's default `min_insync_replicas` (lograft/brokers/high_watermark.py),
+# capped by the replication factor as the broker caps it (replica_manager.py).
+DEFAULT_MIN_INSYNC_REPLICAS = 2
+
+# topic id -> the topic's effective min_insync_replicas, where it is set.
+MinIsr = Mapping[str, int]
+_NO_MIN_ISR: MinIsr = MappingProxyType({})
+
+
+class _Partitions(Protocol):
+    def all_partitions(self) -> Iterable[PartitionState]: ...
+
+
+def min_isr_of(p: PartitionState, min_isr: MinIsr) -> int:
+    """`p`'s min_insync_replicas: its topic's setting, else the broker default,
+    never more than the replication factor."""
+    configured = min_isr.get(p.topic_id)
+    if configured is not None:
+        return configured
+    return min(DEFAULT_MIN_INSYNC_REPLICAS, len(p.replicas))
 
 
 @dataclass(frozen=True, slots=True)
 class Election:
     leader: int  # NO_LEADER when none is eligible
     isr: tuple[int, ...]
+    from_elr: bool = False
+    unclean: bool = False
 
 
 def elect_leader(
-    replicas: tuple[int, ...], isr: tuple[int, ...], usable: Collection[int], unclean: bool
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+    usable: Collection[int],
+    unclean: bool,
+    *,
+    elr: tuple[int, ...] = (),
+    last_known_leader: int = NO_LEADER,
 ) -> Election:
     for replica in replicas:
         if replica in isr and replica in usable:
             return Election(replica, isr)
+    for replica in replicas:
+        if replica in elr and replica in usable:
+            return Election(replica, (replica,), from_elr=True)
     if unclean:
-        for replica in replicas:
-            if replica in usable:
-                return Election(replica, (replica,))
+        ordered = (last_known_leader, *replicas)
+        for replica in ordered:
+            if replica in replicas and replica in usable:
+                return Election(replica, (replica,), unclean=True)
     return Election(NO_LEADER, isr)
 
 
@@ -55,32 +110,86 @@ def isr_without(isr: tuple[int, ...], gone: Collection[int]) -> tuple[int, ...]:
     return kept or isr
 
 
+def elr_after(
+    p: PartitionState,
+    isr: tuple[int, ...],
+    min_isr: int,
+    lossy: Collection[int] = (),
+) -> tuple[int, ...]:
+    """The ELR once `p`'s ISR is `isr`; `lossy` brokers may have lost records."""
+    if len(isr) >= min_isr:
+        return ()
+    held = {*p.elr, *p.isr}
+    return tuple(r for r in p.replicas if r in held and r not in isr and r not in lossy)
+
+
 def partition_change(
-    p: PartitionState, isr: tuple[int, ...], leader: int
+    p: PartitionState,
+    isr: tuple[int, ...],
+    leader: int,
+    *,
+    elr: tuple[int, ...] | None = None,
+    last_known_leader: int | None = None,
 ) -> PartitionChange | None:
-    """A record setting `isr` and `leader`, with only the fields that differ."""
+    """A record setting `isr`, `leader` (and `elr`, `last_known_leader` when
+    given), with only the fields that differ."""
     new_isr = None if isr == p.isr else isr
     new_leader = None if leader == p.leader else leader
-    if new_isr is None and new_leader is None:
+    new_elr = None if elr is None or elr == p.elr else elr
+    new_last = (
+        None
+        if last_known_leader is None or last_known_leader == p.last_known_leader
+        else last_known_leader
+    )
+    if new_isr is None and new_leader is None and new_elr is None and new_last is None:
         return None
-    return PartitionChange(p.topic_id, p.partition, isr=new_isr, leader=new_leader)
+    return PartitionChange(
+        p.topic_id,
+        p.partition,
+        isr=new_isr,
+        leader=new_leader,
+        elr=new_elr,
+        last_known_leader=new_last,
+    )
 
 
-def _without_brokers(
-    p: PartitionState, gone: Collection[int], usable: Collection[int], unclean: bool
+def decide(
+    p: PartitionState,
+    isr: tuple[int, ...],
+    usable: Collection[int],
+    unclean: bool,
+    min_isr: int,
 ) -> PartitionChange | None:
-    isr = isr_without(p.isr, gone)
-    if p.leader != NO_LEADER and p.leader not in gone:
-        return partition_change(p, isr, p.leader)
-    election = elect_leader(p.replicas, isr, usable, unclean)
-    return partition_change(p, election.isr, election.leader)
+    """`p` with ISR `isr`: its leader kept if still in it, else elected; the
+    ELR and last known leader that go with the outcome."""
+    if p.leader in isr and p.leader in usable:
+        elr = elr_after(p, isr, min_isr)
+        return partition_change(p, isr, p.leader, elr=elr, last_known_leader=NO_LEADER)
+    election = elect_leader(
+        p.replicas, isr, usable, unclean, elr=p.elr, last_known_leader=p.last_known_leader
+    )
+    if election.leader == NO_LEADER:
+        last = p.leader if p.leader != NO_LEADER else p.last_known_leader
+        elr = elr_after(p, election.isr, min_isr)
+        return partition_change(p, election.isr, NO_LEADER, elr=elr, last_known_leader=last)
+    if election.unclean:
+        return partition_change(
+            p, election.isr, election.leader, elr=(), last_known_leader=NO_LEADER
+        )
+    # A kept ISR may name members still away; a leader must not wait for them
+    # (acks=all), so only the usable ones stay in sync. Those left out held
+    # every committed record: the ELR keeps them while the ISR is short.
+    new_isr = tuple(b for b in election.isr if b in usable)
+    elr = elr_after(p, new_isr, min_isr)
+    return partition_change(p, new_isr, election.leader, elr=elr, last_known_leader=NO_LEADER)
 
 
 def changes_without_brokers(
-    image: MetadataImage,
+    image: _Partitions,
     gone: Collection[int],
     usable: Collection[int],
     unclean_topic_ids: Collection[str],
+    min_isr: MinIsr = _NO_MIN_ISR,
 ) -> list[PartitionChange]:
     """Changes taking `gone` out of every ISR and leadership (fencing, shutdown).
 
@@ -90,7 +199,8 @@ def changes_without_brokers(
     changes = []
     for p in image.all_partitions():
         if p.leader in gone or any(b in gone for b in p.isr):
-            change = _without_brokers(p, gone, usable, p.topic_id in unclean_topic_ids)
+            isr = isr_without(p.isr, gone)
+            change = decide(p, isr, usable, p.topic_id in unclean_topic_ids, min_isr_of(p, min_isr))
             if change is not None:
                 changes.append(change)
     return changes
@@ -100,20 +210,38 @@ def elect_offline_leaders(
     partitions: Iterable[PartitionState],
     usable: Collection[int],
     unclean_topic_ids: Collection[str],
+    min_isr: MinIsr = _NO_MIN_ISR,
 ) -> list[PartitionChange]:
     """Leaders for offline partitions that have an eligible replica now."""
     changes = []
     for p in partitions:
         if not p.offline:
             continue
-        election = elect_leader(p.replicas, p.isr, usable, p.topic_id in unclean_topic_ids)
-        if election.leader != NO_LEADER:
-            # The kept ISR may name members still away; a leader must not wait
-            # for them (acks=all), so only the usable ones stay in sync.
-            isr = tuple(b for b in election.isr if b in usable)
-            change = partition_change(p, isr, election.leader)
-            assert change is not None
+        unclean = p.topic_id in unclean_topic_ids
+        change = decide(p, p.isr, usable, unclean, min_isr_of(p, min_isr))
+        if change is not None and change.leader is not None:
             changes.append(change)
+    return changes
+
+
+def changes_after_unclean_shutdown(
+    partitions: Iterable[PartitionState], broker_id: int
+) -> list[PartitionChange]:
+    """`broker_id` registered after an unclean shutdown: its logs may lack
+    records it had acknowledged, so it leaves every ELR and the kept ISR of
+    every offline partition. (It is in no other ISR: it was fenced, or left
+    them as it re-registered.) The last known leader stays: only an unclean
+    election uses it."""
+    changes = []
+    for p in partitions:
+        in_kept_isr = p.offline and broker_id in p.isr
+        if broker_id not in p.elr and not in_kept_isr:
+            continue
+        isr = tuple(b for b in p.isr if b != broker_id)
+        elr = tuple(b for b in p.elr if b != broker_id)
+        change = partition_change(p, isr, p.leader, elr=elr)
+        assert change is not None
+        changes.append(change)
     return changes
 
 

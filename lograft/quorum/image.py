@@ -13,8 +13,10 @@ silently fork the nodes' views):
 
 - topic names and ids are unique and map one to one; partitions of a topic are
   dense, numbered 0..n-1;
-- replicas are distinct; the ISR is non-empty, distinct, a subset of the
-  replicas; the leader is -1 (offline) or a member of the ISR;
+- replicas are distinct; the ISR is distinct, a subset of the replicas, and
+  empty only while the partition is offline; the leader is -1 (offline) or a
+  member of the ISR; the ELR is distinct, a subset of the replicas and
+  disjoint from the ISR; the last known leader is -1 or a replica;
 - leader epoch +1 exactly when the leader changes, partition epoch +1 on every
   change; epochs never go backwards;
 - a broker's epoch only grows across registrations; broker state changes
@@ -150,6 +152,12 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # Eligible leader replicas (KIP-966, election.py): outside the ISR, yet
+    # holding every committed record; electable when no ISR member is.
+    elr: tuple[int, ...] = ()
+    # The leader when the partition last went offline (-1: none, or it has a
+    # leader): the first choice of an unclean election.
+    last_known_leader: int = NO_LEADER
 
     @property
     def preferred_leader(self) -> int:
@@ -177,6 +185,12 @@ class PartitionState:
             replicas=self.replicas if change.replicas is None else change.replicas,
             isr=self.isr if change.isr is None else change.isr,
             leader=leader,
+            elr=self.elr if change.elr is None else change.elr,
+            last_known_leader=(
+                self.last_known_leader
+                if change.last_known_leader is None
+                else change.last_known_leader
+            ),
             leader_epoch=self.leader_epoch + (1 if leader != self.leader else 0),
             partition_epoch=self.partition_epoch + 1,
         )
@@ -192,6 +206,8 @@ class PartitionState:
             leader=self.leader,
             leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
+            elr=self.elr,
+            last_known_leader=self.last_known_leader,
         )
 
 
@@ -200,9 +216,16 @@ def _partition_problem(p: PartitionState) -> str | None:
         (p.partition >= 0, "negative partition index"),
         (bool(p.replicas) and _distinct(p.replicas), "replicas must be non-empty and distinct"),
         (all(r >= 0 for r in p.replicas), "replica ids must be >= 0"),
-        (bool(p.isr) and _distinct(p.isr), "isr must be non-empty and distinct"),
+        (_distinct(p.isr), "isr must be distinct"),
+        (bool(p.isr) or p.leader == NO_LEADER, "isr may be empty only while offline"),
         (set(p.isr) <= set(p.replicas), "isr must be a subset of replicas"),
         (p.leader == NO_LEADER or p.leader in p.isr, "leader must be -1 or in the isr"),
+        (_distinct(p.elr) and set(p.elr) <= set(p.replicas), "elr: distinct replicas"),
+        (not set(p.elr) & set(p.isr), "elr and isr must be disjoint"),
+        (
+            p.last_known_leader == NO_LEADER or p.last_known_leader in p.replicas,
+            "last known leader must be -1 or a replica",
+        ),
         (p.leader_epoch >= 0 and p.partition_epoch >= 0, "epochs must be >= 0"),
     )
     return next((message for ok, message in checks if not ok), None)
@@ -453,7 +476,15 @@ class MetadataDelta:
         if r.partition != len(parts):
             raise _bad(f"partition {r.partition} of {r.topic_id} is not the next index")
         state = PartitionState(
-            r.topic_id, r.partition, r.replicas, r.isr, r.leader, r.leader_epoch, r.partition_epoch
+            r.topic_id,
+            r.partition,
+            r.replicas,
+            r.isr,
+            r.leader,
+            r.leader_epoch,
+            r.partition_epoch,
+            r.elr,
+            r.last_known_leader,
         )
         state.check()
         parts.append(state)

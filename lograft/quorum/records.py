@@ -32,7 +32,15 @@ Versioning: each type carries its own `VERSION` and a `version` field typed
 a decoder that meets a version it does not know fails with
 `UnsupportedMetadataRecordVersionError` instead of guessing. When a version 2
 appears, widen that type's `version` Literal and put the upgrade of older
-records next to `_record_from_builtins`.
+records in `_upgraded`.
+
+Version 2 of `Partition` and `PartitionChange` (eligible leader replicas,
+docs/quorum.md "Eligible leader replicas") added `elr` and
+`last_known_leader`, both defaulted: a version 1 record decodes with no ELR
+and no last known leader (what it meant) and is upgraded to version 2 as it
+is decoded, so every node holds and re-encodes only version 2. A node that
+knows only version 1 refuses a version 2 batch (unsupported version) rather
+than dropping the fields.
 """
 
 from __future__ import annotations
@@ -175,31 +183,49 @@ class Topic(MetadataRecord):
     topic_id: str  # a UUID in its canonical hyphenated text form
 
 
-class Partition(MetadataRecord):
-    """The full state of one partition: written at creation and in snapshots."""
-
+class _PartitionFields(MetadataRecord):
     topic_id: str
     partition: int
     replicas: tuple[int, ...]  # preferred order: replicas[0] is the preferred leader
-    isr: tuple[int, ...]
+    isr: tuple[int, ...]  # empty only while the partition is offline
     leader: int  # -1: offline
     leader_epoch: int
     partition_epoch: int
+    # Version 2 (KIP-966): replicas outside the ISR that hold every committed
+    # record (eligible leader replicas), and the last leader of a partition
+    # that went offline (-1: none). Version 1 records had neither.
+    elr: tuple[int, ...] = ()
+    last_known_leader: int = -1
 
 
-class PartitionChange(MetadataRecord):
-    """A delta on one partition; None means "unchanged".
+class Partition(_PartitionFields, kw_only=True):
+    """The full state of one partition: written at creation and in snapshots."""
 
-    Epochs are not fields: replay derives them (leader epoch +1 when the leader
-    changes, partition epoch +1 on every change), so a record can never carry
-    an epoch that disagrees with the state it is applied to.
-    """
+    VERSION: ClassVar[int] = 2
+    version: Literal[1, 2] = 2  # type: ignore[assignment]  # widened: version 1 is read
 
+
+class _PartitionChangeFields(MetadataRecord):
     topic_id: str
     partition: int
     isr: tuple[int, ...] | None = None
     leader: int | None = None
     replicas: tuple[int, ...] | None = None
+    elr: tuple[int, ...] | None = None  # version 2
+    last_known_leader: int | None = None  # version 2
+
+
+class PartitionChange(_PartitionChangeFields, kw_only=True):
+    """A delta on one partition; None means "unchanged".
+
+    Epochs are not fields: replay derives them (leader epoch +1 when the leader
+    changes, partition epoch +1 on every change), so a record can never carry
+    an epoch that disagrees with the state it is applied to. A change of the
+    ELR or of the last known leader alone moves only the partition epoch.
+    """
+
+    VERSION: ClassVar[int] = 2
+    version: Literal[1, 2] = 2  # type: ignore[assignment]  # widened: version 1 is read
 
 
 class RemoveTopic(MetadataRecord):
@@ -387,14 +413,14 @@ def record_from_dict(data: Any) -> Record:
     if cls is None:
         raise UnknownMetadataRecordTypeError(f"unknown record type {type_name!r}", type=type_name)
     version = data.get("version")
-    if type(version) is not int or version != cls.VERSION:
+    if type(version) is not int or not 1 <= version <= cls.VERSION:
         raise UnsupportedMetadataRecordVersionError(
             f"{cls.TYPE} version {version!r} is not supported (this node knows {cls.VERSION})",
             type=cls.TYPE,
             version=version,
         )
     try:
-        return msgspec.convert(data, cls, dec_hook=_dec_hook)
+        return _upgraded(msgspec.convert(data, cls, dec_hook=_dec_hook))
     except msgspec.ValidationError as exc:
         path = typed.field_path(exc)
         reason = str(exc).split(" - at `$", 1)[0]
@@ -435,9 +461,19 @@ def _first_difference(records: list[Record], decoded: list[Record]) -> str:
 
 def decode_batch(data: bytes) -> list[Record]:
     try:
-        return _DECODER.decode(data).records
+        records = _DECODER.decode(data).records
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _decode_error(data, exc) from None
+    return [_upgraded(r) for r in records]
+
+
+def _upgraded(record: Record) -> Record:
+    """`record` as its type's current version. Version 1 `Partition` and
+    `PartitionChange` records have no ELR fields: their defaults (none) are
+    what they meant, so only the version number changes."""
+    if record.version == record.VERSION:
+        return record
+    return msgspec.structs.replace(record, version=record.VERSION)
 
 
 def _decode_error(data: bytes, exc: Exception) -> MetadataRecordError:

@@ -45,10 +45,16 @@ class Cluster:
             self.batch_log.append((self.image.offset, batch))
         return result.response
 
-    def register(self, broker_id: int, rack: str | None = None) -> int:
+    def register(
+        self, broker_id: int, rack: str | None = None, previous_broker_epoch: int | None = None
+    ) -> int:
         incarnation = str(uuid.uuid4())
         request = RegisterBrokerRequest(
-            broker_id, incarnation, endpoints_from({"http": f"127.0.0.1:{9000 + broker_id}"}), rack
+            broker_id,
+            incarnation,
+            endpoints_from({"http": f"127.0.0.1:{9000 + broker_id}"}),
+            rack,
+            previous_broker_epoch,
         )
         epoch = self.apply(
             register_broker(self.image, self.sessions, request, self.now_ms, self.config)

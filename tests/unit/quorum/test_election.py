@@ -27,7 +27,7 @@ from .metadata_cluster import Cluster, cluster_of
         # Nobody in the ISR is usable: offline, the ISR is kept.
         ((1, 2, 3), (1,), {2, 3}, False, Election(NO_LEADER, (1,))),
         # ... unless the topic allows an unclean election: first usable replica.
-        ((1, 2, 3), (1,), {3, 2}, True, Election(2, (2,))),
+        ((1, 2, 3), (1,), {3, 2}, True, Election(2, (2,), unclean=True)),
         # Unclean is only a fallback: a clean candidate still wins.
         ((1, 2, 3), (3,), {2, 3}, True, Election(3, (3,))),
         ((1, 2), (1,), set(), True, Election(NO_LEADER, (1,))),
@@ -82,7 +82,8 @@ def test_follower_fenced_only_leaves_the_isr():
 
 def test_partition_goes_offline_and_returns_with_its_last_isr_member():
     cluster = cluster_of(range(3))
-    topic_id = cluster.create("t", 1, 2)
+    # min_insync_replicas 1: an ISR of one moves the HW, so no ELR (see the ELR tests).
+    topic_id = cluster.create("t", 1, 2, min_insync_replicas="1")
     first, second = cluster.partition(topic_id, 0).replicas
     kill(cluster, second)
     assert cluster.partition(topic_id, 0).isr == (first,)
@@ -118,7 +119,7 @@ def test_unclean_election_only_when_configured():
     for unclean in (False, True):
         cluster = cluster_of(range(2))
         configs = {"unclean_leader_election": "true"} if unclean else {}
-        topic_id = cluster.create("t", 1, 2, **configs)
+        topic_id = cluster.create("t", 1, 2, min_insync_replicas="1", **configs)
         first, second = cluster.partition(topic_id, 0).replicas
         kill(cluster, second)
         kill(cluster, first)
@@ -139,8 +140,10 @@ def test_cluster_wide_unclean_default_and_topic_override():
             cluster.config,
         )
     )
-    loose = cluster.create("loose", 1, 2)
-    strict = cluster.create("strict", 1, 2, unclean_leader_election="false")
+    loose = cluster.create("loose", 1, 2, min_insync_replicas="1")
+    strict = cluster.create(
+        "strict", 1, 2, unclean_leader_election="false", min_insync_replicas="1"
+    )
     for b in (0, 1):
         kill(cluster, b)
     # Broker 1 went last, so it is the last ISR member of both; 0 is outside.
@@ -153,7 +156,7 @@ def test_cluster_wide_unclean_default_and_topic_override():
 
 def test_enabling_unclean_election_elects_offline_partitions_at_once():
     cluster = cluster_of(range(2))
-    topic_id = cluster.create("t", 1, 2)
+    topic_id = cluster.create("t", 1, 2, min_insync_replicas="1")
     first, second = cluster.partition(topic_id, 0).replicas
     kill(cluster, second)
     kill(cluster, first)
@@ -161,7 +164,8 @@ def test_enabling_unclean_election_elects_offline_partitions_at_once():
     assert cluster.partition(topic_id, 0).leader == NO_LEADER
     request = AlterConfigRequest(ConfigResourceType.TOPIC, "t", "unclean_leader_election", "true")
     result = alter_config(cluster.image, request, cluster.config)
-    assert PartitionChange(topic_id, 0, isr=(second,), leader=second) in result.records
+    elected = PartitionChange(topic_id, 0, isr=(second,), leader=second, last_known_leader=-1)
+    assert elected in result.records
     cluster.apply(result)
     assert cluster.partition(topic_id, 0).leader == second
 

@@ -159,7 +159,7 @@ def test_partitions_must_be_dense():
         ((), (), NO_LEADER, "replicas"),
         ((1, 1), (1,), 1, "replicas"),
         ((1, -2), (1,), 1, ">= 0"),
-        ((1, 2), (), NO_LEADER, "isr must be non-empty"),
+        ((1, 2), (), 1, "isr may be empty only while offline"),
         ((1, 2), (1, 3), 1, "subset"),
         ((1, 2), (2,), 1, "leader"),
     ],
@@ -168,6 +168,38 @@ def test_partition_invariants(replicas, isr, leader, problem):
     image = build([Topic("a", T1)])
     with pytest.raises(MetadataRecordError, match=problem):
         image.replay(Partition(T1, 0, replicas, isr, leader, 0, 0), 2)
+
+
+@pytest.mark.parametrize(
+    ("elr", "last_known_leader", "problem"),
+    [
+        ((2, 2), -1, "elr: distinct replicas"),
+        ((4,), -1, "elr: distinct replicas"),
+        ((1,), -1, "elr and isr must be disjoint"),
+        ((), 4, "last known leader"),
+    ],
+)
+def test_elr_invariants(elr, last_known_leader, problem):
+    image = build([Topic("a", T1)])
+    with pytest.raises(MetadataRecordError, match=problem):
+        image.replay(Partition(T1, 0, (1, 2, 3), (1,), 1, 0, 0, elr, last_known_leader), 2)
+
+
+def test_an_offline_partition_may_have_an_empty_isr():
+    image = build([Topic("a", T1)])
+    after = image.replay(Partition(T1, 0, (1, 2), (), NO_LEADER, 3, 5, (2,), 1), 2)
+    p = after.partition(T1, 0)
+    assert p is not None
+    assert (p.isr, p.elr, p.last_known_leader) == ((), (2,), 1)
+    assert after.to_records()[-1] == Partition(T1, 0, (1, 2), (), NO_LEADER, 3, 5, (2,), 1)
+
+
+def test_a_change_of_the_elr_alone_moves_only_the_partition_epoch():
+    image = build([Topic("a", T1), Partition(T1, 0, (1, 2, 3), (1,), 1, 4, 7)])
+    after = image.replay(PartitionChange(T1, 0, elr=(2,), last_known_leader=3), 2)
+    p = after.partition(T1, 0)
+    assert p is not None
+    assert (p.elr, p.last_known_leader, p.leader_epoch, p.partition_epoch) == ((2,), 3, 4, 8)
 
 
 def test_partition_change_epochs():
