@@ -12,6 +12,8 @@ export JAVA_HOME
 
 echo "[test] ruff check"
 "$PY" -m ruff check lograft tests scripts
+echo "[test] ruff format --check"
+"$PY" -m ruff format --check lograft tests scripts
 echo "[test] lint-imports (the layering: [tool.importlinter] in pyproject.toml)"
 "$ROOT/.venv/bin/lint-imports" --no-logo
 echo "[test] mypy (strict on errors, typed, protocol, storage, quorum: [tool.mypy] in pyproject.toml)"

@@ -45,6 +45,7 @@ _RESULT_KEYS = frozenset(
 )
 _ERROR_KEYS = frozenset({"partition", "error"})
 
+
 class Acks(enum.Enum):
     NONE = "0"
     LEADER = "1"

@@ -40,9 +40,7 @@ def dump_file(path: Path, *, records: bool = False) -> Iterator[str]:
     elif name.endswith(INDEX_SUFFIX):
         yield from _dump_offset_index(path)
     else:
-        raise LograftError(
-            f"{path} is not a .log, .index or .timeindex file; pass a segment file"
-        )
+        raise LograftError(f"{path} is not a .log, .index or .timeindex file; pass a segment file")
 
 
 def _base_offset(path: Path) -> int:

@@ -67,7 +67,9 @@ async def test_acks_all_waits_for_the_isr_and_followers_catch_up(tmp_path):
     _replicate(leader, f2)
     assert f2.high_watermark == 3, "followers learn the HW from the next fetch"
     assert [r.value for r in iter_records(leader.read_for_consumer(0, 1 << 20))] == [
-        b"v0", b"v1", b"v2"
+        b"v0",
+        b"v1",
+        b"v2",
     ]
 
 

@@ -304,9 +304,7 @@ def test_a_changed_subscription_rides_on_the_next_heartbeat_once():
 
 
 def test_join_options_are_sent_only_when_set():
-    core = GroupMemberCore(
-        "g", ["t"], client_id="c", assignor="range", rebalance_timeout_ms=9_000
-    )
+    core = GroupMemberCore("g", ["t"], client_id="c", assignor="range", rebalance_timeout_ms=9_000)
     join = core.next_request()
     assert join is not None and join.body is not None
     assert join.body["assignor"] == "range" and join.body["rebalance_timeout_ms"] == 9_000
