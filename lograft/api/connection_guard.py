@@ -38,7 +38,10 @@ The handshake must finish within `[http] tls_handshake_timeout_ms` of the
 accept; a connection that fails it (plain HTTP sent to the TLS port, a client
 certificate the CA did not sign, a client that stalls) is closed and logged as
 the client fault `tls-handshake`. The header deadline starts once the
-handshake is done.
+handshake is done. uvloop starts reading an accepted connection right after
+`connection_made` whatever that paused, so the first bytes of the handshake
+may reach the guard before `start_tls` takes the transport: they are kept and
+handed to the TLS protocol once it is in place, before it reads again.
 
 Headers are complete when aiohttp hands the request to the application: the
 guard's middleware, the outermost, marks that. Bytes that arrive while a
@@ -225,6 +228,9 @@ class _GuardedConnection(asyncio.Protocol):
         # Set while the TLS handshake runs; what the client sends right after
         # it (in the read that completed it) waits here for the protocol.
         self._early: list[bytes] | None = None
+        # Set until start_tls takes the transport: encrypted bytes read before
+        # that (uvloop reads whatever connection_made paused), for the TLS protocol.
+        self._raw: list[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tcp = cast(asyncio.Transport, transport)
@@ -243,20 +249,32 @@ class _GuardedConnection(asyncio.Protocol):
         # resumes reading itself).
         tcp.pause_reading()
         self._early = []
+        self._raw = []
         task = asyncio.get_running_loop().create_task(self._handshake(tcp, self._guard.tls))
         self._guard._handshakes.add(task)
         task.add_done_callback(self._guard._handshakes.discard)
 
     async def _handshake(self, tcp: asyncio.Transport, context: ssl.SSLContext) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            tls = await loop.start_tls(
+        starting = loop.create_task(
+            loop.start_tls(
                 tcp,
                 self,
                 context,
                 server_side=True,
                 ssl_handshake_timeout=self._guard.tls_handshake_timeout_ms / 1000,
             )
+        )
+        try:
+            # One turn: start_tls's first step has swapped the transport's
+            # protocol and queued the TLS protocol's connection_made and the
+            # resumed reading; what was read before goes in right behind them,
+            # in the same turn, so before anything read next.
+            await asyncio.sleep(0)
+            raw, self._raw = self._raw, None
+            if raw and not starting.done():
+                loop.call_soon(_feed, tcp, b"".join(raw))
+            tls = await starting
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
             # The client's doing (start_tls closed the transport).
             self._guard._handshake_failed(self, exc)
@@ -265,6 +283,7 @@ class _GuardedConnection(asyncio.Protocol):
         except BaseException:
             # Cancelled (the listener stops), or a fault of the node's own
             # (logged with its traceback by asyncio): uncounted either way.
+            starting.cancel()
             self._handshake_over(tcp)
             raise
         if tls is None or self._transport is not tcp:
@@ -277,6 +296,7 @@ class _GuardedConnection(asyncio.Protocol):
     def _handshake_over(self, tcp: asyncio.Transport) -> None:
         """A connection that never got past its handshake: closed and uncounted."""
         self._early = None
+        self._raw = None
         if self._inner is None:
             self._guard._release(self, tcp)
             self._transport = None
@@ -292,6 +312,11 @@ class _GuardedConnection(asyncio.Protocol):
             self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self._raw is not None and self._transport is not None:
+            # Encrypted, read before start_tls took the transport (uvloop).
+            self._raw.append(data)
+            self._transport.pause_reading()
+            return
         if self._early is not None:
             self._early.append(data)  # decrypted before start_tls returned
             return
@@ -352,6 +377,25 @@ class _GuardedConnection(asyncio.Protocol):
             return
         self._guard._headers_late(self)
         self._transport.close()
+
+
+def _feed(tcp: asyncio.Transport, data: bytes) -> None:
+    """Hand `data` to the protocol start_tls put on `tcp` (the TLS protocol, a
+    buffered protocol on both loops) as if it had just been read."""
+    protocol = tcp.get_protocol()
+    if tcp.is_closing():
+        return
+    if not hasattr(protocol, "get_buffer"):
+        cast(asyncio.Protocol, protocol).data_received(data)
+        return
+    buffered = cast(asyncio.BufferedProtocol, protocol)
+    view = memoryview(data)
+    while view:
+        buffer = memoryview(buffered.get_buffer(len(view)))
+        n = min(len(buffer), len(view))
+        buffer[:n] = view[:n]
+        buffered.buffer_updated(n)
+        view = view[n:]
 
 
 def _remote_ip(transport: asyncio.Transport) -> str:

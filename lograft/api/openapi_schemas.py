@@ -224,7 +224,10 @@ CLUSTER = obj(
     }
 )
 PRODUCER = obj({"producer_id": UINT64, "producer_epoch": {"type": "integer", "minimum": 0}})
-HEALTH = obj({"status": {"const": "ok"}})
+HEALTH = obj(
+    {"status": {"const": "ok"}},
+    {"event_loop": {"enum": ["asyncio", "uvloop"]}, "loop_lag_ms": {"type": "object"}},
+)
 READINESS = obj(
     {"ready": BOOLEAN},
     {

@@ -59,10 +59,8 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
-    import asyncio
-
     from lograft.node.config import load_config
-    from lograft.node.server import check_config, configure_logging, run_node
+    from lograft.node.server import check_config, configure_logging, run_node_process
 
     try:
         config = load_config(args.config)
@@ -71,7 +69,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         print(f"lograft node: {exc.message}", file=sys.stderr)
         return 1
     configure_logging(config.log_level)
-    return asyncio.run(run_node(config))
+    return run_node_process(config)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,8 @@ Example (`config/node-1.toml`)::
     cluster_secret = "..."            # required: `openssl rand -hex 16`, the same
                                       # on every node; authenticates the internal
                                       # endpoints and keys the Raft links
+    event_loop = "asyncio"            # or "uvloop": the node's event loop (faster
+                                      # TLS; docs/security.md); /healthz tells which
 
     [http]
     host = "127.0.0.1"                # "0.0.0.0" in a container: then set
@@ -91,6 +93,7 @@ from lograft.api.stream.limits import StreamLimits
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
+from lograft.node.event_loop import EventLoopName
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.raft.config import RaftTuning
 from lograft.security.quotas import QuotaConfig
@@ -161,6 +164,9 @@ class NodeConfig(Record):
     security: SecuritySettings = SecuritySettings()
     quotas: QuotaConfig = QuotaConfig()
     log_level: str = "INFO"
+    # The node's event loop: "asyncio" (the standard library's) or "uvloop"
+    # (lograft/node/event_loop.py; faster TLS, docs/benchmarks.md "Security").
+    event_loop: EventLoopName = "asyncio"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...);
     # a topic's own configs override them.
     log_defaults: LogConfig = LogConfig()

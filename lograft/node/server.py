@@ -62,6 +62,7 @@ from lograft.errors import (
 from lograft.node.broker_agent import BrokerAgent
 from lograft.node.config import NodeConfig
 from lograft.node.controller_client import ControllerClient, LocalController
+from lograft.node.event_loop import run_on, running_loop_name
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.node.loop_lag import LoopLagProbe
 from lograft.node.metadata_catch_up import MetadataCatchUp
@@ -292,11 +293,12 @@ class Node:
     async def _serve(self) -> None:
         cfg = self.config
         assert self.forward_calls is not None and self.client is not None
+        loop_name = running_loop_name()
         app = create_app(
             cluster_secret=cfg.cluster_secret,
             request_bytes_max=cfg.http.request_bytes_max,
             ready=self.ready,
-            health=lambda: {"loop_lag_ms": self.loop_lag.snapshot()},
+            health=lambda: {"event_loop": loop_name, "loop_lag_ms": self.loop_lag.snapshot()},
             serving=self.catch_up.refusal if self.replicas is not None else None,
             authenticator=self.authenticator,
             access=self._access_control(),
@@ -648,6 +650,11 @@ async def run_node(config: NodeConfig) -> int:
     return 0
 
 
+def run_node_process(config: NodeConfig) -> int:
+    """`run_node` on a new event loop of the kind `config.event_loop`."""
+    return run_on(config.event_loop, run_node(config))
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level, logging.INFO),
@@ -657,4 +664,4 @@ def configure_logging(level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-__all__ = ["Node", "raft_config_for", "replace", "run_node"]
+__all__ = ["Node", "raft_config_for", "replace", "run_node", "run_node_process"]

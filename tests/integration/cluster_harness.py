@@ -115,6 +115,8 @@ class NodeSpec:
     cluster_id: str = "lograft-it"
     rack: str | None = None
     log_level: str = "INFO"
+    # The node's event loop ("asyncio" or "uvloop"); None: the default.
+    event_loop: str | None = None
     # Peer node id -> host:port this node dials instead of the peer's own Raft
     # address (a proxy per link in chaos tests).
     dial: dict[int, str] = field(default_factory=dict)
@@ -186,6 +188,8 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
     ]
     if spec.rack is not None:
         lines.append(f"rack = {_toml_value(spec.rack)}")
+    if spec.event_loop is not None:
+        lines.append(f"event_loop = {_toml_value(spec.event_loop)}")
     http = {"host": "127.0.0.1", "port": spec.http_port, **spec.http}
     lines += ["", *_toml_table("http", http)]
     if spec.http_dial:
@@ -476,6 +480,7 @@ class LograftCluster:
         tls_settings: Mapping[str, Any] | None = None,
         client_certificate: str | None = None,
         security: Mapping[str, Any] | None = None,
+        event_loop: str | None = None,
     ) -> None:
         """`raft`/`controller`/`broker`/`http` apply to every node; `overrides[node_id]` holds
         per-node NodeSpec fields (e.g. {"raft": {...}, "dial": {2: "127.0.0.1:1234"}}),
@@ -484,7 +489,8 @@ class LograftCluster:
         every node serves https, and the harness's requests trust ca.pem;
         `tls_settings` go into every node's [tls] too; `client_certificate`:
         the name of a client certificate there the harness's requests show.
-        `security`: every node's [security]."""
+        `security`: every node's [security]. `event_loop`: every node's
+        `event_loop` ("asyncio" or "uvloop"; None: the default)."""
         self.workdir = workdir
         # What the harness's own requests verify https answers with.
         self.client_tls = (
@@ -508,6 +514,7 @@ class LograftCluster:
                 controller=dict(controller or {}),
                 broker=dict(broker or {}),
                 http=dict(http or {}),
+                event_loop=event_loop,
             )
             if tls is not None:
                 spec.tls = {

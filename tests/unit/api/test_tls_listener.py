@@ -2,18 +2,20 @@
 accept (handshake included), a stalled or failed handshake closed within
 `tls_handshake_timeout_ms`, plain HTTP refused at once, client certificates
 checked, and the node-to-node client (PeerClient) verifying the peer and
-presenting its own certificate."""
+presenting its own certificate; on uvloop too (`event_loop = "uvloop"`)."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 
 from lograft import typed
@@ -171,3 +173,28 @@ async def wait_for(condition: object, timeout_s: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.01)
+
+
+def test_on_uvloop_a_handshake_read_before_start_tls_completes(certs: Path) -> None:
+    """uvloop reads an accepted connection right after connection_made, paused
+    or not: a ClientHello sent at once (by another thread or process) reaches
+    the guard before start_tls takes the transport, and must still complete
+    the handshake (it hung until tls_handshake_timeout_ms before)."""
+    context = ssl.create_default_context(cafile=certs / "ca.pem")
+
+    async def main() -> list[int]:
+        server = await serve(certs)
+        try:
+
+            def get() -> int:
+                with urllib.request.urlopen(
+                    f"{url(server)}/healthz", timeout=5, context=context
+                ) as r:
+                    return int(r.status)
+
+            return [await asyncio.to_thread(get) for _ in range(5)]
+        finally:
+            await server.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()) == [200] * 5
