@@ -40,7 +40,11 @@ nodes.
 
 `--sides` picks the clusters compared (the first is the baseline of the
 ratios): plain, tls (only [tls]), auth (only bearer tokens and ACLs, over
-http), secure (both). `--render FILE` prints the table of a `--save-json` file.
+http), secure (both); `NAME@uvloop` runs that cluster's nodes with
+`event_loop = "uvloop"` (lograft/node/event_loop.py), e.g.
+`--sides plain,secure,plain@uvloop,secure@uvloop`; with more than one loop
+the table adds each side's ratio over the first side on its own loop.
+`--render FILE` prints the table of a `--save-json` file.
 """
 
 from __future__ import annotations
@@ -96,10 +100,12 @@ class VariantCluster(bench.TempCluster):
     `scripts/cluster.sh start --secure` runs (its very config sections);
     "tls" keeps only its [tls]; "auth" only bearer tokens and ACLs, over http."""
 
-    def __init__(self, variant: str) -> None:
+    def __init__(self, side: str) -> None:
+        variant, _, loop = side.partition("@")
         self.tls, self.auth = VARIANTS[variant]
         super().__init__(secure=self.tls)
         self.variant = variant
+        self.event_loop = loop or "asyncio"
 
     def start(self) -> None:
         lc = local_cluster
@@ -114,9 +120,11 @@ class VariantCluster(bench.TempCluster):
                 DevIssuer.create_or_load(self.dir / "issuer")
             lc.write_configs(self.dir, self.base, secure=False)
             sections = self.sections()
+            loop = f'event_loop = "{self.event_loop}"\n'  # top level: before any table
             for n in lc.NODES:
                 config = self.dir / f"node-{n}.toml"
-                config.write_text(config.read_text() + sections.replace("NODE", f"node-{n}"))
+                text = config.read_text() + sections.replace("NODE", f"node-{n}")
+                config.write_text(loop + text)
             for n in lc.NODES:
                 lc.start_node(self.dir, n)
             if not lc.wait_ready(self.dir, self.base, lc.NODES):
@@ -345,6 +353,12 @@ async def run(args: argparse.Namespace, clusters: dict[str, VariantCluster]) -> 
             for s in clusters
         }
         first = by_side[next(iter(clusters))]
+        for name, x in by_side.items():
+            # Over the first side on the same event loop (e.g. secure@uvloop
+            # over plain@uvloop).
+            loop = clusters[name].event_loop
+            base = next(by_side[n] for n, c in clusters.items() if c.event_loop == loop)
+            x["over_same_loop_first"] = round(x["records_per_s"] / base["records_per_s"], 3)
         for x in by_side.values():
             # All rounds together, and round by round (a side against the
             # first side in the same round: the machine's load drifts less
@@ -377,9 +391,11 @@ def render(doc: dict[str, Any]) -> str:
         f"{doc['settings']['rounds']} rounds of {doc['settings']['seconds']} s per side "
         "(alternating which side goes first)",
         "ratio: records/s over the first side's, all rounds together; median: of the "
-        "ratios round by round; us/rec: CPU microseconds per record (nodes: the three "
+        "ratios round by round; loop: ratio over the first side on the same event loop; "
+        "us/rec: CPU microseconds per record (nodes: the three "
         "together; client: this process); conns: connections the producer opened",
-        f"{'case':<6}{'side':<8}{'records/s':>11}{'MB/s':>7}{'ratio':>7}{'median':>8}  "
+        f"{'case':<6}{'side':<15}{'records/s':>11}{'MB/s':>7}{'ratio':>7}{'median':>8}"
+        f"{'loop':>7}  "
         f"{'records/s by round':<40}{'req p99 ms by round':<30}{'nodes us/rec':>13}"
         f"{'client us/rec':>14}{'conns':>6}{'errors':>7}",
     ]
@@ -388,15 +404,16 @@ def render(doc: dict[str, Any]) -> str:
             rounds = " ".join(f"{v:,.0f}" for v in x["records_per_s_by_round"])
             p99 = " ".join(bench._fmt(v) for v in x["request_p99_ms_by_round"])
             lines.append(
-                f"{fmt:<6}{name:<8}{x['records_per_s']:>11,.0f}{x['mb_per_s']:>7.2f}"
-                f"{x['over_first_side']:>7.3f}{x['over_first_side_median']:>8.3f}  "
+                f"{fmt:<6}{name:<15}{x['records_per_s']:>11,.0f}{x['mb_per_s']:>7.2f}"
+                f"{x['over_first_side']:>7.3f}{x['over_first_side_median']:>8.3f}"
+                f"{x.get('over_same_loop_first', x['over_first_side']):>7.3f}  "
                 f"{rounds:<40}{p99:<30}{bench._fmt(x['nodes_cpu_us_per_record']):>13}"
                 f"{bench._fmt(x['client_cpu_us_per_record']):>14}"
                 f"{x['connections_opened']:>6}{x['errors']:>7}"
             )
     for lat in r["latency"]:
         lines.append(
-            f"latency {lat['side']:<7}{lat['rate_per_s']}/s for {lat['seconds']} s: e2e p50 "
+            f"latency {lat['side']:<15}{lat['rate_per_s']}/s for {lat['seconds']} s: e2e p50 "
             f"{bench._fmt(lat['e2e_p50_ms'])} p99 {bench._fmt(lat['e2e_p99_ms'])} p99.9 "
             f"{bench._fmt(lat['e2e_p999_ms'])} ms; ack p50 {bench._fmt(lat['ack_p50_ms'])} "
             f"p99 {bench._fmt(lat['ack_p99_ms'])} ms; lost {lat['lost']}; connections opened "
@@ -461,7 +478,9 @@ def main() -> int:
 
     started = time.monotonic()
     load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
-    unknown = set(args.sides) - set(VARIANTS)
+    unknown = {s for s in args.sides if s.partition("@")[0] not in VARIANTS} | {
+        s for s in args.sides if s.partition("@")[2] not in ("", "asyncio", "uvloop")
+    }
     if unknown:
         ap.error(f"--sides: unknown {', '.join(sorted(unknown))}")
     clusters: dict[str, VariantCluster] = {}
@@ -477,7 +496,11 @@ def main() -> int:
     doc = {
         "command": shlex.join([".venv/bin/python", "scripts/bench_security.py", *sys.argv[1:]]),
         "machine": bench.machine(),
-        "sides": {name: describe(name, args) for name in args.sides},
+        "sides": {
+            name: describe(name.partition("@")[0], args)
+            + f"; event loop {clusters[name].event_loop}"
+            for name in args.sides
+        },
         "settings": {
             k: v for k, v in vars(args).items() if k not in ("json", "save_json", "render")
         },
