@@ -9,8 +9,9 @@ every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
 (`X-Lograft-Cluster-Secret`), and the OpenAPI document at `/openapi.json`.
 
-Middleware, outermost first: the connection guard (http_server.py), errors
-as JSON, authentication (api/authentication.py: sets the Caller), the
+Middleware, outermost first: the connection guard (http_server.py), the
+request metrics' timer (api/metrics/request_metrics.py; with metrics on),
+errors as JSON, authentication (api/authentication.py: sets the Caller), the
 internal-secret check, authorization (api/access.py), the serving gate,
 client quotas (api/quota_gate.py), request bodies (http_server.py).
 """
@@ -33,6 +34,7 @@ from lograft.api.auth_failure_log import AuthFailureLog
 from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
 from lograft.api.caller import CALLER_KEY, Caller, How
 from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY, error_middleware
+from lograft.api.metrics.request_metrics import RequestMetrics
 from lograft.api.quota_gate import QUOTA_GATE_KEY, QuotaGate, quota_middleware
 from lograft.api.serving_gate import ServingCheck, serving_gate_middleware
 from lograft.security.failures import AuthenticationFailed, AuthFailure
@@ -91,6 +93,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     access: AccessControl | None = None,
     quotas: QuotaGate | None = None,
+    request_metrics: RequestMetrics | None = None,
 ) -> web.Application:
     """`serving`: None when the node has no data routes (no broker role), else
     what refuses them while the broker may not serve (api/serving_gate.py).
@@ -99,9 +102,12 @@ def create_app(
     else what decides every route (api/access.py), after authentication; the
     app then refuses to start with a route the table (api/route_access.py)
     does not decide. `quotas`: the client quotas enforced on the public
-    routes (api/quota_gate.py); None: none."""
+    routes (api/quota_gate.py); None: none. `request_metrics`: times every
+    request from the first middleware (api/metrics/request_metrics.py);
+    None: metrics off."""
     authenticator = authenticator or Authenticator()
-    middlewares = [
+    middlewares: list[Any] = [] if request_metrics is None else [request_metrics.middleware()]
+    middlewares += [
         error_middleware,
         authenticator.middleware(),
         secret_middleware(cluster_secret, authenticator.failures),

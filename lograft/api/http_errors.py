@@ -32,6 +32,8 @@ from lograft.api.client_faults import (
 log = logging.getLogger(__name__)
 
 REQUEST_BYTES_MAX_KEY = web.AppKey("request_bytes_max", int)
+# Where an error answer carries its error's code (a response's own mapping).
+ERROR_CODE_KEY = web.ResponseKey("lograft.error_code", str)
 # Where the app's handlers log client faults (`ClientFaultLog`); the node sets
 # it with its `[http] client_fault_log_interval_ms`.
 CLIENT_FAULTS_KEY = web.AppKey("client_faults", ClientFaultLog)
@@ -271,12 +273,15 @@ _LAST_RESORT = orjson.dumps(
 
 def error_response(error: e.LograftError) -> web.Response:
     status = status_for(error)
-    return web.Response(
+    response = web.Response(
         status=status,
         body=render_error(error),
         content_type="application/json",
         headers=_headers(status, error),
     )
+    # The code, for the request metrics' errors by code (api/metrics/).
+    response[ERROR_CODE_KEY] = error.code
+    return response
 
 
 def raw_error_response(error: e.LograftError) -> bytes:

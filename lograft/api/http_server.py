@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -57,9 +58,15 @@ UNREAD_BODY_DRAIN_MS = 2_000
 
 class HttpServer:
     def __init__(
-        self, app: web.Application, config: HttpConfig, tls: ssl.SSLContext | None = None
+        self,
+        app: web.Application,
+        config: HttpConfig,
+        tls: ssl.SSLContext | None = None,
+        innermost: Sequence[Any] = (),
     ) -> None:
-        """`tls`: serve HTTPS with this server context (None: plain HTTP)."""
+        """`tls`: serve HTTPS with this server context (None: plain HTTP).
+        `innermost`: middlewares to run after the request bodies' (right
+        before the handler: the request metrics' mark)."""
         self.config = config
         self.faults = ClientFaultLog(config.client_fault_log_interval_ms)
         self.guard = ConnectionGuard(
@@ -83,6 +90,7 @@ class HttpServer:
         app.middlewares.insert(0, self.guard.middleware())
         # Innermost: after routing and the cluster-secret check.
         app.middlewares.append(self.bodies.middleware())
+        app.middlewares.extend(innermost)
         # aiohttp's protocol (RequestHandler) settings for every connection.
         self._protocol_args: dict[str, Any] = {
             "access_log": None,

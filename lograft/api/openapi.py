@@ -227,6 +227,23 @@ PATHS: dict[str, dict[str, Any]] = {
             {"200": {"description": "success", "content": {JSON: {"schema": {"type": "object"}}}}},
         )
     },
+    "/metrics": {
+        "get": _op(
+            "metrics",
+            "this node's metrics, Prometheus text format (OpenMetrics when the Accept "
+            "header asks for it); needs DESCRIBE on the cluster with authorization on "
+            "(docs/metrics.md)",
+            {
+                "200": {
+                    "description": "success",
+                    "content": {
+                        "text/plain": {"schema": {"type": "string"}},
+                        "application/openmetrics-text": {"schema": {"type": "string"}},
+                    },
+                }
+            },
+        )
+    },
     "/v1/cluster": {
         "get": _op(
             "describeCluster",

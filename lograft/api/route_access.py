@@ -159,6 +159,10 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         ("GET", "/healthz"): _PUBLIC,
         ("GET", "/readyz"): _PUBLIC,
         ("GET", "/openapi.json"): _PUBLIC,
+        # -- the node's metrics: what the cluster's describe shows and more
+        # (every topic's and group's name), so DESCRIBE on the cluster, as
+        # Kafka's DescribeCluster; with security off everyone may scrape.
+        ("GET", "/metrics"): _acl(_cluster(_O.DESCRIBE)),
         # -- the cluster view (Kafka's Metadata request answers brokers to anyone)
         # Its topic count counts only the topics the caller may DESCRIBE.
         ("GET", "/v1/cluster"): _AUTHENTICATED,

@@ -347,12 +347,16 @@ class DataRoutes:
         )
         if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
             return await self._raw_fetch(
-                request, got.data, got.high_watermark, got.log_start_offset, offset
+                request, tp, got.data, got.high_watermark, got.log_start_offset, offset
             )
         page = PageRequest(tp.partition, offset, max_records, max_bytes, value_format, key_format)
 
+        rendered_records = 0
+
         def render() -> bytes:
+            nonlocal rendered_records
             rendered = render_page(got.data, page, self.limits.render)
+            rendered_records = len(rendered.records)
             return response_body(
                 tp.topic, tp.partition, rendered, got.high_watermark, got.log_start_offset
             )
@@ -362,6 +366,9 @@ class DataRoutes:
         # hold up every other request of this node, broker heartbeats and
         # controller duties included (a loaded node was fenced that way).
         body = await self.work.run(render, inline=not worth_a_thread(got.data))
+        stats = self.replicas.stats
+        if stats is not None:
+            stats.topic(tp.topic).records_out += rendered_records
         headers: dict[str, str] = {}
         if quota is not None:
             # Counted as sent: the body as rendered (the field adds ~25 bytes).
@@ -375,16 +382,30 @@ class DataRoutes:
         return await send_body(request, body, "application/json", headers)
 
     async def _raw_fetch(
-        self, request: web.Request, data: bytes, hw: int, log_start: int, offset: int
+        self,
+        request: web.Request,
+        tp: TopicPartition,
+        data: bytes,
+        hw: int,
+        log_start: int,
+        offset: int,
     ) -> web.StreamResponse:
-        def last_offset() -> int:
+        def last_offset() -> tuple[int, int]:
+            """The offset after the batches, and the records they hold."""
             next_offset = offset
+            records = 0
             for _pos, h in iter_batches(data):
                 next_offset = max(next_offset, h.next_offset)
-            return next_offset
+                records += h.records_count
+            return next_offset, records
 
         # 50 MiB of small batches is ~800,000 headers to walk.
-        next_offset = await self.work.run(last_offset, inline=len(data) <= INLINE_BYTES_MAX)
+        next_offset, records = await self.work.run(
+            last_offset, inline=len(data) <= INLINE_BYTES_MAX
+        )
+        stats = self.replicas.stats
+        if stats is not None:
+            stats.topic(tp.topic).records_out += records
         headers = {
             "X-Lograft-High-Watermark": str(hw),
             "X-Lograft-Log-Start-Offset": str(log_start),

@@ -75,6 +75,8 @@ OPEN_ROUTES: frozenset[tuple[str, str]] = frozenset(
         ("GET", "/readyz"),
         # The API's description.
         ("GET", "/openapi.json"),
+        # The node's metrics: a catching-up broker is what an operator looks at.
+        ("GET", "/metrics"),
         # The node's cluster view (metadata as this node has it, labelled
         # with its metadata_offset).
         ("GET", "/v1/cluster"),

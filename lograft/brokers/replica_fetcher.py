@@ -31,6 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.log_work import INLINE_BYTES_MAX, LogWork, append_in_thread
 from lograft.brokers.partition import Partition, Role
 from lograft.errors import LograftError
@@ -74,6 +75,7 @@ class ReplicaFetcher:
         work: LogWork,
         on_applied: Callable[[TopicPartition], None],
         lag_clock: Clock,
+        stats: BrokerStats | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
@@ -91,6 +93,11 @@ class ReplicaFetcher:
         # this lag_clock time (ms).
         self._retry_at: dict[TopicPartition, int] = {}
         self._running = False
+        self._stats = stats
+        # The leader's log end offset in its last answer for each partition
+        # followed here: with the replica's own, Kafka's replica fetcher lag
+        # (`lag`). Read and written on the event loop.
+        self._leader_leo: dict[TopicPartition, int] = {}
 
     @property
     def leaders(self) -> frozenset[int]:
@@ -139,6 +146,18 @@ class ReplicaFetcher:
     def forget(self, tp: TopicPartition) -> None:
         """A replica left this broker: drop what the sessions kept of it."""
         self._retry_at.pop(tp, None)
+        self._leader_leo.pop(tp, None)
+
+    def lag(self, part: Partition) -> int | None:
+        """How many offsets `part`, followed here, was behind its leader's log
+        end as of the leader's last answer (None: no answer yet, or not a
+        follower). Kafka's FetcherLagMetrics ConsumerLag."""
+        if part.role is not Role.FOLLOWER:
+            return None
+        leader_leo = self._leader_leo.get(part.tp)
+        if leader_leo is None:
+            return None
+        return max(0, leader_leo - part.log.log_end_offset)
 
     # -- one session ----------------------------------------------------------------------
 
@@ -229,6 +248,7 @@ class ReplicaFetcher:
                 log.debug("fetch of %s failed: %s", tp, r.error.message)
                 self._retry_at[tp] = retry_at
                 continue
+            self._leader_leo[tp] = r.log_end_offset
             todo.append((part, r))
         if not todo:
             return False
@@ -245,9 +265,11 @@ class ReplicaFetcher:
         ]
         if commits:
             await asyncio.gather(*commits)
-        for (part, _r), exc in zip(todo, outcomes, strict=True):
+        for (part, r), exc in zip(todo, outcomes, strict=True):
             if exc is None:
                 progressed = True
+                if self._stats is not None and r.data:
+                    self._stats.topic(part.tp.topic).replication_bytes_in += len(r.data)
                 self._on_applied(part.tp)
                 continue
             if part.role is not Role.FOLLOWER:

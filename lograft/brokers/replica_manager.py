@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
@@ -74,6 +75,7 @@ from lograft.brokers.partition import (
     RoleMovedError,
     check_batch_count,
 )
+from lograft.brokers.remote_wait import remote_wait
 from lograft.brokers.replica_fetcher import FetcherSettings, FetchTransport, ReplicaFetcher
 from lograft.errors import (
     InvalidRequestError,
@@ -251,8 +253,11 @@ class ReplicaManager:
         gc_freeze: bool = False,
         clock: Clock = wall_clock_ms,
         lag_clock: Clock = monotonic_ms,
+        stats: BrokerStats | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # What the hot paths count for GET /metrics (None: metrics off).
+        self.stats = stats
         self.data_dir = Path(data_dir)
         self.logs_dir = self.data_dir / "logs"
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +321,7 @@ class ReplicaManager:
             work=self.work,
             on_applied=self._changes.notify,
             lag_clock=lag_clock,
+            stats=stats,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._hw_checkpoint = _read_hw_checkpoint(self.data_dir / HW_CHECKPOINT_FILE)
@@ -558,6 +564,8 @@ class ReplicaManager:
             part.log, self.work, functools.partial(self._became_durable, tp)
         )
         self.partitions[tp] = part
+        if self.stats is not None:
+            part.log.on_flush = self.stats.flush_seconds.observe
         self.maintainer.add(part.log, lambda: part.high_watermark)
         log.info("created replica %s: %s", tp, part.log.recovery.summary())
         return part
@@ -682,12 +690,35 @@ class ReplicaManager:
         caller already made the record checks of the append, off the event
         loop (`Partition.check_records`); only structure, CRC and the batch
         headers are checked again here."""
+        if self.stats is None:
+            return await self._produce(tp, data, acks, timeout_ms, records_checked)
+        topic = self.stats.topic(tp.topic)
+        topic.produce_requests += 1
+        try:
+            result = await self._produce(tp, data, acks, timeout_ms, records_checked)
+        except BaseException:
+            topic.produce_failed += 1
+            raise
+        return result
+
+    async def _produce(
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        acks: Acks,
+        timeout_ms: int | None,
+        records_checked: bool,
+    ) -> AppendResult:
         # Refuse at once what no wait below could help (and walk no more than
         # produce_batches_max headers looking for producer ids).
         self.partition(tp)
         check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
         part, result = await self._append_as_leader(tp, data, acks, id_end, records_checked)
+        if self.stats is not None and not result.duplicate:
+            topic = self.stats.topic(tp.topic)
+            topic.bytes_in += len(data)
+            topic.records_in += result.last_offset - result.first_offset + 1
         if part.group_commit and part.committer is not None:
             part.committer.kick()
         self._changes.notify(tp)
@@ -699,8 +730,9 @@ class ReplicaManager:
             # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
             # cancel that lands as the HW arrives. A timeout or cancel cancels
             # the waiter, which the partition then drops from its heap.
-            async with asyncio.timeout(timeout):
-                await waiter
+            with remote_wait():
+                async with asyncio.timeout(timeout):
+                    await waiter
         except TimeoutError:
             raise RequestTimedOutError(
                 f"{tp}: the in-sync replicas did not confirm offsets {result.first_offset}.."
@@ -779,6 +811,21 @@ class ReplicaManager:
         A read that may return more than INLINE_BYTES_MAX runs in a storage
         thread: reading 50 MiB of small batches walks ~500,000 batch headers,
         ~400 ms of event loop otherwise."""
+        if self.stats is None:
+            return await self._fetch(tp, offset, max_bytes, max_wait_ms, min_bytes)
+        topic = self.stats.topic(tp.topic)
+        topic.fetch_requests += 1
+        try:
+            got = await self._fetch(tp, offset, max_bytes, max_wait_ms, min_bytes)
+        except BaseException:
+            topic.fetch_failed += 1
+            raise
+        topic.bytes_out += len(got.data)
+        return got
+
+    async def _fetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+    ) -> FetchResult:
         wait_ms = min(max(max_wait_ms, 0), self.settings.fetch_wait_max_ms)
         deadline = self.lag_clock() + wait_ms
         while True:
@@ -797,7 +844,8 @@ class ReplicaManager:
                 return FetchResult(
                     data, part.high_watermark, part.log.log_start_offset, part.log.log_end_offset
                 )
-            await self._changes.wait_any([tp], remaining / 1000)
+            with remote_wait():
+                await self._changes.wait_any([tp], remaining / 1000)
 
     async def consumer_fetch(
         self, reads: Sequence[ConsumerRead], *, max_wait_ms: int, max_bytes: int
@@ -816,9 +864,23 @@ class ReplicaManager:
             out = await self._serve_consumer_reads(reads, max_bytes)
             remaining = deadline - self.lag_clock()
             if remaining <= 0 or any(p.data or p.error is not None for p in out):
-                return out
-            if not await self._changes.wait_any(tps, remaining / 1000):
-                return out
+                return self._count_consumer_reads(out)
+            with remote_wait():
+                changed = await self._changes.wait_any(tps, remaining / 1000)
+            if not changed:
+                return self._count_consumer_reads(out)
+
+    def _count_consumer_reads(
+        self, out: list[FetchPartitionResponse]
+    ) -> list[FetchPartitionResponse]:
+        if self.stats is not None:
+            for p in out:
+                topic = self.stats.topic(p.topic)
+                topic.fetch_requests += 1
+                if p.error is not None:
+                    topic.fetch_failed += 1
+                topic.bytes_out += len(p.data)
+        return out
 
     async def _serve_consumer_reads(
         self, reads: Sequence[ConsumerRead], max_bytes: int
@@ -884,9 +946,15 @@ class ReplicaManager:
             remaining = deadline - self.lag_clock()
             urgent = any(p.error is not None or p.diverging is not None for p in out)
             if total >= req.min_bytes or urgent or remaining <= 0:
+                if self.stats is not None and total:
+                    for p in out:
+                        if p.data:
+                            self.stats.topic(p.topic).replication_bytes_out += len(p.data)
                 return out
             tps = [TopicPartition(p.topic, p.partition) for p in req.partitions]
-            if not await self._changes.wait_any(tps, remaining / 1000):
+            with remote_wait():
+                changed = await self._changes.wait_any(tps, remaining / 1000)
+            if not changed:
                 # Nothing these partitions' data, HW or leadership depend on
                 # changed (each such change notifies): the answer served on
                 # arrival still holds, so do not walk every partition again.
@@ -1004,8 +1072,20 @@ class ReplicaManager:
                 answer = answers.get(part.tp)
                 if isinstance(answer, LograftError):
                     log.info("AlterPartition of %s refused: %s", part.tp, answer.message)
+                before = part.isr
                 part.isr_change_done(answer if isinstance(answer, Assignment) else None)
+                self._count_isr_change(before, part.isr)
                 self._changes.notify(part.tp)
+
+    def _count_isr_change(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
+        """Kafka's IsrShrinksPerSec and IsrExpandsPerSec: one ISR change the
+        controller accepted may do both (one replica out, another in)."""
+        if self.stats is None or before == after:
+            return
+        if set(before) - set(after):
+            self.stats.isr_shrinks += 1
+        if set(after) - set(before):
+            self.stats.isr_expands += 1
 
     # -- checkpoints ---------------------------------------------------------------------------
 

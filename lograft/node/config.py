@@ -59,6 +59,10 @@ Example (`config/node-1.toml`)::
     streams_max = 100
     remote_polls_per_leader_max = 2   # reads of other leaders' partitions
 
+    [metrics]                         # GET /metrics (docs/metrics.md)
+    enabled = true
+    partition_series_max = 1000
+
 Environment overrides: `LOGRAFT_CFG_<KEY>` for a top-level key and
 `LOGRAFT_CFG_<SECTION>__<KEY>` inside a section (`__` again for a nested
 table), e.g. `LOGRAFT_CFG_HTTP__PORT=9092`,
@@ -89,6 +93,7 @@ from msgspec import Meta
 from msgspec.structs import force_setattr
 
 from lograft.api.http_config import HttpConfig, is_host_port
+from lograft.api.metrics.settings import MetricsSettings
 from lograft.api.stream.limits import StreamLimits
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings
@@ -163,6 +168,8 @@ class NodeConfig(Record):
     tls: TlsSettings | None = None
     security: SecuritySettings = SecuritySettings()
     quotas: QuotaConfig = QuotaConfig()
+    # GET /metrics and what it counts (docs/metrics.md).
+    metrics: MetricsSettings = MetricsSettings()
     log_level: str = "INFO"
     # The node's event loop: "asyncio" (the standard library's) or "uvloop"
     # (lograft/node/event_loop.py; faster TLS, docs/benchmarks.md "Security").

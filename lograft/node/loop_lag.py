@@ -5,7 +5,9 @@ asked it woke. Anything that holds the loop (a handler doing CPU work inline,
 a blocking call, the GIL held by another thread) shows up here, whatever
 caused it. `/healthz` reports the latest lag and the worst of the last
 `WINDOW_S` seconds (`loop_lag_ms`); a stall of `WARN_MS` or more is logged at
-WARNING. scripts/bench_stall.py reads it after each attack it runs.
+WARNING. scripts/bench_stall.py reads it after each attack it runs. With
+metrics on, every sample also goes to a histogram of seconds
+(`lograft_event_loop_lag_seconds`, api/metrics/node_collector.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import time
 from collections import deque
 
+from lograft.histogram import Buckets
+
 log = logging.getLogger(__name__)
 
 INTERVAL_MS = 20
@@ -23,7 +27,9 @@ WARN_MS = 1000
 
 
 class LoopLagProbe:
-    def __init__(self) -> None:
+    def __init__(self, histogram: Buckets | None = None) -> None:
+        # Every sample, in seconds (None: not kept).
+        self.histogram = histogram
         self.last_ms = 0.0
         # (whole second of time.monotonic(), worst lag in it), oldest first.
         self._seconds: deque[tuple[int, float]] = deque()
@@ -39,6 +45,8 @@ class LoopLagProbe:
     def record(self, lag_ms: float, now: float | None = None) -> None:
         lag_ms = max(lag_ms, 0.0)
         self.last_ms = lag_ms
+        if self.histogram is not None:
+            self.histogram.observe(lag_ms / 1000)
         second = int(time.monotonic() if now is None else now)
         if self._seconds and self._seconds[-1][0] == second:
             if lag_ms > self._seconds[-1][1]:

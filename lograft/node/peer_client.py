@@ -66,6 +66,7 @@ from lograft.brokers.peer_calls import (
     UnreadableAnswer,
 )
 from lograft.brokers.produce_router import FORWARD_PATH
+from lograft.brokers.remote_wait import remote_wait
 from lograft.errors import (
     InvalidRequestError,
     LograftError,
@@ -231,17 +232,19 @@ class PeerClient(LocalFirst):
         if body is not None:
             sent["Content-Type"] = content_type
         try:
-            async with self.session().request(
-                method,
-                # Paths arrive quoted (a group id's "/" as %2F): sent as they are.
-                yarl.URL(base_url + path, encoded=True),
-                params=params,
-                data=body,
-                headers=sent,
-                timeout=timeout,
-            ) as resp:
-                status = resp.status
-                data = await self._read(resp, who)
+            # A request being served waits on another node: its remote time.
+            with remote_wait():
+                async with self.session().request(
+                    method,
+                    # Paths arrive quoted (a group id's "/" as %2F): sent as they are.
+                    yarl.URL(base_url + path, encoded=True),
+                    params=params,
+                    data=body,
+                    headers=sent,
+                    timeout=timeout,
+                ) as resp:
+                    status = resp.status
+                    data = await self._read(resp, who)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise PeerUnreachableError(
                 f"could not reach {who} ({method} {path}): {type(exc).__name__}: {exc}",

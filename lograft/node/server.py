@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,12 @@ from lograft.api.access import AccessControl
 from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
 from lograft.api.http_server import HttpServer
+from lograft.api.metrics.broker_collector import BrokerCollector
+from lograft.api.metrics.exposition import NodeMetrics, add_metrics_route
+from lograft.api.metrics.group_collector import GroupCollector
+from lograft.api.metrics.node_collector import LOOP_LAG_BOUNDS_S, NodeCollector
+from lograft.api.metrics.quorum_collector import QuorumCollector
+from lograft.api.metrics.request_metrics import RequestMetrics
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.quota_gate import QuotaGate
 from lograft.api.record_work import RecordWork
@@ -48,6 +54,7 @@ from lograft.api.routes_internal import (
 )
 from lograft.api.routes_security import PasswordHasher, SecurityRoutes
 from lograft.api.stream.routes import StreamRoutes
+from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.topic_deletion import deleted_topics
 from lograft.brokers.metadata_sync import ImageView, hosted_partitions
@@ -59,6 +66,7 @@ from lograft.errors import (
     LograftError,
     RequestTimedOutError,
 )
+from lograft.histogram import Buckets
 from lograft.node.broker_agent import BrokerAgent
 from lograft.node.config import NodeConfig
 from lograft.node.controller_client import ControllerClient, LocalController
@@ -174,7 +182,13 @@ class Node:
         self.catch_up = MetadataCatchUp(config.node_id)
         # Threads for record work of requests (decompress, validate, render).
         self.record_work = RecordWork(config.http.record_threads_max)
-        self.loop_lag = LoopLagProbe()
+        # [metrics]: what the hot paths count, read by GET /metrics (None: off).
+        metrics_on = config.metrics.enabled
+        self.broker_stats = BrokerStats(config.metrics.topic_series_max) if metrics_on else None
+        self.request_metrics = RequestMetrics() if metrics_on else None
+        self.loop_lag = LoopLagProbe(Buckets(LOOP_LAG_BOUNDS_S) if metrics_on else None)
+        # How many SSE streams the node serves (set with its stream routes).
+        self._streams_open: Callable[[], int] | None = None
         # Who is calling ([security]); passwords against the newest image's
         # credentials, so a new or changed password counts once it arrives.
         self.authenticator = Authenticator(
@@ -229,6 +243,7 @@ class Node:
                 # A node process: keep its thousands of replica objects out of
                 # full GC passes, which stalled the loop and Raft for ~1 s.
                 gc_freeze=True,
+                stats=self.broker_stats,
             )
             await self.replicas.start()
             # Before the first metadata apply: it hears of every leadership.
@@ -303,7 +318,9 @@ class Node:
             authenticator=self.authenticator,
             access=self._access_control(),
             quotas=self.quota_gate,
+            request_metrics=self.request_metrics,
         )
+        metrics = self._metrics() if self.request_metrics is not None else None
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)
         AdminRoutes(
@@ -343,7 +360,7 @@ class Node:
             # which no long-poll holds, and the long-polls, a few per leader.
             self.stream_calls = self._peer_client(stream_limits.remote_connections_max)
             self.stream_poll_calls = self._peer_client(0, stream_limits.remote_polls_per_leader_max)
-            StreamRoutes(
+            streams = StreamRoutes(
                 self.replicas,
                 _BrokerImageView(self),
                 limits=stream_limits,
@@ -351,14 +368,18 @@ class Node:
                 poll_calls=self.stream_poll_calls,
                 work=self.record_work,
                 render=render,
-            ).add_to(app)
+            )
+            streams.add_to(app)
+            offsets = PartitionOffsets(_BrokerImageView(self), self.forward_calls)
             GroupRoutes(
                 self._group_runtime(),
                 _BrokerImageView(self),
                 self.forward_calls,
                 self._create_offsets_topic,
-                PartitionOffsets(_BrokerImageView(self), self.forward_calls),
+                offsets,
             ).add_to(app)
+            if metrics is not None:
+                self._broker_metrics(metrics, offsets, lambda: len(streams.sessions))
             add_replica_fetch_route(app, self.replicas)
             # Also this node's own asks, in process, through forward_calls.
             add_partition_offsets_route(
@@ -372,8 +393,57 @@ class Node:
         from lograft.api.openapi import add_openapi_route
 
         add_openapi_route(app)
-        self._http = HttpServer(app, cfg.http, self.tls_server)
+        innermost: list[Any] = []
+        if metrics is not None:
+            self._node_metrics(metrics)
+            add_metrics_route(app, metrics)
+            assert self.request_metrics is not None
+            innermost.append(self.request_metrics.handler_mark())
+        self._http = HttpServer(app, cfg.http, self.tls_server, innermost=innermost)
         await self._http.start()
+
+    # -- metrics (GET /metrics, docs/metrics.md) ---------------------------------------
+
+    def _metrics(self) -> NodeMetrics:
+        """The node's registry: request times, then the quorum's metrics."""
+        assert self.request_metrics is not None
+        metrics = NodeMetrics(self.record_work)
+        metrics.add(self.request_metrics)
+        metrics.add(QuorumCollector(self.raft, self.runtime, lambda: self.store.image))
+        return metrics
+
+    def _broker_metrics(
+        self, metrics: NodeMetrics, offsets: PartitionOffsets, streams_open: Callable[[], int]
+    ) -> None:
+        """The broker's and its groups' collectors (broker role)."""
+        assert self.replicas is not None and self.broker_stats is not None
+        settings = self.config.metrics
+        metrics.add(
+            BrokerCollector(
+                self.replicas,
+                self.broker_stats,
+                settings,
+                lambda: frozenset(self._broker_image.topic_ids),
+                metrics.dropped,
+            )
+        )
+        groups = GroupCollector(self._group_runtime(), offsets, settings, metrics.dropped)
+        metrics.add(groups)
+        metrics.before_scrape(groups.refresh)
+        self._streams_open = streams_open
+
+    def _node_metrics(self, metrics: NodeMetrics) -> None:
+        """Last: event-loop lag, streams, and the tally of series the caps left out."""
+        assert self.loop_lag.histogram is not None
+        node = NodeCollector(
+            self.config.node_id,
+            tuple(self.config.roles),
+            self.loop_lag.histogram,
+            self._streams_open,
+            metrics.dropped,
+        )
+        metrics.add(node)
+        metrics.add(node.collect_dropped)
 
     async def stop(self) -> None:
         try:

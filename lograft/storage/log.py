@@ -175,6 +175,10 @@ class Log:
         # write, so the maintenance thread can check only logs with new data
         # instead of every log five times a second. Must be cheap and not block.
         self.on_write: Callable[[Log], None] | None = None
+        # Called with the seconds each flush's or commit's fsyncs took (the
+        # broker's log flush latency metric, Kafka's LogFlushRateAndTimeMs),
+        # on the flushing thread. Must be cheap and thread-safe.
+        self.on_flush: Callable[[float], None] | None = None
         if not self.directory.exists():
             self.directory.mkdir(parents=True)
             # The new directory's name must survive a power cut with its files.
@@ -790,6 +794,7 @@ class Log:
                 for s in segs:
                     s.unflushed = s.unsynced = False
                 dir_unsynced, self._dir_unsynced = self._dir_unsynced, False
+            started = time.perf_counter()
             try:
                 if dir_unsynced:
                     checkpoint.fsync_dir(self.directory)
@@ -800,6 +805,7 @@ class Log:
                     s.unflushed = s.unsynced = True
                 self._dir_unsynced = self._dir_unsynced or dir_unsynced
                 raise
+            self._flushed(started, bool(segs) or dir_unsynced)
             with self._lock:
                 self._last_flush_ms = self.clock()
                 self.durable_offset = max(self.durable_offset, min(target, self.log_end_offset))
@@ -826,6 +832,7 @@ class Log:
                 for s in segs:
                     s.unsynced = False
                 dir_unsynced, self._dir_unsynced = self._dir_unsynced, False
+            started = time.perf_counter()
             try:
                 if dir_unsynced:
                     checkpoint.fsync_dir(self.directory)
@@ -836,10 +843,17 @@ class Log:
                     s.unsynced = True
                 self._dir_unsynced = self._dir_unsynced or dir_unsynced
                 raise
+            self._flushed(started, bool(segs) or dir_unsynced)
             with self._lock:
                 # Truncations take the flush lock: none ran since `target`.
                 self.durable_offset = max(self.durable_offset, target)
                 return self.durable_offset
+
+    def _flushed(self, started: float, synced: bool) -> None:
+        """Report a flush's fsync time to `on_flush` (only one that synced something)."""
+        observer = self.on_flush
+        if observer is not None and synced:
+            observer(time.perf_counter() - started)
 
     def maybe_flush(self) -> bool:
         """Called periodically by the maintenance thread; flushes per policy."""

@@ -255,6 +255,11 @@ class StreamRoutes:
                 group,
                 work=self.work,
                 quota=quota,
+                counts=(
+                    None
+                    if self.replicas.stats is None
+                    else self.replicas.stats.topic(req.view.name)
+                ),
             )
             self.sessions[task] = session
             await session.run()  # a group member leaves when it returns

@@ -45,6 +45,7 @@ from lograft.api.stream import sse
 from lograft.api.stream.events import Block, RenderSpec, render_blocks
 from lograft.api.stream.group import GroupMember
 from lograft.api.stream.source import Chunk, PartitionSource
+from lograft.brokers.broker_stats import TopicStats
 from lograft.errors import LograftError
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,11 @@ class StreamSession:
         *,
         work: RecordWork,
         quota: RequestQuota | None = None,
+        counts: TopicStats | None = None,
     ) -> None:
         self.request = request
+        # The topic's broker counters (records sent out), None: metrics off.
+        self.counts = counts
         self.response = response
         self.sources = dict(sources)
         self.positions = dict(positions)
@@ -288,6 +292,8 @@ class StreamSession:
                         self.held_bytes -= len(block.data)
                     await self._pace(len(block.data))
                 self.records_delivered += block.records
+                if self.counts is not None:
+                    self.counts.records_out += block.records
                 self.positions[p] = block.position
         finally:
             self.held_bytes -= len(chunk.data)

@@ -39,6 +39,7 @@ from typing import TypeVar
 from lograft.brokers.groups.heartbeat import expire_members
 from lograft.brokers.groups.log import encode_batch, load_state
 from lograft.brokers.groups.offsets import expire_offsets
+from lograft.brokers.groups.records import TargetAssignmentMetadataKey
 from lograft.brokers.groups.result import GroupResult
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.groups.sessions import GroupSessions
@@ -77,6 +78,16 @@ _ALLOWED = {
 }
 
 
+class GroupCounters:
+    """What the coordinators of one broker count for its metrics (read at scrape)."""
+
+    __slots__ = ("rebalances",)
+
+    def __init__(self) -> None:
+        # New target assignments committed (KIP-848's consumer-group-rebalance-count).
+        self.rebalances = 0
+
+
 class PartitionCoordinator:
     def __init__(
         self,
@@ -87,8 +98,10 @@ class PartitionCoordinator:
         *,
         clock: Clock,
         wall_clock: Clock,
+        counters: GroupCounters | None = None,
     ) -> None:
         self.tp = tp
+        self.counters = counters or GroupCounters()
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.settings = settings
@@ -313,6 +326,8 @@ class PartitionCoordinator:
         try:
             for record in result.records:
                 self._state.replay(record)
+                if isinstance(record.key, TargetAssignmentMetadataKey) and record.value is not None:
+                    self.counters.rebalances += 1
         except LograftError:
             log.exception("%s: replaying committed records failed; reloading", self.tp)
             self._reload()

@@ -40,7 +40,12 @@ from lograft.brokers.groups.offsets import (
     commit_offsets,
     fetch_offsets,
 )
-from lograft.brokers.groups.offsets_partition import CoordinatorPhase, Handler, PartitionCoordinator
+from lograft.brokers.groups.offsets_partition import (
+    CoordinatorPhase,
+    GroupCounters,
+    Handler,
+    PartitionCoordinator,
+)
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC, coordinator_partition
 from lograft.brokers.groups.result import GroupResult
 from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
@@ -54,6 +59,7 @@ from lograft.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    LograftError,
     NonEmptyGroupError,
     NotCoordinatorError,
 )
@@ -105,6 +111,7 @@ class GroupCoordinatorRuntime:
         # Deleting offsets of deleted topics: may wait for a load, cancelled on stop.
         self._topic_deletions: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self.counters = GroupCounters()
         replicas.add_role_listener(self._on_role)
 
     # -- leadership ---------------------------------------------------------------------
@@ -125,6 +132,7 @@ class GroupCoordinatorRuntime:
                 self.settings,
                 clock=self.clock,
                 wall_clock=self.wall_clock,
+                counters=self.counters,
             )
             self._coordinators[part.tp.partition] = coordinator
             coordinator.start()
@@ -158,6 +166,16 @@ class GroupCoordinatorRuntime:
         for task in list(self._closing):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    def loaded_states(self) -> list[CoordinatorState]:
+        """The group state of every `__consumer_offsets` partition coordinated
+        and loaded here (for metrics: members, committed offsets)."""
+        out = []
+        for coordinator in self._coordinators.values():
+            if coordinator.phase is CoordinatorPhase.ACTIVE:
+                with contextlib.suppress(LograftError):  # no longer leading: skipped
+                    out.append(coordinator.read())
+        return out
 
     def coordinator(self, partition: int) -> PartitionCoordinator | None:
         """The coordinator of a partition this broker leads (tests and status)."""

@@ -50,7 +50,7 @@ from lograft.errors import (
     RequestTimedOutError,
 )
 from lograft.quorum.raft.config import RaftConfig
-from lograft.quorum.raft.core import RaftCore, StateMachine
+from lograft.quorum.raft.core import RaftCore, RaftCounters, StateMachine
 from lograft.quorum.raft.status import RaftStatus, stopped_status
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "AppliedSubscription",
     "RaftAdapter",
     "RaftConfig",
+    "RaftCounters",
     "RaftStatus",
     "StateMachine",
 ]
@@ -388,6 +389,11 @@ class RaftAdapter:
             last_applied=self._applied,
             failure=failure,
         )
+
+    def counters(self) -> RaftCounters:
+        """Term, commit index, elections, snapshot, as of the Raft thread's last
+        tick; no call to the Raft thread (for metrics scraped on the loop)."""
+        return self._core.counters
 
     def request_log_compaction(self) -> None:
         """Ask pysyncobj to write a snapshot and truncate its journal on the next tick."""

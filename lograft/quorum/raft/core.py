@@ -38,6 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
@@ -71,6 +72,21 @@ _ENTRY_OVERHEAD_BYTES = 1024
 _COMMAND_QUEUE_FACTOR = 10
 _BIND_RETRY_PERIOD_S = 0.05
 _PYSYNCOBJ_BIND_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RaftCounters:
+    """A node's Raft numbers for its metrics, published after each tick."""
+
+    ticked: bool = False
+    term: int = 0
+    commit_index: int = 0
+    applied: int = 0
+    # Terms begun since this process started (each is an election, won or not).
+    elections: int = 0
+    snapshot_offset: int | None = None
+    # Wall-clock seconds when that snapshot was written or loaded here.
+    snapshot_at: float | None = None
 
 
 class StateMachine(Protocol):
@@ -208,7 +224,13 @@ class RaftCore:
         self._published = 0
         self._restored_pending = False
         self._snapshot_offset: int | None = None
+        # Wall-clock time (s) the snapshot at `_snapshot_offset` was written
+        # or loaded here (the metrics' snapshot age).
+        self._snapshot_at: float | None = None
         self._snapshot_written = False
+        # Read by the metrics from any thread: written by the Raft thread
+        # after every tick (int and float assignments are atomic).
+        self._counters = RaftCounters()
         self._fatal: BaseException | None = None
         self._journal: DurableJournal | None = None
         self._gate = DurabilityGate(
@@ -224,6 +246,11 @@ class RaftCore:
     @property
     def failure(self) -> BaseException | None:
         return self._fatal
+
+    @property
+    def counters(self) -> RaftCounters:
+        """Term, commit index, elections seen, snapshot: as of the last tick."""
+        return self._counters
 
     def is_leader(self) -> bool:
         so = self._syncobj
@@ -330,6 +357,7 @@ class RaftCore:
             log.exception("writing Raft snapshot at offset %d failed; journal kept", last[1])
             raise
         self._snapshot_offset = last[1]
+        self._snapshot_at = time.time()
         self._snapshot_written = True
 
     def _deserialize(self, path: str) -> tuple[Any, ...]:
@@ -343,6 +371,7 @@ class RaftCore:
                 self._applied = snap.last_index
                 self._restored_pending = True
             self._snapshot_offset = snap.last_index
+            self._snapshot_at = time.time()
         except BaseException as exc:
             # pysyncobj swallows this and carries on; we must not.
             self._record_fatal(exc, f"cannot load Raft snapshot {path}")
@@ -456,11 +485,29 @@ class RaftCore:
             self._snapshot_written = False
             fsync_path(self._config.data_dir)
         self._applied = max(self._applied, so.raftLastApplied)
+        self._count(so)
         self._run_calls(so)
         if self._applied != self._published or self._restored_pending:
             self._published = self._applied
             restored, self._restored_pending = self._restored_pending, False
             self._listener.on_applied(self._applied, restored)
+
+    def _count(self, so: _ReplicatedLog) -> None:
+        """Publish the tick's counters (a new object: readers see one tick's values)."""
+        term = int(so.raftCurrentTerm)
+        before = self._counters
+        # Every term begins with an election; the first tick only sets the
+        # baseline (a restarted node's journal holds the terms before it).
+        elections = before.elections + (term - before.term if before.ticked else 0)
+        self._counters = RaftCounters(
+            ticked=True,
+            term=term,
+            commit_index=int(so.raftCommitIndex),
+            applied=self._applied,
+            elections=max(elections, before.elections),
+            snapshot_offset=self._snapshot_offset,
+            snapshot_at=self._snapshot_at,
+        )
 
     def _run_calls(self, so: _ReplicatedLog) -> None:
         while True:

@@ -126,7 +126,7 @@ class NoAgent:
 class CapturedServer:
     apps: list[web.Application] = []
 
-    def __init__(self, app: web.Application, _config: Any, _tls: Any = None) -> None:
+    def __init__(self, app: web.Application, _config: Any, _tls: Any = None, **_kw: Any) -> None:
         self.apps.append(app)
 
     async def start(self) -> None:

@@ -40,7 +40,7 @@ class CapturedServer:
 
     apps: list[web.Application] = []
 
-    def __init__(self, app: web.Application, _config: Any, _tls: Any = None) -> None:
+    def __init__(self, app: web.Application, _config: Any, _tls: Any = None, **_kw: Any) -> None:
         self.apps.append(app)
 
     async def start(self) -> None:

@@ -1,0 +1,221 @@
+"""The broker's metrics, computed at scrape time from its replicas and its hot-path counters.
+
+Gauges (partition counts, log sizes, lag) are read from the replica
+manager's state when a scrape asks; the counters are the plain integers the
+produce, fetch and replication paths add to (brokers/broker_stats.py). The
+Kafka metric each one stands for is in docs/metrics.md.
+
+Per-partition series (log size, replica fetch lag) are capped by
+`[metrics] partition_series_max`, largest first (series.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from lograft.api.metrics.series import DroppedSeries, largest
+from lograft.api.metrics.settings import MetricsSettings
+from lograft.brokers.broker_stats import BrokerStats, TopicStats
+from lograft.brokers.partition import Role
+from lograft.brokers.replica_manager import ReplicaManager
+from lograft.protocol.topic_partition import TopicPartition
+
+__all__ = ["BrokerCollector"]
+
+# (attribute of TopicStats, metric name without lograft_ and _total, help).
+_TOPIC_COUNTERS = (
+    ("bytes_in", "topic_bytes_in", "Bytes appended as leader (Kafka BytesInPerSec)"),
+    ("records_in", "topic_records_in", "Records appended as leader (Kafka MessagesInPerSec)"),
+    (
+        "bytes_out",
+        "topic_bytes_out",
+        "Bytes read from the log for consumers (Kafka BytesOutPerSec)",
+    ),
+    (
+        "records_out",
+        "topic_records_out",
+        "Records this node sent to clients: fetches, raw fetches, streams",
+    ),
+    (
+        "replication_bytes_in",
+        "topic_replication_bytes_in",
+        "Bytes appended as follower (Kafka ReplicationBytesInPerSec)",
+    ),
+    (
+        "replication_bytes_out",
+        "topic_replication_bytes_out",
+        "Bytes read for followers (Kafka ReplicationBytesOutPerSec)",
+    ),
+    (
+        "produce_requests",
+        "topic_produce_requests",
+        "Partition appends asked of this leader (Kafka TotalProduceRequestsPerSec)",
+    ),
+    (
+        "produce_failed",
+        "topic_produce_requests_failed",
+        "Partition appends refused or failed (Kafka FailedProduceRequestsPerSec)",
+    ),
+    (
+        "fetch_requests",
+        "topic_fetch_requests",
+        "Consumer partition reads on this leader (Kafka TotalFetchRequestsPerSec)",
+    ),
+    (
+        "fetch_failed",
+        "topic_fetch_requests_failed",
+        "Consumer partition reads that failed (Kafka FailedFetchRequestsPerSec)",
+    ),
+)
+
+
+class BrokerCollector:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        stats: BrokerStats,
+        settings: MetricsSettings,
+        topic_names: Callable[[], frozenset[str]],
+        dropped: Callable[[], DroppedSeries],
+    ) -> None:
+        """`topic_names`: the topics the metadata has now (the counters of
+        deleted topics are dropped); `dropped`: the scrape's tally of series
+        left out."""
+        self.replicas = replicas
+        self.stats = stats
+        self.settings = settings
+        self.topic_names = topic_names
+        self.dropped = dropped
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._topic_counters()
+        yield from self._partitions()
+        flush = self.stats.flush_seconds.snapshot()
+        family = HistogramMetricFamily(
+            "lograft_log_flush_seconds",
+            "fsync time of log flushes and group commits (Kafka LogFlushRateAndTimeMs)",
+        )
+        family.add_metric([], list(flush.buckets), flush.total)
+        yield family
+        yield _counter(
+            "lograft_broker_isr_shrinks",
+            "ISR shrinks accepted by the controller (Kafka IsrShrinksPerSec)",
+            self.stats.isr_shrinks,
+        )
+        yield _counter(
+            "lograft_broker_isr_expands",
+            "ISR expansions accepted by the controller (Kafka IsrExpandsPerSec)",
+            self.stats.isr_expands,
+        )
+
+    def _topic_counters(self) -> Iterator[Metric]:
+        self.stats.forget(self.topic_names())
+        topics: dict[str, TopicStats] = self.stats.topics()
+        for attribute, name, text in _TOPIC_COUNTERS:
+            family = CounterMetricFamily(f"lograft_{name}", text, labels=("topic",))
+            for topic, counts in topics.items():
+                family.add_metric([topic], getattr(counts, attribute))
+            yield family
+
+    def _partitions(self) -> Iterator[Metric]:
+        leaders = under_replicated = under_min_isr = at_min_isr = followers = 0
+        sizes: list[tuple[float, TopicPartition]] = []
+        lags: list[tuple[float, TopicPartition]] = []
+        fetcher = self.replicas.fetcher
+        for tp, part in self.replicas.partitions.items():
+            if part.role is Role.STOPPED:
+                continue
+            if part.log.closed:
+                continue
+            sizes.append((part.log.size_bytes, tp))
+            if part.role is Role.LEADER:
+                leaders += 1
+                isr = len(part.isr)
+                if isr < len(part.replicas):
+                    under_replicated += 1
+                min_isr = part.settings.min_insync_replicas
+                if isr < min_isr:
+                    under_min_isr += 1
+                elif isr == min_isr:
+                    at_min_isr += 1
+            elif part.role is Role.FOLLOWER:
+                followers += 1
+                lag = fetcher.lag(part)
+                if lag is not None:
+                    lags.append((lag, tp))
+        yield _gauge(
+            "lograft_broker_partitions",
+            "Replicas hosted here (Kafka ReplicaManager PartitionCount)",
+            len(sizes),
+        )
+        yield _gauge(
+            "lograft_broker_leader_partitions",
+            "Partitions led here (Kafka ReplicaManager LeaderCount)",
+            leaders,
+        )
+        yield _gauge(
+            "lograft_broker_under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set "
+            "(Kafka UnderReplicatedPartitions)",
+            under_replicated,
+        )
+        yield _gauge(
+            "lograft_broker_under_min_isr_partitions",
+            "Partitions led here whose ISR is below min_insync_replicas "
+            "(Kafka UnderMinIsrPartitionCount)",
+            under_min_isr,
+        )
+        yield _gauge(
+            "lograft_broker_at_min_isr_partitions",
+            "Partitions led here whose ISR is exactly min_insync_replicas "
+            "(Kafka AtMinIsrPartitionCount)",
+            at_min_isr,
+        )
+        yield _gauge(
+            "lograft_broker_failed_replicas",
+            "Replicas this broker should host that are out of service (Kafka OfflineReplicaCount)",
+            len(self.replicas.failed_replicas()),
+        )
+        cap = self.settings.partition_series_max
+        kept, left = largest(sizes, cap)
+        self.dropped().add("lograft_log_size_bytes", left)
+        family = GaugeMetricFamily(
+            "lograft_log_size_bytes",
+            "Bytes of a partition's log segments on this broker (Kafka Log Size)",
+            labels=("topic", "partition"),
+        )
+        for value, tp in kept:
+            family.add_metric([tp.topic, str(tp.partition)], value)
+        yield family
+        kept, left = largest(lags, cap)
+        self.dropped().add("lograft_replica_fetch_lag_records", left)
+        family = GaugeMetricFamily(
+            "lograft_replica_fetch_lag_records",
+            "Offsets a follower replica here is behind its leader's log end, as of the "
+            "leader's last answer (Kafka FetcherLagMetrics ConsumerLag)",
+            labels=("topic", "partition"),
+        )
+        for value, tp in kept:
+            family.add_metric([tp.topic, str(tp.partition)], value)
+        yield family
+        yield _gauge(
+            "lograft_replica_fetch_lag_max_records",
+            "The largest replica fetch lag of the followers here "
+            "(Kafka ReplicaFetcherManager MaxLag)",
+            max((lag for lag, _tp in lags), default=0),
+        )
+
+
+def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text, value=value)
+
+
+def _counter(name: str, text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, text, value=value)
