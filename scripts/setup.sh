@@ -85,6 +85,22 @@ if [[ "$EXTRAS" == *spark* ]]; then
     fi
 fi
 
+# promtool, for the metrics tests' checks of the Prometheus config, the
+# Grafana dashboard's queries and a real scrape
+# (tests/integration/test_metrics_cluster.py): Debian's prometheus package,
+# installed once when we are root with apt-get (its service is not started:
+# there is no init system here; nothing is downloaded outside apt).
+if [[ "${LOGRAFT_SKIP_PROMTOOL:-}" != "1" ]] && ! command -v promtool >/dev/null 2>&1 \
+        && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "installing Debian's prometheus package for promtool (once)"
+    if ! apt-cache policy prometheus 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt-get update -qq >"$VENV/apt-promtool.log" 2>&1 || true
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+        >>"$VENV/apt-promtool.log" 2>&1 \
+        || log "apt-get install prometheus failed (see $VENV/apt-promtool.log): the promtool checks will be skipped"
+fi
+
 # The toxiproxy server for the fault-injection tests, built from source with
 # `go install` at a pinned version into .tools/bin (Go is on the machine; no
 # prebuilt binary is downloaded). Skipped when the binary is already there.

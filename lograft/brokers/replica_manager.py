@@ -620,7 +620,12 @@ class ReplicaManager:
         same_term = a.leader_epoch == part.leader_epoch
         if a.leader == self.broker_id:
             if not (same_term and part.is_leader and a.partition_epoch <= part.partition_epoch):
+                led, before = part.is_leader, part.isr
                 part.become_leader(a, now)
+                if led:
+                    # The controller changed the ISR of a partition led here
+                    # (it drops a fenced broker itself): a shrink or expand too.
+                    self._count_isr_change(before, part.isr)
                 self._role_changed(part)
             if part.group_commit and part.committer is not None:
                 part.committer.kick()  # what it holds but has not fsynced (a restart)
@@ -1078,8 +1083,10 @@ class ReplicaManager:
                 self._changes.notify(part.tp)
 
     def _count_isr_change(self, before: tuple[int, ...], after: tuple[int, ...]) -> None:
-        """Kafka's IsrShrinksPerSec and IsrExpandsPerSec: one ISR change the
-        controller accepted may do both (one replica out, another in)."""
+        """Kafka's IsrShrinksPerSec and IsrExpandsPerSec, for a partition led
+        here: the ISR changed by an AlterPartition the controller accepted,
+        or by the controller itself (a fenced broker dropped). One change may
+        do both (one replica out, another in)."""
         if self.stats is None or before == after:
             return
         if set(before) - set(after):
