@@ -28,6 +28,11 @@ from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.internal_topics import check_topic_config_changes
 from lograft.quorum.records import ConfigResourceType, endpoints_from
+from lograft.quorum.unclean_recovery import (
+    ReplicaLogEnd,
+    ReportLogEndsRequest,
+    report_log_ends,
+)
 from lograft.typed import decode_json, encode_json
 
 Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -42,6 +47,7 @@ class ControllerRpc:
         plain: dict[str, Rpc] = {
             "register": self.register,
             "heartbeat": self.heartbeat,
+            "report-log-ends": self.report_log_ends,
             "alter-partitions": self.alter_partitions,
             "producer-ids": self.producer_ids,
             "create-topic": self.create_topic,
@@ -74,6 +80,7 @@ class ControllerRpc:
             incarnation_id=wire.incarnation_id,
             endpoints=endpoints_from(wire.endpoints),
             rack=wire.rack,
+            previous_broker_epoch=wire.previous_broker_epoch,
         )
         res = await self.runtime.run(
             lambda img, s, now: c.register_broker(img, s, req, now, self.config)
@@ -102,6 +109,19 @@ class ControllerRpc:
                 metadata_offset=self._offset(),
             )
         )
+
+    async def report_log_ends(self, body: dict[str, Any]) -> dict[str, Any]:
+        wire = w.request_of(body, w.ReportLogEndsRequest)
+        req = ReportLogEndsRequest(
+            broker_id=wire.broker_id,
+            broker_epoch=wire.broker_epoch,
+            log_ends=tuple(
+                ReplicaLogEnd(e.topic_id, e.partition, e.last_epoch, e.end_offset)
+                for e in wire.log_ends
+            ),
+        )
+        elected = await self.runtime.run(lambda img, s, _now: report_log_ends(img, s, req))
+        return w.body_of(w.ReportLogEndsResponse(elected=elected, metadata_offset=self._offset()))
 
     async def alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Many partitions' ISR changes in one request and one metadata commit.

@@ -95,6 +95,7 @@ class BrokerAgent:
         heartbeat_interval_ms: int,
         client_factory: ClientFactory,
         on_registered: Callable[[int], None] | None = None,
+        previous_broker_epoch: int = -1,
     ) -> None:
         self.broker_id = broker_id
         self.endpoints = endpoints
@@ -110,6 +111,7 @@ class BrokerAgent:
         self.client_factory = client_factory
         # Hears each registration's metadata offset (the initial catch-up target).
         self.on_registered = on_registered
+        self.previous_broker_epoch = previous_broker_epoch
         self._thread: HeartbeatThread | None = None
 
     def _to(self, new: AgentState) -> None:
@@ -132,6 +134,7 @@ class BrokerAgent:
             self.endpoints,
             self.rack,
             self.heartbeat_interval_ms,
+            self.previous_broker_epoch,
         )
         self._thread = HeartbeatThread(spec, self.client_factory, self.metadata_offset, self._apply)
         self._thread.start()

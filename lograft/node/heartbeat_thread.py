@@ -78,6 +78,8 @@ class HeartbeatSpec:
     endpoints: dict[str, str]
     rack: str | None
     heartbeat_interval_ms: int
+    # What the first registration says of the last shutdown (clean_shutdown.py).
+    previous_broker_epoch: int = -1
 
 
 class HeartbeatThread:
@@ -89,6 +91,7 @@ class HeartbeatThread:
         deliver: Callable[[Outcome], None],
     ) -> None:
         self.spec = spec
+        self._previous_broker_epoch = spec.previous_broker_epoch
         self._client_factory = client_factory
         self._metadata_offset = metadata_offset
         self._deliver = deliver  # runs on the main loop
@@ -163,6 +166,10 @@ class HeartbeatThread:
                 return await self._register(client)
             return await self._heartbeat(client)
         except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as exc:
+            if self.broker_epoch >= 0:
+                # This process holds its logs intact: registering again is a
+                # clean restart of the session, not of the broker.
+                self._previous_broker_epoch = self.broker_epoch
             self.broker_epoch = -1
             return MustRegister(exc.message)
         except LograftError as exc:
@@ -177,6 +184,7 @@ class HeartbeatThread:
             incarnation_id=self.spec.incarnation_id,
             endpoints=self.spec.endpoints,
             rack=self.spec.rack,
+            previous_broker_epoch=self._previous_broker_epoch,
         )
         result = await client.send("register", request, w.RegisterBrokerResponse)
         self.broker_epoch = result.broker_epoch

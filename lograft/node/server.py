@@ -68,10 +68,12 @@ from lograft.errors import (
 )
 from lograft.histogram import Buckets
 from lograft.node.broker_agent import BrokerAgent
+from lograft.node.clean_shutdown import record_clean_shutdown, take_previous_epoch
 from lograft.node.config import NodeConfig
 from lograft.node.controller_client import ControllerClient, LocalController
 from lograft.node.event_loop import run_on, running_loop_name
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
+from lograft.node.log_end_reporter import LogEndReporter
 from lograft.node.loop_lag import LoopLagProbe
 from lograft.node.metadata_catch_up import MetadataCatchUp
 from lograft.node.offsets_topic import create_offsets_topic, offsets_topic_request
@@ -228,6 +230,9 @@ class Node:
             cfg, self.control_calls, self._local_controller(), self._leader_id
         )
         if cfg.is_broker:
+            # Before any log opens: from here on only a clean stop may say
+            # the logs are whole (node/clean_shutdown.py).
+            previous_broker_epoch = take_previous_epoch(cfg.data_dir)
             self.replicas = ReplicaManager(
                 cfg.node_id,
                 cfg.data_dir,
@@ -267,8 +272,19 @@ class Node:
                     cfg, self._peer_client(0), self._local_controller(main_loop), self._leader_id
                 ),
                 on_registered=self.catch_up.registered,
+                previous_broker_epoch=previous_broker_epoch,
             )
             await self.agent.start()
+            assert self.replicas is not None
+            reporter = LogEndReporter(
+                cfg.node_id,
+                lambda: self.store.image,
+                self.agent,
+                self.replicas,
+                self.client,
+                self.controller_config.broker_heartbeat_interval_ms,
+            )
+            self._tasks.append(asyncio.create_task(reporter.run(), name="log-end-reports"))
         log.info(
             "node %d started: roles %s, http listening on %s:%d, advertised as %s",
             cfg.node_id,
@@ -460,6 +476,9 @@ class Node:
                 await self.groups.stop()
             if self.replicas is not None:
                 await self.replicas.stop()
+                # Every log flushed and closed: vouch for them at the next start.
+                if self.agent is not None:
+                    record_clean_shutdown(self.config.data_dir, self.agent.broker_epoch)
             if self.runtime is not None:
                 await self.runtime.stop()
             await self.raft.stop()

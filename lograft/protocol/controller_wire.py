@@ -51,10 +51,35 @@ class RegisterBrokerRequest(Record, frozen=True):
     incarnation_id: str
     endpoints: dict[str, str]
     rack: str | None = None
+    # The broker epoch this broker held when it last shut down cleanly (its
+    # clean-shutdown file), -1 when its last shutdown was not clean or it has
+    # none; absent (None) from a broker that does not say, taken as clean.
+    previous_broker_epoch: Int64 | None = None
 
 
 class RegisterBrokerResponse(Record, frozen=True):
     broker_epoch: int
+    metadata_offset: int
+
+
+class ReplicaLogEndItem(Record, frozen=True):
+    topic_id: str
+    partition: Int64
+    last_epoch: Int64  # the epoch of the log's last batch, -1 for an empty log
+    end_offset: Int64
+
+
+class ReportLogEndsRequest(Record, frozen=True):
+    """Where this broker's replicas of partitions awaiting unclean recovery
+    end (lograft/quorum/unclean_recovery.py)."""
+
+    broker_id: Int64
+    broker_epoch: Int64
+    log_ends: list[ReplicaLogEndItem]
+
+
+class ReportLogEndsResponse(Record, frozen=True):
+    elected: int  # partitions this report let the controller elect a leader for
     metadata_offset: int
 
 
@@ -247,6 +272,7 @@ class AlterClientQuotasResponse(Record, frozen=True):
 RPCS: dict[str, tuple[type[Record], type[Record]]] = {
     "register": (RegisterBrokerRequest, RegisterBrokerResponse),
     "heartbeat": (HeartbeatRequest, HeartbeatResponse),
+    "report-log-ends": (ReportLogEndsRequest, ReportLogEndsResponse),
     "alter-partitions": (AlterPartitionsRequest, AlterPartitionsResponse),
     "producer-ids": (ProducerIdsRequest, ProducerIdsResponse),
     "create-topic": (CreateTopicRequest, CreateTopicResponse),

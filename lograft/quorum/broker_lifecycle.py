@@ -31,7 +31,7 @@ from lograft.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
-from lograft.quorum.configs import topic_min_isr, unclean_topic_ids
+from lograft.quorum.configs import fsynced_topic_ids, topic_min_isr, unclean_topic_ids
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.election import (
     changes_after_unclean_shutdown,
@@ -177,7 +177,9 @@ def _forget_unclean(
     """`broker_id` out of every ELR and offline kept ISR, judged on the
     partitions as `earlier` (this batch's records so far) leaves them."""
     after = image.apply_batch(image.offset + 1, earlier)
-    return changes_after_unclean_shutdown(after.all_partitions(), broker_id)
+    return changes_after_unclean_shutdown(
+        after.all_partitions(), broker_id, fsynced_topic_ids(after)
+    )
 
 
 def unregister_broker(

@@ -76,6 +76,22 @@ def unclean_topic_ids(image: MetadataImage) -> frozenset[str]:
     )
 
 
+# A topic whose replicas fsync what they hold before it is acknowledged
+# (lograft/storage/config.py FlushPolicy): an unclean shutdown loses nothing
+# acknowledged from them (election.changes_after_unclean_shutdown).
+FLUSH_POLICY = "flush_policy"
+FSYNCED_FLUSH_POLICIES = frozenset({"group_commit", "every_batch"})
+
+
+def fsynced_topic_ids(image: MetadataImage) -> frozenset[str]:
+    """Ids of the topics whose acknowledged records every ISR member fsynced."""
+    return frozenset(
+        topic_id
+        for name, topic_id in image.topic_ids.items()
+        if effective_topic_config(image, name, FLUSH_POLICY) in FSYNCED_FLUSH_POLICIES
+    )
+
+
 def topic_min_isr(image: MetadataImage) -> MinIsr:
     """Topic id -> effective min_insync_replicas, for the topics (or cluster)
     that set one; election.min_isr_of gives the default for the others."""

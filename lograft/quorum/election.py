@@ -32,6 +32,12 @@ HW has not moved since. A broker that registers after an unclean shutdown
 writes under `flush_policy = none`), so it leaves every ELR, and the kept
 ISR of every offline partition (which may then be empty): it is electable
 cleanly again only after it has rejoined an ISR by catching up with a leader.
+Topics that fsync before acknowledging (flush_policy group_commit or
+every_batch) are exempt: an unclean shutdown took nothing acknowledged.
+
+A partition left with an empty ISR and ELR that way recovers by log end
+(`elect_by_log_end`, KIP-966's balanced unclean recovery): once every replica
+has reported where its log ends, the longest leads.
 
 So outside these functions, every partition is either led by a usable broker
 with only usable brokers in its ISR, or offline with no usable ISR or ELR
@@ -225,15 +231,24 @@ def elect_offline_leaders(
 
 
 def changes_after_unclean_shutdown(
-    partitions: Iterable[PartitionState], broker_id: int
+    partitions: Iterable[PartitionState],
+    broker_id: int,
+    fsynced_topic_ids: Collection[str] = frozenset(),
 ) -> list[PartitionChange]:
     """`broker_id` registered after an unclean shutdown: its logs may lack
     records it had acknowledged, so it leaves every ELR and the kept ISR of
     every offline partition. (It is in no other ISR: it was fenced, or left
     them as it re-registered.) The last known leader stays: only an unclean
-    election uses it."""
+    election uses it.
+
+    Topics in `fsynced_topic_ids` (flush_policy group_commit or every_batch)
+    are left alone: a member of their ISR had fsynced every record below the
+    high watermark before the leader acknowledged it, so no shutdown, clean or
+    not, can have taken an acknowledged record from it."""
     changes = []
     for p in partitions:
+        if p.topic_id in fsynced_topic_ids:
+            continue
         in_kept_isr = p.offline and broker_id in p.isr
         if broker_id not in p.elr and not in_kept_isr:
             continue
@@ -242,6 +257,75 @@ def changes_after_unclean_shutdown(
         change = partition_change(p, isr, p.leader, elr=elr)
         assert change is not None
         changes.append(change)
+    return changes
+
+
+@dataclass(frozen=True, slots=True)
+class LogEnd:
+    """Where a replica's log ends, as its broker reported it: the epoch of its
+    last batch (-1: an empty log) and its log end offset. `broker_epoch` is the
+    incarnation that reported it; a report of an older incarnation is void."""
+
+    broker_epoch: int
+    last_epoch: int
+    end_offset: int
+
+    def length_key(self) -> tuple[int, int]:
+        # Kafka's unclean recovery compares (last epoch, end offset): a later
+        # epoch wins even over a longer log of an earlier one, whose tail the
+        # later leader never had.
+        return (self.last_epoch, self.end_offset)
+
+
+# (topic id, partition) -> broker id -> its replica's reported log end.
+LogEnds = Mapping[tuple[str, int], Mapping[int, LogEnd]]
+
+
+def needs_log_end_recovery(p: PartitionState) -> bool:
+    """Offline with nobody left who is known to hold every committed record:
+    unclean shutdowns emptied both its kept ISR and its ELR."""
+    return p.offline and not p.isr and not p.elr
+
+
+def elect_by_log_end(
+    p: PartitionState, usable: Collection[int], epochs: Mapping[int, int], reports: LogEnds
+) -> PartitionChange | None:
+    """KIP-966's unclean recovery, lograft's only ("balanced") strategy, for a
+    partition that `needs_log_end_recovery`: once EVERY replica is usable and
+    has reported its log end under its current broker epoch (`epochs`), the
+    one with the longest log, (last epoch, end offset), leads, with itself as
+    the whole ISR; ties go to preferred order. Every replica may have lost
+    unflushed records, so no choice is safe; the longest log loses the least
+    (none at all when only processes died and page caches survived). Until
+    every replica has reported, the partition stays offline: electing before
+    a longer log returns would truncate that log's records away."""
+    if not needs_log_end_recovery(p):
+        return None
+    got = reports.get((p.topic_id, p.partition), {})
+    candidates: list[tuple[tuple[int, int], int, int]] = []
+    for rank, replica in enumerate(p.replicas):
+        end = got.get(replica)
+        if replica not in usable or end is None or end.broker_epoch != epochs.get(replica):
+            return None
+        candidates.append((end.length_key(), -rank, replica))
+    if not candidates:
+        return None
+    leader = max(candidates)[2]
+    return partition_change(p, (leader,), leader, elr=(), last_known_leader=NO_LEADER)
+
+
+def recover_by_log_end(
+    partitions: Iterable[PartitionState],
+    usable: Collection[int],
+    epochs: Mapping[int, int],
+    reports: LogEnds,
+) -> list[PartitionChange]:
+    """`elect_by_log_end` for every partition it can elect now."""
+    changes = []
+    for p in partitions:
+        change = elect_by_log_end(p, usable, epochs, reports)
+        if change is not None:
+            changes.append(change)
     return changes
 
 

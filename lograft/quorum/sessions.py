@@ -8,6 +8,11 @@ which gives every registered broker a full session from the moment it took
 over, so a failover never fences a live broker, and a dead one is fenced one
 session timeout after the failover at the latest.
 
+It also holds the log ends brokers report for partitions that need unclean
+recovery (election.recover_by_log_end): soft state too, since a broker
+reports again every heartbeat interval for as long as such a partition stays
+offline, so a new active controller has them again within one interval.
+
 Times are milliseconds from a monotonic clock read by the caller.
 """
 
@@ -17,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from lograft.quorum.election import LogEnd, LogEnds
 from lograft.quorum.image import MetadataImage
 
 
@@ -24,9 +30,14 @@ def _no_sessions() -> Mapping[int, int]:
     return MappingProxyType({})
 
 
+def _no_log_ends() -> LogEnds:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerSessions:
     last_heartbeat_ms: Mapping[int, int] = field(default_factory=_no_sessions)
+    log_ends: LogEnds = field(default_factory=_no_log_ends)
 
     @classmethod
     def starting(cls, broker_ids: Iterable[int], now_ms: int) -> BrokerSessions:
@@ -36,12 +47,30 @@ class BrokerSessions:
         times = dict(self.last_heartbeat_ms)
         # max(): a late-delivered heartbeat must not shorten a session.
         times[broker_id] = max(now_ms, times.get(broker_id, now_ms))
-        return BrokerSessions(MappingProxyType(times))
+        return BrokerSessions(MappingProxyType(times), self.log_ends)
 
     def without(self, broker_id: int) -> BrokerSessions:
         times = dict(self.last_heartbeat_ms)
         times.pop(broker_id, None)
-        return BrokerSessions(MappingProxyType(times))
+        ends = {
+            key: MappingProxyType({b: e for b, e in per.items() if b != broker_id})
+            for key, per in self.log_ends.items()
+        }
+        return BrokerSessions(MappingProxyType(times), MappingProxyType(ends))
+
+    def with_log_ends(
+        self, broker_id: int, ends: Mapping[tuple[str, int], LogEnd], keep: set[tuple[str, int]]
+    ) -> BrokerSessions:
+        """`broker_id`'s reports added; only partitions in `keep` (those that
+        still need recovery) are remembered, so the map cannot grow past them."""
+        merged: dict[tuple[str, int], dict[int, LogEnd]] = {
+            key: dict(per) for key, per in self.log_ends.items() if key in keep
+        }
+        for key, end in ends.items():
+            if key in keep:
+                merged.setdefault(key, {})[broker_id] = end
+        frozen = {key: MappingProxyType(per) for key, per in merged.items()}
+        return BrokerSessions(self.last_heartbeat_ms, MappingProxyType(frozen))
 
     def alive(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
         """True while the last heartbeat is at most `session_timeout_ms` old."""

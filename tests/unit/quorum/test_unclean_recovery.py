@@ -1,0 +1,168 @@
+"""Unclean recovery by log end (KIP-966) and the fsynced-topic exemption:
+lograft/quorum/unclean_recovery.py and election.elect_by_log_end, driven
+through the controller's handlers as brokers would call them."""
+
+from __future__ import annotations
+
+import pytest
+
+from lograft.errors import InvalidRequestError, StaleBrokerEpochError
+from lograft.quorum.image import NO_LEADER
+from lograft.quorum.unclean_recovery import (
+    LOG_ENDS_PER_REQUEST_MAX,
+    ReplicaLogEnd,
+    ReportLogEndsRequest,
+    report_log_ends,
+)
+
+from .metadata_cluster import Cluster
+from .test_eligible_leader_replicas import kill, restart, three_replicas
+
+
+def report(cluster: Cluster, broker: int, topic_id: str, last_epoch: int, end: int) -> int:
+    request = ReportLogEndsRequest(
+        broker, cluster.epochs[broker], (ReplicaLogEnd(topic_id, 0, last_epoch, end),)
+    )
+    return cluster.apply(report_log_ends(cluster.image, cluster.sessions, request))
+
+
+def all_dead_then_unclean_restarts(**configs: str) -> tuple[Cluster, str, tuple[int, ...]]:
+    cluster, topic_id, replicas = three_replicas(**configs)
+    kill(cluster, *replicas)
+    for b in replicas:
+        restart(cluster, b, clean=False)
+    return cluster, topic_id, replicas
+
+
+def test_the_longest_log_leads_once_every_replica_has_reported():
+    cluster, topic_id, (a, b, c) = all_dead_then_unclean_restarts()
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    assert report(cluster, a, topic_id, last_epoch=3, end=100) == 0
+    assert report(cluster, b, topic_id, last_epoch=3, end=140) == 0
+    # Not before the last one: `c` might hold more than `b`.
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    assert report(cluster, c, topic_id, last_epoch=3, end=120) == 1
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr, p.elr, p.last_known_leader) == (b, (b,), (), NO_LEADER)
+
+
+def test_a_later_epoch_beats_a_longer_log_of_an_earlier_one():
+    cluster, topic_id, (a, b, c) = all_dead_then_unclean_restarts()
+    report(cluster, a, topic_id, last_epoch=2, end=500)  # a tail the later leader never had
+    report(cluster, b, topic_id, last_epoch=4, end=300)
+    report(cluster, c, topic_id, last_epoch=-1, end=0)  # an empty log
+    assert cluster.partition(topic_id, 0).leader == b
+
+
+def test_equal_logs_go_to_the_preferred_replica():
+    cluster, topic_id, (a, b, c) = all_dead_then_unclean_restarts()
+    for broker in (c, b, a):
+        report(cluster, broker, topic_id, last_epoch=3, end=100)
+    assert cluster.partition(topic_id, 0).leader == a
+
+
+def test_a_report_of_an_earlier_incarnation_does_not_count():
+    cluster, topic_id, (a, b, c) = all_dead_then_unclean_restarts()
+    report(cluster, a, topic_id, 3, 100)
+    report(cluster, b, topic_id, 3, 900)
+    kill(cluster, b)  # b dies again: its report describes a log that may have changed
+    restart(cluster, b, clean=False)
+    report(cluster, c, topic_id, 3, 120)
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    report(cluster, b, topic_id, 3, 90)  # what the new incarnation holds
+    assert cluster.partition(topic_id, 0).leader == c
+
+
+def test_a_replica_still_away_keeps_the_partition_offline():
+    cluster, topic_id, (a, b, c) = three_replicas()
+    kill(cluster, a, b, c)
+    restart(cluster, a, clean=False)
+    restart(cluster, b, clean=False)
+    report(cluster, a, topic_id, 3, 100)
+    report(cluster, b, topic_id, 3, 100)
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+
+
+def test_a_report_from_a_stale_epoch_is_refused():
+    cluster, topic_id, (a, _b, _c) = all_dead_then_unclean_restarts()
+    request = ReportLogEndsRequest(a, cluster.epochs[a] - 1, (ReplicaLogEnd(topic_id, 0, 3, 1),))
+    with pytest.raises(StaleBrokerEpochError):
+        report_log_ends(cluster.image, cluster.sessions, request)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [ReplicaLogEnd("t", -1, 0, 0), ReplicaLogEnd("t", 0, -2, 0), ReplicaLogEnd("t", 0, 0, -1)],
+)
+def test_a_malformed_log_end_is_refused(bad: ReplicaLogEnd):
+    cluster, _topic_id, (a, _b, _c) = all_dead_then_unclean_restarts()
+    with pytest.raises(InvalidRequestError):
+        report_log_ends(
+            cluster.image, cluster.sessions, ReportLogEndsRequest(a, cluster.epochs[a], (bad,))
+        )
+
+
+def test_a_report_naming_too_many_partitions_is_refused():
+    cluster, topic_id, (a, _b, _c) = all_dead_then_unclean_restarts()
+    ends = (ReplicaLogEnd(topic_id, 0, 1, 1),) * (LOG_ENDS_PER_REQUEST_MAX + 1)
+    with pytest.raises(InvalidRequestError):
+        report_log_ends(
+            cluster.image, cluster.sessions, ReportLogEndsRequest(a, cluster.epochs[a], ends)
+        )
+
+
+def test_reports_for_partitions_that_need_no_recovery_are_not_kept():
+    cluster, topic_id, (a, _b, _c) = three_replicas()
+    report(cluster, a, topic_id, 3, 100)  # a healthy partition: led, full ISR
+    assert dict(cluster.sessions.log_ends) == {}
+
+
+def test_reports_are_forgotten_once_the_partition_is_led():
+    cluster, topic_id, (a, b, c) = all_dead_then_unclean_restarts()
+    for broker in (a, b, c):
+        report(cluster, broker, topic_id, 3, 100)
+    assert cluster.partition(topic_id, 0).leader == a
+    report(cluster, b, topic_id, 3, 100)  # the next periodic report
+    assert dict(cluster.sessions.log_ends) == {}
+
+
+@pytest.mark.parametrize("policy", ["group_commit", "every_batch"])
+def test_an_unclean_restart_keeps_its_place_on_a_topic_whose_isr_fsyncs(policy: str):
+    # Every ISR member fsynced each acknowledged record: an unclean shutdown
+    # took nothing acknowledged, so the kept ISR still leads cleanly.
+    cluster, topic_id, (a, b, c) = three_replicas(flush_policy=policy)
+    kill(cluster, c)
+    kill(cluster, b)
+    kill(cluster, a)
+    restart(cluster, a, clean=False)
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr) == (a, (a,))
+
+
+def test_an_unclean_restart_leaves_the_kept_isr_of_a_page_cache_topic():
+    cluster, topic_id, (a, b, c) = three_replicas(flush_policy="interval_ms")
+    kill(cluster, c)
+    kill(cluster, b)
+    kill(cluster, a)
+    restart(cluster, a, clean=False)
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr) == (NO_LEADER, ())
+
+
+def test_the_cluster_default_flush_policy_counts():
+    cluster, topic_id, (a, b, c) = three_replicas()
+    from lograft.quorum.configs import AlterConfigRequest, alter_config
+    from lograft.quorum.records import ConfigResourceType
+
+    cluster.apply(
+        alter_config(
+            cluster.image,
+            AlterConfigRequest(ConfigResourceType.CLUSTER, "", "flush_policy", "group_commit"),
+            cluster.config,
+        )
+    )
+    kill(cluster, c)
+    kill(cluster, b)
+    kill(cluster, a)
+    restart(cluster, a, clean=False)
+    assert cluster.partition(topic_id, 0).leader == a
