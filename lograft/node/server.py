@@ -434,15 +434,15 @@ class Node:
         """The broker's and its groups' collectors (broker role)."""
         assert self.replicas is not None and self.broker_stats is not None
         settings = self.config.metrics
-        metrics.add(
-            BrokerCollector(
-                self.replicas,
-                self.broker_stats,
-                settings,
-                lambda: frozenset(self._broker_image.topic_ids),
-                metrics.dropped,
-            )
+        broker = BrokerCollector(
+            self.replicas,
+            self.broker_stats,
+            settings,
+            lambda: frozenset(self._broker_image.topic_ids),
+            metrics.dropped,
         )
+        metrics.add(broker)
+        metrics.before_scrape(broker.refresh)
         groups = GroupCollector(self._group_runtime(), offsets, settings, metrics.dropped)
         metrics.add(groups)
         metrics.before_scrape(groups.refresh)

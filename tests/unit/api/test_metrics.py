@@ -163,9 +163,11 @@ async def test_broker_collector_counts_appends_reads_and_under_replicated_leader
             await rm.produce(TopicPartition("orders", 0), data, Acks.ALL, timeout_ms=1)
         metrics = NodeMetrics()
         settings = MetricsSettings(partition_series_max=1)
-        metrics.add(
-            BrokerCollector(rm, stats, settings, lambda: frozenset({"orders"}), metrics.dropped)
+        broker = BrokerCollector(
+            rm, stats, settings, lambda: frozenset({"orders"}), metrics.dropped
         )
+        metrics.add(broker)
+        metrics.before_scrape(broker.refresh)
         text = await arender(metrics)
     finally:
         await rm.stop()
