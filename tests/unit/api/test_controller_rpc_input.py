@@ -50,6 +50,10 @@ async def test_bad_integers_in_alter_partitions_are_invalid_request(body):
 TOPIC = {"name": "t", "partitions": 1, "replication_factor": 1}
 
 
+def log_end(**item: Any) -> dict[str, Any]:
+    return {"topic_id": "t", "partition": 0, "last_epoch": 0, "end_offset": 0, **item}
+
+
 @pytest.mark.parametrize(
     ("name", "body", "field"),
     [
@@ -64,6 +68,18 @@ TOPIC = {"name": "t", "partitions": 1, "replication_factor": 1}
         ("create-partitions", {"name": "t", "partitions": "2"}, "partitions"),
         ("alter-configs", {"resource_name": "t"}, "configs"),
         ("alter-configs", {"resource_name": 1, "configs": {}}, "resource_name"),
+        ("report-log-ends", {"broker_id": 2, "broker_epoch": 7}, "log_ends"),
+        ("report-log-ends", {"broker_id": 2, "broker_epoch": 7, "log_ends": {}}, "log_ends"),
+        (
+            "report-log-ends",
+            {"broker_id": 2, "broker_epoch": 7, "log_ends": [log_end(partition="0")]},
+            "log_ends[0].partition",
+        ),
+        (
+            "report-log-ends",
+            {"broker_id": 2, "broker_epoch": 7, "log_ends": [log_end(end_offset=2**63)]},
+            "log_ends[0].end_offset",
+        ),
         # ConfigResourceType("x") was a ValueError: a 500.
         (
             "alter-configs",

@@ -43,7 +43,7 @@ class FakeController:
                 name = self.path.rsplit("/", 1)[-1]
                 answer = fake.answer(name, body)
                 data = json.dumps(answer).encode()
-                self.send_response(200)
+                self.send_response(409 if "error" in answer else 200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -181,4 +181,63 @@ async def test_stopping_right_after_start_joins_the_thread(controller: FakeContr
         # Cancelled, not waited out: well inside the node's shutdown bounds.
         assert time.monotonic() - began < 5
     finally:
+        await main_client.calls.close()
+
+
+class SessionLosingController(FakeController):
+    """Answers the first heartbeat STALE_BROKER_EPOCH (the session was lost,
+    say across a controller failover) and records every registration's body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registrations: list[dict[str, Any]] = []
+        self.second_registration = threading.Event()
+
+    def answer(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            if name == "register":
+                self.registrations.append(body)
+                if len(self.registrations) == 2:
+                    self.second_registration.set()
+                return {"broker_epoch": 7 + len(self.registrations), "metadata_offset": 5}
+            if len(self.registrations) == 1 and not body["want_shutdown"]:
+                return {"error": {"code": "STALE_BROKER_EPOCH", "message": "lost session"}}
+        return heartbeat_answer(should_shut_down=bool(body["want_shutdown"]))
+
+
+@pytest.fixture
+def session_losing() -> Iterator[SessionLosingController]:
+    fake = SessionLosingController()
+    fake.thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+async def test_registrations_name_the_previous_epoch_of_the_broker_or_of_this_process(
+    session_losing: SessionLosingController,
+):
+    # The first registration says what the clean-shutdown file said (3); one
+    # made again within the process (its logs never left) names the epoch it
+    # held (8), so the controller does not take it as an unclean restart.
+    config = broker_config(session_losing.port)
+    main_client = controller_client(config)
+    agent = BrokerAgent(
+        2,
+        {"http": "http://127.0.0.1:9092"},
+        None,
+        main_client,
+        lambda: 5,
+        heartbeat_interval_ms=INTERVAL_MS,
+        client_factory=lambda: controller_client(config),
+        previous_broker_epoch=3,
+    )
+    try:
+        await agent.start()
+        got = await asyncio.to_thread(session_losing.second_registration.wait, 10)
+        assert got, session_losing.registrations
+        first, second = session_losing.registrations
+        assert (first["previous_broker_epoch"], second["previous_broker_epoch"]) == (3, 8)
+    finally:
+        await agent.shutdown(2_000)
         await main_client.calls.close()
