@@ -34,7 +34,9 @@
 
 4. Scrape time (`--scrape-partitions N`, 2,000 by default; 0: skip). On the
    "on" cluster, a topic of N partitions, replication factor 3 (every node
-   hosts N replicas and leads about N/3), then `--scrapes` sequential
+   hosts N replicas and leads about N/3; the case waits until each node's
+   own `lograft_broker_partitions` shows them, not for full ISRs, which a
+   loaded machine may take minutes to reach), then `--scrapes` sequential
    `GET /metrics` of each node: the client's time per scrape (p50, max),
    the answer's size and its sample count (`prometheus_client.parser`).
    With the default `partition_series_max` (1,000) the per-partition series
@@ -86,6 +88,8 @@ from lograft.protocol.topic_partition import TopicPartition
 
 SIDES = ("on", "off")
 INPROCESS_PARTITIONS = 3
+# How long the scrape case waits for every node to host the wide topic, s.
+SCRAPE_HOSTED_TIMEOUT_S = 600
 INPROCESS_CLIENTS_PER_PARTITION = 4
 OFF_SECTION = "\n[metrics]\nenabled = false\n"
 
@@ -154,8 +158,20 @@ async def scrape_case(args: argparse.Namespace, cluster: SideCluster, run_id: st
         topic = f"bench-{run_id}-wide"
         bench.progress(f"creating {topic} with {args.scrape_partitions} partitions (RF 3)")
         started = time.monotonic()
-        await client.create_topic(topic, args.scrape_partitions)
-        bench.progress(f"created in {time.monotonic() - started:.1f} s; scraping")
+        body = {"name": topic, "partitions": args.scrape_partitions, "replication_factor": 3}
+        async with session.post(f"{cluster.bootstrap}/v1/topics", json=body) as resp:
+            if resp.status != 201:
+                raise RuntimeError(f"create {topic}: {resp.status} {await resp.text()}")
+        # Every node hosts every partition (RF 3 of 3): wait until each one's
+        # replica manager has them all (its own lograft_broker_partitions),
+        # not for full ISRs, which a loaded machine may take minutes to reach.
+        deadline = time.monotonic() + SCRAPE_HOSTED_TIMEOUT_S
+        for url in client.urls.values():
+            while await _hosted(session, url) < args.scrape_partitions:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} does not host {topic}'s partitions yet")
+                await asyncio.sleep(1)  # polling the replicas' creation with a deadline
+        bench.progress(f"hosted everywhere in {time.monotonic() - started:.1f} s; scraping")
         nodes: dict[str, Any] = {}
         for broker_id, url in sorted(client.urls.items()):
             times: list[float] = []
@@ -314,6 +330,16 @@ async def micro_case(args: argparse.Namespace) -> dict[str, Any]:
         "added_us_by_round": rounds,
         "added_us_median": statistics.median(rounds),
     }
+
+
+async def _hosted(session: aiohttp.ClientSession, url: str) -> float:
+    """The replicas a node hosts, from its own metrics."""
+    async with session.get(f"{url}/metrics") as resp:
+        text = (await resp.read()).decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "lograft_broker_partitions":
+            return family.samples[0].value
+    return 0.0
 
 
 def summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
