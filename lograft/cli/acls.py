@@ -18,10 +18,8 @@ from lograft.cli.common import (
     client_for,
     count,
     finish_parser,
-    print_json,
-    print_lines,
-    table,
 )
+from lograft.cli.output import grid, print_json, print_rich, wants_json
 
 CLUSTER_NAME = "kafka-cluster"
 OPERATIONS = (
@@ -70,7 +68,6 @@ def add_parser(sub: Any) -> None:
         "list", help="list ACL bindings", description="List the ACL bindings matching a filter."
     )
     _filter_args(lst)
-    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(lst, cmd_list, "acls list")
 
     remove = asub.add_parser(
@@ -168,6 +165,9 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
     ]
     with client_for(args) as admin:
         doc = admin.create_acls(bindings)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     for acl in doc.get("created") or []:
         streams.stdout.write(f"added ACL: {describe(acl)}\n")
     for acl in doc.get("existing") or []:
@@ -178,8 +178,8 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_acls(**_filter(args))
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
     acls = doc.get("acls") or []
     if not acls:
@@ -198,7 +198,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
         )
         for a in acls
     ]
-    print_lines(table(headers, rows), streams.stdout)
+    print_rich([grid(headers, rows)], streams.stdout)
     return EXIT_OK
 
 
@@ -210,6 +210,9 @@ def cmd_remove(args: argparse.Namespace, streams: Streams) -> int:
         args.parser.error("--all removes every binding: give it alone")
     with client_for(args) as admin:
         doc = admin.delete_acls(**acl_filter)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     deleted = doc.get("deleted") or []
     for acl in deleted:
         streams.stdout.write(f"removed ACL: {describe(acl)}\n")

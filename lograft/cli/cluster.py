@@ -5,16 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lograft.cli.common import (
-    EXIT_OK,
-    Streams,
-    cell,
-    client_for,
-    finish_parser,
-    print_json,
-    print_lines,
-    table,
-)
+from rich.console import RenderableType
+
+from lograft.cli.common import EXIT_OK, Streams, client_for, finish_parser
+from lograft.cli.output import cell, grid, pairs, print_json, print_rich, text, wants_json
 
 
 def add_parser(sub: Any) -> None:
@@ -28,21 +22,20 @@ def add_parser(sub: Any) -> None:
         "controller, Raft term and commit index, the voters, and every broker with whether it "
         "is fenced.",
     )
-    status.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(status, cmd_status, "cluster status")
 
 
 def cmd_status(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.cluster()
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
-    print_lines(render_status(doc), streams.stdout)
+    print_rich(render_status(doc), streams.stdout)
     return EXIT_OK
 
 
-def render_status(doc: dict[str, Any]) -> list[str]:
+def render_status(doc: dict[str, Any]) -> list[RenderableType]:
     raft = doc.get("raft") or {}
     brokers = doc.get("brokers") or []
     fenced = sum(1 for b in brokers if b.get("fenced"))
@@ -57,24 +50,23 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         ("topics", doc.get("topics")),
         ("brokers", f"{len(brokers)} ({len(brokers) - fenced} unfenced, {fenced} fenced)"),
     ]
-    width = max(len(k) for k, _ in summary)
-    lines = [f"{k.ljust(width)}  {cell(v)}" for k, v in summary]
-    lines += ["", "voters:"]
-    lines += _indent(
-        table(
+    lines: list[RenderableType] = [pairs(summary), text(""), text("voters:")]
+    lines.append(
+        grid(
             ["ID", "SELF", "CONNECTED", "MATCH-INDEX"],
             [
                 (v.get("node_id"), v.get("is_self"), v.get("connected"), v.get("match_index"))
                 for v in raft.get("voters") or []
             ],
+            indent=2,
         )
     )
     observers = raft.get("observers") or []
     if observers:
-        lines += ["", f"observers: {cell(observers)}"]
-    lines += ["", "brokers:"]
-    lines += _indent(
-        table(
+        lines += [text(""), text(f"observers: {cell(observers)}")]
+    lines += [text(""), text("brokers:")]
+    lines.append(
+        grid(
             ["ID", "STATE", "FENCED", "EPOCH", "RACK", "ENDPOINT"],
             [
                 (
@@ -87,10 +79,7 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                 )
                 for b in brokers
             ],
+            indent=2,
         )
     )
     return lines
-
-
-def _indent(lines: list[str]) -> list[str]:
-    return ["  " + line for line in lines]

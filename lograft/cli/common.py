@@ -1,5 +1,5 @@
 """What the cluster commands of the CLI share: streams, connection options,
-argument types, error messages and plain aligned tables.
+argument types and error messages (printing: `cli.output`).
 
 Every command function takes the parsed arguments and a `Streams` (so tests
 can hand in their own) and returns the exit code; a `LograftError` escaping
@@ -13,12 +13,11 @@ import argparse
 import getpass
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-import orjson
-
+from lograft.cli.output import add_output_args
 from lograft.client.config import parse_bootstrap
 from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import InvalidConfigError, LograftError
@@ -184,17 +183,16 @@ def _ask_password(user: str, prompt: Callable[[str], str] | None) -> str:
     return prompt(f"password for {user}: ")
 
 
-def finish_parser(parser: argparse.ArgumentParser, func: Any, name: str) -> None:
-    """A cluster subcommand's connection options, its function and its name
-    (`lograft <name>: ...` in messages)."""
+def finish_parser(
+    parser: argparse.ArgumentParser, func: Any, name: str, *, output: bool = True
+) -> None:
+    """A cluster subcommand's `--output` (unless it has its own), connection
+    options, its function and its name (`lograft <name>: ...` in messages)."""
+    if output:
+        add_output_args(parser)
     add_connection_args(parser)
     add_security_args(parser)
     parser.set_defaults(func=func, cmd_name=name, parser=parser)
-
-
-def print_json(doc: Any, streams: Streams) -> None:
-    """`--json`: the API's answer, unchanged, indented."""
-    streams.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def client_for(args: argparse.Namespace) -> Admin:
@@ -229,28 +227,3 @@ def error_text(exc: LograftError) -> str:
 
 def count(n: int, what: str) -> str:
     return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"
-
-
-# -- tables -------------------------------------------------------------------------------
-
-
-def cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value) or "-"
-    return str(value)
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """Plain aligned columns, two spaces apart, headers first."""
-    text = [[str(h) for h in headers], *([cell(v) for v in row] for row in rows)]
-    widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
-    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in text]
-
-
-def print_lines(lines: Iterable[str], out: TextIO) -> None:
-    for line in lines:
-        out.write(line + "\n")

@@ -37,6 +37,7 @@ from lograft.cli.common import (
     non_negative_int,
     positive_int,
 )
+from lograft.cli.progress import Progress, isatty
 from lograft.errors import LograftError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from lograft.protocol.record_json import READ_FORMATS, render_record
 
@@ -102,6 +103,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-records", type=positive_int, metavar="N", help="stop after N records")
     p.add_argument(
         "--format",
+        "--output",
+        "-o",
         dest="output",
         choices=OUTPUT_FORMATS,
         default="value",
@@ -123,13 +126,22 @@ def add_parser(sub: Any) -> None:
         metavar="MS",
         help=f"longest wait of one fetch for new records (default {FOLLOW_WAIT_MS_DEFAULT})",
     )
-    finish_parser(p, cmd_consume, "consume")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal, stdout is "
+        "not, and the run lasts over a second)",
+    )
+    finish_parser(p, cmd_consume, "consume", output=False)
 
 
 # -- the command --------------------------------------------------------------------------------
 
 
-def cmd_consume(args: argparse.Namespace, streams: Streams) -> int:
+def cmd_consume(
+    args: argparse.Namespace, streams: Streams, clock: Callable[[], float] = time.monotonic
+) -> int:
     from lograft.client import Consumer
 
     consumer = Consumer(
@@ -142,18 +154,44 @@ def cmd_consume(args: argparse.Namespace, streams: Streams) -> int:
         max_poll_records=FETCH_RECORDS_MAX,
         **connection_settings(args),
     )
+    progress: Progress | None = None
     try:
         tps = _partitions(consumer, args.topic, args.partition)
         consumer.assign(tps)
         ends = None if args.follow else consumer.end_offsets(tps)
         _seek(consumer, tps, args.start)
-        _consume(consumer, ends, args, streams.stdout)
+        progress = Progress(
+            streams.stderr,
+            mode=_progress_mode(args.progress, streams.stdout),
+            total=_offsets_to_read(consumer, ends, args.max_records),
+            what="records read",
+            clock=clock,
+        )
+        _consume(consumer, ends, args, streams.stdout, progress)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a follow ends: not a failure
     finally:
+        if progress is not None:
+            progress.clear()
         consumer.close()
     streams.stdout.flush()
     return EXIT_OK
+
+
+def _progress_mode(option: bool | None, stdout: TextIO) -> bool | None:
+    """--progress/--no-progress, else auto, but never by default when the records
+    go to a terminal too: the bar's redraws would tear their lines."""
+    if option is None and isatty(stdout):
+        return False
+    return option
+
+
+def _offsets_to_read(consumer: Any, ends: dict[Any, int] | None, limit: int | None) -> int | None:
+    """The bar's total: offsets from each position to its end (None when following)."""
+    if ends is None:
+        return limit
+    total = sum(max(end - consumer.position(tp), 0) for tp, end in ends.items())
+    return total if limit is None else min(total, limit)
 
 
 def _partitions(consumer: Any, topic: str, only: int | None) -> list[Any]:
@@ -201,13 +239,20 @@ def _consume(
     ends: dict[Any, int] | None,
     args: argparse.Namespace,
     out: TextIO,
-    clock: Callable[[], float] = time.monotonic,
+    progress: Progress,
 ) -> None:
     """Print records until every partition reached its end (`ends`; None:
     follow), --max-records, or Ctrl-C."""
+    clock = progress.clock
     remaining: int | None = args.max_records
     active = _unfinished(consumer, ends, consumer.assignment())
     positions = {tp: consumer.position(tp) for tp in active}
+    # The bar counts offsets passed (compacted-away ones too) towards the ends, or
+    # records printed when --max-records is the nearer end, or when following.
+    first, reached = sum(positions.values()), dict(positions)
+    to_read = None if ends is None else sum(ends[tp] - at for tp, at in positions.items())
+    by_offsets = to_read is not None and (remaining is None or remaining > to_read)
+    printed = 0
     progressed_at = clock()
     while active and remaining != 0:
         limit = FETCH_RECORDS_MAX if remaining is None else min(remaining, FETCH_RECORDS_MAX)
@@ -218,12 +263,16 @@ def _consume(
                 if end is not None and rec.offset >= end:
                     break
                 out.write(render(rec, tp, args) + "\n")
+                printed += 1
                 if remaining is not None:
                     remaining -= 1
         out.flush()
         if ends is None:
+            progress.update(printed, printed)
             continue
         now_at = {tp: consumer.position(tp) for tp in active}
+        reached.update(now_at)
+        progress.update(printed, sum(reached.values()) - first if by_offsets else printed)
         if now_at != positions:
             positions, progressed_at = now_at, clock()
         elif clock() - progressed_at > args.timeout_ms / 1000:

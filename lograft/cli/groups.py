@@ -15,6 +15,8 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from rich.console import RenderableType
+
 from lograft.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -24,10 +26,8 @@ from lograft.cli.common import (
     count,
     finish_parser,
     non_negative_int,
-    print_json,
-    print_lines,
-    table,
 )
+from lograft.cli.output import grid, print_json, print_rich, text, wants_json
 from lograft.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
@@ -54,7 +54,6 @@ def add_parser(sub: Any) -> None:
         help="every group: state, members, coordinator",
         description="List the consumer groups of the cluster.",
     )
-    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(lst, cmd_list, "groups list")
 
     describe = gsub.add_parser(
@@ -64,7 +63,6 @@ def add_parser(sub: Any) -> None:
         "the committed offset, high watermark, lag and owning member.",
     )
     describe.add_argument("group", metavar="GROUP")
-    describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(describe, cmd_describe, "groups describe")
 
     delete = gsub.add_parser(
@@ -128,8 +126,8 @@ def partition_list(text: str) -> list[int]:
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_groups()
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
     else:
         groups = doc.get("groups") or []
         rows = [
@@ -137,7 +135,7 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
             for g in groups
         ]
         if rows:
-            print_lines(table(["GROUP", "STATE", "MEMBERS", "COORDINATOR"], rows), streams.stdout)
+            print_rich([grid(["GROUP", "STATE", "MEMBERS", "COORDINATOR"], rows)], streams.stdout)
         else:
             streams.stdout.write("no groups\n")
     gaps = incomplete_list_text(doc)
@@ -172,24 +170,30 @@ def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
         coordinator_url = admin.coordinator_url(args.group)
     if doc.get("state") == DEAD:
         raise GroupIdNotFoundError(f"group {args.group!r} does not exist", group_id=args.group)
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
-    print_lines(render_describe(doc, coordinator_url), streams.stdout)
+    print_rich(render_describe(doc, coordinator_url), streams.stdout)
     return EXIT_OK
 
 
-def render_describe(doc: Mapping[str, Any], coordinator_url: str | None = None) -> list[str]:
+def render_describe(
+    doc: Mapping[str, Any], coordinator_url: str | None = None
+) -> list[RenderableType]:
     members = doc.get("members") or []
     offsets = doc.get("offsets") or []
     lags = [o["lag"] for o in offsets if o.get("lag") is not None]
-    lines = [
-        f"group {doc.get('group_id')}  state {doc.get('state')}  "
-        f"group epoch {doc.get('group_epoch')}  assignment epoch {doc.get('assignment_epoch')}  "
-        f"assignor {doc.get('assignor')}",
-        f"coordinator {coordinator_url or '-'}  members {len(members)}  "
-        f"total lag {sum(lags) if lags else '-'}",
-        "",
+    lines: list[RenderableType] = [
+        text(
+            f"group {doc.get('group_id')}  state {doc.get('state')}  "
+            f"group epoch {doc.get('group_epoch')}  "
+            f"assignment epoch {doc.get('assignment_epoch')}  assignor {doc.get('assignor')}"
+        ),
+        text(
+            f"coordinator {coordinator_url or '-'}  members {len(members)}  "
+            f"total lag {sum(lags) if lags else '-'}"
+        ),
+        text(""),
     ]
     clients = {m.get("member_id"): m.get("client_id") or "-" for m in members}
     rows: list[tuple[Any, ...]]  # one table after another, each with its own columns
@@ -207,11 +211,11 @@ def render_describe(doc: Mapping[str, Any], coordinator_url: str | None = None) 
             for o in offsets
         ]
         headers = ["TOPIC", "PARTITION", "COMMITTED", "HIGH-WATERMARK", "LAG", "OWNER", "CLIENT-ID"]
-        lines += table(headers, rows)
+        lines.append(grid(headers, rows))
     else:
-        lines.append("no committed offsets and no assigned partitions")
+        lines.append(text("no committed offsets and no assigned partitions"))
     if members:
-        lines.append("")
+        lines.append(text(""))
         rows = [
             (
                 m.get("member_id"),
@@ -226,7 +230,7 @@ def render_describe(doc: Mapping[str, Any], coordinator_url: str | None = None) 
             for m in members
         ]
         headers = ["MEMBER", "CLIENT-ID", "HOST", "EPOCH", "STATE", "SUBSCRIBED", "ASSIGNED"]
-        lines += table([*headers, "REVOKING"], rows)
+        lines.append(grid([*headers, "REVOKING"], rows))
     return lines
 
 
@@ -243,6 +247,9 @@ def partitions_text(parts: Mapping[str, list[int]] | None) -> str | None:
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         admin.delete_group(args.group)
+    if wants_json(args):
+        print_json({"group": args.group, "deleted": True}, streams.stdout)
+        return EXIT_OK
     streams.stdout.write(f"deleted group {args.group}\n")
     return EXIT_OK
 
@@ -276,21 +283,32 @@ def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
             rows = _dry_run(admin, args, body)
         else:
             doc = admin.reset_offsets(args.group, body)
-    if args.dry_run:
-        print_lines(
-            table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"], rows), streams.stdout
-        )
-        streams.stdout.write(
-            f"dry run: group {args.group} unchanged; run without --dry-run to reset\n"
-        )
+    if not args.dry_run:
+        offsets = doc.get("offsets") or []
+        rows = [(o.get("topic"), o.get("partition"), o.get("offset")) for o in offsets]
+    if wants_json(args):
+        print_json(reset_json(args, body["strategy"], rows), streams.stdout)
         return EXIT_OK
-    offsets = doc.get("offsets") or []
-    rows = [(o.get("topic"), o.get("partition"), o.get("offset")) for o in offsets]
-    print_lines(table(["TOPIC", "PARTITION", "NEW-OFFSET"], rows), streams.stdout)
-    streams.stdout.write(
-        f"reset {count(len(offsets), 'partition')} of group {args.group} ({body['strategy']})\n"
-    )
+    if args.dry_run:
+        headers = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]
+        tail = f"dry run: group {args.group} unchanged; run without --dry-run to reset"
+    else:
+        headers = ["TOPIC", "PARTITION", "NEW-OFFSET"]
+        tail = f"reset {count(len(rows), 'partition')} of group {args.group} ({body['strategy']})"
+    print_rich([grid(headers, rows), text(tail)], streams.stdout)
     return EXIT_OK
+
+
+def reset_json(args: argparse.Namespace, strategy: str, rows: list[tuple[Any, ...]]) -> Any:
+    """`--output json` of reset-offsets: the dry run's rows carry the current offset too."""
+    if args.dry_run:
+        offsets = [
+            {"topic": t, "partition": p, "current_offset": c, "new_offset": n}
+            for t, p, c, n in rows
+        ]
+    else:
+        offsets = [{"topic": t, "partition": p, "new_offset": n} for t, p, n in rows]
+    return {"group": args.group, "strategy": strategy, "dry_run": args.dry_run, "offsets": offsets}
 
 
 def _dry_run(

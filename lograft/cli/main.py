@@ -1,6 +1,6 @@
 """The `lograft` command line.
 
-Commands: `node` (run a node), `dump-log` (inspect segment files), and the
+Commands: `node` (run a node), `dump-log` (inspect segment files, cli/dump_log.py), and the
 cluster commands that talk HTTP to any node: `cluster status`, `topics ...`,
 `groups ...`, `produce`, `consume`, `acls ...`, `users ...`, `quotas ...`
 (modules of the same names), all built on `lograft.client` (`Admin`, `Producer`,
@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from lograft import __version__
 from lograft.cli import acls as cli_acls
 from lograft.cli import cluster as cli_cluster
 from lograft.cli import consume as cli_consume
+from lograft.cli import dump_log as cli_dump_log
 from lograft.cli import groups as cli_groups
 from lograft.cli import produce as cli_produce
 from lograft.cli import quotas as cli_quotas
@@ -35,27 +35,6 @@ from lograft.cli.common import (
     error_text,
 )
 from lograft.errors import LograftError
-
-
-def _cmd_dump_log(args: argparse.Namespace) -> int:
-    from lograft.storage.dump import dump_file
-
-    status = 0
-    for name in args.files:
-        path = Path(name)
-        if not path.is_file():
-            print(f"lograft dump-log: {path}: no such file", file=sys.stderr)
-            status = 1
-            continue
-        try:
-            for line in dump_file(path, records=args.records):
-                print(line)
-        except LograftError as exc:
-            print(f"lograft dump-log: {exc.message}", file=sys.stderr)
-            status = 1
-        except BrokenPipeError:
-            return status
-    return status
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -90,15 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--config", required=True, metavar="FILE", help="node config (TOML)")
     node.set_defaults(func=_cmd_node)
 
-    dump = sub.add_parser(
-        "dump-log",
-        help="print the batches (and records) of segment, index or time-index files",
-        description="Print each record batch of a segment file, as kafka-dump-log does.",
-    )
-    dump.add_argument("files", nargs="+", metavar="PATH", help=".log, .index or .timeindex file")
-    dump.add_argument("--records", action="store_true", help="also print every record")
-    dump.set_defaults(func=_cmd_dump_log)
-
+    cli_dump_log.add_parser(sub)
     cli_cluster.add_parser(sub)
     cli_topics.add_parser(sub)
     cli_groups.add_parser(sub)

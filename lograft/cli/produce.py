@@ -47,6 +47,7 @@ from lograft.cli.common import (
     non_negative_int,
     positive_int,
 )
+from lograft.cli.output import print_json, wants_json
 from lograft.cli.progress import REDRAW_INTERVAL_S, Progress
 from lograft.errors import LograftError
 
@@ -305,7 +306,9 @@ def cmd_produce(
             return EXIT_FAILURE
     else:
         stream = streams.stdin
-    progress = Progress(streams.stderr, mode=args.progress, total_bytes=_size(stream), clock=clock)
+    progress = Progress(
+        streams.stderr, mode=args.progress, total=_size(stream), what="records sent", clock=clock
+    )
     tally = Tally()
     try:
         producer = Producer(args.bootstrap, **_producer_settings(args))
@@ -422,9 +425,22 @@ def _summary(
     *,
     interrupted: bool = False,
 ) -> None:
+    """The summary line on stderr, always; with --output json also on stdout as JSON."""
     elapsed = max(progress.clock() - progress.started, 0.0)
     done = tally.sent if args.acks == "0" else tally.acknowledged
-    rate = f"{progress.rate(done):,.0f} records/s"
+    rate = progress.rate(done)
+    if wants_json(args):
+        doc = {
+            "topic": args.topic,
+            "acks": args.acks,
+            "sent": tally.sent,
+            "acknowledged": tally.acknowledged,
+            "failed": len(tally.failed_lines),
+            "interrupted": interrupted,
+            "elapsed_s": round(elapsed, 3),
+            "records_per_s": round(rate, 1),
+        }
+        print_json(doc, streams.stdout)
     if args.acks == "0":
         what = f"{count(tally.sent, 'record')} sent to {args.topic} (acks=0: not acknowledged)"
     else:
@@ -435,7 +451,9 @@ def _summary(
         if failed:
             what += f", {failed:,} failed"
     tail = " interrupted;" if interrupted else ""
-    streams.stderr.write(f"lograft produce:{tail} {what} in {elapsed:.1f} s, {rate}\n")
+    streams.stderr.write(
+        f"lograft produce:{tail} {what} in {elapsed:.1f} s, {rate:,.0f} records/s\n"
+    )
 
 
 def _size(stream: BinaryIO) -> int | None:

@@ -1,14 +1,28 @@
-"""A one-line progress display on stderr, redrawn in place, at most every
-`REDRAW_INTERVAL_S`; the clock is passed in so tests control time."""
+"""The progress bar of long CLI runs (produce, consume of a range, dump-log),
+drawn by rich on stderr.
+
+It never touches stdout, where the data goes. `mode` is the command's
+`--progress/--no-progress`: True always draws (even when stderr is not a
+terminal), False never, None (the default) only when stderr is a terminal and
+the run has lasted `AUTO_SHOW_AFTER_S` (a short run never flashes a bar). The
+bar is redrawn by `update`, at most every `REDRAW_INTERVAL_S` (no refresh
+thread: the clock is passed in so tests control time), and erased by `clear`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, ProgressColumn, TaskProgressColumn, TextColumn
+from rich.progress import Progress as RichProgress
+
+# Seconds between two redraws, at least.
 REDRAW_INTERVAL_S = 0.2
-# `auto` mode shows the bar only once a run has lasted this long (a large input).
+# `auto` mode shows the bar only once a run has lasted this long, s.
 AUTO_SHOW_AFTER_S = 1.0
+# Characters of the bar itself.
 BAR_WIDTH = 24
 
 
@@ -18,25 +32,32 @@ class Progress:
         out: TextIO,
         *,
         mode: bool | None,
-        total_bytes: int | None,
+        total: int | None,
+        what: str,
         clock: Callable[[], float],
     ) -> None:
-        """`mode` True: always; False: never; None: only if `out` is a terminal and the
-        run lasts longer than AUTO_SHOW_AFTER_S."""
+        """`total`: the size of the work in the unit `update`'s `completed` counts
+        (bytes of input, records to read), or None when unknown (no bar, no
+        percentage); `what` names what `update`'s `count` counts (`records sent`)."""
         self.out = out
-        self.enabled = mode if mode is not None else _isatty(out)
+        self.enabled = mode if mode is not None else isatty(out)
         self.show_after_s = 0.0 if mode else AUTO_SHOW_AFTER_S
-        self.total_bytes = total_bytes if total_bytes else None
+        self.total = total if total else None
+        self.what = what
         self.clock = clock
         self.started = clock()
         self._drawn_at: float | None = None
-        self._width = 0
+        self._bar: RichProgress | None = None
 
-    def rate(self, records: int) -> float:
+    def rate(self, count: int) -> float:
         elapsed = self.clock() - self.started
-        return records / elapsed if elapsed > 0 else 0.0
+        return count / elapsed if elapsed > 0 else 0.0
 
-    def update(self, records: int, bytes_read: int) -> None:
+    def status(self, count: int) -> str:
+        return f"{count:,} {self.what}  {self.rate(count):,.0f} {self.what.split()[0]}/s"
+
+    def update(self, count: int, completed: int = 0) -> None:
+        """`count` things done so far; `completed` units of `total` done."""
         if not self.enabled:
             return
         now = self.clock()
@@ -45,33 +66,48 @@ class Progress:
         if self._drawn_at is not None and now - self._drawn_at < REDRAW_INTERVAL_S:
             return
         self._drawn_at = now
-        self._draw(self.line(records, bytes_read))
+        if self._bar is None:
+            self._bar = self._make()
+            self._bar.update(self._bar.task_ids[0], completed=completed, status=self.status(count))
+            self._bar.start()  # draws the first frame
+            return
+        self._bar.update(self._bar.task_ids[0], completed=completed, status=self.status(count))
+        self._bar.refresh()
 
-    def line(self, records: int, bytes_read: int) -> str:
-        text = f"{records:,} records sent  {self.rate(records):,.0f} records/s"
-        if self.total_bytes is None:
-            return text
-        fraction = min(bytes_read / self.total_bytes, 1.0)
-        filled = int(fraction * BAR_WIDTH)
-        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-        return f"[{bar}] {fraction * 100:3.0f}%  {text}"
-
-    def _draw(self, text: str) -> None:
-        pad = max(self._width - len(text), 0)
-        self.out.write("\r" + text + " " * pad)
-        self.out.flush()
-        self._width = len(text)
+    def _make(self) -> RichProgress:
+        console = Console(
+            file=self.out,
+            force_terminal=True if self.enabled else None,
+            highlight=False,
+            markup=False,
+            emoji=False,
+        )
+        columns: list[ProgressColumn] = []
+        if self.total is not None:
+            columns += [BarColumn(bar_width=BAR_WIDTH), TaskProgressColumn()]
+        columns.append(TextColumn("{task.fields[status]}", markup=False))
+        bar = RichProgress(
+            *columns,
+            console=console,
+            auto_refresh=False,
+            transient=True,
+            # stdout carries the data: never route it through the bar's console.
+            redirect_stdout=False,
+            redirect_stderr=False,
+            get_time=self.clock,
+        )
+        bar.add_task("", total=self.total, status="")
+        return bar
 
     def clear(self) -> None:
         """Erase the bar so the summary line starts on a clean line."""
-        if self._drawn_at is not None:
-            self.out.write("\r" + " " * self._width + "\r")
-            self.out.flush()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
             self._drawn_at = None
-            self._width = 0
 
 
-def _isatty(out: TextIO) -> bool:
+def isatty(out: TextIO) -> bool:
     try:
         return out.isatty()
     except (AttributeError, ValueError):

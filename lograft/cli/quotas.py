@@ -19,10 +19,8 @@ from lograft.cli.common import (
     client_for,
     config_pair,
     finish_parser,
-    print_json,
-    print_lines,
-    table,
 )
+from lograft.cli.output import grid, print_json, print_rich, wants_json
 
 KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 DEFAULT = "<default>"
@@ -64,7 +62,6 @@ def add_parser(sub: Any) -> None:
     describe.add_argument(
         "--for-client-id", metavar="NAME", help="only quotas naming this client id"
     )
-    describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(describe, cmd_describe, "quotas describe")
 
 
@@ -135,6 +132,9 @@ def cmd_set(args: argparse.Namespace, streams: Streams) -> int:
         args.parser.error(f"both set and removed: {', '.join(sorted(both))}")
     with client_for(args) as admin:
         doc = admin.alter_quotas(entity, values=values, remove=args.remove)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     streams.stdout.write(
         f"quotas of {entity_text(doc.get('entity') or entity)}: "
         f"{values_text(doc.get('values') or {})}\n"
@@ -145,8 +145,8 @@ def cmd_set(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.describe_quotas(user=args.for_user, client_id=args.for_client_id)
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
     quotas = doc.get("quotas") or []
     if not quotas:
@@ -162,7 +162,7 @@ def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
                 values_text(q.get("values") or {}),
             )
         )
-    print_lines(table(["USER", "CLIENT-ID", "QUOTAS"], rows), streams.stdout)
+    print_rich([grid(["USER", "CLIENT-ID", "QUOTAS"], rows)], streams.stdout)
     return EXIT_OK
 
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.console import RenderableType
+
 from lograft.cli.common import (
     EXIT_OK,
     Streams,
-    cell,
     client_for,
     config_pair,
     count,
     finish_parser,
     positive_int,
-    print_json,
-    print_lines,
-    table,
 )
+from lograft.cli.output import cell, grid, print_json, print_rich, text, wants_json
 
 
 def add_parser(sub: Any) -> None:
@@ -52,7 +51,6 @@ def add_parser(sub: Any) -> None:
     finish_parser(create, cmd_create, "topics create")
 
     lst = tsub.add_parser("list", help="list topics", description="List topics.")
-    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(lst, cmd_list, "topics list")
 
     describe = tsub.add_parser(
@@ -62,7 +60,6 @@ def add_parser(sub: Any) -> None:
         "log start and end offsets and high watermark.",
     )
     describe.add_argument("name", metavar="NAME")
-    describe.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(describe, cmd_describe, "topics describe")
 
     delete = tsub.add_parser("delete", help="delete a topic", description="Delete a topic.")
@@ -95,6 +92,9 @@ def cmd_create(args: argparse.Namespace, streams: Streams) -> int:
             replication_factor=args.replication_factor,
             configs=dict(args.config),
         )
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     parts = doc.get("partitions") or []
     rf = len(parts[0]["replicas"]) if parts else 0
     streams.stdout.write(
@@ -107,6 +107,9 @@ def cmd_create(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         admin.delete_topic(args.name)
+    if wants_json(args):
+        print_json({"topic": args.name, "deleted": True}, streams.stdout)
+        return EXIT_OK
     streams.stdout.write(f"deleted topic {args.name}\n")
     return EXIT_OK
 
@@ -118,23 +121,30 @@ def cmd_alter(args: argparse.Namespace, streams: Streams) -> int:
     if both:
         args.parser.error(f"both set and deleted: {', '.join(sorted(both))}")
     with client_for(args) as admin:
-        _alter(admin, args, streams)
+        changes = _alter(admin, args)
+    if wants_json(args):
+        print_json({"topic": args.name, **changes}, streams.stdout)
+        return EXIT_OK
+    for key, value in changes["configs"].items():
+        what = f"removed config {key}" if value is None else f"set config {key}={value}"
+        streams.stdout.write(f"topic {args.name}: {what}\n")
+    if args.partitions is not None:
+        streams.stdout.write(f"topic {args.name}: now {count(args.partitions, 'partition')}\n")
     return EXIT_OK
 
 
-def _alter(admin: Any, args: argparse.Namespace, streams: Streams) -> None:
+def _alter(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Make the changes; what was changed: `configs` (key -> value, None when
+    removed) and `partitions` (the new count, or None)."""
     # Configs first: they are the change more likely to be refused, and a refused
     # request then leaves the topic as it was (a partition increase cannot be undone).
     changes: dict[str, str | None] = dict(args.config)
     changes.update({k: None for k in args.delete_config})
     if changes:
         admin.alter_topic_configs(args.name, changes)
-        for key, value in changes.items():
-            what = f"removed config {key}" if value is None else f"set config {key}={value}"
-            streams.stdout.write(f"topic {args.name}: {what}\n")
     if args.partitions is not None:
         admin.create_partitions(args.name, args.partitions)
-        streams.stdout.write(f"topic {args.name}: now {count(args.partitions, 'partition')}\n")
+    return {"configs": changes, "partitions": args.partitions}
 
 
 # -- list / describe ------------------------------------------------------------------------
@@ -143,8 +153,8 @@ def _alter(admin: Any, args: argparse.Namespace, streams: Streams) -> None:
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_topics()
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
     topics = sorted(doc.get("topics") or [], key=lambda t: t.get("name", ""))
     if not topics:
@@ -154,32 +164,34 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
         (t.get("name"), t.get("partitions"), t.get("replication_factor"), _configs(t))
         for t in topics
     ]
-    print_lines(table(["NAME", "PARTITIONS", "RF", "CONFIGS"], rows), streams.stdout)
+    print_rich([grid(["NAME", "PARTITIONS", "RF", "CONFIGS"], rows)], streams.stdout)
     return EXIT_OK
 
 
 def cmd_describe(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.describe_topic(args.name)
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
-    print_lines(render_describe(doc), streams.stdout)
+    print_rich(render_describe(doc), streams.stdout)
     return EXIT_OK
 
 
-def render_describe(doc: dict[str, Any]) -> list[str]:
+def render_describe(doc: dict[str, Any]) -> list[RenderableType]:
     parts = doc.get("partitions") or []
     rf = len(parts[0].get("replicas") or []) if parts else 0
-    lines = [
-        f"topic {doc.get('name')}  id {doc.get('topic_id')}  "
-        f"partitions {len(parts)}  replication factor {rf}",
-        f"configs: {_configs(doc)}",
-        "",
+    lines: list[RenderableType] = [
+        text(
+            f"topic {doc.get('name')}  id {doc.get('topic_id')}  "
+            f"partitions {len(parts)}  replication factor {rf}"
+        ),
+        text(f"configs: {_configs(doc)}"),
+        text(""),
     ]
     rows = [_partition_row(p) for p in sorted(parts, key=lambda p: p.get("partition", 0))]
     headers = ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "LOG-START", "LOG-END", "HW"]
-    lines += table([*headers, "STATUS"], rows)
+    lines.append(grid([*headers, "STATUS"], rows))
     return lines
 
 

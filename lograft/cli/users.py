@@ -20,10 +20,8 @@ from lograft.cli.common import (
     client_for,
     finish_parser,
     positive_int,
-    print_json,
-    print_lines,
-    table,
 )
+from lograft.cli.output import grid, print_json, print_rich, wants_json
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # The longest password read from stdin, bytes (the node takes at most 1024).
@@ -64,7 +62,6 @@ def add_parser(sub: Any) -> None:
     finish_parser(delete, cmd_delete, "users delete")
 
     lst = usub.add_parser("list", help="list users", description="List users and their mechanisms.")
-    lst.add_argument("--json", action="store_true", help="print the raw JSON answer")
     finish_parser(lst, cmd_list, "users list")
 
 
@@ -94,6 +91,9 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
         doc = admin.set_user_password(
             args.name, password, mechanism=args.mechanism, iterations=args.iterations
         )
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     streams.stdout.write(
         f"set password of user {doc.get('name', args.name)} "
         f"({doc.get('mechanism')}, {doc.get('iterations')} iterations)\n"
@@ -104,6 +104,9 @@ def cmd_add(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.delete_user(args.name, mechanism=args.mechanism)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
+        return EXIT_OK
     mechanisms = ", ".join(doc.get("mechanisms") or [])
     streams.stdout.write(f"deleted user {args.name}'s credentials: {mechanisms}\n")
     return EXIT_OK
@@ -112,8 +115,8 @@ def cmd_delete(args: argparse.Namespace, streams: Streams) -> int:
 def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
     with client_for(args) as admin:
         doc = admin.list_users()
-    if args.json:
-        print_json(doc, streams)
+    if wants_json(args):
+        print_json(doc, streams.stdout)
         return EXIT_OK
     users = doc.get("users") or []
     if not users:
@@ -129,5 +132,5 @@ def cmd_list(args: argparse.Namespace, streams: Streams) -> int:
         )
         for u in users
     ]
-    print_lines(table(["USER", "MECHANISMS"], rows), streams.stdout)
+    print_rich([grid(["USER", "MECHANISMS"], rows)], streams.stdout)
     return EXIT_OK

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from lograft.errors import LograftError
 from lograft.protocol.batch import (
@@ -31,7 +32,13 @@ _READ_CHUNK_BYTES = 1 << 20
 
 def dump_file(path: Path, *, records: bool = False) -> Iterator[str]:
     """Lines describing a segment, index or time-index file."""
-    yield f"Dumping {path}"
+    return (entry_line(entry) for entry in dump_entries(path, records=records))
+
+
+def dump_entries(path: Path, *, records: bool = False) -> Iterator[dict[str, Any]]:
+    """What a segment, index or time-index file holds, as JSON-ready dicts, each
+    with a `type` (docs/cli.md, "lograft dump-log", lists the shapes)."""
+    yield {"type": "file", "path": str(path)}
     name = path.name
     if name.endswith(LOG_SUFFIX):
         yield from _dump_log(path, records)
@@ -50,26 +57,26 @@ def _base_offset(path: Path) -> int:
     return base
 
 
-def _dump_offset_index(path: Path) -> Iterator[str]:
+def _dump_offset_index(path: Path) -> Iterator[dict[str, Any]]:
     index = OffsetIndex(path, _base_offset(path), max(path.stat().st_size, 4096), writable=False)
     try:
         for offset, position in index.entry_list():
-            yield f"offset: {offset} position: {position}"
+            yield {"type": "index_entry", "offset": offset, "position": position}
     finally:
         index.close()
 
 
-def _dump_time_index(path: Path) -> Iterator[str]:
+def _dump_time_index(path: Path) -> Iterator[dict[str, Any]]:
     index = TimeIndex(path, _base_offset(path), max(path.stat().st_size, 4096), writable=False)
     try:
         for timestamp, offset in index.entry_list():
-            yield f"timestamp: {timestamp} offset: {offset}"
+            yield {"type": "time_index_entry", "timestamp": timestamp, "offset": offset}
     finally:
         index.close()
 
 
-def _dump_log(path: Path, records: bool) -> Iterator[str]:
-    yield f"Log starting offset: {_base_offset(path)}"
+def _dump_log(path: Path, records: bool) -> Iterator[dict[str, Any]]:
+    yield {"type": "log_start", "base_offset": _base_offset(path)}
     size = path.stat().st_size
     with path.open("rb") as f:
         position = 0
@@ -86,49 +93,107 @@ def _dump_log(path: Path, records: bool) -> Iterator[str]:
             data = f.read(total)
             header = parse_header(data)
             valid = header.magic == 2 and compute_crc(data) == header.crc
-            yield _batch_line(header, position, valid)
+            yield _batch_entry(header, position, valid)
             if records and valid:
-                yield from _record_lines(data, header)
+                yield from _record_entries(data, header)
             if not valid:
                 break
             position += total
     if position < size:
-        yield f"Found {size - position} invalid bytes at position {position} (torn or corrupt tail)"
+        yield {"type": "invalid_tail", "position": position, "bytes": size - position}
 
 
-def _batch_line(h: BatchHeader, position: int, valid: bool) -> str:
-    ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+def _batch_entry(h: BatchHeader, position: int, valid: bool) -> dict[str, Any]:
     try:
         codec = Compression(h.compression).name.lower()
     except ValueError:
         codec = f"unknown({h.compression})"
-    return (
-        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
-        f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} "
-        f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
-        f"partitionLeaderEpoch: {h.partition_leader_epoch} "
-        f"isTransactional: {str(h.is_transactional).lower()} "
-        f"isControl: {str(h.is_control).lower()} position: {position} "
-        f"{ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
-        f"compresscodec: {codec} crc: {h.crc} isvalid: {str(valid).lower()}"
-    )
+    return {
+        "type": "batch",
+        "base_offset": h.base_offset,
+        "last_offset": h.last_offset,
+        "count": h.records_count,
+        "base_sequence": h.base_sequence,
+        "last_sequence": h.last_sequence,
+        "producer_id": h.producer_id,
+        "producer_epoch": h.producer_epoch,
+        "partition_leader_epoch": h.partition_leader_epoch,
+        "is_transactional": h.is_transactional,
+        "is_control": h.is_control,
+        "position": position,
+        "timestamp_type": "LogAppendTime" if h.is_log_append_time else "CreateTime",
+        "max_timestamp": h.max_timestamp,
+        "size": h.size,
+        "magic": h.magic,
+        "compression": codec,
+        "crc": h.crc,
+        "valid": valid,
+    }
 
 
-def _record_lines(data: bytes, header: BatchHeader) -> Iterator[str]:
+def _record_entries(data: bytes, header: BatchHeader) -> Iterator[dict[str, Any]]:
     ts_type = "LogAppendTime" if header.is_log_append_time else "CreateTime"
     try:
         for i, rec in enumerate(iter_batch_records(data, 0, header)):
-            seq = header.base_sequence + i if header.base_sequence >= 0 else -1
-            key_size = -1 if rec.key is None else len(rec.key)
-            value_size = -1 if rec.value is None else len(rec.value)
-            header_keys = ",".join(_show_header_key(k) for k, _v in rec.headers)
-            yield (
-                f"| offset: {rec.offset} {ts_type}: {rec.timestamp} keySize: {key_size} "
-                f"valueSize: {value_size} sequence: {seq} headerKeys: [{header_keys}] "
-                f"key: {_show(rec.key)} payload: {_show(rec.value)}"
-            )
+            yield {
+                "type": "record",
+                "offset": rec.offset,
+                "timestamp_type": ts_type,
+                "timestamp": rec.timestamp,
+                "key_size": -1 if rec.key is None else len(rec.key),
+                "value_size": -1 if rec.value is None else len(rec.value),
+                "sequence": header.base_sequence + i if header.base_sequence >= 0 else -1,
+                "header_keys": [_show_header_key(k) for k, _v in rec.headers],
+                "key": _show(rec.key),
+                "value": _show(rec.value),
+            }
     except LograftError as exc:
-        yield f"| records do not decode: {exc.message}"
+        yield {"type": "record_error", "message": exc.message}
+
+
+def entry_line(e: dict[str, Any]) -> str:
+    """One entry as kafka-dump-log prints it."""
+    kind = e["type"]
+    if kind == "file":
+        return f"Dumping {e['path']}"
+    if kind == "log_start":
+        return f"Log starting offset: {e['base_offset']}"
+    if kind == "batch":
+        return _batch_line(e)
+    if kind == "record":
+        return (
+            f"| offset: {e['offset']} {e['timestamp_type']}: {e['timestamp']} "
+            f"keySize: {e['key_size']} valueSize: {e['value_size']} sequence: {e['sequence']} "
+            f"headerKeys: [{','.join(e['header_keys'])}] key: {_text(e['key'])} "
+            f"payload: {_text(e['value'])}"
+        )
+    if kind == "record_error":
+        return f"| records do not decode: {e['message']}"
+    if kind == "index_entry":
+        return f"offset: {e['offset']} position: {e['position']}"
+    if kind == "time_index_entry":
+        return f"timestamp: {e['timestamp']} offset: {e['offset']}"
+    return f"Found {e['bytes']} invalid bytes at position {e['position']} (torn or corrupt tail)"
+
+
+def _batch_line(e: dict[str, Any]) -> str:
+    def flag(key: str) -> str:
+        return str(e[key]).lower()
+
+    return (
+        f"baseOffset: {e['base_offset']} lastOffset: {e['last_offset']} count: {e['count']} "
+        f"baseSequence: {e['base_sequence']} lastSequence: {e['last_sequence']} "
+        f"producerId: {e['producer_id']} producerEpoch: {e['producer_epoch']} "
+        f"partitionLeaderEpoch: {e['partition_leader_epoch']} "
+        f"isTransactional: {flag('is_transactional')} "
+        f"isControl: {flag('is_control')} position: {e['position']} "
+        f"{e['timestamp_type']}: {e['max_timestamp']} size: {e['size']} magic: {e['magic']} "
+        f"compresscodec: {e['compression']} crc: {e['crc']} isvalid: {flag('valid')}"
+    )
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else value
 
 
 def _show_header_key(key: str) -> str:
@@ -141,9 +206,10 @@ def _show_header_key(key: str) -> str:
         return "base64:" + base64.b64encode(raw).decode()
 
 
-def _show(data: bytes | None) -> str:
+def _show(data: bytes | None) -> str | None:
+    """UTF-8 text as it is (repr'd when not printable), else `base64:...`; None for null."""
     if data is None:
-        return "null"
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -4,13 +4,17 @@ through it. Each test uses its own topic names; the node is shared by the module
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 import orjson
 import pytest
 
 from lograft.cli.cluster import render_status
-from lograft.cli.common import bootstrap_urls, table
+from lograft.cli.common import bootstrap_urls
+from lograft.cli.dump_log import cmd_dump_log
+from lograft.cli.main import build_parser
+from lograft.cli.output import grid, render_text
 from lograft.client import Admin
 from lograft.errors import InvalidConfigError
 from lograft.protocol.partitioner import partition_for_key
@@ -196,7 +200,8 @@ def test_bootstrap_urls_normalise_and_refuse():
 
 
 def test_table_aligns_columns():
-    assert table(["A", "LONGER"], [(1, None), ("xyz", [1, 2])]) == [
+    text = render_text([grid(["A", "LONGER"], [(1, None), ("xyz", [1, 2])])], width=40)
+    assert [line.rstrip() for line in text.splitlines()] == [
         "A    LONGER",
         "1    -",
         "xyz  1,2",
@@ -217,7 +222,7 @@ def test_render_status_counts_fenced_brokers():
         },
         "brokers": [{"id": 1, "fenced": False}, {"id": 2, "fenced": True}],
     }
-    text = "\n".join(render_status(doc))
+    text = render_text(render_status(doc), width=100)
     assert "2 (1 unfenced, 1 fenced)" in text and "observers: 5" in text
     assert "node 2 (Raft follower)" in text
 
@@ -226,3 +231,72 @@ def test_admin_prefers_the_url_that_answered_last(node):
     with Admin([dead_urls(1)[0], node.url]) as admin:
         admin.list_topics()
         assert admin._async.metadata.candidates()[0] == node.url
+
+
+# -- --output json: one JSON document of the documented shape (docs/cli.md) -----------------
+
+
+def as_json(node: RealNode, *argv: str, stdin: bytes = b"") -> object:
+    r = cli(node, *argv, "--output", "json", stdin=stdin)
+    assert r.code == 0, r.err
+    return orjson.loads(r.out)
+
+
+def test_topic_commands_print_json(node):
+    created = as_json(node, "topics", "create", "t-json", "--partitions", "2")
+    assert created["name"] == "t-json" and len(created["partitions"]) == 2
+    assert {"name", "topic_id", "partitions"} <= created.keys()
+    altered = as_json(
+        node, "topics", "alter", "t-json", "--partitions", "3", "--config", "retention_ms=60000"
+    )
+    assert altered == {"topic": "t-json", "configs": {"retention_ms": "60000"}, "partitions": 3}
+    listed = as_json(node, "topics", "list")
+    assert {"name", "partitions", "replication_factor", "configs"} <= next(
+        t for t in listed["topics"] if t["name"] == "t-json"
+    ).keys()
+    described = as_json(node, "topics", "describe", "t-json")
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    assert {"leader", "replicas", "isr", "log_start_offset", "high_watermark"} <= set(
+        described["partitions"][0]
+    )
+    status = as_json(node, "cluster", "status")
+    assert {"cluster_id", "node_id", "active_controller", "raft", "brokers"} <= status.keys()
+    # -o is --output; --json is its older spelling.
+    assert orjson.loads(cli(node, "topics", "list", "-o", "json").out) == listed
+    assert as_json(node, "topics", "delete", "t-json") == {"topic": "t-json", "deleted": True}
+
+
+def test_produce_consume_and_dump_log_print_json(node):
+    assert cli(node, "topics", "create", "t-jsonl", "--replication-factor", "1").code == 0
+    summary = as_json(node, "produce", "t-jsonl", stdin=b"a\nb\nc\n")
+    assert {k: summary[k] for k in ("topic", "acks", "sent", "acknowledged", "failed")} == {
+        "topic": "t-jsonl",
+        "acks": "all",
+        "sent": 3,
+        "acknowledged": 3,
+        "failed": 0,
+    }
+    assert summary["interrupted"] is False and summary["records_per_s"] >= 0
+    consumed = cli(node, "consume", "t-jsonl", "--output", "json")
+    recs = [orjson.loads(line) for line in consumed.out.splitlines()]
+    assert [(r["topic"], r["offset"], r["value"]) for r in recs] == [
+        ("t-jsonl", 0, "a"),
+        ("t-jsonl", 1, "b"),
+        ("t-jsonl", 2, "c"),
+    ]
+    (segment,) = (node.log_path.parent / "data").glob("**/t-jsonl-0/*.log")
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["dump-log", str(segment), "--records", "--output", "json"]
+    code = cmd_dump_log(build_parser().parse_args(argv), out, err)
+    assert (code, err.getvalue()) == (0, "")
+    entries = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["type"] for e in entries[:2]] == ["file", "log_start"]
+    batches = [e for e in entries if e["type"] == "batch"]
+    assert batches and all(b["valid"] for b in batches)
+    assert {"base_offset", "last_offset", "count", "position", "size", "crc"} <= batches[0].keys()
+    records = [e for e in entries if e["type"] == "record"]
+    assert [(r["offset"], r["value"], r["key"]) for r in records] == [
+        (0, "a", None),
+        (1, "b", None),
+        (2, "c", None),
+    ]

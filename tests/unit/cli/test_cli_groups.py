@@ -367,3 +367,34 @@ def test_an_incomplete_group_list_says_why_and_exits_1(monkeypatch):
 def test_partitions_text():
     assert partitions_text({"orders": [1, 0], "audit": [2]}) == "audit:2;orders:0,1"
     assert partitions_text({}) is None
+
+
+def test_group_commands_print_json(node):
+    make_topic(node, "t-json", 2, 4)
+
+    def as_json(*argv: str) -> dict:
+        r = cli(node, *argv, "--output", "json")
+        assert r.code == 0, r.err
+        return orjson.loads(r.out)
+
+    reset = ["groups", "reset-offsets", "g-json", "--topic", "t-json", "--to-offset", "1"]
+    dry = as_json(*reset, "--dry-run")
+    assert dry == {
+        "group": "g-json",
+        "strategy": "offset",
+        "dry_run": True,
+        "offsets": [
+            {"topic": "t-json", "partition": p, "current_offset": None, "new_offset": 1}
+            for p in range(2)
+        ],
+    }
+    done = as_json(*reset)
+    assert done["dry_run"] is False and sorted(
+        (o["partition"], o["new_offset"]) for o in done["offsets"]
+    ) == [(0, 1), (1, 1)]
+    described = as_json("groups", "describe", "g-json")
+    assert described["group_id"] == "g-json" and described["state"] == "empty"
+    assert sorted(o["lag"] for o in described["offsets"]) == [3, 3]
+    listed = as_json("groups", "list")
+    assert any(g["group_id"] == "g-json" for g in listed["groups"])
+    assert as_json("groups", "delete", "g-json") == {"group": "g-json", "deleted": True}

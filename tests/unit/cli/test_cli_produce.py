@@ -12,7 +12,6 @@ import pytest
 from lograft.cli.common import Streams
 from lograft.cli.main import main
 from lograft.cli.produce import InputError, _line_ranges, parse_line
-from lograft.cli.progress import Progress
 from lograft.protocol.partitioner import partition_for_key
 from tests.unit.api.conftest import PARTITIONS
 from tests.unit.cli.cli_support import DEADLINE_S, dead_urls, http_json, run_cli
@@ -212,30 +211,3 @@ def test_parse_line_refuses_bad_utf8_and_bad_json_naming_the_line():
 
 def test_line_ranges_compacts_runs():
     assert _line_ranges([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8"
-
-
-def test_progress_line_shows_a_bar_when_the_size_is_known():
-    now = [0.0]
-    p = Progress(io.StringIO(), mode=True, total_bytes=1000, clock=lambda: now[0])
-    now[0] = 2.0
-    assert p.line(400, 500).startswith("[############------------]  50%  400 records sent")
-    assert "200 records/s" in p.line(400, 500)
-    unknown = Progress(io.StringIO(), mode=True, total_bytes=None, clock=lambda: now[0])
-    assert unknown.line(5, 10).startswith("5 records sent")
-
-
-def test_progress_in_auto_mode_waits_until_the_run_is_long():
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    now = [0.0]
-    out = Tty()
-    p = Progress(out, mode=None, total_bytes=None, clock=lambda: now[0])
-    p.update(10, 10)
-    assert out.getvalue() == ""  # a short run never shows a bar
-    now[0] = 1.5
-    p.update(20, 20)
-    assert "20 records sent" in out.getvalue()
-    p.clear()
-    assert out.getvalue().endswith("\r")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -238,3 +239,34 @@ def test_quotas_set_describe(server: SecurityServer) -> None:
     usage_error(server, "quotas", "set", "--for-user", "a", "--set", "bogus=1")
     res = cli(server, "quotas", "set", "--for-user", "a", "--set", "producer_byte_rate=1.5")
     assert res.code == 1 and "set.producer_byte_rate" in res.err
+
+
+def as_json(server: SecurityServer, *argv: str, stdin: bytes = b"") -> dict:
+    res = cli(server, *argv, "--output", "json", stdin=stdin)
+    assert res.code == 0, res.err
+    doc = orjson.loads(res.out)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_acls_users_quotas_print_json(server: SecurityServer) -> None:
+    binding = ["--principal", "User:alice", "--topic", "orders", "--operation", "read"]
+    added = as_json(server, "acls", "add", *binding)
+    assert [a["operation"] for a in added["created"]] == ["read"] and added["existing"] == []
+    assert as_json(server, "acls", "add", *binding)["existing"] == added["created"]
+    listed = as_json(server, "acls", "list")
+    assert listed["acls"] == added["created"]
+    assert {"principal", "host", "permission", "operation", "resource_type"} <= set(
+        listed["acls"][0]
+    )
+    assert as_json(server, "acls", "remove", "--all")["deleted"] == added["created"]
+
+    user = as_json(server, "users", "add", "bob", "--password-stdin", stdin=b"pw-long-enough\n")
+    assert (user["name"], user["mechanism"], user["iterations"]) == ("bob", "SCRAM-SHA-512", 4096)
+    assert as_json(server, "users", "list")["users"][0]["name"] == "bob"
+    assert as_json(server, "users", "delete", "bob")["mechanisms"] == ["SCRAM-SHA-512"]
+
+    quotas = as_json(server, "quotas", "set", "--for-user", "bob", "--set", "producer_byte_rate=9")
+    assert quotas["entity"] == {"user": "bob"} and quotas["values"] == {"producer_byte_rate": 9}
+    described = as_json(server, "quotas", "describe")
+    assert described["quotas"] == [{"entity": {"user": "bob"}, "values": {"producer_byte_rate": 9}}]
