@@ -28,6 +28,7 @@ from lograft.cli.common import (
     non_negative_int,
 )
 from lograft.cli.output import grid, print_json, print_rich, text, wants_json
+from lograft.cli.progress import waiting
 from lograft.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
@@ -103,6 +104,13 @@ def add_parser(sub: Any) -> None:
     )
     reset.add_argument(
         "--dry-run", action="store_true", help="print the new offsets, change nothing"
+    )
+    reset.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a spinner on stderr while waiting (default: when stderr is a terminal and "
+        "the wait lasts over a second)",
     )
     finish_parser(reset, cmd_reset_offsets, "groups reset-offsets")
 
@@ -278,7 +286,10 @@ def reset_request(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_reset_offsets(args: argparse.Namespace, streams: Streams) -> int:
     body = reset_request(args)
     rows: list[tuple[Any, ...]]
-    with client_for(args) as admin:
+    what = "reading the offsets of" if args.dry_run else "resetting the offsets of"
+    where = "every partition" if args.partitions is None else f"{len(args.partitions)} partitions"
+    message = f"{what} {where} of {args.topic} for group {args.group}"
+    with client_for(args) as admin, waiting(streams.stderr, mode=args.progress, message=message):
         if args.dry_run:
             rows = _dry_run(admin, args, body)
         else:

@@ -321,6 +321,7 @@ def cmd_produce(
             _summary(args, tally, progress, streams, interrupted=True)
             return 130
         except BaseException:
+            progress.clear()  # rich hid the cursor while drawing: give it back
             producer.abort()
             producer.close(INTERRUPT_CLOSE_MS)
             raise

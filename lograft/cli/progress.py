@@ -1,5 +1,6 @@
 """The progress bar of long CLI runs (produce, consume of a range, dump-log),
-drawn by rich on stderr.
+drawn by rich on stderr, and `waiting`, a spinner for one long request
+(groups reset-offsets).
 
 It never touches stdout, where the data goes. `mode` is the command's
 `--progress/--no-progress`: True always draws (even when stderr is not a
@@ -11,11 +12,20 @@ thread: the clock is passed in so tests control time), and erased by `clear`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, ProgressColumn, TaskProgressColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    ProgressColumn,
+    SpinnerColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.progress import Progress as RichProgress
 
 # Seconds between two redraws, at least.
@@ -75,13 +85,7 @@ class Progress:
         self._bar.refresh()
 
     def _make(self) -> RichProgress:
-        console = Console(
-            file=self.out,
-            force_terminal=True if self.enabled else None,
-            highlight=False,
-            markup=False,
-            emoji=False,
-        )
+        console = _console(self.out)
         columns: list[ProgressColumn] = []
         if self.total is not None:
             columns += [BarColumn(bar_width=BAR_WIDTH), TaskProgressColumn()]
@@ -105,6 +109,55 @@ class Progress:
             self._bar.stop()
             self._bar = None
             self._drawn_at = None
+
+
+@contextmanager
+def waiting(out: TextIO, *, mode: bool | None, message: str) -> Iterator[None]:
+    """A spinner with `message` and the time elapsed on `out` while the body runs
+    (one request that may take long: no count to show), erased after it. The
+    same rules as `Progress`: `mode` True at once, None only on a terminal
+    and once the wait has lasted AUTO_SHOW_AFTER_S, False never."""
+    if not (mode if mode is not None else isatty(out)):
+        yield
+        return
+    spinner = RichProgress(
+        SpinnerColumn(),
+        TextColumn(message, markup=False),
+        TimeElapsedColumn(),
+        console=_console(out),
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+    spinner.add_task("", total=None)
+    lock = threading.Lock()
+    state = {"shown": False, "over": False}
+
+    def show() -> None:
+        with lock:
+            if not state["over"]:
+                spinner.start()  # rich's refresh thread animates it from here
+                state["shown"] = True
+
+    timer = threading.Timer(AUTO_SHOW_AFTER_S, show)
+    timer.daemon = True
+    if mode:
+        show()
+    else:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["over"] = True
+            if state["shown"]:
+                spinner.stop()
+
+
+def _console(out: TextIO) -> Console:
+    # Only called when drawing is on: forced, or `out` is a terminal.
+    return Console(file=out, force_terminal=True, highlight=False, markup=False, emoji=False)
 
 
 def isatty(out: TextIO) -> bool:

@@ -388,7 +388,10 @@ def test_group_commands_print_json(node):
             for p in range(2)
         ],
     }
-    done = as_json(*reset)
+    shown = cli(node, *reset, "--output", "json", "--progress")
+    assert shown.code == 0, shown.err
+    assert "resetting the offsets of every partition of t-json" in shown.err  # the spinner
+    done = orjson.loads(shown.out)
     assert done["dry_run"] is False and sorted(
         (o["partition"], o["new_offset"]) for o in done["offsets"]
     ) == [(0, 1), (1, 1)]

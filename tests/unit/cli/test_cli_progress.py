@@ -7,7 +7,7 @@ import io
 import re
 
 from lograft.cli.consume import _progress_mode
-from lograft.cli.progress import AUTO_SHOW_AFTER_S, REDRAW_INTERVAL_S, Progress
+from lograft.cli.progress import AUTO_SHOW_AFTER_S, REDRAW_INTERVAL_S, Progress, waiting
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -105,3 +105,18 @@ def test_produce_progress_goes_to_stderr_only(srv):
     assert shown.out == "" and "records sent" in plain(shown.err)
     as_json = srv.cli("produce", "orders", "--progress", "-o", "json", stdin=stdin)
     assert '"acknowledged": 50' in as_json.out and "\x1b" not in as_json.out
+
+
+def test_waiting_shows_a_spinner_when_forced_and_erases_it():
+    out = io.StringIO()
+    with waiting(out, mode=True, message="resetting the offsets"):
+        assert "resetting the offsets" in plain(out.getvalue())
+    shown = out.getvalue()
+    assert "\x1b[?25h" in shown and shown.endswith("\x1b[2K")  # cursor back, line erased
+
+
+def test_waiting_is_silent_when_off_not_a_terminal_or_short():
+    for out, mode in ((io.StringIO(), None), (Tty(), False), (Tty(), None)):
+        with waiting(out, mode=mode, message="resetting"):
+            pass  # on a terminal in auto mode: over before AUTO_SHOW_AFTER_S
+        assert out.getvalue() == ""
