@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lograft import power_loss
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
@@ -93,7 +94,7 @@ from lograft.protocol.fetch_wire import (
 )
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.storage import checkpoint, power_loss
+from lograft.storage import checkpoint
 from lograft.storage.config import LogConfig, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Clock, Log, wall_clock_ms

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lograft import power_loss
 from lograft.errors import LograftError
-from lograft.storage import power_loss
 
 VERSION = 0
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lograft.storage import power_loss
+from lograft import power_loss
 from lograft.storage.handles import FilePool, default_pool
 
 _OFFSET_ENTRY = struct.Struct(">ii")

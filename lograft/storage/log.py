@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
+from lograft import power_loss
 from lograft.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -62,7 +63,7 @@ from lograft.protocol.batch import (
     validate_batches,
 )
 from lograft.protocol.compression import DecompressionBudget
-from lograft.storage import checkpoint, power_loss
+from lograft.storage import checkpoint
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
 from lograft.storage.epoch_cache import LeaderEpochCache

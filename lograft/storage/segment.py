@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from lograft import power_loss
 from lograft.errors import CorruptRecordError, LograftError, StorageError
 from lograft.protocol.batch import (
     BATCH_LENGTH_MIN,
@@ -32,7 +33,6 @@ from lograft.protocol.batch import (
     PREFIX,
     validate_batch,
 )
-from lograft.storage import power_loss
 from lograft.storage.config import LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.index import OffsetIndex, TimeIndex

@@ -22,7 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lograft.storage import power_loss
+from lograft import power_loss
 from lograft.storage.checkpoint import fsync_dir
 from lograft.storage.segment import (
     INDEX_SUFFIX,

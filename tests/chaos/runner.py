@@ -152,7 +152,7 @@ def run_scenario(
     began = time.monotonic()
     overrides: dict[int, dict[str, Any]] = {}
     if scenario.power_loss:
-        from lograft.storage.power_loss import ENV_VAR
+        from lograft.power_loss import ENV_VAR
 
         overrides = {
             n: {"env": {ENV_VAR: str(workdir / f"node-{n}.power-loss")}} for n in (1, 2, 3)

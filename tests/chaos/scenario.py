@@ -53,7 +53,7 @@ class Scenario:
     raft: Mapping[str, Any] = field(default_factory=dict)
     # Configs of the workload topic, over the runner's (e.g. a flush_policy).
     topic_configs: Mapping[str, str] = field(default_factory=dict)
-    # Run every node in the power-loss test mode (lograft/storage/power_loss.py),
+    # Run every node in the power-loss test mode (lograft/power_loss.py),
     # recording into `<workdir>/node-<id>.power-loss` (`power_loss_dir`).
     power_loss: bool = False
 

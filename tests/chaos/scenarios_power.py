@@ -1,8 +1,9 @@
 """Power loss, not only SIGKILL (issue 13): the nodes run in the power-loss
-test mode (lograft/storage/power_loss.py), which records every fsync of the
-partition logs; a "power cut" SIGKILLs a node and then puts every file of its
-`logs` directory back as the disk would hold it: unsynced bytes gone, files
-whose names were never fsynced with their directory gone.
+test mode (lograft/power_loss.py), which records every fsync of the
+partition logs and of the metadata quorum's files; a "power cut" SIGKILLs a
+node and then puts every file of its `logs` and `metadata` directories back as
+the disk would hold it: unsynced bytes gone, files whose names were never
+fsynced with their directory gone.
 
 The workload topic runs `flush_policy = group_commit` here: acks=all is
 answered only once every ISR member has fsynced the batch, so the checker must
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from lograft.storage.power_loss import cut_power
+from lograft.power_loss import cut_power
 from tests.chaos.history import LeaderKill
 from tests.chaos.scenario import ChaosContext, Scenario, power_loss_dir, register
 from tests.chaos.scenarios_process import _hold, _led_by, _restart, _wait_new_leaders
@@ -32,15 +33,22 @@ def _cut(ctx: ChaosContext, victims: list[int]) -> None:
         ctx.cluster[n].kill()
     for n in victims:
         node = ctx.cluster[n]
-        report = cut_power(power_loss_dir(ctx.cluster, n), node.spec.data_dir / "logs")
+        record = power_loss_dir(ctx.cluster, n)
+        report = cut_power(record, node.spec.data_dir / "logs")
+        # The metadata quorum's files too (Raft journal, its meta, snapshot):
+        # what the journal had not fsynced is gone, as on a real disk.
+        raft = cut_power(record, node.spec.data_dir / "metadata")
         ctx.facts.setdefault("power_cut", {})[n] = {
             "log_bytes_dropped": report.log_bytes_dropped,
             "files_removed": len(report.removed),
             "files_emptied": len(report.emptied),
+            "metadata_bytes_dropped": raft.bytes_dropped,
         }
         ctx.log(
             f"power cut node {n}: {report.log_bytes_dropped} unsynced segment bytes dropped, "
-            f"{len(report.removed)} files removed, {len(report.emptied)} emptied"
+            f"{len(report.removed)} files removed, {len(report.emptied)} emptied; "
+            f"metadata: {raft.bytes_dropped} unsynced bytes dropped, "
+            f"{len(raft.removed)} files removed, {len(raft.emptied)} emptied"
         )
 
 

@@ -143,7 +143,7 @@ class NodeSpec:
     # [quotas]: how client quotas are measured and enforced.
     quotas: dict[str, Any] = field(default_factory=dict)
     # Extra environment of the node process (test switches such as
-    # lograft/storage/power_loss.py's).
+    # lograft/power_loss.py's).
     env: dict[str, str] = field(default_factory=dict)
 
     @property

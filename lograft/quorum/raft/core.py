@@ -43,6 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
+from lograft import power_loss
 from lograft.errors import RaftStartupError, RaftStoppedError
 from lograft.quorum.raft.config import RaftConfig, parse_address
 from lograft.quorum.raft.durability import DurabilityGate, use_journal_factory
@@ -483,6 +484,9 @@ class RaftCore:
             # pysyncobj renamed the dump into place without syncing the
             # directory; do it before the next tick truncates the journal.
             self._snapshot_written = False
+            # The power-loss test mode: the file renamed into place holds the
+            # bytes the serializer fsynced under its temporary name.
+            power_loss.synced(self._config.snapshot_path)
             fsync_path(self._config.data_dir)
         self._applied = max(self._applied, so.raftLastApplied)
         self._count(so)

@@ -52,6 +52,7 @@ from typing import Any
 from pysyncobj.journal import Journal
 from pysyncobj.pickle import loads as pysyncobj_loads
 
+from lograft import power_loss
 from lograft.quorum.raft.snapshot import fsync_path
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class DurableJournal(Journal):
         started = time.perf_counter()
         with self._failing():
             os.fsync(self._fd)
+        power_loss.synced(self._path)
         self.sync_seconds += time.perf_counter() - started
         self.syncs += 1
         self._unsynced = False
@@ -266,6 +268,7 @@ class DurableJournal(Journal):
             _pwrite_all(fd, _END_MARK, self._end)
             if self._fsync:
                 os.fsync(fd)
+                power_loss.synced(self._path)
             return fd
         if data.startswith(_STOCK_NAME):
             log.info("Raft journal %s: converting from the pysyncobj format", self._path)
@@ -286,7 +289,9 @@ class DurableJournal(Journal):
             _pwrite_all(fd, bytes(blob), 0)
             if self._fsync:
                 os.fsync(fd)
+                power_loss.synced(self._tmp_path)
             os.replace(self._tmp_path, self._path)
+            power_loss.replaced(self._tmp_path, self._path)
             if self._fsync:
                 fsync_path(self._path.parent)
         except BaseException:
@@ -335,7 +340,10 @@ class DurableJournal(Journal):
             f.flush()
             if self._fsync:
                 os.fsync(f.fileno())
+        if self._fsync:
+            power_loss.synced(tmp)
         os.replace(tmp, self._meta_path)
+        power_loss.replaced(tmp, self._meta_path)
         if self._fsync:
             fsync_path(self._meta_path.parent)
         self._meta_saved = True

@@ -30,10 +30,13 @@ place (pysyncobj does the rename; see docs/quorum.md for what it syncs).
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from lograft import power_loss
 
 MAGIC = b"LGRSNAP\x01"
 _HEADER = struct.Struct(">8sQQQQIIQ")
@@ -122,6 +125,7 @@ def write_snapshot_file(path: str | Path, snapshot: Snapshot) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    power_loss.synced(Path(path))
 
 
 def read_snapshot_file(path: str | Path) -> Snapshot:
@@ -134,5 +138,11 @@ def fsync_path(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
     finally:
         os.close(fd)
+    # The power-loss test mode records what this fsync made durable.
+    if is_dir:
+        power_loss.dir_synced(Path(path))
+    else:
+        power_loss.synced(Path(path))

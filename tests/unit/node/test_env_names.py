@@ -26,7 +26,7 @@ NOT_SETTINGS = {
     "LOGRAFT_FUZZ_STATEFUL_BUDGET_S",
     "LOGRAFT_SKIP_TOXIPROXY",  # scripts/setup.sh: do not build toxiproxy
     "LOGRAFT_SKIP_PROMTOOL",  # scripts/setup.sh: do not install promtool
-    "LOGRAFT_TEST_POWER_LOSS_DIR",  # lograft/storage/power_loss.py: tests' power-loss mode
+    "LOGRAFT_TEST_POWER_LOSS_DIR",  # lograft/power_loss.py: tests' power-loss mode
 }
 
 # The one place that names an old spelling on purpose: the test that it is ignored.

@@ -1,5 +1,5 @@
 """`flush_policy = group_commit` in the log (`Log.commit`), and the power-loss
-test mode (lograft/storage/power_loss.py) that proves what it promises: after
+test mode (lograft/power_loss.py) that proves what it promises: after
 a simulated power cut the log holds exactly what a commit covered, across
 rolls (the new segment's name is fsynced with its directory), truncations and
 a reopen; under `none` the unsynced batches are gone."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lograft.storage import power_loss
+from lograft import power_loss
 from lograft.storage.config import FlushPolicy, LogConfig
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log

@@ -3,7 +3,8 @@ cut is what was fsynced, not what the page cache held.
 
 Off unless the environment variable `LOGRAFT_TEST_POWER_LOSS_DIR` names a
 directory (a node's own, outside its data dir). Then every fsync the storage
-layer makes is recorded there, as it returns:
+layer and the metadata quorum's files (quorum/raft/journal.py, snapshot.py,
+core.py) make is recorded there, as it returns:
 
 - a file's fsync (`synced`) keeps a copy of its bytes as of that fsync (for a
   segment `.log`, only the bytes the fsync covered: those written before it
@@ -14,8 +15,9 @@ layer makes is recorded there, as it returns:
   bytes from there as changed, so the next fsync copies them again.
 
 `cut_power(record_dir, root)` then, with the node killed (SIGKILL), puts
-every file under `root` (a node's `logs` directory) back as a power cut
-would leave it:
+every file under `root` (a node's `logs` directory, or its `metadata`
+directory: Raft journal, its meta file, snapshot) back as a power cut would
+leave it:
 
 - a name its directory's last fsync did not list disappears (a file created
   since, even if its data was fsynced; a directory too, with all it holds);
@@ -25,8 +27,8 @@ would leave it:
   file systems may bring back a file unlinked since its directory's last
   fsync; the storage layer never relies on either outcome.
 
-Only the storage layer's partition logs are covered; the metadata quorum's
-files (`data_dir/raft`...) are left as the kill left them.
+It lives outside storage/ and quorum/ so that both record into it (quorum
+never imports storage).
 
 The record is a journal of JSON lines plus the copies, written without fsync:
 the simulated cut happens to a process, not to the machine, so the test
