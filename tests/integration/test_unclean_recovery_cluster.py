@@ -4,7 +4,8 @@ unclean (no clean-shutdown file), leaves the kept ISR of partitions whose
 records it might have lost, and the partitions come back once every replica
 has reported its log end, the longest log leading; nothing acknowledged is
 lost. Topics that fsync (group_commit) keep their ISR. A SIGTERM leaves a
-clean-shutdown file naming the broker epoch."""
+clean-shutdown file naming the broker epoch. A preferred replica that fell
+behind before every node was killed does not lead: the longest log does."""
 
 from __future__ import annotations
 
@@ -105,3 +106,44 @@ def test_sigterm_leaves_a_clean_shutdown_file_naming_the_broker_epoch(
     node.wait_ready()
     # Taken at start: a crash from here on must read as unclean.
     assert not marker.exists()
+
+
+def test_a_preferred_replica_that_fell_behind_does_not_lead_after_every_node_is_killed(
+    cluster: LograftCluster,
+) -> None:
+    # The preferred replica misses records the other two acknowledged; after
+    # SIGKILL of all three, it must not lead (preferred order would: its
+    # followers would then truncate the acknowledged records away).
+    cluster.wait_ready()
+    topic = "behind"
+    body = {"name": topic, "partitions": 1, "replication_factor": 3}
+    cluster[1].ok("POST", "/v1/topics", body, status=201)
+    preferred = describe(cluster[1], topic)[0]["replicas"][0]
+    others = [n for n in (1, 2, 3) if n != preferred]
+    via = cluster[others[0]]
+    cluster[preferred].kill()
+
+    def led_without_it() -> bool:
+        doc = describe(via, topic)[0]
+        return doc["leader"] in others and preferred not in doc["isr"]
+
+    cluster.eventually(led_without_it, 60, f"{topic} led without broker {preferred}")
+    acked = set()
+    for i in range(RECORDS):
+        for answer in produce_ok(cluster, via, topic, [{"value": f"behind-{i}"}]):
+            assert answer["partition"] == 0
+            acked.add(f"behind-{i}")
+
+    cluster.kill_all()
+    cluster.start()
+
+    def led() -> bool:
+        return describe(cluster[1], topic)[0]["leader"] >= 0
+
+    cluster.eventually(led, 60, f"{topic} led again")
+    assert describe(cluster[1], topic)[0]["leader"] in others
+
+    def everything_back() -> bool:
+        return acked <= read_back(cluster, topic)[0]
+
+    cluster.eventually(everything_back, 60, "every acknowledged record read back")
