@@ -101,6 +101,31 @@ if [[ "${LOGRAFT_SKIP_PROMTOOL:-}" != "1" ]] && ! command -v promtool >/dev/null
         || log "apt-get install prometheus failed (see $VENV/apt-promtool.log): the promtool checks will be skipped"
 fi
 
+# Chromium for the web console's browser tests
+# (tests/integration/test_console_browser.py, driven by Playwright through
+# the system browser: nothing is downloaded outside apt, never `playwright
+# install`): Debian's chromium package, installed once when we are root with
+# apt-get. LOGRAFT_REQUIRE_BROWSER=1 (the test command) makes a missing
+# browser fatal, as LOGRAFT_REQUIRE_JAVA does Java; without it the browser
+# tests skip and say why.
+find_chromium() { command -v chromium || command -v chromium-browser; }
+if ! find_chromium >/dev/null && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "installing Debian's chromium for the web console's browser tests (once)"
+    if ! apt-cache policy chromium 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt-get update -qq >"$VENV/apt-chromium.log" 2>&1 || true
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+        >>"$VENV/apt-chromium.log" 2>&1 \
+        || log "apt-get install chromium failed; see $VENV/apt-chromium.log"
+fi
+if ! find_chromium >/dev/null; then
+    log "no chromium: the web console's browser tests will be skipped"
+    if [[ "${LOGRAFT_REQUIRE_BROWSER:-}" == "1" ]]; then
+        log "the browser tests need it (install Debian's chromium package); stopping here"
+        exit 1
+    fi
+fi
+
 # The toxiproxy server for the fault-injection tests, built from source with
 # `go install` at a pinned version into .tools/bin (Go is on the machine; no
 # prebuilt binary is downloaded). Skipped when the binary is already there.

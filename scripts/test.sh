@@ -4,6 +4,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# The test command runs every test: a missing Java or browser is a failure,
+# not a skip (the browser tests read LOGRAFT_REQUIRE_BROWSER too).
+export LOGRAFT_REQUIRE_BROWSER=1
 LOGRAFT_REQUIRE_JAVA=1 bash "$ROOT/scripts/setup.sh"
 PY="$ROOT/.venv/bin/python"
 # The Java setup.sh chose for Spark, for every JVM the tests start.

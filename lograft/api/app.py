@@ -11,7 +11,8 @@ internal endpoints under `/internal/v1` behind the cluster secret
 
 Middleware, outermost first: the connection guard (http_server.py), the
 request metrics' timer (api/metrics/request_metrics.py; with metrics on),
-errors as JSON, authentication (api/authentication.py: sets the Caller), the
+CORS preflights of the cluster's own nodes (api/console/cors.py), errors
+as JSON, authentication (api/authentication.py: sets the Caller), the
 internal-secret check, authorization (api/access.py), the serving gate,
 client quotas (api/quota_gate.py), request bodies (http_server.py).
 """
@@ -33,6 +34,7 @@ from lograft.api.access import (
 from lograft.api.auth_failure_log import AuthFailureLog
 from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
 from lograft.api.caller import CALLER_KEY, Caller, How
+from lograft.api.console.cors import Origins, add_cors_headers, cors_middleware
 from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY, error_middleware
 from lograft.api.metrics.request_metrics import RequestMetrics
 from lograft.api.quota_gate import QUOTA_GATE_KEY, QuotaGate, quota_middleware
@@ -94,6 +96,7 @@ def create_app(
     access: AccessControl | None = None,
     quotas: QuotaGate | None = None,
     request_metrics: RequestMetrics | None = None,
+    cors_origins: Origins | None = None,
 ) -> web.Application:
     """`serving`: None when the node has no data routes (no broker role), else
     what refuses them while the broker may not serve (api/serving_gate.py).
@@ -104,9 +107,14 @@ def create_app(
     does not decide. `quotas`: the client quotas enforced on the public
     routes (api/quota_gate.py); None: none. `request_metrics`: times every
     request from the first middleware (api/metrics/request_metrics.py);
-    None: metrics off."""
+    None: metrics off. `cors_origins`: the origins (the cluster's nodes)
+    whose pages may call this node, for the web console's failover
+    (api/console/cors.py); None: no CORS answers."""
     authenticator = authenticator or Authenticator()
     middlewares: list[Any] = [] if request_metrics is None else [request_metrics.middleware()]
+    if cors_origins is not None:
+        # Before authentication: a preflight carries no credentials.
+        middlewares.append(cors_middleware(cors_origins))
     middlewares += [
         error_middleware,
         authenticator.middleware(),
@@ -120,6 +128,8 @@ def create_app(
         middlewares.append(quota_middleware(quotas))
     app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
+    if cors_origins is not None:
+        add_cors_headers(app, cors_origins)
     if quotas is not None:
         app[QUOTA_GATE_KEY] = quotas
     if access is not None:

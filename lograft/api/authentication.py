@@ -85,9 +85,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Routes anyone may call without credentials: the orchestrator's probes and
-# the API's description.
-PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json"})
+# Routes anyone may call without credentials: the orchestrator's probes, the
+# API's description and the web console's static files (which hold no data).
+PUBLIC_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/ui", "/ui/", "/ui/{asset}"})
 INTERNAL_PREFIX = "/internal/"
 # Longest X-Lograft-Client-Id, characters (Kafka bounds client.id by its
 # request header's string; 255 keeps log lines and quota keys small).

@@ -227,6 +227,38 @@ PATHS: dict[str, dict[str, Any]] = {
             {"200": {"description": "success", "content": {JSON: {"schema": {"type": "object"}}}}},
         )
     },
+    # The web console (docs/console.md): static files, no data in them.
+    "/ui": {
+        "get": _op(
+            "console",
+            "the web console's page (it calls this API with the caller's credentials)",
+            {"200": {"description": "success", "content": {"text/html": {"schema": {}}}}},
+        )
+    },
+    "/ui/": {
+        "get": _op(
+            "consoleIndex",
+            "the web console's page, as /ui",
+            {"200": {"description": "success", "content": {"text/html": {"schema": {}}}}},
+        )
+    },
+    "/ui/{asset}": {
+        "get": _op(
+            "consoleAsset",
+            "one of the web console's static files (index.html, console.js, console.css)",
+            {
+                "200": {
+                    "description": "success",
+                    "content": {
+                        "text/html": {"schema": {}},
+                        "text/javascript": {"schema": {}},
+                        "text/css": {"schema": {}},
+                    },
+                }
+            },
+            params=[_path("asset", {"type": "string"}, "console.js")],
+        )
+    },
     "/metrics": {
         "get": _op(
             "metrics",

@@ -185,6 +185,7 @@ TOPIC_DESCRIPTION = obj(
                     "log_start_offset": OPTIONAL_OFFSET,
                     "log_end_offset": OPTIONAL_OFFSET,
                     "high_watermark": OPTIONAL_OFFSET,
+                    "size_bytes": OPTIONAL_OFFSET,
                 }
             )
         ),
@@ -255,8 +256,14 @@ MEMBER = obj(
 OFFSETS_SET = obj(
     {
         "group_id": STRING,
-        "offsets": array(obj({"topic": STRING, "partition": PARTITION_NUMBER, "offset": UINT64})),
-    }
+        "offsets": array(
+            obj(
+                {"topic": STRING, "partition": PARTITION_NUMBER, "offset": UINT64},
+                {"committed_offset": OPTIONAL_OFFSET},
+            )
+        ),
+    },
+    {"dry_run": BOOLEAN},
 )
 COMMITTED_OFFSETS = obj(
     {

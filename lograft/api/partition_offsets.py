@@ -18,7 +18,8 @@ Request (JSON)::
 
 (`timestamp` optional.) Response: `{"partitions": [...]}`, one entry per
 partition in request order: `{"log_start_offset", "high_watermark",
-"log_end_offset", "offset_for_timestamp"}` or `{"error": {...}}` (the HTTP
+"log_end_offset", "offset_for_timestamp", "size_bytes"}` (the leader's log
+bytes) or `{"error": {...}}` (the HTTP
 error body's form), e.g. NOT_LEADER_OR_FOLLOWER when leadership moved.
 
 The asks go through the peer calls' `partition_offsets` operation, one per
@@ -97,7 +98,11 @@ def leader_offsets(
         if found is not None and found.offset < part.high_watermark:
             at = found.offset
     return LeaderOffsets(
-        part.log.log_start_offset, part.high_watermark, part.log.log_end_offset, at
+        part.log.log_start_offset,
+        part.high_watermark,
+        part.log.log_end_offset,
+        at,
+        part.log.size_bytes,
     )
 
 
@@ -229,6 +234,7 @@ class OffsetsAnswerItem(Record, frozen=True, omit_defaults=True):
     high_watermark: int | None = None
     log_end_offset: int | None = None
     offset_for_timestamp: int | None = None
+    size_bytes: int | None = None
     error: dict[str, Any] | None = None
 
 
@@ -270,7 +276,11 @@ def _answer(tp: TopicPartition, i: int, item: OffsetsAnswerItem) -> LeaderOffset
             "high_watermark and log_end_offset, or error"
         )
     return LeaderOffsets(
-        item.log_start_offset, item.high_watermark, item.log_end_offset, item.offset_for_timestamp
+        item.log_start_offset,
+        item.high_watermark,
+        item.log_end_offset,
+        item.offset_for_timestamp,
+        item.size_bytes,
     )
 
 

@@ -162,6 +162,9 @@ class ResetOffsets(typed.Record):
     offset: UInt64 | None = None
     topics: list[str] | None = None
     partitions: list[TopicPartitionRef] | None = None
+    # Answer the offsets a reset would set, with the committed ones, and
+    # change nothing (Kafka's kafka-consumer-groups --dry-run).
+    dry_run: bool = False
 
 
 # -- security metadata (routes_security) ---------------------------------------------------

@@ -159,6 +159,11 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         ("GET", "/healthz"): _PUBLIC,
         ("GET", "/readyz"): _PUBLIC,
         ("GET", "/openapi.json"): _PUBLIC,
+        # -- the web console's static files (api/console/assets.py): no data
+        # in them; the page calls the API with the caller's own credentials.
+        ("GET", "/ui"): _PUBLIC,
+        ("GET", "/ui/"): _PUBLIC,
+        ("GET", "/ui/{asset}"): _PUBLIC,
         # -- the node's metrics: what the cluster's describe shows and more
         # (every topic's and group's name), so DESCRIBE on the cluster, as
         # Kafka's DescribeCluster; with security off everyone may scrape.

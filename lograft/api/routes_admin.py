@@ -270,5 +270,11 @@ def _offsets_json(found: LeaderOffsets | LograftError) -> dict[str, int | None]:
             "log_start_offset": found.log_start_offset,
             "log_end_offset": found.log_end_offset,
             "high_watermark": found.high_watermark,
+            "size_bytes": found.size_bytes,
         }
-    return {"log_start_offset": None, "log_end_offset": None, "high_watermark": None}
+    return {
+        "log_start_offset": None,
+        "log_end_offset": None,
+        "high_watermark": None,
+        "size_bytes": None,
+    }

@@ -157,6 +157,8 @@ class GroupAdminRoutes:
                 raise b
             bounds[tp] = b
         new = resolve_reset_offsets(strategy, bounds, offset)
+        if body.dry_run:
+            return json_response(self._dry_run(group_id, new))
         done = await self.runtime.reset_offsets(group_id, new)
         return json_response(
             {
@@ -167,6 +169,23 @@ class GroupAdminRoutes:
                 ],
             }
         )
+
+    def _dry_run(self, group_id: str, new: dict[TopicPartition, int]) -> dict[str, Any]:
+        """What a reset would set, next to what is committed now (null: nothing)."""
+        committed = self.runtime.fetch_offsets(group_id, {tp.topic for tp in new})
+        return {
+            "group_id": group_id,
+            "dry_run": True,
+            "offsets": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": o,
+                    "committed_offset": c.offset if (c := committed.get(tp)) else None,
+                }
+                for tp, o in sorted(new.items(), key=lambda kv: _tp_key(kv[0]))
+            ],
+        }
 
     def _reset_partitions(self, body: ResetOffsets) -> list[TopicPartition]:
         if (body.topics is None) == (body.partitions is None):

@@ -73,8 +73,11 @@ OPEN_ROUTES: frozenset[tuple[str, str]] = frozenset(
         # Health and readiness: /readyz is what says the broker is catching up.
         ("GET", "/healthz"),
         ("GET", "/readyz"),
-        # The API's description.
+        # The API's description, and the web console's static files.
         ("GET", "/openapi.json"),
+        ("GET", "/ui"),
+        ("GET", "/ui/"),
+        ("GET", "/ui/{asset}"),
         # The node's metrics: a catching-up broker is what an operator looks at.
         ("GET", "/metrics"),
         # The node's cluster view (metadata as this node has it, labelled

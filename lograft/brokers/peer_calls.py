@@ -55,14 +55,20 @@ class LeaderOffsets:
     # The first offset whose timestamp is >= the asked timestamp and below
     # the high watermark; None when not asked or no record is that recent.
     offset_for_timestamp: int | None = None
+    # The bytes of the leader's log (every segment); None from a node that
+    # does not say (older than the field).
+    size_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "log_start_offset": self.log_start_offset,
             "high_watermark": self.high_watermark,
             "log_end_offset": self.log_end_offset,
             "offset_for_timestamp": self.offset_for_timestamp,
         }
+        if self.size_bytes is not None:
+            doc["size_bytes"] = self.size_bytes
+        return doc
 
 
 # A broker's group listing: {"broker_id", "groups": [{"group_id", "state",

@@ -32,6 +32,8 @@ from typing import Any
 from lograft.api.access import AccessControl
 from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
+from lograft.api.console.assets import add_console_routes
+from lograft.api.console.cors import origins_of
 from lograft.api.http_server import HttpServer
 from lograft.api.metrics.broker_collector import BrokerCollector
 from lograft.api.metrics.exposition import NodeMetrics, add_metrics_route
@@ -175,6 +177,7 @@ class Node:
         # The image the replica manager has applied (broker role); the data
         # path routes by it, so its answers agree with the local replicas.
         self._broker_image = self.store.image
+        self._console_origins_cache: tuple[object, frozenset[str]] | None = None
         self._applied_offset = -2
         self._applied_changed = asyncio.Event()
         # The metadata offset whose apply failed as a whole, and why (None:
@@ -335,7 +338,9 @@ class Node:
             access=self._access_control(),
             quotas=self.quota_gate,
             request_metrics=self.request_metrics,
+            cors_origins=self._console_origins,
         )
+        add_console_routes(app, self._console_origins)
         metrics = self._metrics() if self.request_metrics is not None else None
         rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
         add_controller_routes(app, rpc)
@@ -417,6 +422,16 @@ class Node:
             innermost.append(self.request_metrics.handler_mark())
         self._http = HttpServer(app, cfg.http, self.tls_server, innermost=innermost)
         await self._http.start()
+
+    def _console_origins(self) -> frozenset[str]:
+        """The origins of the cluster's nodes (their brokers' endpoints), for
+        the web console's CSP and CORS; computed once per metadata image."""
+        image = self.store.image
+        cached = self._console_origins_cache
+        if cached is None or cached[0] is not image:
+            urls = (url for b in image.brokers.values() for url in b.endpoints.values())
+            cached = self._console_origins_cache = (image, origins_of(urls))
+        return cached[1]
 
     # -- metrics (GET /metrics, docs/metrics.md) ---------------------------------------
 

@@ -157,7 +157,14 @@ def test_rows_without_acl_needs_pass_the_middleware(kind: Kind) -> None:
 
 def test_public_and_internal_rows_are_those_authentication_skips() -> None:
     public = {k for k, v in ROUTE_ACCESS.items() if v.kind is Kind.PUBLIC}
-    assert public == {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json")}
+    assert public == {
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/openapi.json"),
+        ("GET", "/ui"),
+        ("GET", "/ui/"),
+        ("GET", "/ui/{asset}"),
+    }
     assert {p for _m, p in public} == PUBLIC_ROUTES
     internal = {k for k, v in ROUTE_ACCESS.items() if v.kind is Kind.INTERNAL}
     assert internal == {k for k in ROUTE_ACCESS if k[1].startswith("/internal/")}

@@ -186,6 +186,8 @@ async def test_the_leader_answers_every_partition_in_order(leader: Any) -> None:
     resp = await client.post(PATH, json=body, headers={"X-Lograft-Cluster-Secret": "s"})
     assert resp.status == 200, await resp.text()
     answers = (await resp.json())["partitions"]
+    assert answers[0].pop("size_bytes") > 0  # the leader's log: five records
+    assert answers[2].pop("size_bytes") >= 0
     assert answers[0] == {
         "log_start_offset": 0,
         "high_watermark": 5,
@@ -236,8 +238,10 @@ async def test_this_brokers_own_partitions_are_asked_in_process(tmp_path: Path) 
     finally:
         await calls.close()
         await replicas.stop()
-    assert found[TopicPartition("orders", 1)] == LeaderOffsets(0, 3, 3, None)
-    assert found[TopicPartition("orders", 0)] == LeaderOffsets(0, 0, 0, None)
+    one, zero = found[TopicPartition("orders", 1)], found[TopicPartition("orders", 0)]
+    assert isinstance(one, LeaderOffsets) and one.size_bytes and one.size_bytes > 0
+    assert one == LeaderOffsets(0, 3, 3, None, one.size_bytes)
+    assert zero == LeaderOffsets(0, 0, 0, None, 0)
     assert sent == []
     assert offsets.requests_sent == {BROKER: 1}
 

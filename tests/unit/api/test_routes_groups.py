@@ -369,6 +369,22 @@ async def test_reset_offsets_strategies_then_delete(server: Server) -> None:
     status, fetched = await server.call("GET", "/v1/groups/g/offsets")
     assert [(o["partition"], o["offset"]) for o in fetched["offsets"]] == [(0, 10), (1, 3)]
 
+    # A dry run answers what a reset would set, next to what is committed,
+    # and changes nothing.
+    status, dry = await server.call(
+        "POST",
+        "/v1/groups/g/offsets/reset",
+        {"strategy": "earliest", "topics": [ORDERS], "dry_run": True},
+    )
+    assert status == 200, dry
+    assert dry["dry_run"] is True
+    assert [(o["partition"], o["committed_offset"], o["offset"]) for o in dry["offsets"]] == [
+        (0, 10, 0),
+        (1, 3, 0),
+    ]
+    status, after = await server.call("GET", "/v1/groups/g/offsets")
+    assert after["offsets"] == fetched["offsets"]
+
     # A group with a member can be neither reset nor deleted.
     _, joined = await server.call("POST", "/v1/groups/g/members", {"subscribed_topics": [ORDERS]})
     status, doc = await server.call(
