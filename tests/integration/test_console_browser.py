@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from lograft.security.dev_tokens import DevIssuer
+from lograft.security.local_ca import make_local_certificates
 from tests.integration.cluster_harness import ClusterNode, LograftCluster
 from tests.integration.data_plane import describe, produce_ok, running_cluster, wait_in_sync
 
@@ -244,3 +246,96 @@ def test_the_topic_page_follows_a_failover_without_a_reload(
     assert page.locator("#node").inner_text() != f"via {leader.url}"
     screenshot(page, shots, "failover")
     print(f"leader change shown {shown_after_s:.1f} s after the SIGKILL")
+
+
+# -- security on: TLS, passwords, tokens, ACLs -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LograftCluster, str]]:
+    """One node with TLS, bearer tokens, passwords, certificates and ACLs
+    (`User:admin` and the harness's certificate super users); a token for
+    admin from a local issuer."""
+    certs = tmp_path_factory.mktemp("console-certs")
+    make_local_certificates(certs, nodes=["node-1"], clients=["admin"])
+    issuer = DevIssuer.create_or_load(certs / "issuer")
+    security = {
+        "authentication": ["bearer", "password", "certificate"],
+        "authorization": True,
+        # The token's principal, and the harness's certificate's subject.
+        "super_users": ["User:admin", "User:CN=admin,OU=clients,O=lograft"],
+        "bearer": {
+            "issuer": issuer.issuer,
+            "audience": issuer.audience,
+            "jwks_file": str(issuer.jwks_file),
+        },
+    }
+    with running_cluster(
+        tmp_path_factory,
+        "console-secure",
+        log_lines=40,
+        size=1,
+        tls=certs,
+        tls_settings={"client_certificate": "optional"},
+        client_certificate="admin",
+        security=security,
+    ) as c:
+        yield c, issuer.mint("admin")
+
+
+def test_a_secure_cluster_shows_what_the_signed_in_principal_may_see(
+    secure: tuple[LograftCluster, str], browser: Any, shots: list[Path]
+) -> None:
+    cluster, admin_token = secure
+    node = cluster[1]
+    for name in ("visible", "hidden"):
+        cluster.create_topic(name, partitions=1, replication_factor=1)
+    node.ok("PUT", "/v1/users/carol", {"password": "carol-secret-pw"})
+    acl = {
+        "principal": "User:carol",
+        "host": "*",
+        "resource_type": "topic",
+        "resource_name": "visible",
+        "pattern_type": "literal",
+        "operation": "read",
+        "permission": "allow",
+    }
+    node.ok("POST", "/v1/acls", {"acls": [acl]}, status=201)
+    # The browser does not know the test CA.
+    context = browser.new_context(viewport=VIEWPORT, ignore_https_errors=True)
+    try:
+        page = context.new_page()
+        page.goto(f"{node.url}/ui/#/topics")
+        # Nothing without credentials: the API's 401 asks for a sign-in.
+        page.wait_for_selector("#banner >> text=Sign-in needed", timeout=SHOWN_WITHIN_MS)
+
+        page.goto(f"{node.url}/ui/#/signin")
+        page.fill('#signin input[name="username"]', "carol")
+        page.fill('#signin input[name="password"]', "carol-secret-pw")
+        page.click('#signin button[type="submit"]')
+        page.wait_for_selector('[data-signed-in="carol"]', timeout=SHOWN_WITHIN_MS)
+        # A password is never stored by the page.
+        stored = page.evaluate("() => JSON.stringify([localStorage, sessionStorage])")
+        assert "carol-secret-pw" not in stored
+        page.click('header a[data-nav="topics"]')
+        page.wait_for_selector('tr[data-topic="visible"]', timeout=SHOWN_WITHIN_MS)
+        assert page.locator('tr[data-topic="hidden"]').count() == 0
+        screenshot(page, shots, "secure-topics")
+        # carol may not create topics: the API's 403, shown in the page.
+        page.fill('#create-topic input[name="name"]', "carols")
+        page.click('#create-topic button[type="submit"]')
+        page.wait_for_selector(
+            '#create-topic [data-error="TOPIC_AUTHORIZATION_FAILED"]', timeout=SHOWN_WITHIN_MS
+        )
+
+        # The admin's bearer token: every topic.
+        page.click('header a[data-nav="signin"]')
+        page.select_option("#signin-kind", "bearer")
+        page.fill('#signin textarea[name="token"]', admin_token)
+        page.click('#signin button[type="submit"]')
+        page.wait_for_selector('[data-signed-in="admin"]', timeout=SHOWN_WITHIN_MS)
+        page.click('header a[data-nav="topics"]')
+        page.wait_for_selector('tr[data-topic="hidden"]', timeout=SHOWN_WITHIN_MS)
+        assert page.locator('tr[data-topic="visible"]').count() == 1
+    finally:
+        context.close()

@@ -128,6 +128,9 @@ async function once(base, method, url, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     cache: "no-store",
+    // No ambient credentials: the Authorization header is the only one, and
+    // a 401's Basic challenge then raises no browser login prompt.
+    credentials: "omit",
   });
   return { resp, doc: await readJson(resp) };
 }
@@ -548,7 +551,7 @@ function pageTail(name) {
       if (cursor) query.set("last_event_id", cursor);
       try {
         const resp = await fetch(`${base}/v1/topics/${encodeURIComponent(name)}/stream?${query}`, {
-          headers: headers(false), signal: mine.signal, cache: "no-store",
+          headers: headers(false), signal: mine.signal, cache: "no-store", credentials: "omit",
         });
         if (!resp.ok) {
           const err = apiError(resp, await readJson(resp));
