@@ -7,6 +7,7 @@
 
 // -- limits (each named, with its unit) --------------------------------------
 const POLL_MS = 2000; // how often an open page refreshes its data, ms
+const TOPICS_POLL_MS = 5000; // the topic list (one describe per topic), ms
 const NODES_REFRESH_MS = 10000; // how often the node list is re-read from /v1/cluster, ms
 const REQUEST_TIMEOUT_MS = 4000; // one request to one node, ms
 const TOPICS_DESCRIBED_MAX = 100; // topics the topic list describes for their health
@@ -358,7 +359,7 @@ function pageTopics() {
         : el("p", { class: "muted" }, "No topics (or none you may see)."));
     } catch (err) { showError(list, err); }
   };
-  every(POLL_MS, refresh);
+  every(TOPICS_POLL_MS, refresh);
 }
 
 function pageTopic(name) {
@@ -415,7 +416,11 @@ function pageTopic(name) {
           num(p.partition),
           el("td", { "data-col": "leader" }, offline ? tag("none", "bad") : String(p.leader)),
           num(p.leader_epoch),
-          el("td", { "data-col": "replicas" }, (p.replicas || []).join(", ")),
+          el("td", { "data-col": "replicas" }, (p.replicas || []).map((r, i) => [
+            i ? ", " : "",
+            // A replica out of the ISR is struck through.
+            (p.isr || []).includes(r) ? String(r) : el("span", { class: "out", title: "not in the ISR" }, String(r)),
+          ])),
           el("td", { "data-col": "isr" }, (p.isr || []).join(", ")),
           num(p.log_start_offset), num(p.high_watermark), num(p.log_end_offset),
           el("td", { class: "num" }, bytes(p.size_bytes)),
