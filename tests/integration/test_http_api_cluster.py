@@ -534,7 +534,7 @@ async def served_routes(tmp_path: Path) -> set[tuple[str, str]]:
     captured: list[web.Application] = []
 
     class Server:
-        def __init__(self, app: web.Application, *_a: Any) -> None:
+        def __init__(self, app: web.Application, *_a: Any, **_kw: Any) -> None:
             captured.append(app)
 
         async def start(self) -> None:
