@@ -68,7 +68,8 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator[LograftCluster]:
+    # `browser` first: without one the tests skip before any node starts.
     with running_cluster(
         tmp_path_factory,
         "console",
@@ -252,7 +253,9 @@ def test_the_topic_page_follows_a_failover_without_a_reload(
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LograftCluster, str]]:
+def secure(
+    tmp_path_factory: pytest.TempPathFactory, browser: Any
+) -> Iterator[tuple[LograftCluster, str]]:
     """One node with TLS, bearer tokens, passwords, certificates and ACLs
     (`User:admin` and the harness's certificate super users); a token for
     admin from a local issuer."""
