@@ -572,6 +572,8 @@ PATH_PARAMETERS = {
     "{group}": "no-such-group",
     "{member}": "no-such-member",
     "{user}": "no-such-user",
+    # A file the console ships (an unknown one is NOT_FOUND, which the walk refuses).
+    "{asset}": "console.js",
 }
 
 
