@@ -235,3 +235,126 @@ class KafkaBroker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class KafkaCluster:
+    """Three Kafka nodes in KRaft combined mode (each broker and controller, a
+    three-voter controller quorum) on 127.0.0.1, for scripts/bench_compare.py:
+    default replication factor 3, min.insync.replicas 2, `-Xmx1g` each. Nodes
+    can be SIGKILLed and restarted on their data (failover runs)."""
+
+    NODES = (1, 2, 3)
+
+    def __init__(self, workdir: Path, java: str, partitions: int) -> None:
+        self.workdir = workdir
+        self.java = java
+        self.partitions = partitions
+        self.libs = maven_jars("kafka-" + KAFKA_VERSION, KAFKA_BROKER_ARTIFACTS)[0].parent
+        ports = free_ports(6)
+        self.ports = dict(zip(self.NODES, ports[:3], strict=True))
+        self.controller_ports = dict(zip(self.NODES, ports[3:], strict=True))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    def _properties(self, n: int) -> Path:
+        voters = ",".join(f"{m}@127.0.0.1:{self.controller_ports[m]}" for m in self.NODES)
+        props = self.workdir / f"server-{n}.properties"
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    f"node.id={n}",
+                    f"controller.quorum.voters={voters}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.ports[n]},"
+                    f"CONTROLLER://127.0.0.1:{self.controller_ports[n]}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.ports[n]}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.workdir / f'data-{n}'}",
+                    f"num.partitions={self.partitions}",
+                    "default.replication.factor=3",
+                    "min.insync.replicas=2",
+                    "auto.create.topics.enable=true",
+                    "offsets.topic.replication.factor=3",
+                    "transaction.state.log.replication.factor=3",
+                    "transaction.state.log.min.isr=2",
+                    "group.initial.rebalance.delay.ms=0",
+                    "",
+                ]
+            )
+        )
+        return props
+
+    def _java(self, *args: str) -> list[str]:
+        # The same command line and log4j settings as the single broker's.
+        return KafkaBroker._java(self, *args)  # type: ignore[arg-type]  # duck-typed self
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        for n in self.NODES:
+            props = self._properties(n)
+            formatted = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if formatted.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed:\n{formatted.stderr[-3000:]}")
+        log(f"starting Kafka {KAFKA_VERSION} (KRaft, 3 combined nodes) on {self.bootstrap}")
+        for n in self.NODES:
+            self.start_node(n)
+        for n in self.NODES:
+            self.wait_listening(n, timeout_s)
+
+    def start_node(self, n: int) -> None:
+        out = (self.workdir / f"kafka-{n}.log").open("ab")
+        self.procs[n] = subprocess.Popen(
+            self._java("kafka.Kafka", str(self.workdir / f"server-{n}.properties")),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+
+    def wait_listening(self, n: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.procs[n].poll() is not None:
+                raise RuntimeError(f"Kafka node {n} exited: {self.log_tail(n)}")
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex(("127.0.0.1", self.ports[n])) == 0:
+                    return
+            time.sleep(0.2)  # polling the port with a deadline
+        raise RuntimeError(f"Kafka node {n} did not listen: {self.log_tail(n)}")
+
+    def kill(self, n: int) -> None:
+        proc = self.procs[n]
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def log_tail(self, n: int, lines: int = 30) -> str:
+        path = self.workdir / f"kafka-{n}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
