@@ -198,3 +198,40 @@ def test_on_uvloop_a_handshake_read_before_start_tls_completes(certs: Path) -> N
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(main()) == [200] * 5
+
+
+async def test_a_call_and_its_answer_each_cross_tls_in_one_write(
+    certs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node-to-node call (a forwarded produce, a replica fetch) and its
+    answer each leave in one write to the TLS transport: one `SSL_write`, one
+    pass of asyncio's TLS layer and one send, not one for the headers and one
+    for the body (aiohttp coalesces them from 3.12; pyproject.toml requires
+    it). Over TLS every write costs its own records, Python work and syscall."""
+    payload = b"b" * (64 * 1024)
+
+    async def answer(request: web.Request) -> web.Response:
+        assert await request.read() == payload
+        return web.Response(body=payload, content_type="application/octet-stream")
+
+    app = create_app(cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}))
+    app.router.add_post("/internal/v1/answer", answer)
+    srv = HttpServer(app, HttpConfig(port=free_port()), server_context(settings(certs)))
+    await srv.start()
+    calls = PeerClient(cluster_secret="s", tls=client_context(settings(certs, "node-2")))
+    writes: dict[bool, int] = {True: 0, False: 0}  # by server_side
+    transport_write = asyncio.sslproto._SSLProtocolTransport.write
+
+    def counted(self: asyncio.sslproto._SSLProtocolTransport, data: bytes) -> None:
+        writes[self.get_extra_info("ssl_object").server_side] += 1
+        transport_write(self, data)
+
+    try:
+        # The connection (and its handshake) first; then count one call.
+        await calls.call(url(srv), "POST", "/internal/v1/answer", body=payload)
+        monkeypatch.setattr(asyncio.sslproto._SSLProtocolTransport, "write", counted)
+        assert await calls.call(url(srv), "POST", "/internal/v1/answer", body=payload) == payload
+        assert writes == {False: 1, True: 1}
+    finally:
+        await calls.close()
+        await srv.stop()
