@@ -27,6 +27,7 @@ NOT_SETTINGS = {
     "LOGRAFT_SKIP_TOXIPROXY",  # scripts/setup.sh: do not build toxiproxy
     "LOGRAFT_SKIP_PROMTOOL",  # scripts/setup.sh: do not install promtool
     "LOGRAFT_TEST_POWER_LOSS_DIR",  # lograft/power_loss.py: tests' power-loss mode
+    "LOGRAFT_TLS_PROBE_DIR",  # scripts/tls_probe: where bench_tls_cost.py's probe writes
 }
 
 # The one place that names an old spelling on purpose: the test that it is ignored.
