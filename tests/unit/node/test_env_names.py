@@ -26,6 +26,8 @@ NOT_SETTINGS = {
     "LOGRAFT_FUZZ_STATEFUL_BUDGET_S",
     "LOGRAFT_SKIP_TOXIPROXY",  # scripts/setup.sh: do not build toxiproxy
     "LOGRAFT_SKIP_PROMTOOL",  # scripts/setup.sh: do not install promtool
+    "LOGRAFT_REQUIRE_BROWSER",  # scripts/setup.sh / tests: Chromium must be found
+    "LOGRAFT_CONSOLE_SCREENSHOTS",  # tests/integration/test_console_browser.py: where to save
     "LOGRAFT_TEST_POWER_LOSS_DIR",  # lograft/power_loss.py: tests' power-loss mode
     "LOGRAFT_TLS_PROBE_DIR",  # scripts/tls_probe: where bench_tls_cost.py's probe writes
 }
