@@ -227,7 +227,13 @@ CLUSTER = obj(
 PRODUCER = obj({"producer_id": UINT64, "producer_epoch": {"type": "integer", "minimum": 0}})
 HEALTH = obj(
     {"status": {"const": "ok"}},
-    {"event_loop": {"enum": ["asyncio", "uvloop"]}, "loop_lag_ms": {"type": "object"}},
+    {
+        "event_loop": {"enum": ["asyncio", "uvloop"]},
+        "loop_lag_ms": {"type": "object"},
+        "raft_tick_lag_ms": {"type": "object"},
+        "raft_term": INT64,
+        "raft_elections": INT64,
+    },
 )
 READINESS = obj(
     {"ready": BOOLEAN},

@@ -332,7 +332,11 @@ class Node:
             cluster_secret=cfg.cluster_secret,
             request_bytes_max=cfg.http.request_bytes_max,
             ready=self.ready,
-            health=lambda: {"event_loop": loop_name, "loop_lag_ms": self.loop_lag.snapshot()},
+            health=lambda: {
+                "event_loop": loop_name,
+                "loop_lag_ms": self.loop_lag.snapshot(),
+                **self.raft.health(),
+            },
             serving=self.catch_up.refusal if self.replicas is not None else None,
             authenticator=self.authenticator,
             access=self._access_control(),

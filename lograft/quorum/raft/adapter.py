@@ -395,6 +395,17 @@ class RaftAdapter:
         tick; no call to the Raft thread (for metrics scraped on the loop)."""
         return self._core.counters
 
+    def health(self) -> dict[str, object]:
+        """For /healthz, without a call to the Raft thread: how late it ticks
+        (`raft_tick_lag_ms`, tick_lag.py), its term and the elections it has
+        seen since this process started (as of its last tick)."""
+        counters = self._core.counters
+        return {
+            "raft_tick_lag_ms": self._core.tick_lag.snapshot(),
+            "raft_term": counters.term,
+            "raft_elections": counters.elections,
+        }
+
     def request_log_compaction(self) -> None:
         """Ask pysyncobj to write a snapshot and truncate its journal on the next tick."""
         self._check_running()

@@ -66,9 +66,14 @@ def parse_address(address: str, key: str = "address") -> tuple[str, int]:
 class RaftTuning(Record):
     """Raft timings and bounds: the settings `[raft]` in the node config may set."""
 
-    # Raft timings. Defaults replace a dead leader in about 0.5-2 s on a LAN.
-    election_timeout_min_ms: Positive = 400
-    election_timeout_max_ms: Positive = 1400
+    # Raft timings. Defaults replace a dead leader in about 2-4 s. The
+    # election timeout is 2.5x the worst Raft-thread pause measured on a
+    # loaded 2,000-partition node (798 ms at load average 23,
+    # scripts/soak_quorum.py; docs/quorum.md "A busy event loop"), as
+    # KRaft's followers wait 2 s (controller.quorum.fetch.timeout.ms).
+    # pysyncobj's 400-1400 ms re-elected the controller twice in 10 minutes.
+    election_timeout_min_ms: Positive = 2000
+    election_timeout_max_ms: Positive = 3500
     heartbeat_interval_ms: Positive = 100
     # A leader that has heard from no majority for this long steps down, so an
     # isolated leader stops claiming leadership soon after the others elect.

@@ -57,6 +57,7 @@ from lograft.quorum.raft.snapshot import (
     write_snapshot_file,
 )
 from lograft.quorum.raft.status import RaftStatus, build_status
+from lograft.quorum.raft.tick_lag import TickLag
 from lograft.quorum.raft.transport import ObserverNode, PeerNode, transport_factory
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,8 @@ class RaftCore:
         # Read by the metrics from any thread: written by the Raft thread
         # after every tick (int and float assignments are atomic).
         self._counters = RaftCounters()
+        # How much later than tick_interval_ms each tick came back (tick_lag.py).
+        self.tick_lag = TickLag()
         self._fatal: BaseException | None = None
         self._journal: DurableJournal | None = None
         self._gate = DurabilityGate(
@@ -459,7 +462,17 @@ class RaftCore:
 
     def _tick_loop(self, so: _ReplicatedLog) -> None:
         tick_s = self._config.tick_interval_ms / 1000
+        started = time.monotonic()
         while not self._stop_requested.is_set() and self._fatal is None:
+            # A tick's poll waits up to tick_s; anything beyond was a pause
+            # (the GIL held elsewhere, an fsync, an apply). A tick that came
+            # back early and was then held is under-counted by at most tick_s.
+            now = time.monotonic()
+            lag_ms = (now - started - tick_s) * 1000
+            self.tick_lag.record(lag_ms, now)
+            started = now
+            if lag_ms > self._config.heartbeat_interval_ms:
+                absorb_own_pause(so, now, self._config.leader_fallback_timeout_ms / 1000)
             try:
                 try:
                     so.doTick(tick_s)
@@ -548,6 +561,38 @@ class RaftCore:
                 return
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(RaftStoppedError("Raft adapter stopped"))
+
+
+def absorb_own_pause(so: SyncObj, now: float, fallback_s: float) -> None:
+    """After this thread itself was held up, do not blame the other nodes for it.
+
+    pysyncobj checks its timers at the start of a tick, before it reads its
+    sockets. After a pause of this thread (the GIL held by the node's event
+    loop, a slow fsync), what the others sent sits unread and the timers have
+    run out for this node's own fault:
+
+    - a follower's election deadline has passed: it would start an election
+      and depose a healthy leader. The deadline is pushed one fresh election
+      timeout past now, so this tick reads the leader's heartbeats first; a
+      leader that is really gone is replaced one timeout later. A forced
+      election (a leadership transfer's TimeoutNow) is left alone;
+    - a leader has heard from no majority for `leader_fallback_timeout_ms`:
+      it would step down. Each follower's last answer is counted as no older
+      than half that timeout, so the answers waiting in the sockets are read
+      before the check can fire again.
+
+    The same rule as the controller's `absorb_stall` for broker sessions.
+    """
+    deadline = getattr(so, "_SyncObj__raftElectionDeadline", None)
+    transfer = getattr(so, "_SyncObj__transferInProgress", False)
+    if isinstance(deadline, float | int) and deadline != 0 and not transfer:
+        fresh = now + so._SyncObj__generateRaftTimeout()
+        so._SyncObj__raftElectionDeadline = max(deadline, fresh)
+    answered = getattr(so, "_SyncObj__lastResponseTime", None)
+    if isinstance(answered, dict):
+        floor = now - fallback_s / 2
+        for node, at in list(answered.items()):
+            answered[node] = max(at, floor)
 
 
 def _close_pipe_notifier(so: SyncObj) -> None:
