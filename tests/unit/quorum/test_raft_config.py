@@ -50,7 +50,7 @@ def test_valid_voter_and_observer() -> None:
         ({"listen_address": None}, "listen_address"),
         ({"voter": False}, "listen_address"),
         ({"voter": False, "listen_address": None, "peers": {}}, "peers"),
-        ({"heartbeat_interval_ms": 200}, "election_timeout_min_ms"),
+        ({"election_timeout_min_ms": 300}, "election_timeout_min_ms"),
         ({"election_timeout_max_ms": 400}, "election_timeout_max_ms"),
         ({"connection_timeout_ms": 1000}, "connection_timeout_ms"),
         ({"leader_fallback_timeout_ms": 50}, "leader_fallback_timeout_ms"),
