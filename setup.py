@@ -1,9 +1,11 @@
-"""Build hook for the one C extension; everything else is in pyproject.toml.
+"""Build hook for the two C extensions; everything else is in pyproject.toml.
 
-`lograft.protocol._recordscan` validates record batches on append. It is
+`lograft.protocol._recordscan` validates record batches on append;
+`lograft.protocol._recordencode` encodes the records of a batch (the producer
+side, batch.build_batch). Each is
 optional: when it cannot be compiled (no compiler, no Python headers) the
 install still succeeds and `lograft.protocol.record_scan` uses its pure-Python
-walker. Editable installs copy the built module into lograft/protocol/, so
+walker (and batch.py its pure-Python encoder). Editable installs copy the built module into lograft/protocol/, so
 after editing the C source rerun `pip install -e .` (scripts/setup.sh does
 when the source's hash changes). The test command does not accept the
 fallback: scripts/test.sh runs scripts/check_native.py, which fails when the
@@ -19,6 +21,12 @@ setup(
             sources=["lograft/protocol/_recordscan.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "lograft.protocol._recordencode",
+            sources=["lograft/protocol/_recordencode.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ]
 )

@@ -43,6 +43,12 @@ object; the group cases first run a member of a warm-up group of their own
 (so `__consumer_offsets` exists and the coordinator is found before the
 timed, fresh group joins).
 
+`--producers-bulk` runs case 1 (sync Producer, batched) with the records
+handed over by `send`, `send_many` (`--many-batch` a call) and `send_arrow`
+(a pyarrow batch a call), each with the C and with the pure-Python record
+encoder, `--rounds` rounds alternating; the note gives client CPU us per
+record and the load average after the case.
+
 `--consumers-only` runs cases 6, 7, 10 and 11 on records written by an
 AsyncProducer (no producer figures).
 
@@ -83,6 +89,7 @@ from lograft.client import (
     Producer,
     TopicPartition,
 )
+from lograft.protocol import batch as batch_codec
 
 # After the end-to-end schedule ends: how long the consumer may still take, s.
 E2E_DRAIN_S = 30.0
@@ -106,6 +113,11 @@ class Result:
     @property
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def cpu_now() -> float:
@@ -247,6 +259,74 @@ class Bench:
                     p.send(topic, self.value).get(30)
             requests = p.stats.requests - requests0
         self.add(Result("Producer (sync), send().get() each", n, t["seconds"], t["cpu"], requests))
+
+    def producer_bulk(self, topic: str, how: str, encoder: str) -> None:
+        """Case 1 again (sync Producer, batched, flush) with the records
+        handed over by `how`: "send" (one call per record), "send_many"
+        (`--many-batch` values a call) or "send_arrow" (a pyarrow batch of
+        that many rows a call); `encoder` "c" or "python" picks
+        batch.encode_records (the pure-Python one is the encoder before the
+        C one existed), so both run in the same process, alternating."""
+        n, chunk = self.args.records, self.args.many_batch
+        values = [self.value] * chunk
+        arrow = None
+        if how == "send_arrow":
+            import pyarrow as pa
+
+            arrow = pa.record_batch({"value": pa.array(values, pa.binary())})
+        saved = batch_codec.encode_records
+        batch_codec.encode_records = (
+            batch_codec.encode_records_python if encoder == "python" else saved
+        )
+        try:
+            with Producer(self.bootstrap, **self.producer_settings()) as p:
+
+                def produce(to: str, count: int) -> None:
+                    if how == "send":
+                        for _ in range(count):
+                            p.send(to, self.value)
+                        return
+                    for _ in range(count // chunk):
+                        if arrow is not None:
+                            p.send_arrow(to, arrow)
+                        else:
+                            p.send_many(to, values)
+
+                produce(self.warm_topic, chunk * 20)
+                p.flush()
+                sent0, requests0 = p.stats.records_sent, p.stats.requests
+                with timed() as t:
+                    produce(topic, n)
+                    p.flush()
+                sent, requests = p.stats.records_sent - sent0, p.stats.requests - requests0
+        finally:
+            batch_codec.encode_records = saved
+        self.add(
+            Result(
+                f"Producer (sync) {how}, {encoder} encoder",
+                sent,
+                t["seconds"],
+                t["cpu"],
+                requests,
+                f"{t['cpu'] / max(sent, 1) * 1e6:.2f} us CPU/record; load {load_average()}",
+            )
+        )
+
+    def producers_bulk(self) -> dict[str, Any]:
+        """The produce cases of the bulk API and the C encoder, `--rounds`
+        rounds alternating (before: send + Python encoder)."""
+        log(f"bootstrap {self.bootstrap}, replication factor {self.rf}")
+        cases = [
+            ("send", "python"),
+            ("send", "c"),
+            ("send_many", "python"),
+            ("send_many", "c"),
+            ("send_arrow", "c"),
+        ]
+        for r in range(self.args.rounds):
+            for how, enc in cases:
+                self.producer_bulk(self.topic(f"{how}-{enc}-{r}"), how, enc)
+        return {"results": [dict(asdict(r), rate=r.rate) for r in self.results], "e2e": None}
 
     def producer_settings(self) -> dict[str, Any]:
         s: dict[str, Any] = {"compression_type": self.args.compression}
@@ -665,6 +745,14 @@ def main(argv: list[str] | None = None) -> None:
         default=1.0,
         help="untimed seconds of each case's own work before its clock starts",
     )
+    ap.add_argument(
+        "--producers-bulk",
+        action="store_true",
+        help="only the bulk produce cases: send / send_many / send_arrow with the C and the "
+        "Python encoder, --rounds rounds alternating",
+    )
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--many-batch", type=int, default=1000, help="records per send_many call")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument(
         "--consumers-only", action="store_true", help="only the consumer cases (6, 7, 10, 11)"
@@ -673,7 +761,12 @@ def main(argv: list[str] | None = None) -> None:
 
     def go(urls: list[str]) -> dict[str, Any]:
         bench = Bench(args, urls)
-        out = bench.consumers_only() if args.consumers_only else bench.run()
+        if args.consumers_only:
+            out = bench.consumers_only()
+        elif args.producers_bulk:
+            out = bench.producers_bulk()
+        else:
+            out = bench.run()
         out["machine"] = machine()
         out["command"] = " ".join(["scripts/bench_client.py", *(argv or sys.argv[1:])])
         out["warmup_s"] = args.warmup_s

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fail unless the C record scanner is built and speaks this checkout's ABI.
+"""Fail unless the C record scanner and encoder are built and speak this checkout's ABI.
 
-setup.py builds `lograft.protocol._recordscan` with `optional=True`, so an
+setup.py builds `lograft.protocol._recordscan` (and its producer-side twin
+`lograft.protocol._recordencode`, which batch.build_batch uses) with `optional=True`, so an
 install without a compiler still works (record_scan and record_columns fall
 back to pure Python, 50x slower on append). That fallback is for users; the
 test command (scripts/test.sh, and so CI) runs this first, so a missing or
@@ -56,14 +57,38 @@ def problems(
     return out
 
 
+def encoder_problems(extension: ModuleType | None, batch: ModuleType) -> list[str]:
+    """Why the C record encoder is not in use; empty when batch.py uses it.
+
+    `extension` is `lograft.protocol._recordencode`, or None when it does not
+    import (not built)."""
+    if extension is None:
+        return [f"lograft.protocol._recordencode is not built: {FIX}"]
+    abi = getattr(extension, "ABI", 0)
+    if abi != batch.C_ENCODE_ABI:
+        return [
+            f"lograft.protocol._recordencode is a stale build (ABI {abi}, "
+            f"batch needs {batch.C_ENCODE_ABI}): {FIX}"
+        ]
+    if batch.ENCODE_IMPLEMENTATION != "c":
+        return [
+            f"{batch.__name__}.ENCODE_IMPLEMENTATION is {batch.ENCODE_IMPLEMENTATION!r}, not 'c'"
+        ]
+    return []
+
+
 def main() -> int:
     try:
         extension: ModuleType | None = importlib.import_module("lograft.protocol._recordscan")
     except ImportError:
         extension = None
-    from lograft.protocol import record_columns, record_scan
+    try:
+        encoder: ModuleType | None = importlib.import_module("lograft.protocol._recordencode")
+    except ImportError:
+        encoder = None
+    from lograft.protocol import batch, record_columns, record_scan
 
-    found = problems(extension, record_scan, record_columns)
+    found = problems(extension, record_scan, record_columns) + encoder_problems(encoder, batch)
     if found:
         for line in found:
             print(f"check_native: {line}", file=sys.stderr)
@@ -71,7 +96,8 @@ def main() -> int:
     assert extension is not None
     print(
         f"check_native: C record scanner in use ({extension.__file__}; ABI "
-        f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI})"
+        f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI}); C record encoder in use "
+        f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI})"
     )
     return 0
 

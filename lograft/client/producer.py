@@ -18,16 +18,19 @@ through `_append_nowait`, on that loop).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from lograft.client.accumulator import RecordAccumulator
+from lograft.client.arrow_columns import ArrowColumns
 from lograft.client.buffer_pool import BufferPool
 from lograft.client.config import ProducerConfig, make_config
 from lograft.client.errors import ClientClosedError, ClientTimeoutError, SerializationError
 from lograft.client.idempotence import IdempotenceState
+from lograft.client.many_results import ManyResults
 from lograft.client.metadata import TopicMetadata, connect
 from lograft.client.partitioning import StickyPartitioner
 from lograft.client.producer_batch import Completion, estimate_size
@@ -36,7 +39,7 @@ from lograft.client.serde import Serializer, bytes_serializer
 from lograft.client.throttle import throttle_stats_of
 from lograft.client.transport import Transport
 from lograft.client.types import Header, RecordMetadata
-from lograft.errors import RecordTooLargeError
+from lograft.errors import RecordTooLargeError, UnknownTopicOrPartitionError
 from lograft.protocol.batch import HEADER_SIZE, RecordInput
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -241,6 +244,112 @@ class AsyncProducer:
             # looping over `await send(...)` yields once per batch.
             await asyncio.sleep(0)
         return fut
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        *,
+        headers: Sequence[HeadersInput] | None = None,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int | None] | None = None,
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """Queue many records of one topic in one call: `values[i]` with
+        `keys[i]`, `headers[i]`, `timestamps_ms[i]` (each column optional, of
+        the same length). Each record is serialized, partitioned and
+        acknowledged exactly as `send` would (same order, same partitioner,
+        same idempotent sequences); what is saved is the per-record await and
+        future. The returned future resolves to the RecordMetadata of every
+        record in order, or fails with the first record's error. Raises as
+        `send` does; when it raises part-way, the records before the one
+        that failed are queued (and the returned future was never made)."""
+        many = await self.queue_many(topic, values, keys, headers, partition, timestamps_ms)
+        assert self._loop is not None
+        return asyncio.wrap_future(many, loop=self._loop)
+
+    async def queue_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        headers: Sequence[HeadersInput] | None,
+        partition: int | None,
+        timestamps_ms: Sequence[int | None] | None,
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        """`send_many` answering with a thread-safe future (the sync Producer's)."""
+        self._check_open()
+        if self._sender_task is None:
+            await self.start()
+        count = len(values)
+        for name, column in (
+            ("keys", keys),
+            ("headers", headers),
+            ("timestamps_ms", timestamps_ms),
+        ):
+            if column is not None and len(column) != count:
+                raise SerializationError(
+                    f"send_many: {name} has {len(column)} entries, values {count}"
+                )
+        meta = await self._topic_for(topic, partition)
+        many = ManyResults(count)
+        now_ms = int(time.time() * 1000)
+        config, pool = self.config, self.pool
+        news = False
+        for i in range(count):
+            ts = timestamps_ms[i] if timestamps_ms is not None else None
+            rec = prepare(
+                config,
+                topic,
+                values[i],
+                keys[i] if keys is not None else None,
+                headers[i] if headers is not None else None,
+                partition,
+                now_ms if ts is None else ts,
+            )
+            if not pool.try_reserve(rec.size):
+                await pool.reserve(rec.size, config.max_block_ms)
+            try:
+                self._check_open()
+                news = self._append_nowait(rec, meta, many.slot(i)) or news
+            except BaseException:
+                pool.release(rec.size)
+                raise
+        if news:
+            await asyncio.sleep(0)  # let the sender run, as send does once per batch
+        return many.future
+
+    async def send_arrow(
+        self, topic: str, batch: Any, *, partition: int | None = None
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """`send_many` from the columns of a pyarrow RecordBatch or Table:
+        `value` (binary or string), optional `key`, `timestamp` (int64 ms or
+        an Arrow timestamp) and `headers` (list<struct<key: string, value:
+        binary>>); see lograft.client.arrow_columns."""
+        cols = ArrowColumns(batch)
+        return await self.send_many(
+            topic,
+            cols.values,
+            cols.keys,
+            headers=cols.headers,
+            partition=partition,
+            timestamps_ms=cols.timestamps_ms,
+        )
+
+    async def _topic_for(self, topic: str, partition: int | None) -> TopicMetadata:
+        """The topic's layout for a send to `partition` (None: any)."""
+        meta = self.metadata.cached(topic)
+        if meta is None or (partition is not None and partition >= meta.count):
+            meta = await self.wait_for_topic(topic, self.config.max_block_ms)
+            if partition is not None and partition >= meta.count:
+                meta = await self.metadata.refresh(topic)
+        if partition is not None and partition >= meta.count:
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition} of topic {topic!r} does not exist; it has {meta.count}",
+                topic=topic,
+                partition=partition,
+            )
+        return meta
 
     async def send_and_wait(
         self,

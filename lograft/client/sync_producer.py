@@ -17,17 +17,20 @@ reserved, so it is bounded by `buffer_memory_bytes`. Records keep their
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from lograft.client.arrow_columns import ArrowColumns
 from lograft.client.errors import ClientClosedError
 from lograft.client.loop_thread import LoopThread
 from lograft.client.producer import AsyncProducer, HeadersInput, PreparedRecord, prepare
 from lograft.client.record_future import FutureRecordMetadata
 from lograft.client.sender import ProducerStats
 from lograft.client.transport import Transport
+from lograft.client.types import RecordMetadata
 from lograft.errors import UnknownTopicOrPartitionError
 
 
@@ -98,6 +101,52 @@ class Producer:
             self._drain_scheduled = True
         self._thread.call_soon(self._drain)
         return fut
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        *,
+        headers: Sequence[HeadersInput] | None = None,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int | None] | None = None,
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        """`AsyncProducer.send_many` from this thread: blocks until every
+        record is queued (at most `max_block_ms` per wait for buffer room);
+        the future resolves to every record's RecordMetadata, in order."""
+        return self._thread.run(
+            self._send_many(topic, values, keys, headers, partition, timestamps_ms)
+        )
+
+    def send_arrow(
+        self, topic: str, batch: Any, *, partition: int | None = None
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        """`send_many` from the columns of a pyarrow RecordBatch or Table
+        (see `AsyncProducer.send_arrow`)."""
+        cols = ArrowColumns(batch)
+        return self.send_many(
+            topic,
+            cols.values,
+            cols.keys,
+            headers=cols.headers,
+            partition=partition,
+            timestamps_ms=cols.timestamps_ms,
+        )
+
+    async def _send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None,
+        headers: Sequence[HeadersInput] | None,
+        partition: int | None,
+        timestamps_ms: Sequence[int | None] | None,
+    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+        if self._closed or self._aborted:
+            raise ClientClosedError("the producer is closed; records can no longer be sent")
+        self._drain()  # records sent before this call go first (send order per partition)
+        return await self._async.queue_many(topic, values, keys, headers, partition, timestamps_ms)
 
     async def _topic(self, topic: str, partition: int | None) -> Any:
         meta = await self._async.wait_for_topic(topic, self.config.max_block_ms)

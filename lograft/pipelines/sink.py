@@ -8,6 +8,8 @@ option overrides it), `partition` (int; a record with one goes there),
 ignored, so what the source reads can be written back as it is.
 
 Each Spark task writes its rows with one `lograft.client.Producer`
+(with the `topic` option and no `partition` column, each Arrow batch in one
+`send_arrow` call, else row by row)
 (idempotent with the default acks=all): a batch the producer retries inside
 the task (lost answer, leader change) is written once. The guarantee across
 task retries and query restarts is at-least-once, as Spark's Kafka sink: a
@@ -23,6 +25,7 @@ before it returns, so a task that succeeded has all its rows acknowledged.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Iterator
@@ -129,7 +132,7 @@ class _FirstError:
         self._lock = threading.Lock()
         self.error: BaseException | None = None
 
-    def __call__(self, fut: FutureRecordMetadata) -> None:
+    def __call__(self, fut: FutureRecordMetadata | concurrent.futures.Future[Any]) -> None:
         exc = fut.exception()
         if exc is not None:
             with self._lock:
@@ -139,6 +142,16 @@ class _FirstError:
     def raise_if_failed(self) -> None:
         if self.error is not None:
             raise self.error
+
+
+def _arrow_columns(columns: SinkColumns) -> list[str]:
+    """The columns send_arrow takes (the others, e.g. topic, are ignored)."""
+    names = ["value"]
+    if columns.key is not None:
+        names.append("key")
+    if columns.headers:
+        names.append("headers")
+    return names
 
 
 def write_rows(opts: SinkOptions, columns: SinkColumns, batches: Iterator[pa.RecordBatch]) -> int:
@@ -158,6 +171,14 @@ def write_rows(opts: SinkOptions, columns: SinkColumns, batches: Iterator[pa.Rec
     count = 0
     try:
         for batch in batches:
+            if opts.topic and not columns.partition:
+                # One topic, the partitioner's choice: the columnar send
+                # (one call per Arrow batch, no Python row dicts).
+                many = producer.send_arrow(opts.topic, batch.select(_arrow_columns(columns)))
+                many.add_done_callback(first_error)
+                count += batch.num_rows
+                first_error.raise_if_failed()
+                continue
             data = batch.to_pydict()
             n = batch.num_rows
             values = data["value"]

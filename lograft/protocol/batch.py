@@ -35,10 +35,11 @@ them on append without touching the rest of the bytes.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, Literal, NamedTuple
 
 import crc32c as _crc32c
 
@@ -227,6 +228,47 @@ def _encode_record(
     return encode_varint(len(body)) + body
 
 
+def encode_records_python(
+    records: Sequence[RecordInput], default_timestamp: int, offset_deltas: Sequence[int] | None
+) -> tuple[bytes, int, int]:
+    """(records section, base timestamp, max timestamp): the pure-Python
+    encoder, the fallback for `_recordencode.encode_records` (same bytes)."""
+    timestamps = [default_timestamp if r.timestamp is None else r.timestamp for r in records]
+    base_ts = timestamps[0]
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    if len(deltas) != len(records):
+        raise ValueError("offset_deltas must have one entry per record")
+    body = b"".join(
+        _encode_record(delta, ts - base_ts, r.key, r.value, r.headers)
+        for delta, ts, r in zip(deltas, timestamps, records, strict=True)
+    )
+    return body, base_ts, max(timestamps)
+
+
+# The C encoder's ABI this module speaks (RECORDENCODE_ABI in _recordencode.c).
+C_ENCODE_ABI: Final = 1
+
+try:
+    from lograft.protocol import _recordencode as _recordencode
+except ImportError:  # built without a compiler: the pure-Python encoder serves
+    _recordencode = None  # type: ignore[assignment]
+if _recordencode is not None and getattr(_recordencode, "ABI", 0) != C_ENCODE_ABI:
+    logging.getLogger(__name__).warning(
+        "lograft.protocol._recordencode is a stale build (ABI %s, need %s); using the "
+        "pure-Python encoder until it is rebuilt (scripts/setup.sh)",
+        getattr(_recordencode, "ABI", 0),
+        C_ENCODE_ABI,
+    )
+    _recordencode = None  # type: ignore[assignment]
+
+ENCODE_IMPLEMENTATION: Final[Literal["c", "python"]] = (
+    "c" if _recordencode is not None else "python"
+)
+encode_records: Callable[
+    [Sequence[RecordInput], int, Sequence[int] | None], tuple[bytes, int, int]
+] = _recordencode.encode_records if _recordencode is not None else encode_records_python
+
+
 def build_batch(
     records: Sequence[RecordInput],
     *,
@@ -251,23 +293,19 @@ def build_batch(
     """
     if not records:
         raise InvalidRecordError("a batch needs at least one record")
-    timestamps = [timestamp_ms if r.timestamp is None else r.timestamp for r in records]
-    base_ts = timestamps[0]
-    max_ts = max(timestamps)
-    deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
-    if len(deltas) != len(records):
+    if offset_deltas is not None and len(offset_deltas) != len(records):
         raise InvalidRecordError("offset_deltas must have one entry per record")
-    body = b"".join(
-        _encode_record(delta, ts - base_ts, r.key, r.value, r.headers)
-        for delta, ts, r in zip(deltas, timestamps, records, strict=True)
-    )
+    body, base_ts, max_ts = encode_records(records, timestamp_ms, offset_deltas)
     body = compress(compression, body)
     attributes = int(compression) & COMPRESSION_MASK
     if is_transactional:
         attributes |= TRANSACTIONAL_BIT
     if is_control:
         attributes |= CONTROL_BIT
-    last_delta = deltas[-1] if last_offset_delta is None else last_offset_delta
+    if last_offset_delta is not None:
+        last_delta = last_offset_delta
+    else:
+        last_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
     header = bytearray(
         HEADER.pack(

@@ -86,3 +86,21 @@ def test_the_script_passes_here_when_the_extension_is_required():
     out = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out
     assert "C record scanner in use" in out.stdout
+
+
+def test_the_encoder_check(check_native):
+    from lograft.protocol import batch
+
+    good = SimpleNamespace(ABI=batch.C_ENCODE_ABI)
+    batch_c = fake("lograft.protocol.batch", "c", C_ENCODE_ABI=batch.C_ENCODE_ABI)
+    batch_c.ENCODE_IMPLEMENTATION = "c"
+    assert check_native.encoder_problems(good, batch_c) == []
+    (line,) = check_native.encoder_problems(None, batch_c)
+    assert "_recordencode is not built" in line
+    stale = SimpleNamespace(ABI=batch.C_ENCODE_ABI + 1)
+    (line,) = check_native.encoder_problems(stale, batch_c)
+    assert "stale build" in line
+    batch_py = fake("lograft.protocol.batch", "python", C_ENCODE_ABI=batch.C_ENCODE_ABI)
+    batch_py.ENCODE_IMPLEMENTATION = "python"
+    (line,) = check_native.encoder_problems(good, batch_py)
+    assert "ENCODE_IMPLEMENTATION" in line
