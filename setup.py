@@ -2,14 +2,14 @@
 
 `lograft.protocol._recordscan` validates record batches on append;
 `lograft.protocol._recordencode` encodes the records of a batch (the producer
-side, batch.build_batch). Each is
-optional: when it cannot be compiled (no compiler, no Python headers) the
-install still succeeds and `lograft.protocol.record_scan` uses its pure-Python
-walker (and batch.py its pure-Python encoder). Editable installs copy the built module into lograft/protocol/, so
-after editing the C source rerun `pip install -e .` (scripts/setup.sh does
-when the source's hash changes). The test command does not accept the
-fallback: scripts/test.sh runs scripts/check_native.py, which fails when the
-module is missing or of another ABI.
+side, batch.build_batch). Each is optional: when it cannot be compiled (no
+compiler, no Python headers) the install still succeeds and
+`lograft.protocol.record_scan` uses its pure-Python walker (and batch.py its
+pure-Python encoder). Editable installs copy the built modules into
+lograft/protocol/, so after editing a C source rerun `pip install -e .`
+(scripts/setup.sh does when the sources' hash changes). The test command does
+not accept the fallback: scripts/test.sh runs scripts/check_native.py, which
+fails when a module is missing or of another ABI.
 """
 
 from setuptools import Extension, setup
