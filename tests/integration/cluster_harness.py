@@ -51,6 +51,16 @@ HTTP_TIMEOUT_S = 10.0
 PROCESS_EXIT_TIMEOUT_S = 15.0
 READY_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 60
+# [raft] timings every harness node starts with (a test's `raft` settings go
+# over them). The defaults (2000-3500 ms) are sized for a 2,000-partition
+# node under load (docs/quorum.md, "A busy event loop"); test clusters hold a
+# few partitions, and every cluster start and controller kill waits one
+# election timeout, so they use pysyncobj's old 400-1400 ms band, raised to
+# 600 ms at the bottom for the loaded CI machine.
+TEST_RAFT_TIMINGS: dict[str, Any] = {
+    "election_timeout_min_ms": 600,
+    "election_timeout_max_ms": 1400,
+}
 
 
 def port_is_free(port: int) -> bool:
@@ -510,7 +520,7 @@ class LograftCluster:
                 raft_port=free_port(),
                 data_dir=workdir / f"node-{node_id}",
                 roles=(roles or {}).get(node_id, ("controller", "broker")),
-                raft=dict(raft or {}),
+                raft={**TEST_RAFT_TIMINGS, **(raft or {})},
                 controller=dict(controller or {}),
                 broker=dict(broker or {}),
                 http=dict(http or {}),
