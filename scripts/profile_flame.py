@@ -94,8 +94,10 @@ IDLE_LEAVES = (
 )
 
 
-# lograft's entry frames, under every busy sample of their process: left out
-# of the totals, which are to show where the time goes.
+# lograft's entry frames, under every busy sample of their process, and the
+# request middlewares, under every request: left out of the totals, which are
+# to show where the time goes (their own time still shows in the own list).
+WRAPPER_MARKS = ("middleware", "json_http_errors.<locals>.handle", "handler_mark.<locals>")
 ENTRY_FRAMES = (
     "main (lograft/cli/main.py",
     "_cmd_node (lograft/cli/main.py",
@@ -103,6 +105,10 @@ ENTRY_FRAMES = (
     "run_on (lograft/node/event_loop.py",
     "LoopThread._main (lograft/client/loop_thread.py",
 )
+
+
+def is_wrapper(frame: str) -> bool:
+    return frame.startswith(ENTRY_FRAMES) or any(m in frame for m in WRAPPER_MARKS)
 
 
 def is_idle(leaf: str) -> bool:
@@ -130,7 +136,7 @@ def shares(stacks: list[str]) -> tuple[int, int, Counter[str], Counter[str]]:
         busy += count
         own[frames[-1]] += count
         for frame in set(frames):
-            if "(lograft/" in frame and not frame.startswith(ENTRY_FRAMES):
+            if "(lograft/" in frame and not is_wrapper(frame):
                 total[frame] += count
     return busy, idle, own, total
 

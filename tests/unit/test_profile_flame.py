@@ -42,3 +42,12 @@ def test_totals_count_lograft_frames_once_per_sample_without_entry_frames() -> N
     assert total["recurse (lograft/x.py:1)"] == 5  # a recursion counts once
     assert "run_on (lograft/node/event_loop.py:29)" not in total
     assert "dumps (json/__init__.py:231)" not in total  # not lograft's
+
+
+def test_request_middlewares_are_left_out_of_the_totals() -> None:
+    stacks = [
+        "quota_middleware.<locals>.quotas (lograft/api/quota_gate.py:277);"
+        "DataRoutes.produce_json (lograft/api/routes_data.py:186) 4"
+    ]
+    _busy, _idle, _own, total = profile_flame.shares(stacks)
+    assert dict(total) == {"DataRoutes.produce_json (lograft/api/routes_data.py:186)": 4}
