@@ -120,7 +120,9 @@ class ControllerRpc:
                 for e in wire.log_ends
             ),
         )
-        elected = await self.runtime.run(lambda img, s, _now: report_log_ends(img, s, req))
+        elected = await self.runtime.run(
+            lambda img, s, now: report_log_ends(img, s, req, now, self.config)
+        )
         return w.body_of(w.ReportLogEndsResponse(elected=elected, metadata_offset=self._offset()))
 
     async def alter_partitions(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Reports where this broker's replicas end, for partitions awaiting unclean
-recovery (lograft/quorum/unclean_recovery.py, KIP-966).
+"""Reports where this broker's replicas end, for partitions whose election
+waits for log ends: unclean recovery, and unclean elections among several
+replicas (lograft/quorum/unclean_recovery.py, KIP-966).
 
 Every `interval` while the broker is unfenced, it names each partition it
-hosts that the metadata shows offline with an empty ISR and ELR, with its
+hosts that the metadata shows awaiting such an election
+(`unclean_recovery.awaiting_log_ends`, the controller's own rule), with its
 replica's (last epoch, log end offset), to the active controller. Offline
 partitions take no writes, so the figures hold still; sending them again each
 interval is what lets a newly active controller (whose soft state starts
@@ -22,9 +24,8 @@ from lograft.node.broker_agent import BrokerAgent
 from lograft.node.controller_client import ControllerClient
 from lograft.protocol import controller_wire as w
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.quorum.election import needs_log_end_recovery
 from lograft.quorum.image import MetadataImage
-from lograft.quorum.unclean_recovery import LOG_ENDS_PER_REQUEST_MAX
+from lograft.quorum.unclean_recovery import LOG_ENDS_PER_REQUEST_MAX, awaiting_log_ends
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,9 @@ def pending_log_ends(
 ) -> list[w.ReplicaLogEndItem]:
     """This broker's replicas of partitions that need recovery by log end."""
     items = []
-    for topic in image.topics.values():
-        for p in topic.partitions:
-            if broker_id not in p.replicas or not needs_log_end_recovery(p):
-                continue
+    for p in awaiting_log_ends(image):
+        topic = image.topics.get(p.topic_id)
+        if topic is not None and broker_id in p.replicas:
             part = replicas.partitions.get(TopicPartition(topic.name, p.partition))
             if part is None:
                 continue  # its log is not open (yet, or it failed): nothing to vouch for

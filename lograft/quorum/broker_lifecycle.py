@@ -22,7 +22,7 @@ unregistration, and no two incarnations ever share one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from lograft.errors import (
@@ -300,4 +300,5 @@ def _with_sessions_for_all(
     times.update(dict.fromkeys(registered - known, now_ms))
     if times == dict(sessions.last_heartbeat_ms):
         return sessions
-    return BrokerSessions(MappingProxyType(times))
+    # replace(): the log ends and unclean waits are kept.
+    return replace(sessions, last_heartbeat_ms=MappingProxyType(times))

@@ -12,8 +12,9 @@ Contract for the runtime that drives these (the Raft leader's event loop):
   node). Serialising handler + append + apply is what makes the records valid.
 - Keep `result.sessions` when it is not None; on becoming the active controller
   start from `sessions_after_failover(image, now_ms)`.
-- Periodically: `fence_expired_brokers` every `fence_check_interval_ms`,
-  `balance_preferred_leaders` every `leader_imbalance_check_interval_ms`.
+- Periodically: `fence_expired_brokers` and `elect_after_report_wait` every
+  `fence_check_interval_ms`, `balance_preferred_leaders` every
+  `leader_imbalance_check_interval_ms`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from lograft.quorum.topics import (
     create_topic,
     delete_topic,
 )
+from lograft.quorum.unclean_recovery import elect_after_report_wait
 
 __all__ = [
     "AlterConfigRequest",
@@ -92,6 +94,7 @@ __all__ = [
     "delete_acls",
     "delete_scram_credential",
     "delete_topic",
+    "elect_after_report_wait",
     "fence_expired_brokers",
     "register_broker",
     "sessions_after_failover",

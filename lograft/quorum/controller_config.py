@@ -43,6 +43,13 @@ class ControllerConfig(Record):
     # Kafka's leader.imbalance.per.broker.percentage (10%): a broker whose share
     # of preferred partitions led by someone else exceeds this is rebalanced.
     leader_imbalance_ratio_max: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.10
+    # How long an unclean election among several usable replicas waits for
+    # their log end reports (sent every broker_heartbeat_interval_ms) before
+    # electing the longest log among those that reported (none: the last
+    # known leader, then preferred order). Ten report intervals: a report
+    # lost or late once or twice still counts; an unclean election is an
+    # outage already, and this bounds how much longer it lasts.
+    unclean_election_report_wait_ms: Positive = 5_000
     # Kafka checks every 300 s; a small cluster recovers balance sooner with 30 s,
     # and the check is one pass over the image.
     leader_imbalance_check_interval_ms: Positive = 30_000
@@ -71,4 +78,9 @@ class ControllerConfig(Record):
         if self.broker_session_timeout_ms < 2 * self.broker_heartbeat_interval_ms:
             raise FieldError(
                 "broker_session_timeout_ms", "must be at least 2 * broker_heartbeat_interval_ms"
+            )
+        # Shorter than one report interval, the wait would end before any report.
+        if self.unclean_election_report_wait_ms < self.broker_heartbeat_interval_ms:
+            raise FieldError(
+                "unclean_election_report_wait_ms", "must be at least broker_heartbeat_interval_ms"
             )

@@ -11,8 +11,9 @@ records as one batch, wait until applied, answer. Two decisions taken against
 the same image could contradict each other, and replay would then refuse the
 batch on every node; the lock below is what makes every batch valid.
 
-Periodic duties while active: fence brokers whose session expired
-(`fence_check_interval_ms`) and move leadership back to preferred replicas
+Periodic duties while active: fence brokers whose session expired and end
+the waits for log end reports of unclean elections (both every
+`fence_check_interval_ms`), and move leadership back to preferred replicas
 (`leader_imbalance_check_interval_ms`).
 """
 
@@ -31,6 +32,7 @@ from lograft.quorum.controller import (
     ControllerConfig,
     ControllerResult,
     balance_preferred_leaders,
+    elect_after_report_wait,
     fence_expired_brokers,
     sessions_after_failover,
 )
@@ -251,6 +253,9 @@ class ControllerRuntime:
                 if now >= next_fence:
                     next_fence = now + self.config.fence_check_interval_ms
                     await self._periodic(self._fence)
+                    await self._periodic(
+                        lambda img, s, t: elect_after_report_wait(img, s, t, self.config)
+                    )
                 if now >= next_balance:
                     next_balance = now + self.config.leader_imbalance_check_interval_ms
                     await self._periodic(

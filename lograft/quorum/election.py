@@ -10,8 +10,11 @@ Rules (Kafka's KIP-966, with lograft's "kept ISR"):
   this election is clean.
 - Only if the topic allows unclean election, and no ISR or ELR member is
   usable, a usable replica outside both leads, with itself as the whole ISR
-  (it may lack committed records: that is what "unclean" means). The last
-  known leader goes first (it was in sync last), then preferred order.
+  (it may lack committed records: that is what "unclean" means). When only
+  one replica is usable it leads at once; when several are, the one with the
+  longest log (`elect_unclean_by_log_end`, KIP-966's unclean recovery among
+  the replicas present), once each has reported its log end or the wait for
+  reports is over; the partition is offline meanwhile.
 - Otherwise the partition goes offline (leader -1), and its last leader is
   kept as `last_known_leader`.
 - Brokers that go away leave every ISR, except that an ISR is never emptied
@@ -37,7 +40,9 @@ every_batch) are exempt: an unclean shutdown took nothing acknowledged.
 
 A partition left with an empty ISR and ELR that way recovers by log end
 (`elect_by_log_end`, KIP-966's balanced unclean recovery): once every replica
-has reported where its log ends, the longest leads.
+has reported where its log ends, the longest leads. A topic that allows
+unclean election does not wait for every replica: the longest log among the
+usable ones leads (`elect_unclean_by_log_end`).
 
 So outside these functions, every partition is either led by a usable broker
 with only usable brokers in its ISR, or offline with no usable ISR or ELR
@@ -103,10 +108,11 @@ def elect_leader(
         if replica in elr and replica in usable:
             return Election(replica, (replica,), from_elr=True)
     if unclean:
-        ordered = (last_known_leader, *replicas)
-        for replica in ordered:
-            if replica in replicas and replica in usable:
-                return Election(replica, (replica,), unclean=True)
+        present = [r for r in replicas if r in usable]
+        # Alone, it is the longest log present; several wait for their log
+        # ends (elect_unclean_by_log_end) so the longest one leads.
+        if len(present) == 1:
+            return Election(present[0], (present[0],), unclean=True)
     return Election(NO_LEADER, isr)
 
 
@@ -311,6 +317,48 @@ def elect_by_log_end(
     if not candidates:
         return None
     leader = max(candidates)[2]
+    return partition_change(p, (leader,), leader, elr=(), last_known_leader=NO_LEADER)
+
+
+def awaits_unclean_election(p: PartitionState, usable: Collection[int], unclean: bool) -> bool:
+    """Offline, its topic allows unclean election, no ISR or ELR member is
+    usable and several replicas are (one alone is elected at once)."""
+    if not unclean or not p.offline:
+        return False
+    if any(r in usable for r in (*p.isr, *p.elr)):
+        return False
+    return sum(1 for r in p.replicas if r in usable) > 1
+
+
+def elect_unclean_by_log_end(
+    p: PartitionState,
+    usable: Collection[int],
+    epochs: Mapping[int, int],
+    reports: LogEnds,
+    waited_out: bool,
+) -> PartitionChange | None:
+    """The unclean election of a partition that `awaits_unclean_election`:
+    among the usable replicas, the longest log, (last epoch, end offset), as
+    reported under each broker's current epoch, leads alone in the ISR (ties:
+    the last known leader, then preferred order). It waits until every usable
+    replica has reported, or until `waited_out` (the wait for reports is
+    over): then the longest among those that reported, and with no report at
+    all the last known leader, then preferred order (the rule before log ends
+    were known). Whatever the leader's log lacks is lost: it may be less than
+    a replica still away holds, which is what an unclean election risks."""
+    got = reports.get((p.topic_id, p.partition), {})
+    present = [r for r in p.replicas if r in usable]
+    reported = {
+        r: got[r].length_key() for r in present if r in got and got[r].broker_epoch == epochs.get(r)
+    }
+    if len(reported) < len(present) and not waited_out:
+        return None
+    order = [p.last_known_leader, *(r for r in p.replicas if r != p.last_known_leader)]
+    rank = {r: i for i, r in enumerate(order)}
+    if reported:
+        leader = max(reported, key=lambda r: (reported[r], -rank[r]))
+    else:
+        leader = min(present, key=lambda r: rank[r])
     return partition_change(p, (leader,), leader, elr=(), last_known_leader=NO_LEADER)
 
 

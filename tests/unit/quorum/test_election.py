@@ -26,8 +26,10 @@ from .metadata_cluster import Cluster, cluster_of
         ((3, 1, 2), (1, 2), {1, 2}, False, Election(1, (1, 2))),
         # Nobody in the ISR is usable: offline, the ISR is kept.
         ((1, 2, 3), (1,), {2, 3}, False, Election(NO_LEADER, (1,))),
-        # ... unless the topic allows an unclean election: first usable replica.
-        ((1, 2, 3), (1,), {3, 2}, True, Election(2, (2,), unclean=True)),
+        # ... unless the topic allows an unclean election: the one usable
+        # replica leads at once; several wait for their log ends.
+        ((1, 2, 3), (1,), {3}, True, Election(3, (3,), unclean=True)),
+        ((1, 2, 3), (1,), {3, 2}, True, Election(NO_LEADER, (1,))),
         # Unclean is only a fallback: a clean candidate still wins.
         ((1, 2, 3), (3,), {2, 3}, True, Election(3, (3,))),
         ((1, 2), (1,), set(), True, Election(NO_LEADER, (1,))),

@@ -8,6 +8,7 @@ from lograft.quorum.configs import AlterConfigRequest, alter_config
 from lograft.quorum.election import elect_leader
 from lograft.quorum.image import NO_LEADER
 from lograft.quorum.records import ConfigResourceType
+from lograft.quorum.unclean_recovery import elect_after_report_wait
 
 from .metadata_cluster import Cluster, cluster_of
 
@@ -204,7 +205,7 @@ def test_an_unclean_restart_of_a_broker_still_unfenced_does_not_enter_the_elr():
     assert (p.isr, p.elr) == ((leader,), ())
 
 
-def test_unclean_election_prefers_the_last_known_leader():
+def test_unclean_election_without_reports_prefers_the_last_known_leader():
     cluster, topic_id, (leader, second, third) = three_replicas(unclean_leader_election="false")
     kill(cluster, leader, second, third)
     for b in (third, leader):
@@ -212,8 +213,22 @@ def test_unclean_election_prefers_the_last_known_leader():
     assert cluster.partition(topic_id, 0).leader == NO_LEADER
     request = AlterConfigRequest(ConfigResourceType.TOPIC, "t", "unclean_leader_election", "true")
     cluster.apply(alter_config(cluster.image, request, cluster.config))
+    # Two usable replicas: the election waits for their log ends...
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    wait = cluster.config.unclean_election_report_wait_ms
+    for step in (0, wait - 1):
+        cluster.now_ms += step
+        cluster.apply(
+            elect_after_report_wait(cluster.image, cluster.sessions, cluster.now_ms, cluster.config)
+        )
+        assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    # ... and with none reported once the wait is over, both may lack
+    # records; the last leader was in sync last, so it goes first.
+    cluster.now_ms += 1
+    cluster.apply(
+        elect_after_report_wait(cluster.image, cluster.sessions, cluster.now_ms, cluster.config)
+    )
     p = cluster.partition(topic_id, 0)
-    # Both may lack records; the last leader was in sync last, so it goes first.
     assert (p.leader, p.isr, p.elr, p.last_known_leader) == (leader, (leader,), (), NO_LEADER)
 
 
@@ -230,7 +245,7 @@ def test_elect_leader_order():
     # ISR first, then ELR, then (unclean) the last known leader, then preferred order.
     assert elect_leader((1, 2, 3), (1,), {2, 3}, False, elr=(3, 2)).leader == 2
     assert elect_leader((1, 2, 3), (1,), {3}, False, elr=(2,)).leader == NO_LEADER
-    unclean = elect_leader((1, 2, 3), (1,), {2, 3}, True, last_known_leader=3)
+    unclean = elect_leader((1, 2, 3), (1,), {3}, True, last_known_leader=2)
     assert (unclean.leader, unclean.isr, unclean.unclean) == (3, (3,), True)
 
 

@@ -1,19 +1,24 @@
-"""Unclean recovery by log end (KIP-966) and the fsynced-topic exemption:
-lograft/quorum/unclean_recovery.py and election.elect_by_log_end, driven
-through the controller's handlers as brokers would call them."""
+"""Elections by log end (KIP-966): unclean recovery, unclean elections among
+several replicas, and the fsynced-topic exemption: lograft/quorum/
+unclean_recovery.py and election.elect_by_log_end / elect_unclean_by_log_end,
+driven through the controller's handlers as brokers would call them."""
 
 from __future__ import annotations
 
 import pytest
 
 from lograft.errors import InvalidRequestError, StaleBrokerEpochError
+from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.image import NO_LEADER
 from lograft.quorum.unclean_recovery import (
     LOG_ENDS_PER_REQUEST_MAX,
     ReplicaLogEnd,
     ReportLogEndsRequest,
+    awaiting_log_ends,
+    elect_after_report_wait,
     report_log_ends,
 )
+from lograft.typed import FieldError
 
 from .metadata_cluster import Cluster
 from .test_eligible_leader_replicas import kill, restart, three_replicas
@@ -23,7 +28,9 @@ def report(cluster: Cluster, broker: int, topic_id: str, last_epoch: int, end: i
     request = ReportLogEndsRequest(
         broker, cluster.epochs[broker], (ReplicaLogEnd(topic_id, 0, last_epoch, end),)
     )
-    return cluster.apply(report_log_ends(cluster.image, cluster.sessions, request))
+    return cluster.apply(
+        report_log_ends(cluster.image, cluster.sessions, request, cluster.now_ms, cluster.config)
+    )
 
 
 def all_dead_then_unclean_restarts(**configs: str) -> tuple[Cluster, str, tuple[int, ...]]:
@@ -87,7 +94,7 @@ def test_a_report_from_a_stale_epoch_is_refused():
     cluster, topic_id, (a, _b, _c) = all_dead_then_unclean_restarts()
     request = ReportLogEndsRequest(a, cluster.epochs[a] - 1, (ReplicaLogEnd(topic_id, 0, 3, 1),))
     with pytest.raises(StaleBrokerEpochError):
-        report_log_ends(cluster.image, cluster.sessions, request)
+        report_log_ends(cluster.image, cluster.sessions, request, 0, cluster.config)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +105,11 @@ def test_a_malformed_log_end_is_refused(bad: ReplicaLogEnd):
     cluster, _topic_id, (a, _b, _c) = all_dead_then_unclean_restarts()
     with pytest.raises(InvalidRequestError):
         report_log_ends(
-            cluster.image, cluster.sessions, ReportLogEndsRequest(a, cluster.epochs[a], (bad,))
+            cluster.image,
+            cluster.sessions,
+            ReportLogEndsRequest(a, cluster.epochs[a], (bad,)),
+            0,
+            cluster.config,
         )
 
 
@@ -107,7 +118,11 @@ def test_a_report_naming_too_many_partitions_is_refused():
     ends = (ReplicaLogEnd(topic_id, 0, 1, 1),) * (LOG_ENDS_PER_REQUEST_MAX + 1)
     with pytest.raises(InvalidRequestError):
         report_log_ends(
-            cluster.image, cluster.sessions, ReportLogEndsRequest(a, cluster.epochs[a], ends)
+            cluster.image,
+            cluster.sessions,
+            ReportLogEndsRequest(a, cluster.epochs[a], ends),
+            0,
+            cluster.config,
         )
 
 
@@ -166,3 +181,77 @@ def test_the_cluster_default_flush_policy_counts():
     kill(cluster, a)
     restart(cluster, a, clean=False)
     assert cluster.partition(topic_id, 0).leader == a
+
+
+def lagging_followers_then_leader_dies() -> tuple[Cluster, str, tuple[int, ...]]:
+    """min_insync_replicas 1 and unclean election on: the followers leave the
+    ISR (not into the ELR: the HW kept moving with the leader alone) and come
+    back behind; then the leader dies. Two usable replicas, both unclean."""
+    cluster, topic_id, (a, b, c) = three_replicas(
+        min_insync_replicas="1", unclean_leader_election="true"
+    )
+    kill(cluster, c)
+    kill(cluster, b)
+    restart(cluster, b, clean=True)
+    restart(cluster, c, clean=True)
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr, p.elr) == (a, (a,), ())
+    kill(cluster, a)
+    return cluster, topic_id, (a, b, c)
+
+
+def wait_duty(cluster: Cluster) -> int:
+    return cluster.apply(
+        elect_after_report_wait(cluster.image, cluster.sessions, cluster.now_ms, cluster.config)
+    )
+
+
+def test_an_unclean_election_picks_the_longest_log_not_the_preferred_replica():
+    cluster, topic_id, (_a, b, c) = lagging_followers_then_leader_dies()
+    # Before log ends were used, `b` (first usable in preferred order) led at
+    # once, truncating what `c` held beyond it.
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    assert report(cluster, b, topic_id, last_epoch=3, end=100) == 0
+    assert report(cluster, c, topic_id, last_epoch=3, end=140) == 1
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr, p.elr, p.last_known_leader) == (c, (c,), (), NO_LEADER)
+
+
+def test_an_unclean_election_compares_the_last_epoch_first():
+    cluster, topic_id, (_a, b, c) = lagging_followers_then_leader_dies()
+    report(cluster, b, topic_id, last_epoch=4, end=100)
+    report(cluster, c, topic_id, last_epoch=3, end=900)
+    assert cluster.partition(topic_id, 0).leader == b
+
+
+def test_an_unclean_election_waits_for_reports_only_so_long():
+    cluster, topic_id, (_a, _b, c) = lagging_followers_then_leader_dies()
+    wait_duty(cluster)  # the wait starts when the controller first sees it
+    report(cluster, c, topic_id, last_epoch=3, end=50)  # `b` never reports
+    cluster.now_ms += cluster.config.unclean_election_report_wait_ms - 1
+    assert wait_duty(cluster) == 0
+    assert cluster.partition(topic_id, 0).leader == NO_LEADER
+    cluster.now_ms += 1
+    # The longest of those that reported, though `b` is preferred.
+    assert wait_duty(cluster) == 1
+    assert cluster.partition(topic_id, 0).leader == c
+    wait_duty(cluster)  # the next round forgets the wait of a led partition
+    assert dict(cluster.sessions.unclean_since) == {}
+
+
+def test_a_clean_candidate_back_during_the_wait_still_leads_cleanly():
+    cluster, topic_id, (a, _b, c) = lagging_followers_then_leader_dies()
+    report(cluster, c, topic_id, last_epoch=3, end=140)
+    restart(cluster, a, clean=True)  # the last ISR member, whose log is whole
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr) == (a, (a,))
+
+
+def test_the_brokers_report_for_partitions_awaiting_an_unclean_election():
+    cluster, topic_id, _replicas = lagging_followers_then_leader_dies()
+    assert [(p.topic_id, p.partition) for p in awaiting_log_ends(cluster.image)] == [(topic_id, 0)]
+
+
+def test_the_report_wait_is_at_least_one_report_interval():
+    with pytest.raises(FieldError):
+        ControllerConfig(broker_heartbeat_interval_ms=500, unclean_election_report_wait_ms=499)
