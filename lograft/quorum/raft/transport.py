@@ -45,6 +45,7 @@ from pysyncobj.node import Node
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
+from lograft.quorum.raft.append_guard import journal_entry_at, keep_matching_tail
 from lograft.quorum.raft.config import parse_address
 from lograft.quorum.raft.durability import DurabilityGate
 from lograft.quorum.raft.handshake import (
@@ -167,6 +168,29 @@ class PeerTCPTransport(TCPTransport):
         super().dropNode(node)
         if isinstance(node, PeerNode):
             self._nodeAddrToNode.pop(node.id, None)
+
+    def _onMessageReceived(self, node: Node, message: Any) -> None:
+        # Every message of a known peer reaches SyncObj through here.
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            message = self._guard_append(message)
+        super()._onMessageReceived(node, message)
+
+    def _guard_append(self, message: dict[str, Any]) -> dict[str, Any]:
+        """See append_guard: no truncation of entries matching the leader's."""
+        so = self._syncObj
+        journal = getattr(so, "_SyncObj__raftLog", None)
+        term = getattr(so, "_SyncObj__raftCurrentTerm", None)
+        if journal is None or not isinstance(term, int) or len(journal) == 0:
+            return message
+        guarded = keep_matching_tail(message, journal_entry_at(journal), journal[-1][1], term)
+        if guarded is not message:
+            log.info(
+                "append_entries after index %d re-sends entries this follower holds; "
+                "applied after index %d instead (append_guard)",
+                message["prevLogIdx"],
+                guarded["prevLogIdx"],
+            )
+        return guarded
 
     def _onIncomingMessageReceived(self, conn: TcpConnection, message: Any) -> None:
         key_exchange_pending = self._syncObj.encryptor and not conn.sendRandKey
