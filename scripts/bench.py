@@ -331,7 +331,8 @@ class TempCluster:
         for _ in range(200):
             base = random.randrange(20_000, 40_000, 10)
             ports = [base + n for n in local_cluster.NODES]
-            ports += [base + 10_000 + n for n in local_cluster.NODES]
+            ports += [local_cluster.raft_port(base, n) for n in local_cluster.NODES]
+            ports += [local_cluster.controller_port(base, n) for n in local_cluster.NODES]
             if _ports_free(ports):
                 break
         else:

@@ -11,8 +11,9 @@
                     local issuer (--lifetime-s, default 24 h)
 
 Data, configs, logs and pid files live under data/cluster/ (or --dir); starting
-again keeps the data. Ports: HTTP 9091-9093, Raft 19091-19093 (--base-port
-moves both).
+again keeps the data. Ports: HTTP 9091-9093, Raft 19091-19093, the controller
+listeners (controller calls, served off each node's main loop) 19191-19193
+(--base-port moves all three).
 
 `--secure` uses data/cluster-secure/ instead (stop, status, kill and restart
 find whichever of the two runs; token uses the secure one). Made once, kept:
@@ -63,6 +64,10 @@ def raft_port(base: int, node: int) -> int:
     return base + 10_000 + node
 
 
+def controller_port(base: int, node: int) -> int:
+    return base + 10_100 + node
+
+
 def write_configs(directory: Path, base: int, secure: bool = False) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     security = secure_sections(directory) if secure else ""
@@ -74,6 +79,7 @@ def write_configs(directory: Path, base: int, secure: bool = False) -> None:
     voters = "".join(
         f'\n[[voters]]\nid = {n}\nraft = "127.0.0.1:{raft_port(base, n)}"\n'
         f'http = "127.0.0.1:{http_port(base, n)}"\n'
+        f'controller = "127.0.0.1:{controller_port(base, n)}"\n'
         for n in NODES
     )
     for n in NODES:
@@ -410,7 +416,7 @@ def main() -> int:
         "--base-port",
         type=int,
         default=9090,
-        help="HTTP ports are base+1..3, Raft ports base+10001..3",
+        help="HTTP ports base+1..3, Raft base+10001..3, controller listeners base+10101..3",
     )
     args = parser.parse_args()
     directory = cluster_dir(args)

@@ -4,7 +4,10 @@ Controller RPCs (`POST /internal/v1/controller/<name>`, JSON in and out: the
 broker's calls are declared in lograft/protocol/controller_wire.py) are
 served by the active controller; any other node answers NOT_CONTROLLER naming
 the one that is. The same `ControllerRpc` methods serve a node's own calls
-when it is the active controller, so both paths give the same answers.
+when it is the active controller, so both paths give the same answers. They
+run on the controller's own loop (lograft/node/controller_thread.py): the
+controller listener (api/controller_listener.py) serves them there, and the
+main listener's route hands each call over to that loop (`ControllerCalls`).
 
 Replica fetch (`POST /internal/v1/replica-fetch`) is the follower-pull data
 path; see lograft/protocol/fetch_wire.py for its format.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -40,6 +43,14 @@ CONTROLLER_PREFIX = "/internal/v1/controller"
 REPLICA_FETCH_PATH = "/internal/v1/replica-fetch"
 
 
+class ControllerCalls(Protocol):
+    """What serves the controller route: the RPCs by name."""
+
+    def knows(self, name: str) -> bool: ...
+
+    async def call(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
 class ControllerRpc:
     def __init__(self, runtime: ControllerRuntime) -> None:
         self.runtime = runtime
@@ -61,6 +72,13 @@ class ControllerRpc:
             "alter-client-quotas": self.alter_client_quotas,
         }
         self.methods: dict[str, Rpc] = {name: self._with_offset(m) for name, m in plain.items()}
+
+    def knows(self, name: str) -> bool:
+        return name in self.methods
+
+    async def call(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """On the runtime's own loop."""
+        return await self.methods[name](body)
 
     def _with_offset(self, method: Rpc) -> Rpc:
         """Every answer carries the metadata offset that includes its change,
@@ -326,21 +344,20 @@ class ControllerRpc:
         )
 
 
-def add_controller_routes(app: web.Application, rpc: ControllerRpc | None) -> None:
+def add_controller_routes(app: web.Application, rpc: ControllerCalls | None) -> None:
     async def handle(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if rpc is None:
             from lograft.errors import NotControllerError
 
             raise NotControllerError("this node has no controller role")
-        method = rpc.methods.get(name)
-        if method is None:
+        if not rpc.knows(name):
             raise InvalidRequestError(f"unknown controller call {name!r}")
         # An object here; its fields are the method's request Record's to judge.
         body = decode_json(
             await request.read(), dict[str, Any], error=InvalidRequestError, where="request body"
         )
-        result = await method(body)
+        result = await rpc.call(name, body)
         return web.Response(body=encode_json(result), content_type="application/json")
 
     app.router.add_post(CONTROLLER_PREFIX + "/{name}", handle)

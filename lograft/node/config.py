@@ -24,14 +24,17 @@ Example (`config/node-1.toml`)::
     id = 1                            # controller.quorum.voters), the same
     raft = "127.0.0.1:19091"          # on every node
     http = "127.0.0.1:9091"
-    [[voters]]
-    id = 2
-    raft = "127.0.0.1:19092"
+    controller = "127.0.0.1:19191"    # optional: the controller listener, where
+    [[voters]]                        # brokers send controller calls (served
+    id = 2                            # off the main loop); without it they go
+    raft = "127.0.0.1:19092"          # to `http`
     http = "127.0.0.1:9092"
+    controller = "127.0.0.1:19192"
     [[voters]]
     id = 3
     raft = "127.0.0.1:19093"
     http = "127.0.0.1:9093"
+    controller = "127.0.0.1:19193"
 
     [raft]
     password = ""                     # default: derived from cluster_secret
@@ -41,6 +44,8 @@ Example (`config/node-1.toml`)::
 
     [controller]                      # any ControllerConfig setting
     broker_session_timeout_ms = 1500
+    [controller_listener]             # its caps (docs/quorum.md)
+    connections_max = 512
 
     [groups]                          # group coordinator (docs/groups.md)
     session_timeout_ms = 10000
@@ -92,6 +97,7 @@ import msgspec.inspect
 from msgspec import Meta
 from msgspec.structs import force_setattr
 
+from lograft.api.controller_listener_config import ControllerListenerConfig
 from lograft.api.http_config import HttpConfig, is_host_port
 from lograft.api.metrics.settings import MetricsSettings
 from lograft.api.stream.limits import StreamLimits
@@ -118,16 +124,24 @@ class Voter(Record):
     node_id: NonNegative = msgspec.field(name="id")
     raft: str  # host:port of its Raft listener
     http: str  # host:port of its HTTP listener
+    # host:port of its controller listener (api/controller_listener.py), where
+    # brokers send their controller calls; None: it has none, and they go to
+    # its HTTP listener (served on the main loop).
+    controller: str | None = None
 
     def __post_init__(self) -> None:
-        for key in ("raft", "http"):
+        for key in ("raft", "http", "controller"):
             address = getattr(self, key)
-            if not is_host_port(address):
+            if address is not None and not is_host_port(address):
                 raise FieldError(key, f"{address!r}: write it as host:port")
 
     def http_url(self, scheme: str = "http") -> str:
         """Its HTTP API's base URL: `scheme` is "https" when the cluster runs [tls]."""
         return f"{scheme}://{self.http}"
+
+    def controller_url(self, scheme: str = "http") -> str:
+        """Where its controller RPCs are served: the controller listener, else the HTTP API."""
+        return f"{scheme}://{self.controller}" if self.controller else self.http_url(scheme)
 
 
 class RaftSection(RaftTuning, kw_only=True):
@@ -161,6 +175,8 @@ class NodeConfig(Record):
     http: HttpConfig = HttpConfig()
     raft: RaftSection = RaftSection()
     controller: ControllerConfig = ControllerConfig()
+    # The controller listener's sizes (a voter with a `controller` address).
+    controller_listener: ControllerListenerConfig = ControllerListenerConfig()
     broker: BrokerSettings = BrokerSettings()
     groups: GroupRuntimeSettings = GroupRuntimeSettings()
     stream: StreamLimits = StreamLimits()
@@ -306,6 +322,13 @@ def _check_voters(node_id: int, roles: tuple[str, ...], voters: tuple[Voter, ...
         raise FieldError("voters", f"node {node_id} has the controller role but is not in voters")
     if "controller" not in roles and node_id in ids:
         raise FieldError("roles", f"node {node_id} is in voters, so roles must include controller")
+    for v in voters:
+        if v.controller is not None and v.controller in (v.raft, v.http):
+            raise FieldError(
+                "voters",
+                f"voter {v.node_id}: controller {v.controller!r} is also its raft or http "
+                "address; the controller listener needs a port of its own",
+            )
 
 
 def _check_scheme(advertised_url: str | None, tls: TlsSettings | None) -> None:

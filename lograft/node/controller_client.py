@@ -2,17 +2,19 @@
 
 If this node's own `ControllerRuntime` is active, calls go straight to it, in
 process (`LocalController`: the same `ControllerRpc` methods the HTTP route
-serves, so both paths give the same answers). Otherwise they are POSTed to the
-active controller's internal endpoint through the node's `PeerClient` (the
-Raft leader's HTTP address from the voters list, or its `[http.dial]` entry,
-with the cluster secret). When the leader is unknown or unreachable the other
+serves, so both paths give the same answers), run on the controller's own
+loop (node/controller_thread.py) whatever loop the caller is on. Otherwise
+they are POSTed to the active controller's internal endpoint through the
+node's `PeerClient`: at the Raft leader's controller listener when its
+`[[voters]]` entry names one (`controller`, or its
+`[controller_listener.dial]` entry), else at its HTTP address (or its
+`[http.dial]` entry), with the cluster secret. When the leader is unknown or unreachable the other
 voters are tried in turn; a voter that is not the controller answers
 NOT_CONTROLLER naming the one that is, and the call follows that hint once.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,9 +23,9 @@ import orjson
 from lograft.api.routes_internal import CONTROLLER_PREFIX, ControllerRpc
 from lograft.errors import BrokerNotAvailableError, LograftError, NotControllerError
 from lograft.node.config import NodeConfig
+from lograft.node.controller_thread import ControllerThread
 from lograft.node.peer_client import PeerClient
 from lograft.protocol.controller_wire import body_of, response_of
-from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.typed import Record
 
 R = TypeVar("R", bound=Record)
@@ -33,34 +35,29 @@ CONTROLLER_REQUEST_TIMEOUT_MS = 10_000
 
 
 class LocalController:
-    """This node's own controller runtime, called in process.
+    """This node's own controller runtime, called in process on its own loop.
 
-    `loop`: the event loop the runtime lives on, when the caller runs on
-    another (the heartbeat thread): the call is then run there and awaited
-    from here, without a timeout (cancelling a request inside the runtime,
-    mid-commit, made this node's followers fall out of ISRs; only stopping
-    the caller cancels it)."""
+    Any caller (the main loop: admin changes, AlterPartition, producer ids,
+    the main listener's controller route; the heartbeat thread) has the call
+    run on the controller thread's loop and awaits it from its own, without a
+    timeout (cancelling a request inside the runtime, mid-commit, made this
+    node's followers fall out of ISRs; only stopping the caller cancels it).
+    `active` reads the runtime's immutable status, never its sessions."""
 
-    def __init__(
-        self, runtime: ControllerRuntime, loop: asyncio.AbstractEventLoop | None = None
-    ) -> None:
-        self.runtime = runtime
-        self.rpc = ControllerRpc(runtime)
-        self.loop = loop
+    def __init__(self, thread: ControllerThread) -> None:
+        assert thread.runtime is not None, "start the controller thread first"
+        self.thread = thread
+        self.rpc = ControllerRpc(thread.runtime)
 
     @property
     def active(self) -> bool:
-        return self.runtime.active
+        return self.thread.active
+
+    def knows(self, name: str) -> bool:
+        return self.rpc.knows(name)
 
     async def call(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        method = self.rpc.methods[name]
-
-        async def run() -> dict[str, Any]:
-            return await method(body)
-
-        if self.loop is None or self.loop is asyncio.get_running_loop():
-            return await run()
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self.loop))
+        return await self.thread.call(lambda _runtime: self.rpc.call(name, body))
 
 
 class ControllerClient:
@@ -91,7 +88,7 @@ class ControllerClient:
         for nid in order:
             voter = self.config.voter(nid)
             if voter is not None and nid != self.config.node_id:
-                urls.append(self.calls.voter_url(voter))
+                urls.append(self.calls.controller_url(voter))
         return urls
 
     async def call(

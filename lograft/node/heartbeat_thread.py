@@ -20,11 +20,11 @@ Ownership, so no lock is needed:
   `broker_epoch` the data path uses happen there only.
 
 When this node is itself the active controller the call is local: its
-`ControllerRuntime` lives on the main loop, so the call is run there (the
-client's `LocalController` is given the main loop) and is as late as that loop; the runtime's
-fence check runs on the same loop, so it is stalled alike. A remote heartbeat
-gives up after one interval (broker_agent's rule); a local one has no timeout,
-as before.
+`ControllerRuntime` lives on the controller's own thread and loop
+(controller_thread.py), so the client's `LocalController` runs the call
+there, and a busy main loop delays it no more than a remote one. A remote
+heartbeat gives up after one interval (broker_agent's rule); a local one has
+no timeout, as before.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # Builds the thread's controller client, on the thread: its PeerClient opens
 # its pool on the thread's loop, and its LocalController (when this node is a
-# controller) runs calls on the main loop. The node passes one using its
+# controller) runs calls on the controller's own loop. The node passes one using its
 # PeerUrls, so [http.dial] proxies still apply.
 ClientFactory = Callable[[], ControllerClient]
 
@@ -196,7 +196,7 @@ class HeartbeatThread:
         )
         # Gives up after one interval (see broker_agent): a stuck heartbeat
         # must not hold the next one past the session. A local one (this
-        # node's own runtime, on the main loop) has no timeout.
+        # node's own runtime, on the controller's loop) has no timeout.
         result = await client.send(
             "heartbeat", request, w.HeartbeatResponse, timeout_ms=self.spec.heartbeat_interval_ms
         )

@@ -140,6 +140,10 @@ class PeerClient(LocalFirst):
     def voter_url(self, voter: Voter) -> str:
         return self.peers.voter(voter)
 
+    def controller_url(self, voter: Voter) -> str:
+        """Where `voter` serves controller RPCs (its controller listener, if any)."""
+        return self.peers.controller(voter)
+
     # -- typed operations over HTTP (LocalFirst runs the local ones) ----------------------
 
     async def _remote_forward_produce(

@@ -34,6 +34,7 @@ from lograft.api.app import create_app
 from lograft.api.authentication import Authenticator
 from lograft.api.console.assets import add_console_routes
 from lograft.api.console.cors import origins_of
+from lograft.api.controller_listener import controller_app, listener_http_config
 from lograft.api.http_server import HttpServer
 from lograft.api.metrics.broker_collector import BrokerCollector
 from lograft.api.metrics.exposition import NodeMetrics, add_metrics_route
@@ -73,6 +74,7 @@ from lograft.node.broker_agent import BrokerAgent
 from lograft.node.clean_shutdown import record_clean_shutdown, take_previous_epoch
 from lograft.node.config import NodeConfig
 from lograft.node.controller_client import ControllerClient, LocalController
+from lograft.node.controller_thread import ControllerThread, ListenerFactory
 from lograft.node.event_loop import run_on, running_loop_name
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.node.log_end_reporter import LogEndReporter
@@ -156,11 +158,13 @@ class Node:
         self.raft = RaftAdapter(raft_config_for(config), self.store)
         self.controller_config = config.controller
         # The one place node-to-node HTTP calls get a peer's URL ([http.dial]).
-        self.peers = PeerUrls(config.http.dial, config.http_scheme)
+        self.peers = PeerUrls(config.http.dial, config.http_scheme, config.controller_listener.dial)
         # [tls]: the listener's context and the one node-to-node calls use
         # (built now, so a bad file fails the start, not the first call).
         self.tls_server = server_context(config.tls) if config.tls is not None else None
         self.tls_client = client_context(config.tls) if config.tls is not None else None
+        # The controller role: its thread (runtime and listener) and runtime.
+        self.controller: ControllerThread | None = None
         self.runtime: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinatorRuntime | None = None
@@ -227,8 +231,15 @@ class Node:
         self.replication_calls = self._peer_client(0)  # one fetch per leader
         self.control_calls = self._peer_client(0)  # controller calls
         if cfg.is_controller:
-            self.runtime = ControllerRuntime(self.raft, self.store, self.controller_config)
-            await self.runtime.start()
+            # The runtime (and the controller listener) on a thread and loop
+            # of their own: node/controller_thread.py.
+            self.controller = ControllerThread(
+                lambda: ControllerRuntime(self.raft, self.store, self.controller_config),
+                self._controller_listener(),
+                name=f"controller-{cfg.node_id}",
+            )
+            await self.controller.start()
+            self.runtime = self.controller.runtime
         self.client = ControllerClient(
             cfg, self.control_calls, self._local_controller(), self._leader_id
         )
@@ -259,7 +270,6 @@ class Node:
             self._tasks.append(asyncio.create_task(self._follow_metadata(), name="metadata"))
         await self._serve()
         if cfg.is_broker:
-            main_loop = asyncio.get_running_loop()
             self.agent = BrokerAgent(
                 cfg.node_id,
                 {"http": cfg.http_url},  # http.advertised_url, else http(s)://host:port
@@ -270,9 +280,9 @@ class Node:
                 lambda: self._applied_offset,
                 heartbeat_interval_ms=self.controller_config.broker_heartbeat_interval_ms,
                 # The heartbeat thread's own client: its own pool, the same
-                # resolver ([http.dial]); local calls run on this (main) loop.
+                # resolver; local calls run on the controller's own loop.
                 client_factory=lambda: ControllerClient(
-                    cfg, self._peer_client(0), self._local_controller(main_loop), self._leader_id
+                    cfg, self._peer_client(0), self._local_controller(), self._leader_id
                 ),
                 on_registered=self.catch_up.registered,
                 previous_broker_epoch=previous_broker_epoch,
@@ -288,13 +298,15 @@ class Node:
                 self.controller_config.broker_heartbeat_interval_ms,
             )
             self._tasks.append(asyncio.create_task(reporter.run(), name="log-end-reports"))
+        me = cfg.voter(cfg.node_id)
         log.info(
-            "node %d started: roles %s, http listening on %s:%d, advertised as %s",
+            "node %d started: roles %s, http listening on %s:%d, advertised as %s%s",
             cfg.node_id,
             ",".join(cfg.roles),
             cfg.http.host,
             cfg.http.port,
             cfg.http_url,
+            f", controller listener on {me.controller}" if me and me.controller else "",
         )
 
     def _peer_client(self, connections_max: int, connections_per_peer_max: int = 0) -> PeerClient:
@@ -310,11 +322,30 @@ class Node:
             tls=self.tls_client,
         )
 
-    def _local_controller(
-        self, loop: asyncio.AbstractEventLoop | None = None
-    ) -> LocalController | None:
-        """This node's controller runtime for in-process calls (None: no controller role)."""
-        return None if self.runtime is None else LocalController(self.runtime, loop)
+    def _local_controller(self) -> LocalController | None:
+        """This node's controller runtime for in-process calls, run on its own
+        loop whoever calls (None: no controller role)."""
+        return None if self.controller is None else LocalController(self.controller)
+
+    def _controller_listener(self) -> ListenerFactory | None:
+        """What builds the controller listener on the controller's loop (None:
+        this voter's `[[voters]]` entry names no `controller` address)."""
+        cfg = self.config
+        me = cfg.voter(cfg.node_id)
+        if me is None or me.controller is None:
+            return None
+        http = listener_http_config(cfg.http, cfg.controller_listener, me.controller)
+
+        def build(runtime: ControllerRuntime) -> HttpServer:
+            app = controller_app(
+                ControllerRpc(runtime),
+                cluster_secret=cfg.cluster_secret,
+                request_bytes_max=http.request_bytes_max,
+                active=lambda: runtime.active,
+            )
+            return HttpServer(app, http, self.tls_server)
+
+        return build
 
     def _access_control(self) -> AccessControl | None:
         """What decides each request with `[security] authorization` on: the
@@ -346,8 +377,9 @@ class Node:
         )
         add_console_routes(app, self._console_origins)
         metrics = self._metrics() if self.request_metrics is not None else None
-        rpc = ControllerRpc(self.runtime) if self.runtime is not None else None
-        add_controller_routes(app, rpc)
+        # Controller calls that reach the main listener (a voter without a
+        # controller listener, or an older broker) still run on the controller's loop.
+        add_controller_routes(app, self._local_controller())
         AdminRoutes(
             node_id=cfg.node_id,
             cluster_id=cfg.cluster_id,
@@ -498,8 +530,8 @@ class Node:
                 # Every log flushed and closed: vouch for them at the next start.
                 if self.agent is not None:
                     record_clean_shutdown(self.config.data_dir, self.agent.broker_epoch)
-            if self.runtime is not None:
-                await self.runtime.stop()
+            if self.controller is not None and not await self.controller.stop():
+                log.warning("node %d: the controller thread did not end", self.config.node_id)
             await self.raft.stop()
             await self.stop_calls()
             await self.authenticator.close()

@@ -15,6 +15,12 @@ Periodic duties while active: fence brokers whose session expired and end
 the waits for log end reports of unclean elections (both every
 `fence_check_interval_ms`), and move leadership back to preferred replicas
 (`leader_imbalance_check_interval_ms`).
+
+Threads: a node runs the runtime on the controller's own thread and event
+loop (lograft/node/controller_thread.py), so that the node's busy main loop
+delays neither the heartbeats it answers nor its fence check. Everything
+below runs on that one loop; other threads read only `status`, an immutable
+snapshot the runtime replaces whole (never its sessions or lock).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from lograft.errors import LograftError, NotControllerError
@@ -54,6 +61,16 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+@dataclass(frozen=True)
+class ControllerStatus:
+    """What other threads may read of the runtime: replaced whole, never changed."""
+
+    # Activated (barrier applied, fresh sessions) since it last became leader.
+    activated: bool = False
+    # Times this runtime became the active controller.
+    activations: int = 0
+
+
 class ControllerRuntime:
     def __init__(
         self,
@@ -72,11 +89,23 @@ class ControllerRuntime:
         self._task: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._last_tick: int | None = None
-        self.activations = 0
+        self.status = ControllerStatus()
+
+    @property
+    def activations(self) -> int:
+        return self.status.activations
 
     @property
     def active(self) -> bool:
-        return self._sessions is not None and self.raft.is_leader
+        """From any thread: activated, and Raft leader still (the status is
+        a snapshot; is_leader is read from the Raft thread's last tick)."""
+        return self.status.activated and self.raft.is_leader
+
+    def _set_sessions(self, sessions: BrokerSessions | None) -> None:
+        """The one place sessions start or end: the status follows them."""
+        self._sessions = sessions
+        if (sessions is not None) != self.status.activated:
+            self.status = ControllerStatus(sessions is not None, self.status.activations)
 
     def leader_id(self) -> int | None:
         raw = self.raft.leader_id
@@ -96,7 +125,7 @@ class ControllerRuntime:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._task = self._watch = None
-        self._sessions = None
+        self._set_sessions(None)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -180,7 +209,7 @@ class ControllerRuntime:
             self._sessions = self._sessions.heartbeat(broker_id, self.clock())
 
     def _require_active(self) -> None:
-        if not self.active:
+        if self._sessions is None or not self.raft.is_leader:
             leader = self.leader_id()
             raise NotControllerError(
                 f"node {self.raft.node_id} is not the active controller"
@@ -243,7 +272,7 @@ class ControllerRuntime:
                 if not self.raft.is_leader:
                     if self._sessions is not None:
                         log.info("node %s is no longer the active controller", self.raft.node_id)
-                    self._sessions = None
+                    self._set_sessions(None)
                     continue
                 if self._sessions is None:
                     await self._activate()
@@ -270,11 +299,11 @@ class ControllerRuntime:
         """Barrier, then fresh sessions: the new controller's soft state."""
         await self.raft.append(encode_batch(()))
         async with self._lock:
-            self._sessions = sessions_after_failover(self.store.image, self.clock())
+            self._last_tick = None
+            self.status = ControllerStatus(self.status.activated, self.status.activations + 1)
+            self._set_sessions(sessions_after_failover(self.store.image, self.clock()))
             # Ticks stopped counting while another node was active: that gap
             # is not a stall of this loop (and the sessions are fresh anyway).
-            self._last_tick = None
-        self.activations += 1
         log.info(
             "node %s is the active controller (metadata offset %d)",
             self.raft.node_id,

@@ -25,7 +25,9 @@ kind K in (raft, http) and each ordered pair (a, b), one proxy `K-a-b`
 through which node a dials node b. `raft-a-b` exists when b is a voter (only
 voters listen for Raft); `http-a-b` for every pair. Client-facing traffic (the
 test's own requests, the workload's producers and consumers) goes to each
-node's advertised HTTP address directly and is never touched.
+node's advertised HTTP address directly and is never touched. The voters run
+without a controller listener (api/controller_listener.py), so controller
+calls travel the `http` links like any other node-to-node call.
 
 Directions. A TCP connection through `K-a-b` carries a's bytes to b on the
 proxy's *upstream* stream and b's answers on its *downstream* stream. So
@@ -185,6 +187,9 @@ class Network:
                     self.proxies[Link(kind, a, b)] = f"127.0.0.1:{free_port()}"
         self._start_server()
         for node in self.cluster:
+            # No controller listener: controller calls go to the HTTP port,
+            # through the http proxies, so every fault acts on them too.
+            node.spec.controller_port = None
             mine = {
                 link: address for link, address in self.proxies.items() if link.src == node.node_id
             }

@@ -120,6 +120,9 @@ class NodeSpec:
     http_port: int
     raft_port: int
     data_dir: Path
+    # The port of its controller listener (a voter's `controller` address,
+    # api/controller_listener.py); None: controller calls go to its HTTP port.
+    controller_port: int | None = None
     roles: tuple[str, ...] = ("controller", "broker")
     cluster_secret: str = CLUSTER_SECRET
     cluster_id: str = "lograft-it"
@@ -163,6 +166,10 @@ class NodeSpec:
     @property
     def raft_address(self) -> str:
         return f"127.0.0.1:{self.raft_port}"
+
+    @property
+    def controller_address(self) -> str | None:
+        return None if self.controller_port is None else f"127.0.0.1:{self.controller_port}"
 
 
 def _toml_value(value: Any) -> str:
@@ -212,6 +219,8 @@ def node_config_toml(spec: NodeSpec, voters: Iterable[NodeSpec]) -> str:
             f"raft = {_toml_value(v.raft_address)}",
             f"http = {_toml_value(v.http_address)}",
         ]
+        if v.controller_address is not None:
+            lines.append(f"controller = {_toml_value(v.controller_address)}")
     lines += ["", *_toml_table("raft", spec.raft)]
     if spec.dial:
         lines += ["", *_toml_table("raft.dial", {str(k): v for k, v in spec.dial.items()})]
@@ -514,12 +523,15 @@ class LograftCluster:
         self.pgids: set[int] = set()
         self.nodes: dict[int, ClusterNode] = {}
         for node_id in range(1, size + 1):
+            node_roles = (roles or {}).get(node_id, ("controller", "broker"))
             spec = NodeSpec(
                 node_id=node_id,
                 http_port=free_port(),
                 raft_port=free_port(),
                 data_dir=workdir / f"node-{node_id}",
-                roles=(roles or {}).get(node_id, ("controller", "broker")),
+                roles=node_roles,
+                # Every voter serves controller calls on a listener of its own.
+                controller_port=free_port() if "controller" in node_roles else None,
                 raft={**TEST_RAFT_TIMINGS, **(raft or {})},
                 controller=dict(controller or {}),
                 broker=dict(broker or {}),
@@ -552,7 +564,12 @@ class LograftCluster:
 
     @property
     def ports(self) -> set[int]:
-        return {p for n in self for p in (n.spec.http_port, n.spec.raft_port)}
+        return {
+            p
+            for n in self
+            for p in (n.spec.http_port, n.spec.raft_port, n.spec.controller_port)
+            if p is not None
+        }
 
     def running(self) -> list[ClusterNode]:
         return [n for n in self if n.running]

@@ -43,8 +43,9 @@ def test_generated_config_carries_overrides_and_dial_addresses(tmp_path: Path) -
     spec = cluster[2].spec
     assert config.node_id == 2 and config.rack == "r2"
     assert config.http.port == spec.http_port and config.data_dir == spec.data_dir
-    assert [(v.node_id, v.raft, v.http) for v in config.voters] == [
-        (n.node_id, n.spec.raft_address, n.spec.http_address) for n in cluster
+    assert [(v.node_id, v.raft, v.http, v.controller) for v in config.voters] == [
+        (n.node_id, n.spec.raft_address, n.spec.http_address, n.spec.controller_address)
+        for n in cluster
     ]
     assert dict(config.raft.dial) == {1: "127.0.0.1:1111", 3: "127.0.0.1:3333"}
     raft = config.raft
@@ -55,8 +56,8 @@ def test_generated_config_carries_overrides_and_dial_addresses(tmp_path: Path) -
     other = load_config(cluster[1].write_config(), env={})
     assert dict(other.raft.dial) == {} and other.raft.election_timeout_min_ms == 500
     assert other.raft.log_compaction_min_entries == RaftTuning().log_compaction_min_entries
-    # Every port is distinct.
-    assert len(cluster.ports) == 6
+    # Every port is distinct (HTTP, Raft, controller listener per node).
+    assert len(cluster.ports) == 9
 
 
 def test_config_generation_is_usable_alone(tmp_path: Path) -> None:

@@ -17,6 +17,11 @@ Invariants:
   when known) means the entry was not appended; `RequestTimedOutError`,
   `RaftCommitOutcomeUnknownError` and a `RaftStoppedError` raised while
   in flight mean it may or may not commit.
+- `append` may be awaited from another thread's event loop than the one the
+  adapter started on (the active controller's own loop,
+  lograft/node/controller_thread.py): its answer is settled on the caller's
+  loop, and the applied offset still moves on the adapter's loop only. The
+  appends in flight are shared by both loops, so they are guarded by a lock.
 - `last_applied` seen on the loop only grows; `wait_for_offset(n)` resolves
   once it is >= n. Offsets are Raft indexes: increasing, with gaps.
 - Everything is bounded: in-flight appends (`max_pending_appends`), batch size
@@ -34,6 +39,7 @@ import enum
 import heapq
 import itertools
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +165,9 @@ class RaftAdapter:
         self._state = AdapterState.NEW
         self._loop: asyncio.AbstractEventLoop | None = None
         self._applied = 0
+        # Appends in flight, from any loop (guarded by _pending_lock).
         self._pending: set[asyncio.Future[int]] = set()
+        self._pending_lock = threading.Lock()
         self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []
         self._waiter_seq = itertools.count()
         self._subscriptions: set[AppliedSubscription] = set()
@@ -226,11 +234,6 @@ class RaftAdapter:
         self._check_batch(batch)
         if not self._core.is_leader():
             raise self._not_controller("this node is not the Raft leader")
-        if len(self._pending) >= self._config.max_pending_appends:
-            raise RaftQueueFullError(
-                f"{len(self._pending)} appends in flight (max_pending_appends)",
-                max_pending_appends=self._config.max_pending_appends,
-            )
         fut = self._submit(batch)
         timeout_ms = self._config.append_timeout_ms if timeout_ms is None else timeout_ms
         try:
@@ -246,31 +249,55 @@ class RaftAdapter:
                 outcome="unknown",
             ) from None
         finally:
-            self._pending.discard(fut)
+            with self._pending_lock:
+                self._pending.discard(fut)
             if not fut.done():
                 fut.cancel()  # abandoned: a late pysyncobj answer is dropped
 
     def _submit(self, batch: bytes) -> asyncio.Future[int]:
-        loop = self._running_loop()
+        # The caller's loop: the adapter's own, or the active controller's.
+        loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
-        self._pending.add(fut)
+        with self._pending_lock:
+            if len(self._pending) >= self._config.max_pending_appends:
+                raise RaftQueueFullError(
+                    f"{len(self._pending)} appends in flight (max_pending_appends)",
+                    max_pending_appends=self._config.max_pending_appends,
+                )
+            self._pending.add(fut)
+        own_loop = loop is self._loop
 
         def on_result(result: Any, error: int) -> None:  # Raft thread
-            self._call_soon(self._settle_append, fut, result, error)
+            if own_loop:
+                # One callback: applied offset first, then the answer.
+                self._call_soon(self._settle_append, fut, result, error)
+                return
+            if error == FAIL_REASON.SUCCESS:
+                self._call_soon(self._applied_at_least, int(result))
+            _call_soon_on(loop, self._settle_future, fut, result, error)
 
         try:
             self._core.submit(bytes(batch), on_result)
         except BaseException:
-            self._pending.discard(fut)
+            with self._pending_lock:
+                self._pending.discard(fut)
             raise
         return fut
 
     def _settle_append(self, fut: asyncio.Future[int], result: Any, error: int) -> None:
+        if error == FAIL_REASON.SUCCESS:
+            self._applied_at_least(int(result))
+        self._settle_future(fut, result, error)
+
+    def _applied_at_least(self, offset: int) -> None:  # the adapter's loop
+        self._on_applied(max(self._applied, offset), False)
+
+    def _settle_future(self, fut: asyncio.Future[int], result: Any, error: int) -> None:
+        """On `fut`'s own loop."""
         if fut.done():
             return
         if error == FAIL_REASON.SUCCESS:
             fut.set_result(int(result))
-            self._on_applied(max(self._applied, int(result)), False)
         else:
             fut.set_exception(self._append_error(error))
 
@@ -450,10 +477,14 @@ class RaftAdapter:
             )
 
     def _fail_everything(self, error: LograftError) -> None:
-        for fut in list(self._pending):
-            if not fut.done():
-                fut.set_exception(error)
-        self._pending.clear()
+        with self._pending_lock:
+            pending, self._pending = self._pending, set()
+        here = _running_loop_or_none()
+        for fut in pending:
+            if fut.get_loop() is here:
+                _fail_future(fut, error)
+            else:
+                _call_soon_on(fut.get_loop(), _fail_future, fut, error)
         for _off, _seq, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(error)
@@ -461,3 +492,24 @@ class RaftAdapter:
         for sub in list(self._subscriptions):
             sub._end()
         self._subscriptions.clear()
+
+
+def _call_soon_on(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """Run `fn(*args)` on `loop`, from any thread; nothing if it closed."""
+    if loop.is_closed():
+        return
+    # The loop may close between the check and the call.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _fail_future(fut: asyncio.Future[int], error: LograftError) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+
+
+def _running_loop_or_none() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -76,7 +76,7 @@ async def node():
     raft = AppliedRaft(store)
     config = ControllerConfig(acls_per_request_max=3)
     runtime = ControllerRuntime(raft, store, config)  # type: ignore[arg-type]
-    runtime._sessions = BrokerSessions.starting([], 0)
+    runtime._set_sessions(BrokerSessions.starting([], 0))
     controller = Controller(ControllerRpc(runtime))
     app = web.Application(middlewares=[error_middleware])
     SecurityRoutes(store=store, raft=raft, controller=controller).add_to(app)  # type: ignore[arg-type]

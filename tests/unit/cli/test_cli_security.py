@@ -31,7 +31,7 @@ class SecurityServer:
     async def _start(self) -> None:
         raft = AppliedRaft(self.store)
         runtime = ControllerRuntime(raft, self.store, ControllerConfig())  # type: ignore[arg-type]
-        runtime._sessions = BrokerSessions.starting([], 0)
+        runtime._set_sessions(BrokerSessions.starting([], 0))
         app = web.Application(middlewares=[error_middleware])
         SecurityRoutes(
             store=self.store,

@@ -48,7 +48,7 @@ def runtime(raft: SlowRaft, clock: Clock) -> ControllerRuntime:
         [RegisterBroker(2, "inc", 7, endpoints_from({"http": "http://x"}), None, fenced=False)],
     )
     rt = ControllerRuntime(raft, store, CONFIG, clock=clock)  # type: ignore[arg-type]
-    rt._sessions = BrokerSessions.starting([2], 0)
+    rt._set_sessions(BrokerSessions.starting([2], 0))
     return rt
 
 

@@ -110,3 +110,43 @@ def test_the_controller_client_dials_voters_at_their_http_dial_addresses():
     client = ControllerClient(cfg, calls, None, leader_id=lambda: 3)
     # The leader first, never this node itself, every voter through its dial entry.
     assert client._candidates(None) == ["http://127.0.0.1:29013", "http://127.0.0.1:29012"]
+
+
+def test_controller_calls_go_to_the_controller_listener_when_a_voter_has_one():
+    voters = [
+        {**VOTERS[0], "controller": "127.0.0.1:19191"},
+        {**VOTERS[1], "controller": "127.0.0.1:19192"},
+        VOTERS[2],  # no controller listener: its HTTP API
+    ]
+    cfg = parse_config(
+        {
+            "node_id": 1,
+            "data_dir": "d",
+            "voters": voters,
+            "http": {"dial": {"1": "127.0.0.1:29011", "3": "127.0.0.1:29013"}},
+            "controller_listener": {"dial": {"2": "127.0.0.1:29192"}},
+        }
+    )
+    urls = PeerUrls(cfg.http.dial, "https", cfg.controller_listener.dial)
+    v1, v2, v3 = cfg.voters
+    # [http.dial] is for the HTTP API; [controller_listener.dial] for the listener.
+    assert urls.controller(v1) == "https://127.0.0.1:19191"
+    assert urls.controller(v2) == "https://127.0.0.1:29192"
+    assert urls.controller(v3) == "https://127.0.0.1:29013"
+    assert urls.voter(v1) == "https://127.0.0.1:29011"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"voters": [{**VOTERS[0], "controller": "nope"}]}, "controller"),
+        ({"voters": [{**VOTERS[0], "controller": VOTERS[0]["http"]}]}, "port of its own"),
+        ({"controller_listener": {"dial": {"2": "x"}}}, "dial.2"),
+        ({"controller_listener": {"request_bytes_max": 2048, "request_bytes_inflight_max": 1}}, ""),
+        ({"controller_listener": {"connections_max": 2, "connections_per_ip_max": 3}}, ""),
+    ],
+)
+def test_controller_listener_settings_are_checked(raw: dict[str, object], key: str):
+    with pytest.raises(InvalidConfigError) as info:
+        parse_config({"node_id": 1, "data_dir": "d", "voters": VOTERS, **raw})
+    assert key in str(info.value)

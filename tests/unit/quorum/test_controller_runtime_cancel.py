@@ -79,7 +79,7 @@ class _Setup:
         self.store = store
         self.raft = _Raft(store)
         self.rt = ControllerRuntime(self.raft, store, c.ControllerConfig())  # type: ignore[arg-type]
-        self.rt._sessions = BrokerSessions.starting(store.image.brokers, 0)
+        self.rt._set_sessions(BrokerSessions.starting(store.image.brokers, 0))
         self.rt.clock = lambda: 0
         # Offset of the image every handler decided against, in call order.
         self.decided_at: list[tuple[str, int]] = []

@@ -23,7 +23,7 @@ def _runtime() -> ControllerRuntime:
         [RegisterBroker(2, "inc", 1, endpoints_from({"http": "http://x"}), None, fenced=False)],
     )
     rt = ControllerRuntime(_Raft(), store, ControllerConfig())  # type: ignore[arg-type]
-    rt._sessions = BrokerSessions.starting([2], 0)
+    rt._set_sessions(BrokerSessions.starting([2], 0))
     return rt
 
 
