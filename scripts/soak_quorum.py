@@ -6,16 +6,21 @@ hosts them all), then scripts/bench_scale.py's produce load (acks=all, raw
 batches of `--records-per-batch` x `--record-bytes` B at `--rate` requests/s,
 round-robin over all partitions) for `--duration-s`. Every `--poll-s` a thread
 reads each node's `/healthz`: the Raft term and the elections that node's Raft
-counted, how late its event loop ran (`loop_lag_ms`), how late its Raft thread
-ticked (`raft_tick_lag_ms`), and node 1's `/v1/cluster` for the active
+counted, how late its event loop ran (`loop_lag_ms`) and its controller's own
+loop (`controller_loop_lag_ms`), how late its Raft thread ticked
+(`raft_tick_lag_ms`), and node 1's `/v1/cluster` for the active
 controller. Every `--report-s` it prints a progress line; at the end:
 
 - elections: how far the quorum's term moved during the load (each term
   begins with an election, won or not), and the elections each node counted;
 - controller changes seen by the poller, and from the node logs the active
   controllers elected and the brokers fenced during the load;
-- per node, the distribution of the per-poll worst loop lag and Raft tick lag
-  (p50, p99, max; each poll reads the worst of the node's last 10 s).
+- per node, the distribution of the per-poll worst loop lag, controller loop
+  lag and Raft tick lag (p50, p99, max; each poll reads the worst of the
+  node's last 10 s).
+
+Every voter has a controller listener (scripts/local_cluster.py's configs):
+brokers' heartbeats reach the active controller off its main loop.
 
 Exit status 0 when the term did not move and nothing was fenced, else 1.
 
@@ -68,6 +73,8 @@ class NodeSeries:
     elections_first: int | None = None
     elections_last: int | None = None
     loop_lag: list[float] = field(default_factory=list)
+    # The controller's own loop (node/controller_thread.py), worst of 10 s per poll.
+    controller_lag: list[float] = field(default_factory=list)
     tick_lag: list[float] = field(default_factory=list)
     tick_lag_max: float = 0.0
     tick_buckets: dict[str, int] = field(default_factory=dict)
@@ -93,6 +100,9 @@ class Watch:
                 series.term_first, series.elections_first = term, elections
             series.term_last, series.elections_last = term, elections
             series.loop_lag.append(float(health["loop_lag_ms"]["max"]))
+            controller_lag = health.get("controller_loop_lag_ms") or {}
+            if "max" in controller_lag:
+                series.controller_lag.append(float(controller_lag["max"]))
             tick = health["raft_tick_lag_ms"]
             series.tick_lag.append(float(tick["max"]))
             series.tick_lag_max = float(tick["max_since_start"])
@@ -198,6 +208,9 @@ def report(watch: Watch, load: bench_scale.LoadResult, during: bench_scale.Incid
         lines.append(
             f"node {n}: loop lag (worst of 10 s, per poll) p50 {pct(s.loop_lag, 0.5):.0f} "
             f"p99 {pct(s.loop_lag, 0.99):.0f} max {max(s.loop_lag, default=0):.0f} ms; "
+            f"controller loop lag p50 {pct(s.controller_lag, 0.5):.0f} "
+            f"p99 {pct(s.controller_lag, 0.99):.0f} "
+            f"max {max(s.controller_lag, default=0):.0f} ms; "
             f"Raft tick lag p50 {pct(s.tick_lag, 0.5):.0f} p99 {pct(s.tick_lag, 0.99):.0f} "
             f"max {s.tick_lag_max:.0f} ms; ticks by lag {s.tick_buckets}"
         )

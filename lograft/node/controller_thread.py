@@ -38,6 +38,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+from lograft.node.loop_lag import LoopLagProbe
 from lograft.quorum.controller_runtime import ControllerRuntime, ControllerStatus
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ T = TypeVar("T")
 
 # How long starting the thread (the runtime, and binding the listener) may take, s.
 CONTROLLER_THREAD_START_TIMEOUT_S = 30.0
+# How often the controller loop's lag is published for /healthz, s.
+LOOP_LAG_PUBLISH_INTERVAL_S = 0.5
 
 
 class Listener(Protocol):
@@ -75,6 +78,9 @@ class ControllerThread:
         self._started = threading.Event()
         self._failure: BaseException | None = None
         self._thread: threading.Thread | None = None
+        # The controller loop's lag (loop_lag.py's snapshot), replaced whole
+        # by that loop; other threads only read it.
+        self._loop_lag: dict[str, float] = {}
 
     # -- any thread ------------------------------------------------------------------------
 
@@ -91,6 +97,11 @@ class ControllerThread:
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop
+
+    def loop_lag(self) -> dict[str, float]:
+        """How late the controller's loop runs a timer (for /healthz), as of
+        its last publication."""
+        return dict(self._loop_lag)
 
     @property
     def alive(self) -> bool:
@@ -149,6 +160,7 @@ class ControllerThread:
         finally:
             self._started.set()
             try:
+                _cancel_remaining(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
@@ -158,6 +170,8 @@ class ControllerThread:
         self._stopping = asyncio.Event()
         runtime = self._make_runtime()
         listener: Listener | None = None
+        probe = LoopLagProbe(name="controller event loop")
+        watch = asyncio.gather(probe.run(), self._publish_lag(probe))
         try:
             await runtime.start()
             self.runtime = runtime
@@ -167,11 +181,30 @@ class ControllerThread:
             self._started.set()
             await self._stopping.wait()
         finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
             try:
                 if listener is not None:
                     await listener.stop()
             finally:
                 await runtime.stop()
+
+    async def _publish_lag(self, probe: LoopLagProbe) -> None:
+        while True:
+            self._loop_lag = probe.snapshot()  # a new dict: replaced, never changed
+            await asyncio.sleep(LOOP_LAG_PUBLISH_INTERVAL_S)  # the publication period
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and await what is left on the loop (as asyncio.run does): a
+    commit a cancelled request left running (controller_runtime.py) ends
+    here instead of being destroyed pending with the loop."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
 def _running_loop_or_none() -> asyncio.AbstractEventLoop | None:

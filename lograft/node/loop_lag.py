@@ -27,9 +27,11 @@ WARN_MS = 1000
 
 
 class LoopLagProbe:
-    def __init__(self, histogram: Buckets | None = None) -> None:
+    def __init__(self, histogram: Buckets | None = None, name: str = "event loop") -> None:
         # Every sample, in seconds (None: not kept).
         self.histogram = histogram
+        # Which loop, in the stall warning (the main one, or the controller's).
+        self.name = name
         self.last_ms = 0.0
         # (whole second of time.monotonic(), worst lag in it), oldest first.
         self._seconds: deque[tuple[int, float]] = deque()
@@ -56,7 +58,7 @@ class LoopLagProbe:
         while self._seconds and self._seconds[0][0] <= second - WINDOW_S:
             self._seconds.popleft()
         if lag_ms >= WARN_MS:
-            log.warning("event loop stalled for %d ms", lag_ms)
+            log.warning("%s stalled for %d ms", self.name, lag_ms)
 
     def worst_ms(self, now: float | None = None) -> float:
         """The worst lag of the last WINDOW_S seconds."""

@@ -327,6 +327,12 @@ class Node:
         loop whoever calls (None: no controller role)."""
         return None if self.controller is None else LocalController(self.controller)
 
+    def _controller_health(self) -> dict[str, Any]:
+        """/healthz: how late the controller's own loop runs (controller role)."""
+        if self.controller is None:
+            return {}
+        return {"controller_loop_lag_ms": self.controller.loop_lag()}
+
     def _controller_listener(self) -> ListenerFactory | None:
         """What builds the controller listener on the controller's loop (None:
         this voter's `[[voters]]` entry names no `controller` address)."""
@@ -366,6 +372,7 @@ class Node:
             health=lambda: {
                 "event_loop": loop_name,
                 "loop_lag_ms": self.loop_lag.snapshot(),
+                **self._controller_health(),
                 **self.raft.health(),
             },
             serving=self.catch_up.refusal if self.replicas is not None else None,

@@ -71,5 +71,8 @@ def test_the_controller_listener_serves_heartbeats_and_refuses_bad_input(
     assert ready.status == 200 and ready.body["controller_active"] is True, ready
     idle = http_request("GET", f"http://{cluster[other].spec.controller_address}/readyz")
     assert idle.status == 503 and idle.body["controller_active"] is False, idle
+    # /healthz of a voter reports its controller loop's lag beside the main loop's.
+    health = cluster[active].get("/healthz").json()
+    assert health["controller_loop_lag_ms"]["max"] >= 0, health
     # The brokers stayed registered and unfenced throughout.
     assert not any(b["fenced"] for b in cluster[1].brokers().values())

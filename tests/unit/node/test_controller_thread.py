@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -179,6 +180,8 @@ async def test_a_blocked_main_loop_delays_no_heartbeat_and_fences_no_broker(
         assert not any(fenced for _s, _t, fenced in during), during
     image = controller.store.image
     assert not image.brokers[2].fenced and not image.brokers[3].fenced
+    # The controller's own loop kept its time (what /healthz reports).
+    assert controller.thread.loop_lag()["max"] < LATE_S * 1000, controller.thread.loop_lag()
 
 
 async def test_the_listener_refuses_bad_input_with_json_4xx(controller: Controller) -> None:
@@ -229,3 +232,45 @@ async def test_local_calls_from_any_loop_run_on_the_controller_loop(
     assert answer["broker_epoch"] >= 0
     assert seen == [controller.thread.loop]
     assert controller.store.image.brokers[4].broker_epoch == answer["broker_epoch"]
+
+
+async def test_a_listener_that_cannot_bind_fails_the_start_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    store = MetadataStore()
+    raft = RaftAdapter(
+        RaftConfig(
+            node_id="1",
+            data_dir=tmp_path / "raft",
+            peers={},
+            listen_address=f"127.0.0.1:{free_port()}",
+            **{**FAST_TIMINGS, "password": RAFT_TEST_PASSWORD},  # type: ignore[arg-type]
+        ),
+        store,
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        http = listener_http_config(HttpConfig(), ControllerListenerConfig(), address)
+
+        def listener(runtime: ControllerRuntime) -> HttpServer:
+            app = controller_app(
+                ControllerRpc(runtime),
+                cluster_secret=SECRET,
+                request_bytes_max=http.request_bytes_max,
+                active=lambda: runtime.active,
+            )
+            return HttpServer(app, http)
+
+        thread = ControllerThread(lambda: ControllerRuntime(raft, store, CONFIG), listener)
+        await raft.start()
+        try:
+            with pytest.raises(OSError):
+                await thread.start()
+        finally:
+            await raft.stop()
+    assert not thread.alive
+    assert thread.loop is not None and thread.loop.is_closed()
+    assert thread.runtime is not None and not thread.runtime.active
+    assert thread.runtime._task is None and thread.runtime._watch is None
