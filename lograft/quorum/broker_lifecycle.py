@@ -157,7 +157,7 @@ def register_broker(
     if old is not None and not old.fenced:
         records.extend(_leave(image, {old.broker_id}))
     if old is not None and not _clean_shutdown(old, request):
-        records.extend(_forget_unclean(image, old.broker_id, records))
+        records.extend(_forget_unclean(image, old, records))
     sessions = sessions.heartbeat(request.broker_id, now_ms)
     return ControllerResult(tuple(records), RegisterBrokerResponse(epoch), sessions)
 
@@ -172,13 +172,14 @@ def _clean_shutdown(old: BrokerRegistration, request: RegisterBrokerRequest) -> 
 
 
 def _forget_unclean(
-    image: MetadataImage, broker_id: int, earlier: list[Record]
+    image: MetadataImage, old: BrokerRegistration, earlier: list[Record]
 ) -> list[PartitionChange]:
-    """`broker_id` out of every ELR and offline kept ISR, judged on the
-    partitions as `earlier` (this batch's records so far) leaves them."""
+    """The broker of the `old` incarnation out of every ELR and offline kept
+    ISR, judged on the partitions as `earlier` (this batch's records so far)
+    leaves them; topics that fsynced for that whole incarnation are exempt."""
     after = image.apply_batch(image.offset + 1, earlier)
     return changes_after_unclean_shutdown(
-        after.all_partitions(), broker_id, fsynced_topic_ids(after)
+        after.all_partitions(), old.broker_id, fsynced_topic_ids(after, old.broker_epoch)
     )
 
 

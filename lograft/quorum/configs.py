@@ -76,20 +76,18 @@ def unclean_topic_ids(image: MetadataImage) -> frozenset[str]:
     )
 
 
-# A topic whose replicas fsync what they hold before it is acknowledged
-# (lograft/storage/config.py FlushPolicy): an unclean shutdown loses nothing
-# acknowledged from them (election.changes_after_unclean_shutdown).
-FLUSH_POLICY = "flush_policy"
-FSYNCED_FLUSH_POLICIES = frozenset({"group_commit", "every_batch"})
-
-
-def fsynced_topic_ids(image: MetadataImage) -> frozenset[str]:
-    """Ids of the topics whose acknowledged records every ISR member fsynced."""
-    return frozenset(
-        topic_id
-        for name, topic_id in image.topic_ids.items()
-        if effective_topic_config(image, name, FLUSH_POLICY) in FSYNCED_FLUSH_POLICIES
-    )
+def fsynced_topic_ids(image: MetadataImage, registered_epoch: int) -> frozenset[str]:
+    """Ids of the topics whose records a broker incarnation registered with
+    `registered_epoch` held fsynced: their flush policy fsyncs (group_commit,
+    every_batch) and already did before that registration, so the
+    incarnation wrote nothing under a policy that did not fsync, and what it
+    found on disk was flushed by a clean shutdown or was judged at its own
+    registration by this same rule (election.changes_after_unclean_shutdown).
+    A topic switched to fsyncing (e.g. from `none`) while the incarnation ran
+    is not one: records written before the switch may never have been
+    flushed. A broker epoch exceeds the metadata offset it was registered
+    at (broker_lifecycle.py)."""
+    return frozenset(t for t, since in image.fsynced_since.items() if since < registered_epoch)
 
 
 def topic_min_isr(image: MetadataImage) -> MinIsr:

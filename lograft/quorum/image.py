@@ -83,6 +83,13 @@ NO_LEADER = -1
 
 ConfigResource = tuple[ConfigResourceType, str]
 
+# A topic whose replicas fsync what they hold before it is acknowledged
+# (lograft/storage/config.py FlushPolicy); read here for `fsynced_since`.
+FLUSH_POLICY = "flush_policy"
+FSYNCED_FLUSH_POLICIES = frozenset({"group_commit", "every_batch"})
+# `fsynced_since` of a topic fsynced since it was created.
+FSYNCED_SINCE_CREATION = -1
+
 
 class BrokerState(enum.Enum):
     FENCED = "fenced"
@@ -242,6 +249,9 @@ def _frozen(mapping: dict[Any, Any] | None = None) -> Mapping[Any, Any]:
     return MappingProxyType({} if mapping is None else mapping)
 
 
+_EMPTY_CONFIG: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     """Cluster metadata as of metadata-log `offset`. Build new ones with replay."""
@@ -258,6 +268,12 @@ class MetadataImage:
         default_factory=_frozen
     )
     client_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] = field(default_factory=_frozen)
+    # topic id -> the offset of the batch from which its effective
+    # flush_policy has fsynced (FSYNCED_SINCE_CREATION: always), for the
+    # topics whose policy fsyncs now. Derived by replay from the configs; a
+    # snapshot carries it (metadata_store.py), since rebuilding from the
+    # snapshot's records would date every topic from its creation.
+    fsynced_since: Mapping[str, int] = field(default_factory=_frozen)
 
     @classmethod
     def empty(cls) -> MetadataImage:
@@ -600,7 +616,29 @@ class MetadataDelta:
                 base.scram_credentials if self._credentials is None else _frozen(self._credentials)
             ),
             client_quotas=base.client_quotas if self._quotas is None else _frozen(self._quotas),
+            fsynced_since=self._fsynced_since(),
         )
+
+    def _fsynced_since(self) -> Mapping[str, int]:
+        """`fsynced_since` after this batch: a topic whose policy starts to
+        fsync here dates from this offset, one created fsynced from its
+        creation; those that stopped are dropped."""
+        base = self._base
+        if self._configs is None and self._topic_ids is None:
+            return base.fsynced_since
+        configs = self._configs if self._configs is not None else base.configs
+        cluster = configs.get((ConfigResourceType.CLUSTER, ""), _EMPTY_CONFIG)
+        since: dict[str, int] = {}
+        for name, topic_id in self._topic_ids_view().items():
+            own = configs.get((ConfigResourceType.TOPIC, name), _EMPTY_CONFIG).get(FLUSH_POLICY)
+            policy = own if own is not None else cluster.get(FLUSH_POLICY)
+            if policy not in FSYNCED_FLUSH_POLICIES:
+                continue
+            if topic_id not in base.topics:
+                since[topic_id] = FSYNCED_SINCE_CREATION
+            else:
+                since[topic_id] = base.fsynced_since.get(topic_id, self._offset)
+        return base.fsynced_since if since == dict(base.fsynced_since) else _frozen(since)
 
 
 _REPLAY: Mapping[type, Any] = MappingProxyType(

@@ -9,7 +9,14 @@ Snapshot format (what the Raft adapter stores as its full dump): the image's
 offset and the records that rebuild it from empty (`MetadataImage.to_records`,
 in the manner of a KRaft snapshot, which is also a list of records)::
 
-    {"snapshot_version": 1, "offset": <int>, "batch": <encode_batch(records) as text>}
+    {"snapshot_version": 1, "offset": <int>, "batch": <encode_batch(records) as text>,
+     "fsynced_since": {<topic id>: <offset>, ...}}
+
+`fsynced_since` (left out while empty) names the topics whose flush policy
+started to fsync after they were created, with the offset it did
+(`MetadataImage.fsynced_since`): the records alone would date them from
+their creation. A snapshot without it (written before it existed) restores
+every fsynced topic as fsynced since its creation.
 
 A batch that does not decode or replay raises, and the adapter halts the
 node (fail-stop): every node applies the same entries, so carrying on past
@@ -18,15 +25,18 @@ one would diverge.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import MappingProxyType
+
 from lograft.errors import MetadataRecordError
-from lograft.quorum.image import MetadataImage
+from lograft.quorum.image import FSYNCED_SINCE_CREATION, MetadataImage
 from lograft.quorum.records import decode_batch, encode_batch
 from lograft.typed import Record, decode_json, encode_json
 
 SNAPSHOT_VERSION = 1
 
 
-class SnapshotDocument(Record, frozen=True):
+class SnapshotDocument(Record, frozen=True, omit_defaults=True):
     """The snapshot wrapper as stored: fields in this order, so the bytes
     written are those the hand-built dict wrote (golden:
     tests/fixtures/golden/metadata_snapshot.json). `snapshot_version` is any
@@ -36,6 +46,7 @@ class SnapshotDocument(Record, frozen=True):
     snapshot_version: int
     offset: int
     batch: str
+    fsynced_since: dict[str, int] = {}
 
 
 class MetadataStore:
@@ -59,6 +70,11 @@ class MetadataStore:
                 snapshot_version=SNAPSHOT_VERSION,
                 offset=image.offset,
                 batch=encode_batch(image.to_records()).decode(),
+                fsynced_since={
+                    t: since
+                    for t, since in image.fsynced_since.items()
+                    if since != FSYNCED_SINCE_CREATION
+                },
             )
         )
 
@@ -73,4 +89,8 @@ class MetadataStore:
         image = MetadataImage.empty()
         if doc.offset >= 0:
             image = image.apply_batch(doc.offset, decode_batch(doc.batch.encode()))
+        if doc.fsynced_since:
+            # Replay from empty dated every fsynced topic from its creation.
+            since = {t: doc.fsynced_since.get(t, s) for t, s in image.fsynced_since.items()}
+            image = replace(image, fsynced_since=MappingProxyType(since))
         self._image = image

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 
 from lograft.errors import InvalidRequestError, StaleBrokerEpochError
+from lograft.quorum.configs import AlterConfigRequest, alter_config
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.image import NO_LEADER
+from lograft.quorum.metadata_store import MetadataStore
+from lograft.quorum.records import ConfigResourceType, encode_batch
 from lograft.quorum.unclean_recovery import (
     LOG_ENDS_PER_REQUEST_MAX,
     ReplicaLogEnd,
@@ -20,7 +23,7 @@ from lograft.quorum.unclean_recovery import (
 )
 from lograft.typed import FieldError
 
-from .metadata_cluster import Cluster
+from .metadata_cluster import Cluster, cluster_of
 from .test_eligible_leader_replicas import kill, restart, three_replicas
 
 
@@ -165,22 +168,11 @@ def test_an_unclean_restart_leaves_the_kept_isr_of_a_page_cache_topic():
 
 
 def test_the_cluster_default_flush_policy_counts():
-    cluster, topic_id, (a, b, c) = three_replicas()
-    from lograft.quorum.configs import AlterConfigRequest, alter_config
-    from lograft.quorum.records import ConfigResourceType
-
-    cluster.apply(
-        alter_config(
-            cluster.image,
-            AlterConfigRequest(ConfigResourceType.CLUSTER, "", "flush_policy", "group_commit"),
-            cluster.config,
-        )
-    )
-    kill(cluster, c)
-    kill(cluster, b)
-    kill(cluster, a)
-    restart(cluster, a, clean=False)
-    assert cluster.partition(topic_id, 0).leader == a
+    cluster = cluster_of(range(3))
+    switch_flush_policy(cluster, "group_commit", topic="")
+    topic_id = cluster.create("t", 1, 3)  # fsynced from its creation on
+    last = kill_all_then_restart_the_last_isr_member_uncleanly(cluster, topic_id)
+    assert cluster.partition(topic_id, 0).leader == last
 
 
 def lagging_followers_then_leader_dies() -> tuple[Cluster, str, tuple[int, ...]]:
@@ -255,3 +247,70 @@ def test_the_brokers_report_for_partitions_awaiting_an_unclean_election():
 def test_the_report_wait_is_at_least_one_report_interval():
     with pytest.raises(FieldError):
         ControllerConfig(broker_heartbeat_interval_ms=500, unclean_election_report_wait_ms=499)
+
+
+def switch_flush_policy(cluster: Cluster, policy: str, *, topic: str = "t") -> None:
+    kind = ConfigResourceType.TOPIC if topic else ConfigResourceType.CLUSTER
+    request = AlterConfigRequest(kind, topic, "flush_policy", policy)
+    cluster.apply(alter_config(cluster.image, request, cluster.config))
+
+
+def kill_all_then_restart_the_last_isr_member_uncleanly(cluster: Cluster, topic_id: str) -> int:
+    for broker in reversed(cluster.partition(topic_id, 0).replicas):
+        kill(cluster, broker)
+    (last,) = cluster.partition(topic_id, 0).isr  # the kept ISR
+    restart(cluster, last, clean=False)
+    return last
+
+
+@pytest.mark.parametrize("topic", ["t", ""], ids=["topic", "cluster"])
+def test_a_topic_switched_to_group_commit_is_not_exempt_for_incarnations_from_before(
+    topic: str,
+):
+    # Records written under `none` before the switch may never have been
+    # flushed: a broker that was running then is still judged unclean.
+    cluster, topic_id, _replicas = three_replicas()
+    switch_flush_policy(cluster, "group_commit", topic=topic)
+    assert topic_id in cluster.image.fsynced_since
+    kill_all_then_restart_the_last_isr_member_uncleanly(cluster, topic_id)
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr) == (NO_LEADER, ())
+
+
+def test_a_topic_switched_to_group_commit_is_exempt_for_incarnations_started_after():
+    cluster, topic_id, (a, b, c) = three_replicas()
+    switch_flush_policy(cluster, "group_commit")
+    for broker in (a, b, c):  # each restarts (cleanly) once after the switch
+        kill(cluster, broker)
+        restart(cluster, broker, clean=True)
+    last = kill_all_then_restart_the_last_isr_member_uncleanly(cluster, topic_id)
+    p = cluster.partition(topic_id, 0)
+    assert (p.leader, p.isr) == (last, (last,))
+
+
+def test_switching_away_and_back_dates_the_exemption_from_the_last_switch():
+    cluster, topic_id, _replicas = three_replicas(flush_policy="group_commit")
+    assert cluster.image.fsynced_since[topic_id] == -1  # fsynced since creation
+    switch_flush_policy(cluster, "none")
+    assert topic_id not in cluster.image.fsynced_since
+    switch_flush_policy(cluster, "every_batch")
+    assert cluster.image.fsynced_since[topic_id] == cluster.image.offset
+    kill_all_then_restart_the_last_isr_member_uncleanly(cluster, topic_id)
+    assert cluster.partition(topic_id, 0).isr == ()
+
+
+def test_a_snapshot_keeps_when_a_topic_started_to_fsync():
+    cluster, switched, _replicas = three_replicas()
+    created = cluster.create("born-fsynced", 1, 3, flush_policy="group_commit")
+    switch_flush_policy(cluster, "group_commit")
+    store = MetadataStore()
+    store.apply(cluster.image.offset, encode_batch(cluster.image.to_records()))
+    restored = MetadataStore()
+    restored.restore(store.snapshot())  # records only: the switch date is lost
+    assert restored.image.fsynced_since[switched] == -1
+    original = MetadataStore()
+    original._image = cluster.image  # the image as replayed from the log
+    restored.restore(original.snapshot())
+    assert dict(restored.image.fsynced_since) == dict(cluster.image.fsynced_since)
+    assert restored.image.fsynced_since[created] == -1
+    assert restored.image.fsynced_since[switched] > 0
