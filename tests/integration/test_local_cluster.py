@@ -36,12 +36,19 @@ def _kill_recorded(directory: Path) -> None:
 
 
 def _free_base() -> int:
+    # Every port (HTTP base+n, Raft base+10,000+n, controller base+10,100+n)
+    # stays below the kernel's ephemeral range (32768 and up here), where an
+    # outgoing connection could take one between the check and the bind.
     for _ in range(200):
-        base = random.randrange(20_000, 40_000, 10)
+        base = random.randrange(10_000, 22_000, 10)
         ports = [
             port(base, n)
             for n in local_cluster.NODES
-            for port in (local_cluster.http_port, local_cluster.raft_port)
+            for port in (
+                local_cluster.http_port,
+                local_cluster.raft_port,
+                local_cluster.controller_port,
+            )
         ]
         if all(port_is_free(p) for p in ports):
             return base
