@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import contextlib
 
 import local_cluster
+from loopback_ports import free_base
 
 from lograft.protocol.batch import RecordInput, build_batch
 
@@ -106,6 +107,28 @@ def _socket_inodes(pid: int) -> set[str]:
         if target.startswith("socket:["):
             out.add(target[8:-1])
     return out
+
+
+# Each run's cluster takes its ports at base + this * its index.
+RUN_PORT_STRIDE = 100
+
+
+def port_offsets(runs: int) -> list[int]:
+    """The offsets from the base port of every port the runs' clusters bind:
+    local_cluster's HTTP (base + node) and Raft (base + 10000 + node) ports."""
+    return [
+        RUN_PORT_STRIDE * run + port
+        for run in range(runs)
+        for node in NODES
+        for port in (local_cluster.http_port(0, node), local_cluster.raft_port(0, node))
+    ]
+
+
+def base_port_for(requested: int | None, runs: int) -> int:
+    """`requested`, else a base whose every port (all runs) is free on
+    127.0.0.1 and below the ephemeral range, where no outgoing connection of
+    another process can take it between our choice and a node's bind."""
+    return requested if requested is not None else free_base(port_offsets(runs))
 
 
 def connections_to(pid: int, ports: dict[int, int]) -> dict[int, int]:
@@ -626,7 +649,13 @@ def main() -> int:
     parser.add_argument("--records-per-batch", type=int, default=10)
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument("--inflight-max", type=int, default=64)
-    parser.add_argument("--base-port", type=int, default=29090)
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        default=None,
+        help="HTTP ports base+1..3, Raft base+10001..10003, +100 per run; "
+        "default: a free base below the ephemeral range (scripts/loopback_ports.py)",
+    )
     parser.add_argument("--dir", default=None, help="parent of the temporary cluster dirs")
     parser.add_argument("--keep", action="store_true", help="keep the cluster dirs")
     parser.add_argument(
@@ -639,9 +668,11 @@ def main() -> int:
     )
     args = parser.parse_args()
     results: list[RunResult] = []
+    runs = sorted(args.partitions)
+    base_port = base_port_for(args.base_port, len(runs))
     try:
-        for i, n in enumerate(sorted(args.partitions)):
-            results.append(run(n, args, args.base_port + 100 * i))
+        for i, n in enumerate(runs):
+            results.append(run(n, args, base_port + RUN_PORT_STRIDE * i))
     finally:
         if results:  # the runs that finished, even when a later one failed
             print()

@@ -32,3 +32,27 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """This machine's ephemeral port range (Linux), or Linux's default."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            low, high = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        return (32768, 60999)
+    return (low, high)
+
+
+def free_base(offsets: list[int]) -> int:
+    """A base port such that base + every offset is a free 127.0.0.1 port in
+    PORT_RANGE (for scripts whose nodes' ports are fixed offsets of one base,
+    as scripts/local_cluster.py's HTTP and Raft ports are)."""
+    low, high = min(offsets), max(offsets)
+    if high - low >= PORT_RANGE[1] - PORT_RANGE[0]:
+        raise ValueError(f"offsets span {high - low} ports, more than {PORT_RANGE} holds")
+    for _ in range(500):
+        base = random.randrange(PORT_RANGE[0] - low, PORT_RANGE[1] - high)
+        if all(_bindable(base + o) for o in offsets):
+            return base
+    raise RuntimeError(f"no free ports at offsets {offsets} in {PORT_RANGE}")
