@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
 
 from lograft.histogram import Buckets
+from lograft.worst_window import WorstInWindow
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +32,7 @@ class LoopLagProbe:
         # Which loop, in the stall warning (the main one, or the controller's).
         self.name = name
         self.last_ms = 0.0
-        # (whole second of time.monotonic(), worst lag in it), oldest first.
-        self._seconds: deque[tuple[int, float]] = deque()
+        self._window = WorstInWindow(WINDOW_S)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -49,21 +47,13 @@ class LoopLagProbe:
         self.last_ms = lag_ms
         if self.histogram is not None:
             self.histogram.observe(lag_ms / 1000)
-        second = int(time.monotonic() if now is None else now)
-        if self._seconds and self._seconds[-1][0] == second:
-            if lag_ms > self._seconds[-1][1]:
-                self._seconds[-1] = (second, lag_ms)
-        else:
-            self._seconds.append((second, lag_ms))
-        while self._seconds and self._seconds[0][0] <= second - WINDOW_S:
-            self._seconds.popleft()
+        self._window.record(lag_ms, now)
         if lag_ms >= WARN_MS:
             log.warning("%s stalled for %d ms", self.name, lag_ms)
 
     def worst_ms(self, now: float | None = None) -> float:
         """The worst lag of the last WINDOW_S seconds."""
-        since = int(time.monotonic() if now is None else now) - WINDOW_S
-        return max((lag for second, lag in self._seconds if second > since), default=0.0)
+        return self._window.worst(now)
 
     def snapshot(self) -> dict[str, float]:
         return {

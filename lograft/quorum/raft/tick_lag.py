@@ -15,8 +15,7 @@ reference, int and float assignments are atomic).
 
 from __future__ import annotations
 
-import time
-from collections import deque
+from lograft.worst_window import WorstInWindow
 
 WINDOW_S = 10
 # Upper bounds (ms) of the lag counters kept since start; the last counts the rest.
@@ -29,8 +28,7 @@ class TickLag:
         self.max_ms = 0.0  # since start
         # Ticks whose lag fell under each bound of BOUNDS_MS (plus the rest).
         self.counts: tuple[int, ...] = (0,) * (len(BOUNDS_MS) + 1)
-        # (whole second of time.monotonic(), worst lag in it), oldest first.
-        self._seconds: deque[tuple[int, float]] = deque()
+        self._window = WorstInWindow(WINDOW_S)
 
     def record(self, lag_ms: float, now: float | None = None) -> None:
         lag_ms = max(lag_ms, 0.0)
@@ -40,19 +38,11 @@ class TickLag:
         counts = list(self.counts)
         counts[slot] += 1
         self.counts = tuple(counts)
-        second = int(time.monotonic() if now is None else now)
-        if self._seconds and self._seconds[-1][0] == second:
-            if lag_ms > self._seconds[-1][1]:
-                self._seconds[-1] = (second, lag_ms)
-        else:
-            self._seconds.append((second, lag_ms))
-        while self._seconds and self._seconds[0][0] <= second - WINDOW_S:
-            self._seconds.popleft()
+        self._window.record(lag_ms, now)
 
     def worst_ms(self, now: float | None = None) -> float:
         """The worst lag of the last WINDOW_S seconds."""
-        since = int(time.monotonic() if now is None else now) - WINDOW_S
-        return max((lag for second, lag in list(self._seconds) if second > since), default=0.0)
+        return self._window.worst(now)
 
     def snapshot(self) -> dict[str, object]:
         """For /healthz: latest, worst of the window, worst since start, and counts
