@@ -109,18 +109,21 @@ def _socket_inodes(pid: int) -> set[str]:
     return out
 
 
-# Each run's cluster takes its ports at base + this * its index.
-RUN_PORT_STRIDE = 100
+# Each run's cluster takes its ports at base + this * its index: more than
+# local_cluster's controller ports (base + 10100 + node) lie past its Raft
+# ports (base + 10000 + node), so no two runs share a port.
+RUN_PORT_STRIDE = 200
 
 
 def port_offsets(runs: int) -> list[int]:
     """The offsets from the base port of every port the runs' clusters bind:
-    local_cluster's HTTP (base + node) and Raft (base + 10000 + node) ports."""
+    local_cluster's HTTP, Raft and controller ports."""
+    kinds = (local_cluster.http_port, local_cluster.raft_port, local_cluster.controller_port)
     return [
-        RUN_PORT_STRIDE * run + port
+        RUN_PORT_STRIDE * run + port(0, node)
         for run in range(runs)
         for node in NODES
-        for port in (local_cluster.http_port(0, node), local_cluster.raft_port(0, node))
+        for port in kinds
     ]
 
 
@@ -653,7 +656,8 @@ def main() -> int:
         "--base-port",
         type=int,
         default=None,
-        help="HTTP ports base+1..3, Raft base+10001..10003, +100 per run; "
+        help="HTTP ports base+1..3, Raft base+10001..10003, controller "
+        "base+10101..10103, +200 per run; "
         "default: a free base below the ephemeral range (scripts/loopback_ports.py)",
     )
     parser.add_argument("--dir", default=None, help="parent of the temporary cluster dirs")

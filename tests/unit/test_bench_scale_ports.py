@@ -17,16 +17,19 @@ def test_the_default_ports_of_every_run_are_below_the_ephemeral_range():
     runs = 3
     base = bench_scale.base_port_for(None, runs)
     ports = [base + offset for offset in bench_scale.port_offsets(runs)]
-    # HTTP and Raft ports of three nodes per run
-    assert len(set(ports)) == 6 * runs
+    # HTTP, Raft and controller ports of three nodes per run, none shared
+    assert len(set(ports)) == 9 * runs
     low, _high = ephemeral_range()
     assert all(PORT_RANGE[0] <= p < min(PORT_RANGE[1], low) for p in ports), ports
 
 
 def test_the_offsets_are_the_ports_local_cluster_writes():
     base = 21_000
-    expected = {bench_scale.local_cluster.http_port(base, n) for n in bench_scale.NODES} | {
-        bench_scale.local_cluster.raft_port(base, n) for n in bench_scale.NODES
+    cluster = bench_scale.local_cluster
+    expected = {
+        port(base, n)
+        for n in bench_scale.NODES
+        for port in (cluster.http_port, cluster.raft_port, cluster.controller_port)
     }
     assert {base + o for o in bench_scale.port_offsets(1)} == expected
 
