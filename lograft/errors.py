@@ -283,6 +283,26 @@ class FencedLeaderEpochError(LograftError):
 
 
 @_register
+class FetchSessionIdNotFoundError(LograftError):
+    """An incremental fetch names a session the leader does not hold (never
+    created, evicted, or lost in a restart): fetch in full again."""
+
+    code = "FETCH_SESSION_ID_NOT_FOUND"
+    kafka_code = 70
+    retriable = True
+
+
+@_register
+class InvalidFetchSessionEpochError(LograftError):
+    """An incremental fetch carries another epoch than its session's next:
+    fetch in full again."""
+
+    code = "INVALID_FETCH_SESSION_EPOCH"
+    kafka_code = 71
+    retriable = True
+
+
+@_register
 class UnknownLeaderEpochError(LograftError):
     code = "UNKNOWN_LEADER_EPOCH"
     kafka_code = 75

@@ -83,6 +83,8 @@ _STATUS: dict[type[e.LograftError], int] = {
     # 409: the epoch, version or sequence the request assumed has moved on.
     e.FencedLeaderEpochError: 409,
     e.UnknownLeaderEpochError: 409,
+    e.FetchSessionIdNotFoundError: 409,
+    e.InvalidFetchSessionEpochError: 409,
     e.StaleBrokerEpochError: 409,
     e.InvalidUpdateVersionError: 409,
     e.IneligibleReplicaError: 409,

@@ -26,7 +26,7 @@ from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
 from lograft.protocol import controller_wire as w
-from lograft.protocol.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_response
+from lograft.protocol.fetch_wire import CONTENT_TYPE, ReplicaFetchRequest, encode_answer
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.internal_topics import check_topic_config_changes
@@ -366,7 +366,7 @@ def add_controller_routes(app: web.Application, rpc: ControllerCalls | None) -> 
 def add_replica_fetch_route(app: web.Application, replicas: ReplicaManager) -> None:
     async def handle(request: web.Request) -> web.Response:
         req = ReplicaFetchRequest.from_json(await request.read())
-        parts = await replicas.replica_fetch(req)
-        return web.Response(body=encode_response(parts), content_type=CONTENT_TYPE)
+        answer = await replicas.replica_fetch(req)
+        return web.Response(body=encode_answer(answer), content_type=CONTENT_TYPE)
 
     app.router.add_post(REPLICA_FETCH_PATH, handle)

@@ -12,6 +12,12 @@ ReplicaFetcherThread, as tasks on the broker's event loop.
   on a diverging epoch, else append what the leader sent and take its high
   watermark): on the event loop when the answer is small, else in one job
   in a storage thread (`log_work.py` says when).
+- Each session is incremental (Kafka's KIP-227, leader side in
+  fetch_session_cache.py): the first fetch names every partition and asks
+  for a session; later ones carry its id and next epoch and name only the
+  partitions whose fetch state changed, joined or left (`_FollowerSession`).
+  A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH)
+  or a failed request starts over with a full fetch.
 - A failed request backs the whole session off `backoff_ms`; a partition
   whose answer carries an error, or whose data cannot be applied, sits out
   of its session for `backoff_ms` (its error makes the leader answer at
@@ -28,7 +34,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lograft.brokers.broker_stats import BrokerStats
@@ -36,10 +42,13 @@ from lograft.brokers.log_work import INLINE_BYTES_MAX, LogWork, append_in_thread
 from lograft.brokers.partition import Partition, Role
 from lograft.errors import LograftError
 from lograft.protocol.fetch_wire import (
+    INITIAL_SESSION_EPOCH,
+    NO_SESSION_ID,
     FetchPartitionRequest,
     FetchPartitionResponse,
+    PartitionFetch,
     ReplicaFetchRequest,
-    decode_response,
+    decode_answer,
 )
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.log import Clock
@@ -60,6 +69,91 @@ class FetcherSettings:
     partition_max_bytes: int = 1024 * 1024
     # Pause after a failed fetch (and a failing partition's time out), ms.
     backoff_ms: int = 200
+    # An incremental fetch session compares every partition's fetch state
+    # with what the leader holds at least this often, ms (in between, only
+    # partitions an answer touched).
+    session_rescan_ms: int = 1_000
+
+
+class _FollowerSession:
+    """The follower's half of one incremental fetch session (Kafka's
+    FetchSessionHandler): the session id, the next epoch, and the fetch
+    state the leader holds for each partition of it."""
+
+    __slots__ = ("changed", "drop", "next_epoch", "scanned_ms", "sent", "session_id")
+
+    def __init__(self) -> None:
+        self.session_id = NO_SESSION_ID
+        self.next_epoch = INITIAL_SESSION_EPOCH
+        self.sent: dict[TopicPartition, PartitionFetch] = {}
+        # Partitions to name again or forget on the next fetch although
+        # their state looks unchanged (an error or a diverging answer).
+        self.drop: set[TopicPartition] = set()
+        # Partitions whose fetch state may have moved since the last fetch
+        # (an answer was applied to them): the only ones a fetch between
+        # two full scans compares.
+        self.changed: set[TopicPartition] = set()
+        self.scanned_ms = -(2**62)
+
+    def reset(self) -> None:
+        """Start over with a full fetch (a failed request or a session error)."""
+        self.session_id = NO_SESSION_ID
+        self.next_epoch = INITIAL_SESSION_EPOCH
+        self.sent = {}
+        self.drop = set()
+        self.changed = set()
+
+    def build(
+        self, parts: list[Partition], now_ms: int, rescan_ms: int
+    ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
+        """What the next fetch names and forgets: everything (full), or the
+        partitions whose state differs from what the leader holds. Between
+        full scans (every `rescan_ms`, a safety net for a state that moved
+        without an answer, e.g. a background flush's durable offset) only
+        partitions that joined or had an answer applied are compared."""
+        if self.session_id == NO_SESSION_ID:
+            self.scanned_ms = now_ms
+            self.changed = set()
+            return {p.tp: p.follower_fetch_request() for p in parts}, ()
+        sent = self.sent
+        by_tp = {p.tp: p for p in parts}
+        if now_ms - self.scanned_ms >= rescan_ms:
+            self.scanned_ms = now_ms
+            look: Iterable[TopicPartition] = by_tp
+        else:
+            look = (self.changed | self.drop | (by_tp.keys() - sent.keys())) & by_tp.keys()
+        self.changed = set()
+        named: dict[TopicPartition, PartitionFetch] = {}
+        for tp in look:
+            fetch = by_tp[tp].follower_fetch_request()
+            if sent.get(tp) != fetch or tp in self.drop:
+                named[tp] = fetch
+        forgotten = (sent.keys() | self.drop) - by_tp.keys()
+        return named, tuple(forgotten)
+
+    def answered(
+        self,
+        session_id: int,
+        named: dict[TopicPartition, PartitionFetch],
+        forgotten: tuple[TopicPartition, ...],
+    ) -> None:
+        """The leader answered the fetch built from `named` and `forgotten`."""
+        if self.session_id == NO_SESSION_ID:
+            self.sent = dict(named) if session_id != NO_SESSION_ID else {}
+            self.session_id = session_id
+            self.next_epoch = 1
+        else:
+            for tp in forgotten:
+                self.sent.pop(tp, None)
+            self.sent.update(named)
+            self.next_epoch = 1 if self.next_epoch >= 2**31 - 1 else self.next_epoch + 1
+        self.drop = set()
+
+    def refetch(self, tp: TopicPartition) -> None:
+        """Name (or forget) `tp` on the next fetch whatever its state."""
+        if self.session_id != NO_SESSION_ID:
+            self.sent.pop(tp, None)
+            self.drop.add(tp)
 
 
 class ReplicaFetcher:
@@ -98,6 +192,13 @@ class ReplicaFetcher:
         # followed here: with the replica's own, Kafka's replica fetcher lag
         # (`lag`). Read and written on the event loop.
         self._leader_leo: dict[TopicPartition, int] = {}
+        # Each running session's follower-side state, by leader broker.
+        self._fetch_sessions: dict[int, _FollowerSession] = {}
+        # The partitions followed from each leader as of the last `sync` or
+        # `forget` (bumping `_generation`), so a fetch does not walk every
+        # replica of the broker.
+        self._generation = 0
+        self._followed: dict[int, tuple[int, list[Partition]]] = {}
 
     @property
     def leaders(self) -> frozenset[int]:
@@ -126,6 +227,7 @@ class ReplicaFetcher:
     def sync(self) -> None:
         """One session per leader of a partition this broker follows: end the
         others, start the missing ones (only once started, with a transport)."""
+        self._generation += 1
         leaders = {
             p.leader_id
             for p in self._partitions.values()
@@ -143,8 +245,15 @@ class ReplicaFetcher:
                     self._session(leader_id), name=f"replica-fetcher-{leader_id}"
                 )
 
+    def touch(self, tp: TopicPartition) -> None:
+        """`tp`'s fetch state moved outside an answer (a new leader epoch):
+        its session names it on the next fetch."""
+        for session in self._fetch_sessions.values():
+            session.changed.add(tp)
+
     def forget(self, tp: TopicPartition) -> None:
         """A replica left this broker: drop what the sessions kept of it."""
+        self._generation += 1
         self._retry_at.pop(tp, None)
         self._leader_leo.pop(tp, None)
 
@@ -162,11 +271,19 @@ class ReplicaFetcher:
     # -- one session ----------------------------------------------------------------------
 
     def _following(self, leader_id: int) -> list[Partition]:
-        return [
-            p
-            for p in self._partitions.values()
-            if p.role is Role.FOLLOWER and p.leader_id == leader_id
-        ]
+        followed = self._followed.get(leader_id)
+        if followed is None or followed[0] != self._generation:
+            followed = (
+                self._generation,
+                [
+                    p
+                    for p in self._partitions.values()
+                    if p.role is Role.FOLLOWER and p.leader_id == leader_id
+                ],
+            )
+            self._followed[leader_id] = followed
+        # Checked again: a role may change before the next `sync`.
+        return [p for p in followed[1] if p.role is Role.FOLLOWER and p.leader_id == leader_id]
 
     def _fetchable(self, parts: list[Partition]) -> list[Partition]:
         """`parts` without those backing off after a failed fetch."""
@@ -177,7 +294,12 @@ class ReplicaFetcher:
             del self._retry_at[tp]
         return [p for p in parts if p.tp not in self._retry_at]
 
-    def _request(self, parts: list[Partition]) -> ReplicaFetchRequest:
+    def _request(
+        self,
+        named: dict[TopicPartition, PartitionFetch],
+        forgotten: tuple[TopicPartition, ...],
+        session: _FollowerSession,
+    ) -> ReplicaFetchRequest:
         s = self.settings
         return ReplicaFetchRequest(
             replica_id=self.broker_id,
@@ -186,13 +308,23 @@ class ReplicaFetcher:
             max_bytes=s.max_bytes,
             partition_max_bytes=s.partition_max_bytes,
             partitions=[
-                FetchPartitionRequest(p.tp.topic, p.tp.partition, p.follower_fetch_request())
-                for p in parts
+                FetchPartitionRequest(tp.topic, tp.partition, f) for tp, f in named.items()
             ],
+            session_id=session.session_id,
+            session_epoch=session.next_epoch,
+            forgotten=tuple((tp.topic, tp.partition) for tp in forgotten),
         )
 
     async def _session(self, leader_id: int) -> None:
         """Every partition this broker follows from `leader_id`, until none is left."""
+        session = self._fetch_sessions[leader_id] = _FollowerSession()
+        try:
+            await self._fetch_loop(leader_id, session)
+        finally:
+            if self._fetch_sessions.get(leader_id) is session:
+                del self._fetch_sessions[leader_id]
+
+    async def _fetch_loop(self, leader_id: int, session: _FollowerSession) -> None:
         assert self._transport is not None
         backoff = self.settings.backoff_ms / 1000
         failing = False  # logged once per streak of failed fetches, not per retry
@@ -205,22 +337,46 @@ class ReplicaFetcher:
                 # Every partition is backing off after an error.
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
-            req = self._request(parts)
+            named, forgotten = session.build(
+                parts, self._lag_clock(), self.settings.session_rescan_ms
+            )
+            req = self._request(named, forgotten, session)
             timeout = self.settings.wait_max_ms / 1000 + 5
             try:
                 body = await self._transport(leader_id, req.to_json(), timeout)
-                responses = decode_response(body)
+                answer = decode_answer(body)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if not failing:
                     log.warning("fetch from broker %d failed (retrying): %r", leader_id, exc)
                 failing = True
+                # The leader may have moved the session's epoch on without
+                # this side seeing the answer: start over in full.
+                session.reset()
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
             if failing:
                 log.info("fetch from broker %d works again", leader_id)
                 failing = False
+            if answer.error is not None:
+                # The session is gone or out of step: fetch in full now.
+                log.debug("fetch session with broker %d: %s", leader_id, answer.error.message)
+                session.reset()
+                continue
+            session.answered(answer.session_id, named, forgotten)
+            responses = answer.partitions
+            if session.session_id != NO_SESSION_ID:
+                # Only partitions of the session in the state the leader holds.
+                responses = [
+                    r for r in responses if TopicPartition(r.topic, r.partition) in session.sent
+                ]
+                for r in responses:
+                    if r.error is not None or r.diverging is not None:
+                        session.refetch(TopicPartition(r.topic, r.partition))
+            if not responses:
+                continue  # an idle long-poll's empty answer: nothing to apply
+            session.changed.update(TopicPartition(r.topic, r.partition) for r in responses)
             try:
                 progressed = await self._apply_responses(responses)
             except Exception:

@@ -64,6 +64,7 @@ from typing import Any
 
 from lograft import power_loss
 from lograft.brokers.broker_stats import BrokerStats
+from lograft.brokers.fetch_session_cache import FetchSession, FetchSessionCache
 from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
@@ -89,7 +90,10 @@ from lograft.errors import (
 )
 from lograft.protocol.batch import iter_batches
 from lograft.protocol.fetch_wire import (
+    INITIAL_SESSION_EPOCH,
     FetchPartitionResponse,
+    PartitionFetch,
+    ReplicaFetchAnswer,
     ReplicaFetchRequest,
 )
 from lograft.protocol.produce_wire import Acks, AppendResult
@@ -142,6 +146,12 @@ class BrokerSettings(Record):
     replica_fetch_partition_max_bytes: Positive = 1024 * 1024
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200
+    # Incremental replica fetch sessions a leader caches (KIP-227), sessions;
+    # the least recently used is evicted beyond this.
+    replica_fetch_sessions_max: Positive = 64
+    # Partitions cached over all those sessions, partitions (a follower's
+    # full fetch naming more is served without a session).
+    replica_fetch_session_partitions_max: Positive = 50_000
     # How long an acks=all produce waits for the ISR, ms.
     produce_timeout_ms: Positive = 30_000
     # Longest consumer fetch long-poll a client may ask for, ms.
@@ -197,12 +207,15 @@ class FetchResult:
 
 
 class _Changes:
-    """Wakes long-polls when a partition's data or high watermark moves."""
+    """Wakes long-polls when a partition's data or high watermark moves, and
+    marks it dirty in the replica fetch sessions that hold it."""
 
-    def __init__(self) -> None:
+    def __init__(self, sessions: FetchSessionCache) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._sessions = sessions
 
-    def notify(self, tp: TopicPartition) -> None:
+    def notify(self, tp: TopicPartition, skip: FetchSession | None = None) -> None:
+        self._sessions.mark(tp, skip)
         for fut in self._waiters.pop(tp, ()):
             if not fut.done():
                 fut.set_result(None)
@@ -306,7 +319,11 @@ class ReplicaManager:
         self._opened: dict[TopicPartition, Log] = {}
         # Replicas wanted here that failed to open, create or reconcile.
         self._failed: dict[TopicPartition, ReplicaFailure] = {}
-        self._changes = _Changes()
+        # The leader's side of incremental replica fetches (KIP-227).
+        self.fetch_sessions = FetchSessionCache(
+            settings.replica_fetch_sessions_max, settings.replica_fetch_session_partitions_max
+        )
+        self._changes = _Changes(self.fetch_sessions)
         self.work = LogWork(settings.storage_threads_max)
         # The follower side: one fetch session per leader this broker follows.
         self.fetcher = ReplicaFetcher(
@@ -637,6 +654,7 @@ class ReplicaManager:
             part.become_follower(a)
             self._role_changed(part)
         self._changes.notify(part.tp)
+        self.fetcher.touch(part.tp)
 
     def _remove_contained(self, tp: TopicPartition) -> None:
         try:
@@ -943,19 +961,43 @@ class ReplicaManager:
 
     # -- replica fetch (leader side) ------------------------------------------------------
 
-    async def replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+    async def replica_fetch(self, req: ReplicaFetchRequest) -> ReplicaFetchAnswer:
+        """A follower's fetch: sessionless, a full one creating a session, or
+        an incremental one (fetch_session_cache.py)."""
         wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_serve_wait_max_ms)
-        deadline = self.lag_clock() + wait_ms
+        now = self.lag_clock()
+        deadline = now + wait_ms
+        if req.incremental:
+            try:
+                session = self.fetch_sessions.lookup(
+                    req.session_id, req.session_epoch, req.replica_id, now
+                )
+                self.fetch_sessions.update(
+                    session,
+                    {TopicPartition(p.topic, p.partition): p.fetch for p in req.partitions},
+                    [TopicPartition(t, n) for t, n in req.forgotten],
+                )
+            except LograftError as exc:
+                return ReplicaFetchAnswer([], error=exc)
+            named = [TopicPartition(p.topic, p.partition) for p in req.partitions]
+            return await self._session_fetch(req, session, named, deadline)
+        if req.session_epoch == INITIAL_SESSION_EPOCH:
+            fetches = {TopicPartition(p.topic, p.partition): p.fetch for p in req.partitions}
+            created = self.fetch_sessions.create(req.replica_id, fetches, now)
+            if created is not None:
+                return await self._session_fetch(req, created, list(fetches), deadline)
+        return ReplicaFetchAnswer(await self._sessionless_fetch(req, deadline))
+
+    async def _sessionless_fetch(
+        self, req: ReplicaFetchRequest, deadline: int
+    ) -> list[FetchPartitionResponse]:
         while True:
             out = await self._serve_replica_fetch(req)
             total = sum(len(p.data) for p in out)
             remaining = deadline - self.lag_clock()
             urgent = any(p.error is not None or p.diverging is not None for p in out)
             if total >= req.min_bytes or urgent or remaining <= 0:
-                if self.stats is not None and total:
-                    for p in out:
-                        if p.data:
-                            self.stats.topic(p.topic).replication_bytes_out += len(p.data)
+                self._count_replication_out(out)
                 return out
             tps = [TopicPartition(p.topic, p.partition) for p in req.partitions]
             with remote_wait():
@@ -966,7 +1008,127 @@ class ReplicaManager:
                 # arrival still holds, so do not walk every partition again.
                 return out
 
+    async def _session_fetch(
+        self,
+        req: ReplicaFetchRequest,
+        session: FetchSession,
+        named: list[TopicPartition],
+        deadline: int,
+    ) -> ReplicaFetchAnswer:
+        """Serve a session's named and dirty partitions, answer those with
+        news; long-poll on the session's own wake-up while there is none."""
+        news: dict[TopicPartition, FetchPartitionResponse] = {}
+        look = list(dict.fromkeys([*named, *session.take_dirty()]))
+        while True:
+            if look:
+                for tp, answer in await self._session_round(req, session, look):
+                    news[tp] = answer
+            total = sum(len(p.data) for p in news.values())
+            urgent = any(p.error is not None or p.diverging is not None for p in news.values())
+            remaining = deadline - self.lag_clock()
+            if total >= req.min_bytes or urgent or remaining <= 0:
+                break
+            with remote_wait():
+                if not await session.wait_news(remaining / 1000):
+                    break
+            look = session.take_dirty()
+        out = list(news.values())
+        self._count_replication_out(out)
+        return ReplicaFetchAnswer(out, session.id)
+
+    async def _session_round(
+        self, req: ReplicaFetchRequest, session: FetchSession, tps: list[TopicPartition]
+    ) -> list[tuple[TopicPartition, FetchPartitionResponse]]:
+        """Serve `tps` at their cached fetch states; those with news for the
+        follower, and the cache updated to what they are answered."""
+        cached = [(tp, session.partitions[tp]) for tp in tps if tp in session.partitions]
+        answers = await self._serve_fetches(
+            req.replica_id,
+            [(tp, c.fetch) for tp, c in cached],
+            req.max_bytes,
+            req.partition_max_bytes,
+            session,
+        )
+        out: list[tuple[TopicPartition, FetchPartitionResponse]] = []
+        # Only then did the byte budget leave data unread (marked below for
+        # the next fetch; a read that found nothing must not spin the poll).
+        read_some = any(r.data for r in answers)
+        for (tp, c), r in zip(cached, answers, strict=True):
+            ok = r.error is None and r.diverging is None
+            if (
+                r.data
+                or not ok
+                or r.high_watermark != c.high_watermark
+                or r.log_start_offset != c.log_start_offset
+            ):
+                out.append((tp, r))
+            c.high_watermark = r.high_watermark
+            c.log_start_offset = r.log_start_offset
+            c.log_end_offset = r.log_end_offset
+            part = self.partitions.get(tp)
+            c.leader_epoch = part.leader_epoch if part is not None else -1
+            c.caught_up = ok and c.fetch.fetch_offset >= r.log_end_offset
+            if read_some and ok and not r.data and c.fetch.fetch_offset < r.log_end_offset:
+                session.mark(tp)  # data the byte budget left for the next fetch
+        return out
+
+    def _refresh_sessions(self, now: int) -> None:
+        """Before an ISR check: a clean session partition whose follower was
+        at the leader's log end is caught up as of the session's last fetch
+        (an omitted partition is a fetch at the same position); one whose
+        leader state moved without a notification is marked (safety net)."""
+        for session in self.fetch_sessions.sessions():
+            for tp, c in session.partitions.items():
+                if tp in session.dirty or c.log_end_offset < 0:
+                    continue
+                part = self.partitions.get(tp)
+                if (
+                    part is None
+                    or part.role is not Role.LEADER
+                    or part.leader_epoch != c.leader_epoch
+                    or part.log.log_end_offset != c.log_end_offset
+                    or part.high_watermark != c.high_watermark
+                    or part.log.log_start_offset != c.log_start_offset
+                ):
+                    session.mark(tp)
+                    continue
+                if not c.caught_up:
+                    continue
+                try:
+                    part.tracker.on_fetch(
+                        session.replica_id,
+                        c.fetch.fetch_offset,
+                        c.log_end_offset,
+                        session.last_fetch_ms,
+                        c.fetch.durable_offset,
+                    )
+                except (LograftError, ValueError):
+                    session.mark(tp)
+
+    def _count_replication_out(self, out: list[FetchPartitionResponse]) -> None:
+        if self.stats is None:
+            return
+        for p in out:
+            if p.data:
+                self.stats.topic(p.topic).replication_bytes_out += len(p.data)
+
     async def _serve_replica_fetch(self, req: ReplicaFetchRequest) -> list[FetchPartitionResponse]:
+        return await self._serve_fetches(
+            req.replica_id,
+            [(TopicPartition(p.topic, p.partition), p.fetch) for p in req.partitions],
+            req.max_bytes,
+            req.partition_max_bytes,
+            None,
+        )
+
+    async def _serve_fetches(
+        self,
+        replica_id: int,
+        fetches: list[tuple[TopicPartition, PartitionFetch]],
+        max_bytes: int,
+        partition_max_bytes: int,
+        session: FetchSession | None,
+    ) -> list[FetchPartitionResponse]:
         """Each partition's answer is decided on the loop (fencing,
         divergence, the follower's progress and the HW it moves); the reads
         then run inline or, when they may bring more than INLINE_BYTES_MAX
@@ -974,32 +1136,32 @@ class ReplicaManager:
         now = self.lag_clock()
         decided: list[tuple[Partition, FollowerFetchResult] | LograftError] = []
         readable = 0
-        for p in req.partitions:
-            tp = TopicPartition(p.topic, p.partition)
+        for tp, fetch in fetches:
             try:
                 part = self.partition(tp)
                 hw_before = part.high_watermark
-                res = part.serve_follower_fetch(req.replica_id, p.fetch, now)
+                res = part.serve_follower_fetch(replica_id, fetch, now)
             except LograftError as exc:
                 decided.append(exc)
                 continue
             decided.append((part, res))
-            if res.read_from >= 0 and readable <= req.max_bytes:
-                readable += part.log.readable_bytes(res.read_from, req.partition_max_bytes)
+            if res.read_from >= 0 and readable <= max_bytes:
+                readable += part.log.readable_bytes(res.read_from, partition_max_bytes)
             # Wake long-polls only when this fetch moved the HW (acks=all waiters
             # are released by the partition itself). Waking on every fetch made
             # two followers' idle long-polls on one leader wake each other in a
             # loop: each re-served fetch woke the other's (busy CPU when idle).
+            # This fetch's own session answers the new HW now.
             if part.high_watermark != hw_before:
-                self._changes.notify(tp)
-        inline = not read_in_thread(min(readable, req.max_bytes))
+                self._changes.notify(tp, skip=session)
+        inline = not read_in_thread(min(readable, max_bytes))
         got = await self.work.run(
-            functools.partial(_read_for_followers, decided, req.max_bytes, req.partition_max_bytes),
+            functools.partial(_read_for_followers, decided, max_bytes, partition_max_bytes),
             inline=inline,
         )
         return [
-            self._follower_answer(TopicPartition(p.topic, p.partition), answer, data, inline)
-            for p, answer, data in zip(req.partitions, decided, got, strict=True)
+            self._follower_answer(tp, answer, data, inline)
+            for (tp, _fetch), answer, data in zip(fetches, decided, got, strict=True)
         ]
 
     def _follower_answer(
@@ -1045,9 +1207,10 @@ class ReplicaManager:
     def check_isr(self, ineligible: frozenset[int] = frozenset()) -> list[asyncio.Task[None]]:
         """Propose ISR changes for leaders that need one; returns the send tasks
         (one per batch of at most `ALTER_PARTITION_BATCH_MAX` partitions)."""
+        now = self.lag_clock()
+        self._refresh_sessions(now)
         if self.alter_partitions is None:
             return []
-        now = self.lag_clock()
         changes: list[tuple[Partition, IsrProposal]] = []
         for part in list(self.partitions.values()):
             before = part.isr

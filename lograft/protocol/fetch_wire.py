@@ -6,11 +6,25 @@ Request (`POST /internal/v1/replica-fetch`, JSON)::
      "partition_max_bytes": 1048576,
      "partitions": [{"topic": "t", "partition": 0, "fetch_offset": 42,
                      "last_fetched_epoch": 3, "current_leader_epoch": 4,
-                     "durable_offset": 40}, ...]}
+                     "durable_offset": 40}, ...],
+     "session_id": 0, "session_epoch": 0, "forgotten": [["t", 3], ...]}
 
 `durable_offset`: below it the follower's log is fsynced (-1, or left out:
 not tracked). A leader under `flush_policy = group_commit` moves its high
 watermark by these, not by the fetch offsets (brokers/group_commit.py).
+
+Fetch sessions (Kafka's KIP-227; leader side brokers/fetch_session_cache.py):
+`session_id` 0 with `session_epoch` 0 is a full fetch that asks for a
+session, with `session_epoch` -1 (the default: older senders) a full fetch
+without one. The answer's `session_id` is the session the leader created (0:
+none, e.g. its cache is full). Later fetches send that id and the next epoch
+(1, 2, ...) and name only the partitions whose fetch state changed or that
+join the session, plus `forgotten` ones leaving it; the leader answers only
+partitions with news (data, a new high watermark or log start offset, a
+diverging epoch, an error). A session the leader does not have, or a wrong
+epoch, is answered with the top-level `error` (FETCH_SESSION_ID_NOT_FOUND,
+INVALID_FETCH_SESSION_EPOCH) and no partitions: the follower then fetches in
+full again.
 
 Response (`application/vnd.lograft.fetch`): a 4-byte big-endian length, that
 many bytes of JSON header, then the raw record batches of every partition
@@ -20,7 +34,8 @@ concatenated in header order::
                      "log_start_offset": 0, "log_end_offset": 50,
                      "bytes": 1234,                       length of its batches
                      "diverging": {"epoch": 3, "end_offset": 38} | null,
-                     "error": {"code": ..., "message": ...} | null}, ...]}
+                     "error": {"code": ..., "message": ...} | null}, ...],
+     "session_id": 0, "error": {"code": ..., "message": ...} | null}
 
 Batches travel as the bytes stored on disk: no JSON per record, no re-encode.
 """
@@ -45,6 +60,12 @@ HEADER_BYTES_MAX = 16 * 1024 * 1024
 
 # An epoch field the sender left out (Kafka's UNDEFINED_EPOCH).
 UNDEFINED_EPOCH = -1
+
+# Fetch session ids and epochs (Kafka's FetchMetadata): no session; the epoch
+# of a full fetch asking for a new session; of a full fetch without one.
+NO_SESSION_ID = 0
+INITIAL_SESSION_EPOCH = 0
+SESSIONLESS_EPOCH = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +100,14 @@ class ReplicaFetchRequest:
     max_bytes: int
     partition_max_bytes: int
     partitions: list[FetchPartitionRequest]
+    session_id: int = NO_SESSION_ID
+    session_epoch: int = SESSIONLESS_EPOCH
+    # Partitions leaving an incremental session.
+    forgotten: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def incremental(self) -> bool:
+        return self.session_id != NO_SESSION_ID
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -99,6 +128,9 @@ class ReplicaFetchRequest:
                     }
                     for p in self.partitions
                 ],
+                "session_id": self.session_id,
+                "session_epoch": self.session_epoch,
+                "forgotten": self.forgotten,
             }
         )
 
@@ -129,6 +161,9 @@ class ReplicaFetchRequest:
                 )
                 for p in doc.partitions
             ],
+            doc.session_id,
+            doc.session_epoch,
+            tuple(doc.forgotten),
         )
 
 
@@ -152,6 +187,9 @@ class _ReplicaFetchBody(Record, frozen=True, kw_only=True):
     max_bytes: int = 8 << 20
     partition_max_bytes: int = 1 << 20
     partitions: list[_FetchPartitionBody]
+    session_id: int = NO_SESSION_ID
+    session_epoch: int = SESSIONLESS_EPOCH
+    forgotten: list[tuple[str, int]] = msgspec.field(default_factory=list)
 
 
 class _DivergingHead(Record, frozen=True):
@@ -170,8 +208,10 @@ class _PartitionHead(Record, frozen=True, kw_only=True):
     error: dict[str, Any] | None = None
 
 
-class _ResponseHead(Record, frozen=True):
+class _ResponseHead(Record, frozen=True, kw_only=True):
     partitions: list[_PartitionHead]
+    session_id: int = NO_SESSION_ID
+    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +226,26 @@ class FetchPartitionResponse:
     error: LograftError | None = None
 
 
-def encode_response(parts: list[FetchPartitionResponse]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchAnswer:
+    """A whole answer: its partitions, the fetch session it belongs to
+    (NO_SESSION_ID: none) and a session error (then no partitions)."""
+
+    partitions: list[FetchPartitionResponse]
+    session_id: int = NO_SESSION_ID
+    error: LograftError | None = None
+
+
+def encode_answer(answer: ReplicaFetchAnswer) -> bytes:
+    return encode_response(answer.partitions, session_id=answer.session_id, error=answer.error)
+
+
+def encode_response(
+    parts: list[FetchPartitionResponse],
+    *,
+    session_id: int = NO_SESSION_ID,
+    error: LograftError | None = None,
+) -> bytes:
     header: list[dict[str, Any]] = []
     for p in parts:
         header.append(
@@ -203,11 +262,20 @@ def encode_response(parts: list[FetchPartitionResponse]) -> bytes:
                 "error": None if p.error is None else p.error.to_dict(),
             }
         )
-    head = orjson.dumps({"partitions": header})
+    doc: dict[str, Any] = {"partitions": header}
+    if session_id != NO_SESSION_ID:
+        doc["session_id"] = session_id
+    if error is not None:
+        doc["error"] = error.to_dict()
+    head = orjson.dumps(doc)
     return b"".join([_LEN.pack(len(head)), head, *(p.data for p in parts)])
 
 
 def decode_response(body: bytes) -> list[FetchPartitionResponse]:
+    return decode_answer(body).partitions
+
+
+def decode_answer(body: bytes) -> ReplicaFetchAnswer:
     if len(body) < _LEN.size:
         raise InvalidRequestError("replica fetch response is too short")
     (n,) = _LEN.unpack_from(body, 0)
@@ -243,4 +311,8 @@ def decode_response(body: bytes) -> list[FetchPartitionResponse]:
                 error,
             )
         )
-    return out
+    try:
+        session_error = None if doc.error is None else LograftError.from_dict(doc.error)
+    except ValueError as exc:
+        raise InvalidRequestError(f"replica fetch response: {exc}") from None
+    return ReplicaFetchAnswer(out, doc.session_id, session_error)

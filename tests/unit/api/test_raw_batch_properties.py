@@ -50,7 +50,7 @@ from lograft.protocol.batch import (
     iter_records,
 )
 from lograft.protocol.compression import Compression
-from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_answer
 from lograft.protocol.topic_partition import TopicPartition
 
 TOPIC = "props"
@@ -116,8 +116,8 @@ def replica_managers(root: Path) -> dict[int, ReplicaManager]:
 
     def transport(me: int) -> Any:
         async def send(leader: int, body: bytes, timeout: float) -> bytes:
-            parts = await brokers[leader].replica_fetch(ReplicaFetchRequest.from_json(body))
-            return encode_response(parts)
+            answer = await brokers[leader].replica_fetch(ReplicaFetchRequest.from_json(body))
+            return encode_answer(answer)
 
         return send
 

@@ -167,10 +167,10 @@ async def test_reads_over_the_inline_limit_run_off_the_loop_small_ones_inline(rm
                 2, 0, 1, big, partition_max_bytes, [FetchPartitionRequest("t", 0, fetch)]
             )
 
-        [answer] = await rm.replica_fetch(follower_fetch(small))
+        [answer] = (await rm.replica_fetch(follower_fetch(small))).partitions
         assert threads == ["MainThread"] and answer.error is None
         threads.clear()
-        [answer] = await rm.replica_fetch(follower_fetch(big))
+        [answer] = (await rm.replica_fetch(follower_fetch(big))).partitions
         assert on_storage_thread(threads) and len(answer.data) > INLINE_BYTES_MAX
     finally:
         await rm.stop()

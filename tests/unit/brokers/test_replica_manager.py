@@ -14,7 +14,7 @@ from lograft.errors import (
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
-from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_answer
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -50,8 +50,7 @@ class Cluster:
                 await asyncio.sleep(0.01)
                 raise BrokerNotAvailableError("cut")
             req = ReplicaFetchRequest.from_json(body)
-            parts = await self.brokers[leader].replica_fetch(req)
-            return encode_response(parts)
+            return encode_answer(await self.brokers[leader].replica_fetch(req))
 
         return send
 

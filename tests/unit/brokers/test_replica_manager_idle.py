@@ -9,7 +9,7 @@ from pathlib import Path
 from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.protocol.batch import RecordInput, build_batch
-from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_response
+from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_answer
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -30,7 +30,7 @@ def _managers(tmp_path: Path, calls: list[tuple[int, int, int]]) -> dict[int, Re
         async def send(leader: int, body: bytes, timeout: float) -> bytes:
             req = ReplicaFetchRequest.from_json(body)
             calls.append((me, leader, len(req.partitions)))
-            return encode_response(await brokers[leader].replica_fetch(req))
+            return encode_answer(await brokers[leader].replica_fetch(req))
 
         return send
 
@@ -78,14 +78,14 @@ async def test_idle_follower_long_polls_do_not_wake_each_other(tmp_path):
         await asyncio.sleep(3 * WAIT_MS / 1000)  # followers learn the final HW
 
         passes = 0
-        serve = leader._serve_replica_fetch
+        serve = leader._serve_fetches
 
-        def counted(req: ReplicaFetchRequest):  # type: ignore[no-untyped-def]
+        def counted(*args):  # type: ignore[no-untyped-def]
             nonlocal passes
             passes += 1
-            return serve(req)
+            return serve(*args)
 
-        leader._serve_replica_fetch = counted  # type: ignore[method-assign]
+        leader._serve_fetches = counted  # type: ignore[method-assign]
         idle_s = 1.0
         calls.clear()
         await asyncio.sleep(idle_s)
@@ -94,6 +94,9 @@ async def test_idle_follower_long_polls_do_not_wake_each_other(tmp_path):
         # reached with nothing changed answers what that pass found).
         assert len(calls) <= 2 * idle_s * 1000 / WAIT_MS + 4
         assert passes <= len(calls) + 2, f"{passes} fetch passes for {len(calls)} requests"
+        # Incremental sessions: an idle fetch names no partition (at most a
+        # few straddle the window's start).
+        assert sum(n > 0 for _, _, n in calls) <= 2, calls
         # Every partition still has its HW on the followers.
         for b in (2, 3):
             assert all(brokers[b].partitions[tp].high_watermark == 1 for tp in tps)
@@ -139,8 +142,13 @@ async def test_one_fetch_session_per_leader_broker_carries_all_its_partitions(tm
         # 1 follows 2 and 3; 2 follows 3 and 3 follows 2 (1 leads nothing).
         assert len(fetchers) == 4
         from_1 = [(leader, n) for me, leader, n in calls if me == 1]
-        assert from_1 and all(n == 30 for _, n in from_1)
         assert {leader for leader, _ in from_1} == {2, 3}
+        # Each session's first fetch names all 30; the incremental ones that
+        # follow name only what changed, never more.
+        for leader in (2, 3):
+            named = [n for b, n in from_1 if b == leader]
+            assert named[0] == 30 and all(n <= 30 for n in named[1:])
+            assert len(named) > 1 and min(named[1:]) == 0
     finally:
         for rm in brokers.values():
             await rm.stop()

@@ -1,0 +1,239 @@
+"""The leader's replica fetch sessions (Kafka's KIP-227 FetchSessionCache).
+
+A follower's full fetch with `session_epoch` 0 creates a session: an id, the
+next epoch the follower must send (1, 2, ...), and each partition's cached
+fetch state (`CachedPartition`: the follower's last `PartitionFetch` and what
+it was last answered). Later fetches name only partitions whose fetch state
+changed or that join, plus forgotten ones; the rest keep their cached state,
+so the leader treats an omitted partition as a fetch at the same position.
+
+Which partitions a fetch looks at: those it names, and those marked dirty
+since (`mark`: the replica manager marks a partition whenever its data, high
+watermark, leadership or ISR moves, the events that wake long-polls). A
+long-poll waits on its own session's wake-up, not on every partition. As a
+safety net the replica manager's ISR check compares every clean partition's
+cached leader state with the live one and marks any that moved unnoticed
+(`ReplicaManager._refresh_sessions`).
+
+Every session id comes from the network, so the cache is bounded: at most
+`sessions_max` sessions (least recently used evicted first) and
+`partitions_max` cached partitions over all of them; a full fetch naming
+more partitions than that is served without a session, and a session that
+grows past it is dropped (its next fetch gets FETCH_SESSION_ID_NOT_FOUND and
+the follower fetches in full). A follower holds one session per leader, so a
+new session of a replica replaces that replica's older one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from lograft.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
+from lograft.protocol.fetch_wire import NO_SESSION_ID, PartitionFetch
+from lograft.protocol.topic_partition import TopicPartition
+
+# Kafka's session epochs wrap from the largest int32 back to 1.
+_EPOCH_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class CachedPartition:
+    """One partition of a session: the follower's last fetch state and what
+    the leader last answered for it (-1: not answered yet)."""
+
+    fetch: PartitionFetch
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    # The leader's log end offset and epoch when this partition was last
+    # evaluated (the safety net compares them with the live ones).
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    # At that evaluation the follower was at the leader's log end with no
+    # error: while nothing moves, each later fetch of the session finds it
+    # caught up again (the ISR refresh records that without a fetch pass).
+    caught_up: bool = False
+
+
+class FetchSession:
+    """One follower's incremental fetch session with this leader."""
+
+    __slots__ = ("_wake", "dirty", "id", "last_fetch_ms", "next_epoch", "partitions", "replica_id")
+
+    def __init__(self, session_id: int, replica_id: int, now_ms: int) -> None:
+        self.id = session_id
+        self.replica_id = replica_id
+        self.next_epoch = 1
+        self.partitions: dict[TopicPartition, CachedPartition] = {}
+        # Partitions that may have news for the follower since they were last
+        # evaluated (only members of `partitions` count).
+        self.dirty: set[TopicPartition] = set()
+        self.last_fetch_ms = now_ms
+        self._wake: asyncio.Future[None] | None = None
+
+    def mark(self, tp: TopicPartition) -> None:
+        self.dirty.add(tp)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def take_dirty(self) -> list[TopicPartition]:
+        out = [tp for tp in self.dirty if tp in self.partitions]
+        self.dirty = set()
+        return out
+
+    async def wait_news(self, timeout_s: float) -> bool:
+        """Wait until a partition of the session is marked; False on timeout."""
+        if self.dirty:
+            return True
+        if timeout_s <= 0:
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._wake = fut
+        try:
+            # asyncio.timeout, not wait_for (see _Changes.wait_any).
+            async with asyncio.timeout(timeout_s):
+                await fut
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if self._wake is fut:
+                self._wake = None
+
+
+class FetchSessionCache:
+    """Sessions by id, bounded (see module doc)."""
+
+    def __init__(self, sessions_max: int, partitions_max: int) -> None:
+        if sessions_max < 1 or partitions_max < 1:
+            raise ValueError("fetch session limits must be positive")
+        self.sessions_max = sessions_max
+        self.partitions_max = partitions_max
+        # Least recently used first.
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._by_replica: dict[int, FetchSession] = {}
+        # Which sessions hold a partition, for `mark`.
+        self._by_tp: dict[TopicPartition, set[FetchSession]] = {}
+        self._size = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def partitions_cached(self) -> int:
+        return self._size
+
+    def sessions(self) -> Iterator[FetchSession]:
+        return iter(list(self._sessions.values()))
+
+    def create(
+        self, replica_id: int, fetches: Mapping[TopicPartition, PartitionFetch], now_ms: int
+    ) -> FetchSession | None:
+        """A new session for a full fetch (None: too large to cache)."""
+        old = self._by_replica.get(replica_id)
+        if old is not None:
+            self._remove(old)
+        if len(fetches) > self.partitions_max:
+            return None
+        while self._sessions and (
+            len(self._sessions) >= self.sessions_max
+            or self._size + len(fetches) > self.partitions_max
+        ):
+            self._evict_oldest()
+        session = FetchSession(self._new_id(), replica_id, now_ms)
+        for tp, fetch in fetches.items():
+            session.partitions[tp] = CachedPartition(fetch)
+            self._by_tp.setdefault(tp, set()).add(session)
+        self._size += len(session.partitions)
+        self._sessions[session.id] = session
+        self._by_replica[replica_id] = session
+        return session
+
+    def lookup(self, session_id: int, epoch: int, replica_id: int, now_ms: int) -> FetchSession:
+        """The session an incremental fetch names, moved to its next epoch.
+        A wrong epoch drops the session (the follower starts a new one)."""
+        session = self._sessions.get(session_id)
+        if session is None or session.replica_id != replica_id:
+            raise FetchSessionIdNotFoundError(
+                f"no fetch session {session_id} for replica {replica_id}", session_id=session_id
+            )
+        if epoch != session.next_epoch:
+            self._remove(session)
+            raise InvalidFetchSessionEpochError(
+                f"fetch session {session_id} expected epoch {session.next_epoch}, got {epoch}",
+                session_id=session_id,
+            )
+        session.next_epoch = 1 if epoch >= _EPOCH_MAX else epoch + 1
+        session.last_fetch_ms = max(session.last_fetch_ms, now_ms)
+        self._sessions.move_to_end(session_id)
+        return session
+
+    def update(
+        self,
+        session: FetchSession,
+        changed: Mapping[TopicPartition, PartitionFetch],
+        forgotten: Iterable[TopicPartition],
+    ) -> None:
+        """Apply an incremental fetch's forgotten, then changed or added partitions."""
+        for tp in forgotten:
+            if session.partitions.pop(tp, None) is not None:
+                self._size -= 1
+                self._unindex(tp, session)
+            session.dirty.discard(tp)
+        for tp, fetch in changed.items():
+            cached = session.partitions.get(tp)
+            if cached is None:
+                session.partitions[tp] = CachedPartition(fetch)
+                self._by_tp.setdefault(tp, set()).add(session)
+                self._size += 1
+            else:
+                cached.fetch = fetch
+        if len(session.partitions) > self.partitions_max:
+            self._remove(session)
+            raise FetchSessionIdNotFoundError(
+                f"fetch session {session.id} grew past {self.partitions_max} partitions",
+                session_id=session.id,
+            )
+        while self._size > self.partitions_max:
+            self._evict_oldest()
+
+    def mark(self, tp: TopicPartition, skip: FetchSession | None = None) -> None:
+        """`tp` may have news: every session holding it (but `skip`) looks at it next."""
+        for session in self._by_tp.get(tp, ()):
+            if session is not skip:
+                session.mark(tp)
+
+    def _evict_oldest(self) -> None:
+        _, session = next(iter(self._sessions.items()))
+        self._remove(session)
+        self.evictions += 1
+
+    def _remove(self, session: FetchSession) -> None:
+        if self._sessions.pop(session.id, None) is None:
+            return
+        if self._by_replica.get(session.replica_id) is session:
+            del self._by_replica[session.replica_id]
+        for tp in session.partitions:
+            self._unindex(tp, session)
+        self._size -= len(session.partitions)
+
+    def _unindex(self, tp: TopicPartition, session: FetchSession) -> None:
+        holders = self._by_tp.get(tp)
+        if holders is not None:
+            holders.discard(session)
+            if not holders:
+                del self._by_tp[tp]
+
+    def _new_id(self) -> int:
+        while True:
+            session_id = secrets.randbits(31)
+            if session_id != NO_SESSION_ID and session_id not in self._sessions:
+                return session_id
+
+
+__all__ = ["CachedPartition", "FetchSession", "FetchSessionCache"]
