@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from lograft.node.clean_shutdown import FILE_NAME
-from tests.integration.cluster_harness import LograftCluster
+from tests.integration.cluster_harness import ClusterNode, LograftCluster
 from tests.integration.data_plane import (
     describe,
     fetch_all,
@@ -147,3 +147,70 @@ def test_a_preferred_replica_that_fell_behind_does_not_lead_after_every_node_is_
         return acked <= read_back(cluster, topic)[0]
 
     cluster.eventually(everything_back, 60, "every acknowledged record read back")
+
+
+def test_an_unclean_election_picks_the_longest_log_of_the_replicas_present(
+    cluster: LograftCluster,
+) -> None:
+    # min_insync_replicas 1: records acknowledged by two replicas while the
+    # preferred one is away. Every node is killed; the preferred replica and
+    # one that holds the records come back, the third (the last ISR member)
+    # does not. Turning unclean election on must elect the longer log: the
+    # preferred replica (what it elected before log ends were used) would
+    # truncate the acknowledged records from the other.
+    cluster.wait_ready()
+    topic = "loose"
+    body = {
+        "name": topic,
+        "partitions": 1,
+        "replication_factor": 3,
+        "configs": {"min_insync_replicas": "1"},
+    }
+    cluster[1].ok("POST", "/v1/topics", body, status=201)
+    preferred, away, holder = describe(cluster[1], topic)[0]["replicas"]
+    # `away` leads once `preferred` is gone, so it is the last known leader
+    # (which the rule before log ends tried first); it stays down at the end.
+    via = cluster[holder]
+    cluster[preferred].kill()
+
+    def led_by_away() -> bool:
+        doc = describe(via, topic)[0]
+        return doc["leader"] == away and preferred not in doc["isr"]
+
+    cluster.eventually(led_by_away, 60, f"{topic} led by broker {away}")
+    acked = set()
+    for i in range(RECORDS):
+        for _answer in produce_ok(cluster, via, topic, [{"value": f"loose-{i}"}]):
+            acked.add(f"loose-{i}")
+
+    cluster.kill_all()
+    for node in (preferred, holder):
+        cluster[node].start()
+    for node in (preferred, holder):
+        cluster[node].wait_ready()
+
+    def both_usable_and_offline() -> bool:
+        brokers = cluster[holder].brokers()
+        usable = all(not brokers[n]["fenced"] for n in (preferred, holder))
+        doc = describe(cluster[holder], topic)[0]
+        return usable and doc["leader"] < 0
+
+    cluster.eventually(both_usable_and_offline, 60, "both back, the partition offline")
+    cluster[holder].ok(
+        "PATCH", f"/v1/topics/{topic}/configs", {"configs": {"unclean_leader_election": "true"}}
+    )
+
+    def led() -> bool:
+        return describe(cluster[holder], topic)[0]["leader"] >= 0
+
+    cluster.eventually(led, 60, f"{topic} led again")
+    assert describe(cluster[holder], topic)[0]["leader"] == holder
+    assert acked <= read_back_from(cluster, cluster[holder], topic)
+    cluster[away].start()
+    cluster.wait_ready()
+
+
+def read_back_from(cluster: LograftCluster, node: ClusterNode, topic: str) -> set[str]:
+    leader = cluster[describe(node, topic)[0]["leader"]]
+    wait_serving(cluster, leader, topic, 0)
+    return {r["value"] for r in fetch_all(leader, topic, 0)}
