@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fail unless the C record scanner and encoder are built and speak this checkout's ABI.
+"""Fail unless the C record scanner, decoder and encoder are built and speak this checkout's ABI.
 
 setup.py builds `lograft.protocol._recordscan` (and its producer-side twin
 `lograft.protocol._recordencode`, which batch.build_batch uses) with `optional=True`, so an
@@ -57,6 +57,21 @@ def problems(
     return out
 
 
+def decoder_problems(extension: ModuleType | None, record_decode: ModuleType) -> list[str]:
+    """Why the consumer's C record decoder (`_recordscan.decode_records`) is not in use."""
+    if extension is None:
+        return []  # problems() already says the scanner is not built
+    abi = getattr(extension, "RECORDS_ABI", 0)
+    if abi != record_decode.C_RECORDS_ABI:
+        return [
+            f"lograft.protocol._recordscan is a stale build (RECORDS_ABI {abi}, "
+            f"record_decode needs {record_decode.C_RECORDS_ABI}): {FIX}"
+        ]
+    if record_decode.IMPLEMENTATION != "c":
+        return [f"{record_decode.__name__}.IMPLEMENTATION is {record_decode.IMPLEMENTATION!r}"]
+    return []
+
+
 def encoder_problems(extension: ModuleType | None, batch: ModuleType) -> list[str]:
     """Why the C record encoder is not in use; empty when batch.py uses it.
 
@@ -86,9 +101,13 @@ def main() -> int:
         encoder: ModuleType | None = importlib.import_module("lograft.protocol._recordencode")
     except ImportError:
         encoder = None
-    from lograft.protocol import batch, record_columns, record_scan
+    from lograft.protocol import batch, record_columns, record_decode, record_scan
 
-    found = problems(extension, record_scan, record_columns) + encoder_problems(encoder, batch)
+    found = (
+        problems(extension, record_scan, record_columns)
+        + decoder_problems(extension, record_decode)
+        + encoder_problems(encoder, batch)
+    )
     if found:
         for line in found:
             print(f"check_native: {line}", file=sys.stderr)
@@ -96,7 +115,8 @@ def main() -> int:
     assert extension is not None
     print(
         f"check_native: C record scanner in use ({extension.__file__}; ABI "
-        f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI}); C record encoder in use "
+        f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI}, RECORDS_ABI "
+        f"{extension.RECORDS_ABI}); C record encoder in use "
         f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI})"
     )
     return 0

@@ -31,6 +31,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <structmember.h> /* PyMemberDef, T_OBJECT_EX: decode_records fills slots */
 
 /* A varint or varlong takes at most ten bytes (ceil(64 / 7)). */
 #define VARINT_BYTES_MAX 10
@@ -840,9 +841,275 @@ done:
     return result;
 }
 
+/*
+ * decode_records: the records of a section as objects of the caller's
+ * slots class (lograft.protocol.batch.Record: offset, timestamp, key, value,
+ * headers), for the consumer. The section is first walked by scan_core with
+ * the read rules, so a malformed section is refused with the scanner's
+ * reason and message and the build pass reads only well formed bytes.
+ * Records below start_offset are stepped over. An instance is allocated and
+ * its five slots stored directly: a frozen dataclass's __init__ (one
+ * object.__setattr__ per field) cost more than the decoding itself.
+ */
+
+#define RECORD_FIELDS 5
+static const char *const RECORD_FIELD_NAMES[RECORD_FIELDS] = {
+    "offset", "timestamp", "key", "value", "headers",
+};
+
+/* The byte offset of each field's slot in instances of `tp`; -1 and an
+ * exception when `tp` is not a class with those five object slots. */
+static int
+record_slot_offsets(PyTypeObject *tp, Py_ssize_t offsets[RECORD_FIELDS])
+{
+    int i;
+    for (i = 0; i < RECORD_FIELDS; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)tp, RECORD_FIELD_NAMES[i]);
+        PyMemberDef *m;
+        if (d == NULL) {
+            return -1;
+        }
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            Py_DECREF(d);
+            PyErr_Format(PyExc_TypeError, "decode_records: %s.%s is not a slot",
+                         tp->tp_name, RECORD_FIELD_NAMES[i]);
+            return -1;
+        }
+        m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || m->offset < (Py_ssize_t)sizeof(PyObject) ||
+            m->offset > tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+            Py_DECREF(d);
+            PyErr_Format(PyExc_TypeError, "decode_records: %s.%s is not an object slot",
+                         tp->tp_name, RECORD_FIELD_NAMES[i]);
+            return -1;
+        }
+        offsets[i] = m->offset;
+        Py_DECREF(d);
+    }
+    return 0;
+}
+
+/* base + delta as a Python int, exact even past int64 (as Python's sum). */
+static PyObject *
+sum_to_long(int64_t base, int64_t delta)
+{
+    int64_t v;
+    PyObject *a, *b, *r;
+    if (!__builtin_add_overflow(base, delta, &v)) {
+        return PyLong_FromLongLong((long long)v);
+    }
+    a = PyLong_FromLongLong((long long)base);
+    b = PyLong_FromLongLong((long long)delta);
+    r = (a != NULL && b != NULL) ? PyNumber_Add(a, b) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return r;
+}
+
+/* A record's headers: a tuple of (str key, bytes value or None); keys are
+ * decoded as UTF-8 with surrogateescape, as batch.decode_records does. */
+static PyObject *
+build_headers(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t n)
+{
+    Py_ssize_t p = *pp;
+    int64_t nh = decoded_varint(d, &p, n), h;
+    PyObject *tup = PyTuple_New((Py_ssize_t)nh);
+    if (tup == NULL) {
+        return NULL;
+    }
+    for (h = 0; h < nh; h++) {
+        PyObject *k, *v, *pair;
+        int64_t hk = decoded_varint(d, &p, n);
+        int64_t hv;
+        k = PyUnicode_DecodeUTF8((const char *)d + p, (Py_ssize_t)hk, "surrogateescape");
+        p += (Py_ssize_t)hk;
+        hv = decoded_varint(d, &p, n);
+        if (hv >= 0) {
+            v = PyBytes_FromStringAndSize((const char *)d + p, (Py_ssize_t)hv);
+            p += (Py_ssize_t)hv;
+        }
+        else {
+            v = Py_NewRef(Py_None);
+        }
+        if (k == NULL || v == NULL) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(tup);
+            return NULL;
+        }
+        pair = PyTuple_Pack(2, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (pair == NULL) {
+            Py_DECREF(tup);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tup, (Py_ssize_t)h, pair);
+    }
+    *pp = p;
+    return tup;
+}
+
+/* A nullable bytes field (length -1 = None) at d[*pp]. */
+static PyObject *
+build_nullable(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t n)
+{
+    int64_t len = decoded_varint(d, pp, n);
+    PyObject *out;
+    if (len < 0) {
+        return Py_NewRef(Py_None);
+    }
+    out = PyBytes_FromStringAndSize((const char *)d + *pp, (Py_ssize_t)len);
+    *pp += (Py_ssize_t)len;
+    return out;
+}
+
+/* One record's object; the fields in slot order (references stolen). */
+static PyObject *
+new_record(PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS],
+           PyObject *fields[RECORD_FIELDS])
+{
+    int i;
+    PyObject *obj = tp->tp_alloc(tp, 0);
+    if (obj == NULL) {
+        for (i = 0; i < RECORD_FIELDS; i++) {
+            Py_DECREF(fields[i]);
+        }
+        return NULL;
+    }
+    for (i = 0; i < RECORD_FIELDS; i++) {
+        *(PyObject **)((char *)obj + offsets[i]) = fields[i];
+    }
+    return obj;
+}
+
+static PyObject *
+build_records(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t base_offset,
+              int64_t base_ts, int log_append, int64_t max_ts, int has_start,
+              int64_t start_offset, PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS])
+{
+    Py_ssize_t p = 0;
+    int64_t i;
+    PyObject *out = PyList_New(0);
+    PyObject *fixed_ts = NULL;
+
+    if (out == NULL) {
+        return NULL;
+    }
+    if (log_append && (fixed_ts = PyLong_FromLongLong((long long)max_ts)) == NULL) {
+        goto fail;
+    }
+    for (i = 0; i < count; i++) {
+        int64_t length, ts_delta, off_delta, offset;
+        Py_ssize_t rec_end;
+        PyObject *f[RECORD_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
+        PyObject *rec;
+        int j, ok, in_range;
+
+        length = decoded_varint(d, &p, n);
+        rec_end = p + (Py_ssize_t)length;
+        p += 1; /* attributes */
+        ts_delta = decoded_varint(d, &p, n);
+        off_delta = decoded_varint(d, &p, n);
+        in_range = !__builtin_add_overflow(base_offset, off_delta, &offset);
+        /* An offset past int64 is past any start offset. */
+        if (has_start && in_range && offset < start_offset) {
+            p = rec_end;
+            continue;
+        }
+        f[0] = sum_to_long(base_offset, off_delta);
+        f[1] = log_append ? Py_NewRef(fixed_ts) : sum_to_long(base_ts, ts_delta);
+        f[2] = build_nullable(d, &p, n);
+        f[3] = build_nullable(d, &p, n);
+        f[4] = build_headers(d, &p, n);
+        ok = 1;
+        for (j = 0; j < RECORD_FIELDS; j++) {
+            ok = ok && f[j] != NULL;
+        }
+        if (!ok) {
+            for (j = 0; j < RECORD_FIELDS; j++) {
+                Py_XDECREF(f[j]);
+            }
+            goto fail;
+        }
+        rec = new_record(tp, offsets, f);
+        if (rec == NULL) {
+            goto fail;
+        }
+        if (PyList_Append(out, rec) < 0) {
+            Py_DECREF(rec);
+            goto fail;
+        }
+        Py_DECREF(rec);
+        p = rec_end;
+    }
+    Py_XDECREF(fixed_ts);
+    return out;
+fail:
+    Py_XDECREF(fixed_ts);
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(data, records_count, last_offset_delta, base_offset, base_timestamp,\n"
+"               is_log_append_time, max_timestamp, has_start, start_offset, record_type)\n"
+"    -> list of record_type\n\n"
+"The records of a records section at or after start_offset (when has_start) as\n"
+"instances of record_type, a slots class with the object slots offset,\n"
+"timestamp, key, value, headers; no __init__ is called. The section is checked\n"
+"first as scan(..., contiguous=False) does and refused the same way:\n"
+"ValueError(message, reason, record_index, byte).");
+
+static PyObject *
+recordscan_decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    long long count, last, base_offset, base_ts, max_ts, start;
+    int log_append, has_start;
+    PyObject *type_obj;
+    Py_ssize_t offsets[RECORD_FIELDS];
+    scan_error e;
+    scan_summary summary;
+    reason_t r;
+    PyObject *result = NULL;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*LLLLpLpLO!:decode_records", &buf, &count, &last,
+                          &base_offset, &base_ts, &log_append, &max_ts, &has_start, &start,
+                          &PyType_Type, &type_obj)) {
+        return NULL;
+    }
+    if (record_slot_offsets((PyTypeObject *)type_obj, offsets) < 0) {
+        goto done;
+    }
+    memset(&e, 0, sizeof(e));
+    if (buf.len >= RELEASE_GIL_BYTES_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last, 0, -1,
+                      &e, &summary);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        r = scan_core((const uint8_t *)buf.buf, buf.len, (int64_t)count, (int64_t)last, 0, -1,
+                      &e, &summary);
+    }
+    if (r != SCAN_OK) {
+        scan_failure(&e, r);
+        goto done;
+    }
+    result = build_records((const uint8_t *)buf.buf, buf.len, (int64_t)count,
+                           (int64_t)base_offset, (int64_t)base_ts, log_append, (int64_t)max_ts,
+                           has_start, (int64_t)start, (PyTypeObject *)type_obj, offsets);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef recordscan_methods[] = {
     {"scan", recordscan_scan, METH_VARARGS, scan_doc},
     {"decode_columns", recordscan_decode_columns, METH_VARARGS, decode_columns_doc},
+    {"decode_records", recordscan_decode_records, METH_VARARGS, decode_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -855,10 +1122,16 @@ static PyMethodDef recordscan_methods[] = {
  * record_columns.py apart from ABI (scan's), so either can change alone. */
 #define RECORDSCAN_COLUMNS_ABI 1
 
+/* Version of decode_records' arguments and answer (record_decode.py). */
+#define RECORDSCAN_RECORDS_ABI 1
+
 static int
 recordscan_exec(PyObject *module)
 {
     if (PyModule_AddIntConstant(module, "COLUMNS_ABI", RECORDSCAN_COLUMNS_ABI) < 0) {
+        return -1;
+    }
+    if (PyModule_AddIntConstant(module, "RECORDS_ABI", RECORDSCAN_RECORDS_ABI) < 0) {
         return -1;
     }
     return PyModule_AddIntConstant(module, "ABI", RECORDSCAN_ABI);

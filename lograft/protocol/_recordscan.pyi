@@ -1,11 +1,17 @@
 """Types of the C extension built from _recordscan.c, for the type checker.
 
-Its callers are record_scan.py (scan) and record_columns.py (decode_columns);
+Its callers are record_scan.py (scan), record_columns.py (decode_columns) and
+record_decode.py (decode_records);
 the argument order and the answers follow the docstrings in _recordscan.c.
 """
 
+from typing import TypeVar
+
+_R = TypeVar("_R")
+
 ABI: int
 COLUMNS_ABI: int
+RECORDS_ABI: int
 
 def scan(
     data: bytes | bytearray | memoryview,
@@ -40,3 +46,16 @@ def decode_columns(
     int,
     list[tuple[tuple[bytes, bytes | None], ...]] | None,
 ]: ...
+def decode_records(
+    data: bytes | bytearray | memoryview,
+    records_count: int,
+    last_offset_delta: int,
+    base_offset: int,
+    base_timestamp: int,
+    is_log_append_time: bool,
+    max_timestamp: int,
+    has_start: bool,
+    start_offset: int,
+    record_type: type[_R],
+    /,
+) -> list[_R]: ...

@@ -104,3 +104,17 @@ def test_the_encoder_check(check_native):
     batch_py.ENCODE_IMPLEMENTATION = "python"
     (line,) = check_native.encoder_problems(good, batch_py)
     assert "ENCODE_IMPLEMENTATION" in line
+
+
+def test_the_decoder_check(check_native):
+    from lograft.protocol import record_decode
+
+    good = SimpleNamespace(RECORDS_ABI=record_decode.C_RECORDS_ABI)
+    decode_c = fake("record_decode", "c", C_RECORDS_ABI=record_decode.C_RECORDS_ABI)
+    assert check_native.decoder_problems(good, decode_c) == []
+    assert check_native.decoder_problems(None, decode_c) == []  # problems() reports that
+    (line,) = check_native.decoder_problems(SimpleNamespace(), decode_c)
+    assert "RECORDS_ABI 0" in line and "stale build" in line
+    decode_py = fake("record_decode", "python", C_RECORDS_ABI=record_decode.C_RECORDS_ABI)
+    (line,) = check_native.decoder_problems(good, decode_py)
+    assert "IMPLEMENTATION" in line
