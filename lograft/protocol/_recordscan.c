@@ -857,30 +857,28 @@ static const char *const RECORD_FIELD_NAMES[RECORD_FIELDS] = {
     "offset", "timestamp", "key", "value", "headers",
 };
 
-/* The byte offset of each field's slot in instances of `tp`; -1 and an
- * exception when `tp` is not a class with those five object slots. */
+/* The byte offset of each of `names`' slots in instances of `tp`; -1 and an
+ * exception when one is not an object slot of that class. */
 static int
-record_slot_offsets(PyTypeObject *tp, Py_ssize_t offsets[RECORD_FIELDS])
+slot_offsets(PyTypeObject *tp, const char *const *names, int n, Py_ssize_t *offsets)
 {
     int i;
-    for (i = 0; i < RECORD_FIELDS; i++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)tp, RECORD_FIELD_NAMES[i]);
+    for (i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)tp, names[i]);
         PyMemberDef *m;
         if (d == NULL) {
             return -1;
         }
         if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) {
             Py_DECREF(d);
-            PyErr_Format(PyExc_TypeError, "decode_records: %s.%s is not a slot",
-                         tp->tp_name, RECORD_FIELD_NAMES[i]);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", tp->tp_name, names[i]);
             return -1;
         }
         m = ((PyMemberDescrObject *)d)->d_member;
         if (m->type != T_OBJECT_EX || m->offset < (Py_ssize_t)sizeof(PyObject) ||
             m->offset > tp->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
             Py_DECREF(d);
-            PyErr_Format(PyExc_TypeError, "decode_records: %s.%s is not an object slot",
-                         tp->tp_name, RECORD_FIELD_NAMES[i]);
+            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", tp->tp_name, names[i]);
             return -1;
         }
         offsets[i] = m->offset;
@@ -1080,7 +1078,7 @@ recordscan_decode_records(PyObject *self, PyObject *args)
                           &PyType_Type, &type_obj)) {
         return NULL;
     }
-    if (record_slot_offsets((PyTypeObject *)type_obj, offsets) < 0) {
+    if (slot_offsets((PyTypeObject *)type_obj, RECORD_FIELD_NAMES, RECORD_FIELDS, offsets) < 0) {
         goto done;
     }
     memset(&e, 0, sizeof(e));
@@ -1106,10 +1104,93 @@ done:
     return result;
 }
 
+/*
+ * consumer_records: (Record, timestamp_type) pairs, as the consumer buffers
+ * them, turned into instances of the consumer's record class (slots topic,
+ * partition, offset, timestamp, timestamp_type, key, value, headers) in one
+ * call, for a consumer without deserializers: its key and value are the
+ * record's bytes. As in decode_records, slots are filled directly.
+ */
+
+#define OUT_FIELDS 8
+static const char *const OUT_FIELD_NAMES[OUT_FIELDS] = {
+    "topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+};
+
+PyDoc_STRVAR(consumer_records_doc,
+"consumer_records(items, topic, partition, record_type, out_type) -> list of out_type\n\n"
+"items: a list of (record, timestamp_type) pairs, each record an instance of\n"
+"record_type (slots offset, timestamp, key, value, headers). out_type: a slots\n"
+"class with the object slots topic, partition, offset, timestamp,\n"
+"timestamp_type, key, value, headers; no __init__ is called.");
+
+static PyObject *
+recordscan_consumer_records(PyObject *self, PyObject *args)
+{
+    PyObject *items, *topic, *partition, *rec_type, *out_type, *out;
+    Py_ssize_t in_off[RECORD_FIELDS], out_off[OUT_FIELDS], i, n;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!UO!O!O!:consumer_records", &PyList_Type, &items, &topic,
+                          &PyLong_Type, &partition, &PyType_Type, &rec_type, &PyType_Type,
+                          &out_type)) {
+        return NULL;
+    }
+    if (slot_offsets((PyTypeObject *)rec_type, RECORD_FIELD_NAMES, RECORD_FIELDS, in_off) < 0 ||
+        slot_offsets((PyTypeObject *)out_type, OUT_FIELD_NAMES, OUT_FIELDS, out_off) < 0) {
+        return NULL;
+    }
+    n = PyList_GET_SIZE(items);
+    out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        PyObject *rec, *obj, *vals[OUT_FIELDS];
+        int j;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !Py_IS_TYPE(PyTuple_GET_ITEM(item, 0), (PyTypeObject *)rec_type)) {
+            Py_DECREF(out);
+            PyErr_Format(PyExc_TypeError, "consumer_records: item %zd is not a (%s, "
+                         "timestamp_type) pair", i, ((PyTypeObject *)rec_type)->tp_name);
+            return NULL;
+        }
+        rec = PyTuple_GET_ITEM(item, 0);
+        vals[0] = topic;
+        vals[1] = partition;
+        vals[2] = *(PyObject **)((char *)rec + in_off[0]);
+        vals[3] = *(PyObject **)((char *)rec + in_off[1]);
+        vals[4] = PyTuple_GET_ITEM(item, 1);
+        vals[5] = *(PyObject **)((char *)rec + in_off[2]);
+        vals[6] = *(PyObject **)((char *)rec + in_off[3]);
+        vals[7] = *(PyObject **)((char *)rec + in_off[4]);
+        for (j = 0; j < OUT_FIELDS; j++) {
+            if (vals[j] == NULL) { /* an instance made without its slots set */
+                Py_DECREF(out);
+                PyErr_Format(PyExc_ValueError, "consumer_records: item %zd has an unset "
+                             "field", i);
+                return NULL;
+            }
+        }
+        obj = ((PyTypeObject *)out_type)->tp_alloc((PyTypeObject *)out_type, 0);
+        if (obj == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (j = 0; j < OUT_FIELDS; j++) {
+            *(PyObject **)((char *)obj + out_off[j]) = Py_NewRef(vals[j]);
+        }
+        PyList_SET_ITEM(out, i, obj);
+    }
+    return out;
+}
+
 static PyMethodDef recordscan_methods[] = {
     {"scan", recordscan_scan, METH_VARARGS, scan_doc},
     {"decode_columns", recordscan_decode_columns, METH_VARARGS, decode_columns_doc},
     {"decode_records", recordscan_decode_records, METH_VARARGS, decode_records_doc},
+    {"consumer_records", recordscan_consumer_records, METH_VARARGS, consumer_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1123,7 +1204,7 @@ static PyMethodDef recordscan_methods[] = {
 #define RECORDSCAN_COLUMNS_ABI 1
 
 /* Version of decode_records' arguments and answer (record_decode.py). */
-#define RECORDSCAN_RECORDS_ABI 1
+#define RECORDSCAN_RECORDS_ABI 2  /* 2: consumer_records */
 
 static int
 recordscan_exec(PyObject *module)

@@ -5,7 +5,7 @@ record_decode.py (decode_records);
 the argument order and the answers follow the docstrings in _recordscan.c.
 """
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _R = TypeVar("_R")
 
@@ -57,5 +57,13 @@ def decode_records(
     has_start: bool,
     start_offset: int,
     record_type: type[_R],
+    /,
+) -> list[_R]: ...
+def consumer_records(
+    items: list[tuple[Any, Any]],
+    topic: str,
+    partition: int,
+    record_type: type,
+    out_type: type[_R],
     /,
 ) -> list[_R]: ...

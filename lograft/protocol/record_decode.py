@@ -15,12 +15,16 @@ them).
 
 Records below `start_offset` are stepped over. A `record_bytes_max` bound
 is `batch.decode_records`' alone: the consumer does not use it.
+
+`consumer_records` is the consumer's next step for a consumer without
+deserializers: buffered (Record, timestamp type) pairs become its records in
+one call, also with the slots filled directly in C.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from lograft.errors import CorruptRecordError, LograftError
 from lograft.protocol import record_scan
@@ -29,12 +33,14 @@ from lograft.protocol.record_scan import REASONS, scan_records_python
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 # The decode_records ABI this module speaks (RECORDSCAN_RECORDS_ABI in _recordscan.c).
-C_RECORDS_ABI: Final = 1
+C_RECORDS_ABI: Final = 2
 
 
 def decode_record_list_python(
-    data: bytes | bytearray | memoryview, header: BatchHeader, start_offset: int | None = None
+    data: bytes | memoryview, header: BatchHeader, start_offset: int | None = None
 ) -> list[Record]:
     """The pure-Python decoder: the scanner's checks, then batch.decode_records."""
     scan_records_python(data, header.records_count, header.last_offset_delta, contiguous=False)
@@ -52,7 +58,7 @@ if _c is not None and getattr(_c, "RECORDS_ABI", 0) != C_RECORDS_ABI:
 
 
 def decode_record_list_c(
-    data: bytes | bytearray | memoryview, header: BatchHeader, start_offset: int | None = None
+    data: bytes | memoryview, header: BatchHeader, start_offset: int | None = None
 ) -> list[Record]:
     """The C decoder; raises RuntimeError when the extension was not built."""
     if _c is None:
@@ -84,3 +90,27 @@ IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _c is not None else "pyth
 """Which decoder `decode_record_list` uses."""
 
 decode_record_list = decode_record_list_c if _c is not None else decode_record_list_python
+
+
+def consumer_records_python(
+    items: list[tuple[Record, Any]], topic: str, partition: int, out_type: type[_T]
+) -> list[_T]:
+    """The pure-Python twin of `_recordscan.consumer_records`."""
+    return [
+        out_type(topic, partition, r.offset, r.timestamp, ts, r.key, r.value, r.headers)  # type: ignore[call-arg]
+        for r, ts in items
+    ]
+
+
+def consumer_records_c(
+    items: list[tuple[Record, Any]], topic: str, partition: int, out_type: type[_T]
+) -> list[_T]:
+    """(Record, timestamp_type) pairs as `out_type` instances (slots topic, partition,
+    offset, timestamp, timestamp_type, key, value, headers) in one C call."""
+    if _c is None:
+        raise RuntimeError("lograft.protocol._recordscan.consumer_records is not available")
+    return _c.consumer_records(items, topic, partition, Record, out_type)
+
+
+consumer_records = consumer_records_c if _c is not None else consumer_records_python
+"""A consumer without deserializers turns buffered records into its records with this."""

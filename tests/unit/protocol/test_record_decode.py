@@ -155,3 +155,39 @@ def test_implementation_flag():
     if os.environ.get("LOGRAFT_REQUIRE_C_EXTENSION"):
         # Set by scripts/test.sh: the consumer's decoder must be the C one there.
         assert HAVE_C, "the C extension is not built, or is a stale ABI (scripts/setup.sh)"
+
+
+CONSUMER_BUILDERS = [record_decode.consumer_records_python] + (
+    [record_decode.consumer_records_c] if HAVE_C else []
+)
+
+
+@pytest.mark.parametrize("build", CONSUMER_BUILDERS)
+def test_consumer_records_carry_every_field(build):
+    from lograft.client.types import ConsumerRecord, TimestampType
+
+    batch = build_batch(
+        [RecordInput(b"v", b"k", headers=(("h", b"x"),)), RecordInput(None, None)],
+        base_offset=7,
+        timestamp_ms=99,
+    )
+    recs = list(iter_batch_records(batch))
+    items = [(recs[0], TimestampType.CREATE_TIME), (recs[1], TimestampType.LOG_APPEND_TIME)]
+    got = build(items, "t", 2, ConsumerRecord)
+    assert got == [
+        ConsumerRecord("t", 2, 7, 99, TimestampType.CREATE_TIME, b"k", b"v", (("h", b"x"),)),
+        ConsumerRecord("t", 2, 8, 99, TimestampType.LOG_APPEND_TIME, None, None, ()),
+    ]
+    assert all(type(r) is ConsumerRecord for r in got)
+    assert build([], "t", 2, ConsumerRecord) == []
+
+
+@needs_c
+def test_consumer_records_refuse_what_is_not_a_record_pair():
+    from lograft.client.types import ConsumerRecord
+    from lograft.protocol import record_scan
+
+    with pytest.raises(TypeError, match="item 0"):
+        record_scan._recordscan.consumer_records([("x", 1)], "t", 0, Record, ConsumerRecord)
+    with pytest.raises(TypeError, match="item 0"):
+        record_scan._recordscan.consumer_records([(1,)], "t", 0, Record, ConsumerRecord)
