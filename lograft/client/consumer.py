@@ -53,7 +53,6 @@ from lograft.client.transport import Transport
 from lograft.client.types import ConsumerRecord
 from lograft.errors import InvalidConfigError, InvalidRequestError, LograftError
 from lograft.protocol.batch import Record
-from lograft.protocol.record_decode import consumer_records
 from lograft.protocol.topic_partition import TopicPartition
 
 
@@ -103,10 +102,6 @@ class AsyncConsumer:
         self._close_prepared = False
         self._changed: asyncio.Event | None = None
         self._next_start = 0
-        # Keys and values are handed out as bytes: records are built in bulk.
-        self._raw_records = (
-            self.config.key_deserializer is None and self.config.value_deserializer is None
-        )
         self._started = False
         self._closed = False
 
@@ -487,14 +482,12 @@ class AsyncConsumer:
         for tp, st in items[start:] + items[:start]:
             if st.paused:
                 continue
-            if st.buffer and count < limit and self._raw_records:
-                # No deserializer can fail: hand over a slice in one call.
+            if st.buffer and count < limit and self._fetcher.raw_records:
+                # The fetcher built ConsumerRecords while decoding: hand them over.
                 buf = st.buffer
                 taken = [buf.popleft() for _ in range(min(len(buf), limit - count))]
-                st.position = taken[-1][0].offset + 1
-                out.setdefault(tp, []).extend(
-                    consumer_records(taken, tp.topic, tp.partition, ConsumerRecord)
-                )
+                st.position = taken[-1].offset + 1
+                out.setdefault(tp, []).extend(taken)
                 count += len(taken)
             while st.buffer and count < limit:
                 rec, ts_type = st.buffer[0]

@@ -49,7 +49,7 @@ from lograft.client.transport import (
     NEXT_OFFSET_HEADER,
     Transport,
 )
-from lograft.client.types import TimestampType
+from lograft.client.types import ConsumerRecord, TimestampType
 from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
@@ -63,7 +63,7 @@ from lograft.protocol.batch import (
     validate_batch,
 )
 from lograft.protocol.compression import DecompressionBudget
-from lograft.protocol.record_decode import decode_record_list
+from lograft.protocol.record_decode import decode_consumer_records, decode_record_list
 from lograft.protocol.topic_partition import TopicPartition
 
 
@@ -82,7 +82,9 @@ class PartitionState:
     position: int | None = None
     reset_to: str | None = None  # "earliest" | "latest": resolve the position lazily
     epoch: int = 0
-    buffer: deque[tuple[Record, TimestampType]] = field(default_factory=deque)
+    # (Record, TimestampType) pairs, or ConsumerRecords when the consumer has
+    # no deserializers (Fetcher.raw_records): those are built while decoding.
+    buffer: deque[Any] = field(default_factory=deque)
     buffer_next_offset: int = 0  # X-Lograft-Next-Offset of the buffered response
     task: asyncio.Task[None] | None = None  # the fetch or offset lookup in flight
     high_watermark: int | None = None
@@ -112,12 +114,20 @@ def decode(data: bytes, fetch_offset: int, check_crcs: bool) -> list[tuple[Recor
 
 
 def decode_within(
-    data: bytes, fetch_offset: int, check_crcs: bool, decompressed_max: int | None
-) -> tuple[list[tuple[Record, TimestampType]], int | None]:
+    data: bytes,
+    fetch_offset: int,
+    check_crcs: bool,
+    decompressed_max: int | None,
+    records_of: TopicPartition | None = None,
+) -> tuple[list[Any], int | None]:
     """`decode`, with compressed batches inflating to at most `decompressed_max`
     bytes in all (the first one always), and where to fetch next when that
-    stopped decoding early (None: the whole response was decoded)."""
-    out: list[tuple[Record, TimestampType]] = []
+    stopped decoding early (None: the whole response was decoded).
+
+    The items are (Record, TimestampType) pairs, or with `records_of` (a
+    consumer without deserializers) the ConsumerRecords of that partition,
+    key and value as bytes, built in the same C call as the decoding."""
+    out: list[Any] = []
     budget = DecompressionBudget(
         decompressed_max if decompressed_max is not None else 1 << 62,
         "max_partition_fetch_decompressed_bytes",
@@ -136,7 +146,18 @@ def decode_within(
         if section is None:
             return out, max(header.base_offset, fetch_offset)
         # One C call per batch (record_decode); the scanner's read rules first.
-        out.extend(zip(decode_record_list(section, header, fetch_offset), repeat(ts_type)))
+        if records_of is not None:
+            out += decode_consumer_records(
+                section,
+                header,
+                fetch_offset,
+                records_of.topic,
+                records_of.partition,
+                ts_type,
+                ConsumerRecord,
+            )
+        else:
+            out.extend(zip(decode_record_list(section, header, fetch_offset), repeat(ts_type)))
     return out, None
 
 
@@ -152,6 +173,9 @@ class Fetcher:
         self.metadata = metadata
         self.transport = transport
         self.on_change = on_change  # a fetch or lookup finished: poll may have work
+        # Keys and values are handed out as bytes: decode straight into
+        # ConsumerRecords (no deserializer can fail on one of them).
+        self.raw_records = config.key_deserializer is None and config.value_deserializer is None
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.requests = 0
 
@@ -287,7 +311,11 @@ class Fetcher:
             st.high_watermark = int(hw)
         next_offset = int(resp.headers.get(NEXT_OFFSET_HEADER, offset))
         records, cut_at = decode_within(
-            resp.body, offset, cfg.check_crcs, cfg.max_partition_fetch_decompressed_bytes
+            resp.body,
+            offset,
+            cfg.check_crcs,
+            cfg.max_partition_fetch_decompressed_bytes,
+            tp if self.raw_records else None,
         )
         if cut_at is not None:
             next_offset = cut_at  # the rest of the response is fetched again

@@ -962,13 +962,28 @@ build_nullable(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t n)
     return out;
 }
 
-/* One record's object; the fields in slot order (references stolen). */
+/* Where decode_records puts what: the slots of the five decoded fields
+ * (offset, timestamp, key, value, headers) in instances of `tp`, and the
+ * consumer's constants (topic, partition, timestamp type) with their slots. */
+#define CONSUMER_CONSTS 3
+static const char *const CONSUMER_CONST_NAMES[CONSUMER_CONSTS] = {
+    "topic", "partition", "timestamp_type",
+};
+
+typedef struct {
+    PyTypeObject *tp;
+    Py_ssize_t field_off[RECORD_FIELDS];
+    int nconst;
+    PyObject *consts[CONSUMER_CONSTS];
+    Py_ssize_t const_off[CONSUMER_CONSTS];
+} record_layout;
+
+/* One record's object (the fields' references are stolen). */
 static PyObject *
-new_record(PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS],
-           PyObject *fields[RECORD_FIELDS])
+new_record(const record_layout *l, PyObject *fields[RECORD_FIELDS])
 {
     int i;
-    PyObject *obj = tp->tp_alloc(tp, 0);
+    PyObject *obj = l->tp->tp_alloc(l->tp, 0);
     if (obj == NULL) {
         for (i = 0; i < RECORD_FIELDS; i++) {
             Py_DECREF(fields[i]);
@@ -976,7 +991,17 @@ new_record(PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS],
         return NULL;
     }
     for (i = 0; i < RECORD_FIELDS; i++) {
-        *(PyObject **)((char *)obj + offsets[i]) = fields[i];
+        *(PyObject **)((char *)obj + l->field_off[i]) = fields[i];
+    }
+    for (i = 0; i < l->nconst; i++) {
+        *(PyObject **)((char *)obj + l->const_off[i]) = Py_NewRef(l->consts[i]);
+    }
+    /* Every field is an int, bytes, None or a tuple of (str, bytes or None)
+     * pairs, the constants a str, an int and an enum member: no reference
+     * cycle can pass through the object, so the cyclic collector need not
+     * walk it (a consumer holds a response's worth of them at a time). */
+    if (PyObject_IS_GC(obj)) {
+        PyObject_GC_UnTrack(obj);
     }
     return obj;
 }
@@ -984,7 +1009,7 @@ new_record(PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS],
 static PyObject *
 build_records(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t base_offset,
               int64_t base_ts, int log_append, int64_t max_ts, int has_start,
-              int64_t start_offset, PyTypeObject *tp, const Py_ssize_t offsets[RECORD_FIELDS])
+              int64_t start_offset, const record_layout *layout)
 {
     Py_ssize_t p = 0;
     int64_t i;
@@ -1030,7 +1055,7 @@ build_records(const uint8_t *d, Py_ssize_t n, int64_t count, int64_t base_offset
             }
             goto fail;
         }
-        rec = new_record(tp, offsets, f);
+        rec = new_record(layout, f);
         if (rec == NULL) {
             goto fail;
         }
@@ -1051,13 +1076,17 @@ fail:
 
 PyDoc_STRVAR(decode_records_doc,
 "decode_records(data, records_count, last_offset_delta, base_offset, base_timestamp,\n"
-"               is_log_append_time, max_timestamp, has_start, start_offset, record_type)\n"
+"               is_log_append_time, max_timestamp, has_start, start_offset, record_type,\n"
+"               topic=None, partition=None, timestamp_type=None)\n"
 "    -> list of record_type\n\n"
 "The records of a records section at or after start_offset (when has_start) as\n"
 "instances of record_type, a slots class with the object slots offset,\n"
-"timestamp, key, value, headers; no __init__ is called. The section is checked\n"
-"first as scan(..., contiguous=False) does and refused the same way:\n"
-"ValueError(message, reason, record_index, byte).");
+"timestamp, key, value, headers; with topic (then partition and\n"
+"timestamp_type too), also the slots topic, partition, timestamp_type set to\n"
+"them (the consumer's records). No __init__ is called, and the objects are\n"
+"not tracked by the cyclic collector (nothing in them can form a cycle). The\n"
+"section is checked first as scan(..., contiguous=False) does and refused the\n"
+"same way: ValueError(message, reason, record_index, byte).");
 
 static PyObject *
 recordscan_decode_records(PyObject *self, PyObject *args)
@@ -1065,21 +1094,37 @@ recordscan_decode_records(PyObject *self, PyObject *args)
     Py_buffer buf;
     long long count, last, base_offset, base_ts, max_ts, start;
     int log_append, has_start;
-    PyObject *type_obj;
-    Py_ssize_t offsets[RECORD_FIELDS];
+    PyObject *type_obj, *topic = Py_None, *partition = Py_None, *ts_type = Py_None;
+    record_layout layout;
     scan_error e;
     scan_summary summary;
     reason_t r;
     PyObject *result = NULL;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LLLLpLpLO!:decode_records", &buf, &count, &last,
+    if (!PyArg_ParseTuple(args, "y*LLLLpLpLO!|OOO:decode_records", &buf, &count, &last,
                           &base_offset, &base_ts, &log_append, &max_ts, &has_start, &start,
-                          &PyType_Type, &type_obj)) {
+                          &PyType_Type, &type_obj, &topic, &partition, &ts_type)) {
         return NULL;
     }
-    if (slot_offsets((PyTypeObject *)type_obj, RECORD_FIELD_NAMES, RECORD_FIELDS, offsets) < 0) {
+    memset(&layout, 0, sizeof(layout));
+    layout.tp = (PyTypeObject *)type_obj;
+    if (slot_offsets(layout.tp, RECORD_FIELD_NAMES, RECORD_FIELDS, layout.field_off) < 0) {
         goto done;
+    }
+    if (topic != Py_None) {
+        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(partition)) {
+            PyErr_SetString(PyExc_TypeError, "decode_records: topic must be a str and "
+                            "partition an int");
+            goto done;
+        }
+        layout.nconst = CONSUMER_CONSTS;
+        layout.consts[0] = topic;
+        layout.consts[1] = partition;
+        layout.consts[2] = ts_type;
+        if (slot_offsets(layout.tp, CONSUMER_CONST_NAMES, CONSUMER_CONSTS, layout.const_off) < 0) {
+            goto done;
+        }
     }
     memset(&e, 0, sizeof(e));
     if (buf.len >= RELEASE_GIL_BYTES_MIN) {
@@ -1098,99 +1143,16 @@ recordscan_decode_records(PyObject *self, PyObject *args)
     }
     result = build_records((const uint8_t *)buf.buf, buf.len, (int64_t)count,
                            (int64_t)base_offset, (int64_t)base_ts, log_append, (int64_t)max_ts,
-                           has_start, (int64_t)start, (PyTypeObject *)type_obj, offsets);
+                           has_start, (int64_t)start, &layout);
 done:
     PyBuffer_Release(&buf);
     return result;
-}
-
-/*
- * consumer_records: (Record, timestamp_type) pairs, as the consumer buffers
- * them, turned into instances of the consumer's record class (slots topic,
- * partition, offset, timestamp, timestamp_type, key, value, headers) in one
- * call, for a consumer without deserializers: its key and value are the
- * record's bytes. As in decode_records, slots are filled directly.
- */
-
-#define OUT_FIELDS 8
-static const char *const OUT_FIELD_NAMES[OUT_FIELDS] = {
-    "topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
-};
-
-PyDoc_STRVAR(consumer_records_doc,
-"consumer_records(items, topic, partition, record_type, out_type) -> list of out_type\n\n"
-"items: a list of (record, timestamp_type) pairs, each record an instance of\n"
-"record_type (slots offset, timestamp, key, value, headers). out_type: a slots\n"
-"class with the object slots topic, partition, offset, timestamp,\n"
-"timestamp_type, key, value, headers; no __init__ is called.");
-
-static PyObject *
-recordscan_consumer_records(PyObject *self, PyObject *args)
-{
-    PyObject *items, *topic, *partition, *rec_type, *out_type, *out;
-    Py_ssize_t in_off[RECORD_FIELDS], out_off[OUT_FIELDS], i, n;
-
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!UO!O!O!:consumer_records", &PyList_Type, &items, &topic,
-                          &PyLong_Type, &partition, &PyType_Type, &rec_type, &PyType_Type,
-                          &out_type)) {
-        return NULL;
-    }
-    if (slot_offsets((PyTypeObject *)rec_type, RECORD_FIELD_NAMES, RECORD_FIELDS, in_off) < 0 ||
-        slot_offsets((PyTypeObject *)out_type, OUT_FIELD_NAMES, OUT_FIELDS, out_off) < 0) {
-        return NULL;
-    }
-    n = PyList_GET_SIZE(items);
-    out = PyList_New(n);
-    if (out == NULL) {
-        return NULL;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        PyObject *rec, *obj, *vals[OUT_FIELDS];
-        int j;
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
-            !Py_IS_TYPE(PyTuple_GET_ITEM(item, 0), (PyTypeObject *)rec_type)) {
-            Py_DECREF(out);
-            PyErr_Format(PyExc_TypeError, "consumer_records: item %zd is not a (%s, "
-                         "timestamp_type) pair", i, ((PyTypeObject *)rec_type)->tp_name);
-            return NULL;
-        }
-        rec = PyTuple_GET_ITEM(item, 0);
-        vals[0] = topic;
-        vals[1] = partition;
-        vals[2] = *(PyObject **)((char *)rec + in_off[0]);
-        vals[3] = *(PyObject **)((char *)rec + in_off[1]);
-        vals[4] = PyTuple_GET_ITEM(item, 1);
-        vals[5] = *(PyObject **)((char *)rec + in_off[2]);
-        vals[6] = *(PyObject **)((char *)rec + in_off[3]);
-        vals[7] = *(PyObject **)((char *)rec + in_off[4]);
-        for (j = 0; j < OUT_FIELDS; j++) {
-            if (vals[j] == NULL) { /* an instance made without its slots set */
-                Py_DECREF(out);
-                PyErr_Format(PyExc_ValueError, "consumer_records: item %zd has an unset "
-                             "field", i);
-                return NULL;
-            }
-        }
-        obj = ((PyTypeObject *)out_type)->tp_alloc((PyTypeObject *)out_type, 0);
-        if (obj == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        for (j = 0; j < OUT_FIELDS; j++) {
-            *(PyObject **)((char *)obj + out_off[j]) = Py_NewRef(vals[j]);
-        }
-        PyList_SET_ITEM(out, i, obj);
-    }
-    return out;
 }
 
 static PyMethodDef recordscan_methods[] = {
     {"scan", recordscan_scan, METH_VARARGS, scan_doc},
     {"decode_columns", recordscan_decode_columns, METH_VARARGS, decode_columns_doc},
     {"decode_records", recordscan_decode_records, METH_VARARGS, decode_records_doc},
-    {"consumer_records", recordscan_consumer_records, METH_VARARGS, consumer_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1204,7 +1166,7 @@ static PyMethodDef recordscan_methods[] = {
 #define RECORDSCAN_COLUMNS_ABI 1
 
 /* Version of decode_records' arguments and answer (record_decode.py). */
-#define RECORDSCAN_RECORDS_ABI 2  /* 2: consumer_records */
+#define RECORDSCAN_RECORDS_ABI 2  /* 2: the consumer's records (topic, partition, timestamp_type) */
 
 static int
 recordscan_exec(PyObject *module)

@@ -57,13 +57,8 @@ def decode_records(
     has_start: bool,
     start_offset: int,
     record_type: type[_R],
-    /,
-) -> list[_R]: ...
-def consumer_records(
-    items: list[tuple[Any, Any]],
-    topic: str,
-    partition: int,
-    record_type: type,
-    out_type: type[_R],
+    topic: str | None = None,
+    partition: int | None = None,
+    timestamp_type: Any = None,
     /,
 ) -> list[_R]: ...

@@ -16,9 +16,11 @@ them).
 Records below `start_offset` are stepped over. A `record_bytes_max` bound
 is `batch.decode_records`' alone: the consumer does not use it.
 
-`consumer_records` is the consumer's next step for a consumer without
-deserializers: buffered (Record, timestamp type) pairs become its records in
-one call, also with the slots filled directly in C.
+`decode_consumer_records` decodes straight into the consumer's records
+(topic, partition and timestamp type given) for a consumer without
+deserializers, whose keys and values are the bytes. The objects C builds
+are not tracked by the cyclic collector: nothing in them can form a cycle,
+and a consumer holds a response's worth of them at a time.
 """
 
 from __future__ import annotations
@@ -61,6 +63,16 @@ def decode_record_list_c(
     data: bytes | memoryview, header: BatchHeader, start_offset: int | None = None
 ) -> list[Record]:
     """The C decoder; raises RuntimeError when the extension was not built."""
+    return _call_c(data, header, start_offset, Record)
+
+
+def _call_c(
+    data: bytes | memoryview,
+    header: BatchHeader,
+    start_offset: int | None,
+    out_type: type[_T],
+    *consumer: Any,
+) -> list[_T]:
     if _c is None:
         raise RuntimeError("lograft.protocol._recordscan.decode_records is not available")
     if isinstance(data, memoryview) and not data.c_contiguous:
@@ -76,7 +88,8 @@ def decode_record_list_c(
             header.max_timestamp,
             start_offset is not None,
             0 if start_offset is None else start_offset,
-            Record,
+            out_type,
+            *consumer,
         )
     except ValueError as exc:
         if len(exc.args) != 4:
@@ -92,25 +105,38 @@ IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _c is not None else "pyth
 decode_record_list = decode_record_list_c if _c is not None else decode_record_list_python
 
 
-def consumer_records_python(
-    items: list[tuple[Record, Any]], topic: str, partition: int, out_type: type[_T]
+def decode_consumer_records_python(
+    data: bytes | memoryview,
+    header: BatchHeader,
+    start_offset: int | None,
+    topic: str,
+    partition: int,
+    timestamp_type: Any,
+    out_type: type[_T],
 ) -> list[_T]:
-    """The pure-Python twin of `_recordscan.consumer_records`."""
+    """The pure-Python twin of `decode_consumer_records_c`."""
     return [
-        out_type(topic, partition, r.offset, r.timestamp, ts, r.key, r.value, r.headers)  # type: ignore[call-arg]
-        for r, ts in items
+        out_type(topic, partition, r.offset, r.timestamp, timestamp_type, r.key, r.value, r.headers)  # type: ignore[call-arg]
+        for r in decode_record_list_python(data, header, start_offset)
     ]
 
 
-def consumer_records_c(
-    items: list[tuple[Record, Any]], topic: str, partition: int, out_type: type[_T]
+def decode_consumer_records_c(
+    data: bytes | memoryview,
+    header: BatchHeader,
+    start_offset: int | None,
+    topic: str,
+    partition: int,
+    timestamp_type: Any,
+    out_type: type[_T],
 ) -> list[_T]:
-    """(Record, timestamp_type) pairs as `out_type` instances (slots topic, partition,
-    offset, timestamp, timestamp_type, key, value, headers) in one C call."""
-    if _c is None:
-        raise RuntimeError("lograft.protocol._recordscan.consumer_records is not available")
-    return _c.consumer_records(items, topic, partition, Record, out_type)
+    """A section's records as the consumer's records (`out_type`: slots topic,
+    partition, offset, timestamp, timestamp_type, key, value, headers), key and
+    value as bytes, in one C call."""
+    return _call_c(data, header, start_offset, out_type, topic, partition, timestamp_type)
 
 
-consumer_records = consumer_records_c if _c is not None else consumer_records_python
-"""A consumer without deserializers turns buffered records into its records with this."""
+decode_consumer_records = (
+    decode_consumer_records_c if _c is not None else decode_consumer_records_python
+)
+"""A consumer without deserializers decodes straight into its records with this."""

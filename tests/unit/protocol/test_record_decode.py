@@ -157,13 +157,15 @@ def test_implementation_flag():
         assert HAVE_C, "the C extension is not built, or is a stale ABI (scripts/setup.sh)"
 
 
-CONSUMER_BUILDERS = [record_decode.consumer_records_python] + (
-    [record_decode.consumer_records_c] if HAVE_C else []
+CONSUMER_DECODERS = [record_decode.decode_consumer_records_python] + (
+    [record_decode.decode_consumer_records_c] if HAVE_C else []
 )
 
 
-@pytest.mark.parametrize("build", CONSUMER_BUILDERS)
-def test_consumer_records_carry_every_field(build):
+@pytest.mark.parametrize("decode", CONSUMER_DECODERS)
+def test_consumer_records_carry_every_field(decode):
+    import gc
+
     from lograft.client.types import ConsumerRecord, TimestampType
 
     batch = build_batch(
@@ -171,23 +173,27 @@ def test_consumer_records_carry_every_field(build):
         base_offset=7,
         timestamp_ms=99,
     )
-    recs = list(iter_batch_records(batch))
-    items = [(recs[0], TimestampType.CREATE_TIME), (recs[1], TimestampType.LOG_APPEND_TIME)]
-    got = build(items, "t", 2, ConsumerRecord)
+    h = parse_header(batch)
+    ts = TimestampType.CREATE_TIME
+    got = decode(batch[HEADER_SIZE:], h, None, "t", 2, ts, ConsumerRecord)
     assert got == [
-        ConsumerRecord("t", 2, 7, 99, TimestampType.CREATE_TIME, b"k", b"v", (("h", b"x"),)),
-        ConsumerRecord("t", 2, 8, 99, TimestampType.LOG_APPEND_TIME, None, None, ()),
+        ConsumerRecord("t", 2, 7, 99, ts, b"k", b"v", (("h", b"x"),)),
+        ConsumerRecord("t", 2, 8, 99, ts, None, None, ()),
     ]
     assert all(type(r) is ConsumerRecord for r in got)
-    assert build([], "t", 2, ConsumerRecord) == []
+    assert decode(batch[HEADER_SIZE:], h, 8, "t", 2, ts, ConsumerRecord) == got[1:]
+    if decode is record_decode.decode_consumer_records_c:
+        assert not any(gc.is_tracked(r) for r in got)  # nothing in them can form a cycle
 
 
 @needs_c
-def test_consumer_records_refuse_what_is_not_a_record_pair():
+def test_the_consumer_fields_must_be_a_topic_str_and_a_partition_int():
     from lograft.client.types import ConsumerRecord
     from lograft.protocol import record_scan
 
-    with pytest.raises(TypeError, match="item 0"):
-        record_scan._recordscan.consumer_records([("x", 1)], "t", 0, Record, ConsumerRecord)
-    with pytest.raises(TypeError, match="item 0"):
-        record_scan._recordscan.consumer_records([(1,)], "t", 0, Record, ConsumerRecord)
+    batch = build_batch([RecordInput(b"v")], base_offset=0, timestamp_ms=0)
+    args = (batch[HEADER_SIZE:], 1, 0, 0, 0, False, 0, False, 0, ConsumerRecord)
+    with pytest.raises(TypeError, match="topic must be a str"):
+        record_scan._recordscan.decode_records(*args, b"t", 0, None)
+    with pytest.raises(AttributeError):  # Record has no topic slot
+        record_scan._recordscan.decode_records(*args[:-1], Record, "t", 0, None)
