@@ -45,6 +45,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from lograft import power_loss
 from lograft.errors import RaftStartupError, RaftStoppedError
+from lograft.quorum.raft import pause_guard
 from lograft.quorum.raft.config import RaftConfig, parse_address
 from lograft.quorum.raft.durability import DurabilityGate, use_journal_factory
 from lograft.quorum.raft.handshake import HandshakeLimits
@@ -471,8 +472,12 @@ class RaftCore:
             lag_ms = (now - started - tick_s) * 1000
             self.tick_lag.record(lag_ms, now)
             started = now
+            fallback_s = self._config.leader_fallback_timeout_ms / 1000
             if lag_ms > self._config.heartbeat_interval_ms:
-                absorb_own_pause(so, now, self._config.leader_fallback_timeout_ms / 1000)
+                absorb_own_pause(so, now, fallback_s)
+            # A pause that begins from here on, before pysyncobj's timer
+            # checks, is caught by the checks themselves (pause_guard.py).
+            pause_guard.arm(so, now, self._config.heartbeat_interval_ms / 1000, fallback_s)
             try:
                 try:
                     so.doTick(tick_s)
@@ -587,12 +592,14 @@ def absorb_own_pause(so: SyncObj, now: float, fallback_s: float) -> None:
     transfer = getattr(so, "_SyncObj__transferInProgress", False)
     if isinstance(deadline, float | int) and deadline != 0 and not transfer:
         fresh = now + so._SyncObj__generateRaftTimeout()
-        so._SyncObj__raftElectionDeadline = max(deadline, fresh)
+        # float(): the deadline may still be last tick's PauseAwareDeadline,
+        # whose comparisons mean something else (pause_guard.py).
+        so._SyncObj__raftElectionDeadline = max(float(deadline), fresh)
     answered = getattr(so, "_SyncObj__lastResponseTime", None)
     if isinstance(answered, dict):
         floor = now - fallback_s / 2
         for node, at in list(answered.items()):
-            answered[node] = max(at, floor)
+            answered[node] = max(float(at), floor)
 
 
 def _close_pipe_notifier(so: SyncObj) -> None:
