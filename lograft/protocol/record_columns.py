@@ -34,9 +34,9 @@ import logging
 from array import array
 from typing import Final, Literal, NamedTuple
 
-from lograft.errors import CorruptRecordError, LograftError
+from lograft.errors import CorruptRecordError
 from lograft.protocol import record_scan
-from lograft.protocol.record_scan import REASONS, scan_records_python
+from lograft.protocol.record_scan import error_from_c, scan_records_python
 from lograft.protocol.varint import decode_varint
 
 log = logging.getLogger(__name__)
@@ -231,11 +231,10 @@ def decode_columns_c(
             )
         )
     except ValueError as exc:
-        if len(exc.args) != 4:
+        err = error_from_c(exc)
+        if err is None:
             raise
-        message, reason, rec, pos = exc.args
-        cls: type[LograftError] = REASONS.get(reason, CorruptRecordError)
-        raise cls(message, reason=reason, record_index=rec, section_byte=pos) from None
+        raise err from None
 
 
 IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _c is not None else "python"

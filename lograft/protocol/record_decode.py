@@ -28,10 +28,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Final, Literal, TypeVar
 
-from lograft.errors import CorruptRecordError, LograftError
 from lograft.protocol import record_scan
 from lograft.protocol.batch import BatchHeader, Record, decode_records
-from lograft.protocol.record_scan import REASONS, scan_records_python
+from lograft.protocol.record_scan import error_from_c, scan_records_python
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +91,10 @@ def _call_c(
             *consumer,
         )
     except ValueError as exc:
-        if len(exc.args) != 4:
+        err = error_from_c(exc)
+        if err is None:
             raise
-        message, reason, rec, pos = exc.args
-        cls: type[LograftError] = REASONS.get(reason, CorruptRecordError)
-        raise cls(message, reason=reason, record_index=rec, section_byte=pos) from None
+        raise err from None
 
 
 IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _c is not None else "python"

@@ -173,6 +173,17 @@ def _error(reason: str, message: str, rec: int, pos: int) -> LograftError:
     return REASONS[reason](message, reason=reason, record_index=rec, section_byte=pos)
 
 
+def error_from_c(exc: ValueError) -> LograftError | None:
+    """The error a C refusal `ValueError(message, reason, record_index, byte)` stands
+    for (a reason the scanner does not know, such as a decoder's overflow, is a
+    CorruptRecordError); None for any other ValueError."""
+    if len(exc.args) != 4:
+        return None
+    message, reason, rec, pos = exc.args
+    cls = REASONS.get(reason, CorruptRecordError)
+    return cls(message, reason=reason, record_index=rec, section_byte=pos)
+
+
 def _fail(
     reason: str,
     rec: int,
@@ -448,10 +459,10 @@ def scan_records_c(
             )
         )
     except ValueError as exc:
-        if len(exc.args) != 4:
+        err = error_from_c(exc)
+        if err is None:
             raise
-        message, reason, rec, pos = exc.args
-        raise _error(reason, message, rec, pos) from None
+        raise err from None
 
 
 IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _recordscan is not None else "python"
