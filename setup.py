@@ -2,7 +2,8 @@
 
 `lograft.protocol._recordscan` validates record batches on append;
 `lograft.protocol._recordencode` encodes the records of a batch (the producer
-side, batch.build_batch). Each is optional: when it cannot be compiled (no
+side, batch.build_batch); `lograft.protocol._columnencode` encodes a batch of
+plain records from columns (the JSON produce path, plain_batch.py). Each is optional: when it cannot be compiled (no
 compiler, no Python headers) the install still succeeds and
 `lograft.protocol.record_scan` uses its pure-Python walker (and batch.py its
 pure-Python encoder). Editable installs copy the built modules into
@@ -19,6 +20,12 @@ setup(
         Extension(
             "lograft.protocol._recordscan",
             sources=["lograft/protocol/_recordscan.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
+        Extension(
+            "lograft.protocol._columnencode",
+            sources=["lograft/protocol/_columnencode.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

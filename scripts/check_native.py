@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fail unless the C record scanner, decoder and encoder are built and speak this checkout's ABI.
+"""Fail unless the C record scanner, decoder and encoders are built and speak this checkout's ABI.
 
 setup.py builds `lograft.protocol._recordscan` (and its producer-side twin
 `lograft.protocol._recordencode`, which batch.build_batch uses) with `optional=True`, so an
@@ -92,6 +92,23 @@ def encoder_problems(extension: ModuleType | None, batch: ModuleType) -> list[st
     return []
 
 
+def column_encoder_problems(extension: ModuleType | None, plain_batch: ModuleType) -> list[str]:
+    """Why the JSON produce path's C column encoder (`_columnencode`) is not in use.
+
+    `extension` is `lograft.protocol._columnencode`, or None when it does not import."""
+    if extension is None:
+        return [f"lograft.protocol._columnencode is not built: {FIX}"]
+    abi = getattr(extension, "ABI", 0)
+    if abi != plain_batch.C_COLUMNS_ENCODE_ABI:
+        return [
+            f"lograft.protocol._columnencode is a stale build (ABI {abi}, "
+            f"plain_batch needs {plain_batch.C_COLUMNS_ENCODE_ABI}): {FIX}"
+        ]
+    if plain_batch.IMPLEMENTATION != "c":
+        return [f"{plain_batch.__name__}.IMPLEMENTATION is {plain_batch.IMPLEMENTATION!r}"]
+    return []
+
+
 def main() -> int:
     try:
         extension: ModuleType | None = importlib.import_module("lograft.protocol._recordscan")
@@ -101,12 +118,19 @@ def main() -> int:
         encoder: ModuleType | None = importlib.import_module("lograft.protocol._recordencode")
     except ImportError:
         encoder = None
-    from lograft.protocol import batch, record_columns, record_decode, record_scan
+    try:
+        column_encoder: ModuleType | None = importlib.import_module(
+            "lograft.protocol._columnencode"
+        )
+    except ImportError:
+        column_encoder = None
+    from lograft.protocol import batch, plain_batch, record_columns, record_decode, record_scan
 
     found = (
         problems(extension, record_scan, record_columns)
         + decoder_problems(extension, record_decode)
         + encoder_problems(encoder, batch)
+        + column_encoder_problems(column_encoder, plain_batch)
     )
     if found:
         for line in found:
@@ -117,7 +141,8 @@ def main() -> int:
         f"check_native: C record scanner in use ({extension.__file__}; ABI "
         f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI}, RECORDS_ABI "
         f"{extension.RECORDS_ABI}); C record encoder in use "
-        f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI})"
+        f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI}); C column "
+        f"encoder in use (ABI {plain_batch.C_COLUMNS_ENCODE_ABI})"
     )
     return 0
 

@@ -86,18 +86,36 @@ class ProduceRequest:
 
 
 def parse_produce_body(body: bytes, *, records_max: int) -> ProduceRequest:
-    """The produce body (`request_shapes.ProduceBody`), its records encoded."""
+    """The produce body (`request_shapes.ProduceBody`), its records encoded
+    one by one (the node takes plain bodies as columns: produce_columns)."""
+    doc = decode_produce_body(body, records_max=records_max)
+    return ProduceRequest(parse_records(doc), body_acks(doc))
+
+
+def decode_produce_body(body: bytes, *, records_max: int) -> ProduceBody:
+    """The produce body decoded and checked (`request_shapes.ProduceBody`),
+    at most `records_max` records."""
     doc = decode_body(body, ProduceBody, empty=None)
     if len(doc.records) > records_max:
         raise InvalidRequestError(
             f"{len(doc.records)} records in one request; the limit is {records_max}",
             limit=records_max,
         )
-    records = [
+    return doc
+
+
+def body_acks(doc: ProduceBody) -> str | None:
+    """The body's `acks` as text, for `Acks.parse` (None: not given)."""
+    return None if doc.acks is None else str(doc.acks)
+
+
+def parse_records(doc: ProduceBody) -> list[ProduceRecord]:
+    """Each record of a decoded body encoded in its formats; the first bad
+    key, value or header (in record order, key before value) raises."""
+    return [
         _parse_record(i, r, doc.value_format, doc.key_format, doc.header_format)
         for i, r in enumerate(doc.records)
     ]
-    return ProduceRequest(records, None if doc.acks is None else str(doc.acks))
 
 
 def _parse_record(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,15 +39,16 @@ from aiohttp import web
 
 from lograft.api.fetch_json import PageRequest, render_page, response_body
 from lograft.api.http_errors import error_dict
+from lograft.api.produce_columns import plain_columns
 from lograft.api.quota_gate import request_quota
 from lograft.api.record_work import INLINE_BYTES_MAX, RecordWork, worth_a_thread
 from lograft.api.records_json import (
     READ_FORMATS,
-    ProduceRecord,
     RenderLimits,
-    parse_produce_body,
+    body_acks,
+    decode_produce_body,
+    parse_records,
 )
-from lograft.api.records_json import ProduceRequest as ParsedProduce
 from lograft.api.request_ints import INT64_MAX, parse_partition, query_int
 from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
@@ -70,6 +72,7 @@ from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
     Acks,
+    PartitionOutcome,
     decode_request,
     encode_response,
 )
@@ -106,6 +109,17 @@ class DataLimits:
     # many bytes: the leader refuses a larger body (its request_bytes_max).
     forward_request_bytes_max: int = 16 * 1024 * 1024
     render: RenderLimits = field(default_factory=RenderLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedProduce:
+    """A JSON produce ready to append: a batch per partition, and which of
+    the body's records (by index) each batch holds, in batch order."""
+
+    acks: str | None
+    count: int
+    groups: dict[int, Sequence[int]]
+    batches: dict[int, bytes]
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -194,73 +208,88 @@ class DataRoutes:
         # record-work thread: that Python work (about 0.2 s for 10,000 small
         # records) would otherwise hold the event loop. The JSON decode itself
         # holds the GIL either way (see JSON_OFF_LOOP_BYTES_MIN).
-        parsed, groups, batches = await self.work.run(
+        prepared = await self.work.run(
             functools.partial(self._prepare_json, view, body),
             inline=len(body) < JSON_OFF_LOOP_BYTES_MIN,
         )
         # The query wins over the body, but a bad value is refused in either.
-        body_acks = None if parsed.acks is None else Acks.parse(parsed.acks)
+        parsed_acks = None if prepared.acks is None else Acks.parse(prepared.acks)
         if "acks" in request.query:
             acks = Acks.parse(request.query["acks"])
         else:
-            acks = Acks.ALL if body_acks is None else body_acks
-        outcomes = await self.router.produce(view, batches, acks)
-        results = [outcomes[p] for p in groups]
+            acks = Acks.ALL if parsed_acks is None else parsed_acks
+        outcomes = await self.router.produce(view, prepared.batches, acks)
         if acks is Acks.NONE:
             return web.Response(status=202)
-        offsets: list[dict[str, Any] | None] = [None] * len(parsed.records)
-        for (p, recs), outcome in zip(groups.items(), results, strict=True):
-            for i, rec in enumerate(recs):
-                if isinstance(outcome, LograftError):
-                    offsets[rec.index] = {"partition": p, "error": error_dict(outcome)}
-                else:
-                    offsets[rec.index] = {
-                        "partition": p,
-                        "offset": outcome.first_offset + i,
-                        **({"duplicate": True} if outcome.duplicate else {}),
-                    }
-        failed = sum(1 for o in offsets if o is not None and "error" in o)
+        offsets, failed = _record_offsets(prepared, outcomes)
         if failed == len(offsets):
             # Nothing was written: answer as any other error, with the
             # per-record outcomes in details.
-            first = next(r for r in results if isinstance(r, LograftError))
+            first = next(o for p in prepared.groups if isinstance(o := outcomes[p], LograftError))
             first.details["offsets"] = offsets
             raise first
         answer: dict[str, Any] = {"offsets": offsets}
         _add_throttle(answer, request)
         return json_response(answer, 200 if failed == 0 else 207)
 
-    def _prepare_json(
-        self, view: TopicView, body: bytes
-    ) -> tuple[ParsedProduce, dict[int, list[ProduceRecord]], dict[int, bytes]]:
-        """The request parsed, its records grouped by partition, a batch per partition."""
-        parsed = parse_produce_body(body, records_max=self.limits.produce_records_max)
-        groups = self._partition_records(view, parsed.records)
-        return parsed, groups, _build_batches(groups, int(time.time() * 1000))
+    def _prepare_json(self, view: TopicView, body: bytes) -> PreparedProduce:
+        """The request decoded, its records grouped by partition, a batch per
+        partition. Plain records (no headers) go as columns
+        (produce_columns), others one by one (records_json); both give the
+        same batches and refuse the same bodies with the same errors."""
+        doc = decode_produce_body(body, records_max=self.limits.produce_records_max)
+        now_ms = int(time.time() * 1000)
+        columns = plain_columns(doc)
+        if columns is not None:
+            groups = self._partition_records(view, columns.partitions, columns.keys, len(columns))
+            batches = {p: columns.batch(indices, now_ms) for p, indices in groups.items()}
+        else:
+            records = parse_records(doc)
+            groups = self._partition_records(
+                view,
+                [r.partition for r in records],
+                [r.record.key for r in records],
+                len(records),
+            )
+            batches = {
+                p: build_batch([records[i].record for i in indices], timestamp_ms=now_ms)
+                for p, indices in groups.items()
+            }
+        return PreparedProduce(body_acks(doc), len(doc.records), groups, batches)
 
     def _partition_records(
-        self, view: TopicView, records: list[ProduceRecord]
-    ) -> dict[int, list[ProduceRecord]]:
-        count = len(view.partitions)
+        self,
+        view: TopicView,
+        partitions: list[int | None] | None,
+        keys: list[bytes | None] | None,
+        count: int,
+    ) -> dict[int, Sequence[int]]:
+        """Partition -> indices of its records: the record's own partition,
+        else its key's (murmur2), else one partition for all keyless records
+        of the request (`partitions`/`keys` None: no record has one)."""
+        partition_count = len(view.partitions)
+        if partitions is None and keys is None:
+            return {self.keyless.next_request_partition(partition_count): range(count)}
         sticky: int | None = None
-        groups: dict[int, list[ProduceRecord]] = defaultdict(list)
-        for rec in records:
-            if rec.partition is not None:
-                if rec.partition >= count:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i in range(count):
+            p = None if partitions is None else partitions[i]
+            key = None if keys is None else keys[i]
+            if p is not None:
+                if p >= partition_count:
                     raise UnknownTopicOrPartitionError(
-                        f"records[{rec.index}].partition={rec.partition} but topic "
-                        f"{view.name!r} has {count} partitions",
+                        f"records[{i}].partition={p} but topic "
+                        f"{view.name!r} has {partition_count} partitions",
                         topic=view.name,
-                        partition=rec.partition,
+                        partition=p,
                     )
-                p = rec.partition
-            elif rec.record.key is not None:
-                p = partition_for_key(rec.record.key, count)
+            elif key is not None:
+                p = partition_for_key(key, partition_count)
             else:
                 if sticky is None:
-                    sticky = self.keyless.next_request_partition(count)
+                    sticky = self.keyless.next_request_partition(partition_count)
                 p = sticky
-            groups[p].append(rec)
+            groups[p].append(i)
         return dict(groups)
 
     async def produce_forwarded(self, request: web.Request) -> web.StreamResponse:
@@ -461,11 +490,29 @@ def _with_throttle_field(body: bytes, ms: int) -> bytes:
     return b"".join((body[:-1], b',"throttle_time_ms":', str(ms).encode(), b"}"))
 
 
-def _build_batches(groups: dict[int, list[ProduceRecord]], now_ms: int) -> dict[int, bytes]:
-    """One batch per partition of a JSON produce's records."""
-    return {
-        p: build_batch([r.record for r in recs], timestamp_ms=now_ms) for p, recs in groups.items()
-    }
+def _record_offsets(
+    prepared: PreparedProduce, outcomes: dict[int, PartitionOutcome]
+) -> tuple[list[dict[str, Any] | None], int]:
+    """Each record's outcome in body order (its partition and offset, or its
+    partition's error), and how many records failed."""
+    offsets: list[dict[str, Any] | None] = [None] * prepared.count
+    failed = 0
+    for p, indices in prepared.groups.items():
+        outcome = outcomes[p]
+        if isinstance(outcome, LograftError):
+            entry = {"partition": p, "error": error_dict(outcome)}
+            for i in indices:
+                offsets[i] = entry
+            failed += len(indices)
+            continue
+        first = outcome.first_offset
+        if outcome.duplicate:
+            for n, i in enumerate(indices):
+                offsets[i] = {"partition": p, "offset": first + n, "duplicate": True}
+        else:
+            for n, i in enumerate(indices):
+                offsets[i] = {"partition": p, "offset": first + n}
+    return offsets, failed
 
 
 async def send_body(

@@ -466,7 +466,7 @@ async def test_a_large_json_produce_is_decoded_and_built_off_the_event_loop(
     import lograft.api.routes_data as routes_data
 
     threads: list[str] = []
-    for name in ("parse_produce_body", "_build_batches"):
+    for name in ("decode_produce_body", "plain_columns"):
         real = getattr(routes_data, name)
 
         def spy(*args, _real=real, **kwargs):

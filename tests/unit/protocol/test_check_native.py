@@ -118,3 +118,25 @@ def test_the_decoder_check(check_native):
     decode_py = fake("record_decode", "python", C_RECORDS_ABI=record_decode.C_RECORDS_ABI)
     (line,) = check_native.decoder_problems(good, decode_py)
     assert "IMPLEMENTATION" in line
+
+
+def test_the_column_encoder_check(check_native):
+    from lograft.protocol import plain_batch
+
+    good = SimpleNamespace(ABI=plain_batch.C_COLUMNS_ENCODE_ABI)
+    plain_c = fake(
+        "lograft.protocol.plain_batch", "c", C_COLUMNS_ENCODE_ABI=plain_batch.C_COLUMNS_ENCODE_ABI
+    )
+    assert check_native.column_encoder_problems(good, plain_c) == []
+    (line,) = check_native.column_encoder_problems(None, plain_c)
+    assert "_columnencode is not built" in line
+    stale = SimpleNamespace(ABI=plain_batch.C_COLUMNS_ENCODE_ABI + 1)
+    (line,) = check_native.column_encoder_problems(stale, plain_c)
+    assert "stale build" in line
+    plain_py = fake(
+        "lograft.protocol.plain_batch",
+        "python",
+        C_COLUMNS_ENCODE_ABI=plain_batch.C_COLUMNS_ENCODE_ABI,
+    )
+    (line,) = check_native.column_encoder_problems(good, plain_py)
+    assert "IMPLEMENTATION is 'python'" in line

@@ -1,0 +1,17 @@
+"""Types of the C extension built from _columnencode.c, for the type checker.
+
+Its caller is plain_batch.py (build_plain_batch); the arguments and the
+answer follow the docstring in _columnencode.c.
+"""
+
+from lograft.protocol.plain_batch import Column
+
+ABI: int
+
+def encode_columns(
+    values: Column,
+    keys: Column | None,
+    timestamps: list[int | None] | None,
+    default_timestamp: int,
+    /,
+) -> tuple[bytes, int, int]: ...

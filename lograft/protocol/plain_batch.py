@@ -1,0 +1,124 @@
+"""A RecordBatch v2 of plain records built from columns, in one C call.
+
+Plain records have a value and maybe a key and a timestamp, and no headers:
+what most JSON produce requests carry. The JSON produce path
+(api/produce_columns.py) holds them as columns (a list of values, a list of
+keys or None, a list of timestamps or None; each value or key a `str`,
+written as its UTF-8 bytes, `bytes`, or None), and `build_plain_batch` makes
+the same batch `batch.build_batch` makes of the matching `RecordInput`s
+(uncompressed, no producer id) without an object per record: the C
+extension `_columnencode` encodes the records section, the pure-Python
+fallback (no compiler at install time) goes through `batch.encode_records`.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Final, Literal
+
+import crc32c as _crc32c
+
+from lograft.errors import InvalidRecordError
+from lograft.protocol.batch import (
+    CRC_POS,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    RecordInput,
+    encode_records,
+)
+
+# A column item: str (written as UTF-8), bytes, or None (null).
+Item = str | bytes | None
+# A column: a list (the C encoder takes lists only) of such items.
+Column = list[str | None] | list[bytes | None] | list[Item]
+
+# The C encoder's ABI this module speaks (COLUMNENCODE_ABI in _columnencode.c).
+C_COLUMNS_ENCODE_ABI: Final = 1
+
+try:
+    from lograft.protocol import _columnencode as _columnencode
+except ImportError:  # built without a compiler: the fallback below
+    _columnencode = None  # type: ignore[assignment]
+if _columnencode is not None and getattr(_columnencode, "ABI", 0) != C_COLUMNS_ENCODE_ABI:
+    logging.getLogger(__name__).warning(
+        "lograft.protocol._columnencode is a stale build (ABI %s, need %s); using the "
+        "pure-Python encoder (rerun scripts/setup.sh)",
+        getattr(_columnencode, "ABI", 0),
+        C_COLUMNS_ENCODE_ABI,
+    )
+    _columnencode = None  # type: ignore[assignment]
+
+IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _columnencode is not None else "python"
+
+
+def encode_columns_python(
+    values: Column, keys: Column | None, timestamps: list[int | None] | None, now_ms: int
+) -> tuple[bytes, int, int]:
+    """The fallback for `_columnencode.encode_columns` (same bytes and errors
+    for the types the JSON path passes)."""
+    records = [
+        RecordInput(
+            _item_bytes(value, "value"),
+            None if keys is None else _item_bytes(keys[i], "key"),
+            (),
+            None if timestamps is None else timestamps[i],
+        )
+        for i, value in enumerate(values)
+    ]
+    return encode_records(records, now_ms, None)
+
+
+def _item_bytes(item: Item, what: str) -> bytes | None:
+    if item is None or isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode()
+    raise TypeError(f"a record's {what} must be str, bytes or None, not {type(item).__name__}")
+
+
+def build_plain_batch(
+    values: Column,
+    keys: Column | None,
+    timestamps: list[int | None] | None,
+    *,
+    timestamp_ms: int,
+) -> bytes:
+    """One uncompressed batch of one record per value, with offset deltas
+    0..n-1; `timestamp_ms` stands for a missing timestamp."""
+    if not values:
+        raise InvalidRecordError("a batch needs at least one record")
+    if _columnencode is not None:
+        body, base_ts, max_ts = _columnencode.encode_columns(values, keys, timestamps, timestamp_ms)
+    else:
+        body, base_ts, max_ts = encode_columns_python(values, keys, timestamps, timestamp_ms)
+    header = bytearray(
+        HEADER.pack(
+            0,  # baseOffset: the leader sets it on append
+            HEADER_SIZE - LOG_OVERHEAD + len(body),
+            NO_PARTITION_LEADER_EPOCH,
+            MAGIC,
+            0,  # crc, set below
+            0,  # attributes: no compression, create time, not transactional
+            len(values) - 1,
+            base_ts,
+            max_ts,
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            len(values),
+        )
+    )
+    crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[CRC_START:]))
+    struct.pack_into(">I", header, CRC_POS, crc)
+    return b"".join((header, body))
+
+
+__all__ = ["C_COLUMNS_ENCODE_ABI", "IMPLEMENTATION", "Column", "Item", "build_plain_batch"]

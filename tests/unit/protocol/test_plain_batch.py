@@ -1,0 +1,119 @@
+"""plain_batch.build_plain_batch (the C column encoder, _columnencode, and its
+pure-Python fallback) against batch.build_batch of the matching RecordInputs:
+the same bytes for any columns, and batches kafka-python reads back."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
+
+from lograft.errors import InvalidRecordError
+from lograft.protocol import plain_batch
+from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.plain_batch import Item, build_plain_batch
+
+needs_c = pytest.mark.skipif(
+    plain_batch.IMPLEMENTATION != "c", reason="the C column encoder is not built"
+)
+
+items = st.one_of(st.none(), st.text(max_size=200), st.binary(max_size=200))
+timestamps = st.one_of(st.none(), st.integers(min_value=0, max_value=1 << 62))
+
+
+@st.composite
+def columns(
+    draw: st.DrawFn,
+) -> tuple[list[Item], list[Item] | None, list[int | None] | None]:
+    n = draw(st.integers(min_value=1, max_value=30))
+    values = draw(st.lists(items, min_size=n, max_size=n))
+    keys = draw(st.one_of(st.none(), st.lists(items, min_size=n, max_size=n)))
+    stamps = draw(st.one_of(st.none(), st.lists(timestamps, min_size=n, max_size=n)))
+    return values, keys, stamps
+
+
+def _as_bytes(item: Item) -> bytes | None:
+    return item.encode() if isinstance(item, str) else item
+
+
+def reference(
+    values: list[Item], keys: list[Item] | None, stamps: list[int | None] | None, now_ms: int
+) -> bytes:
+    return build_batch(
+        [
+            RecordInput(
+                _as_bytes(v),
+                None if keys is None else _as_bytes(keys[i]),
+                (),
+                None if stamps is None else stamps[i],
+            )
+            for i, v in enumerate(values)
+        ],
+        timestamp_ms=now_ms,
+    )
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(columns(), st.integers(min_value=0, max_value=1 << 41))
+def test_the_c_encoder_gives_build_batch_bytes(cols, now_ms) -> None:
+    values, keys, stamps = cols
+    assert build_plain_batch(values, keys, stamps, timestamp_ms=now_ms) == reference(
+        values, keys, stamps, now_ms
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(columns(), st.integers(min_value=0, max_value=1 << 41))
+def test_the_python_fallback_gives_the_same_bytes(cols, now_ms) -> None:
+    values, keys, stamps = cols
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plain_batch, "_columnencode", None)
+        got = build_plain_batch(values, keys, stamps, timestamp_ms=now_ms)
+    assert got == reference(values, keys, stamps, now_ms)
+
+
+def test_kafka_python_reads_the_batch() -> None:
+    values: list[Item] = ["é" * 3, None, b"\x00\xff"]
+    keys: list[Item] = [None, "k", b"k2"]
+    data = build_plain_batch(values, keys, [None, 5, None], timestamp_ms=1_700_000_000_000)
+    batch = DefaultRecordBatch(data)
+    batch.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
+    assert got == [
+        (0, 1_700_000_000_000, None, "ééé".encode(), []),
+        (1, 5, b"k", None, []),
+        (2, 1_700_000_000_000, b"k2", b"\x00\xff", []),
+    ]
+
+
+@pytest.mark.parametrize("bad", [1, 1.5, bytearray(b"x"), ["x"]])
+@pytest.mark.parametrize("column", ["values", "keys"])
+def test_other_item_types_are_refused(bad, column) -> None:
+    values: list[object] = ["a", "b"]
+    keys: list[object] = ["a", "b"]
+    (values if column == "values" else keys)[1] = bad
+    with pytest.raises(TypeError, match="must be str, bytes or None"):
+        build_plain_batch(values, keys, None, timestamp_ms=0)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plain_batch, "_columnencode", None)
+        with pytest.raises(TypeError, match="must be str, bytes or None"):
+            build_plain_batch(values, keys, None, timestamp_ms=0)  # type: ignore[arg-type]
+
+
+@needs_c
+def test_columns_of_another_length_or_shape_are_refused() -> None:
+    with pytest.raises(ValueError, match="one entry per value"):
+        build_plain_batch(["a", "b"], ["k"], None, timestamp_ms=0)
+    with pytest.raises(ValueError, match="one entry per value"):
+        build_plain_batch(["a"], None, [1, 2], timestamp_ms=0)
+    with pytest.raises(TypeError, match="list or None"):
+        build_plain_batch(["a"], ("k",), None, timestamp_ms=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="timestamp must be int"):
+        build_plain_batch(["a"], None, ["1"], timestamp_ms=0)  # type: ignore[list-item]
+
+
+def test_an_empty_batch_is_refused() -> None:
+    with pytest.raises(InvalidRecordError, match="at least one record"):
+        build_plain_batch([], None, None, timestamp_ms=0)
