@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,9 +25,10 @@ from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
-from lograft.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from lograft.protocol.batch import build_batch
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
+from lograft.protocol.produce_wire import AppendResult
 
 PARTITIONS = 3
 RECORDS_MAX = 6
@@ -197,3 +199,21 @@ def test_the_benchmark_body_is_one_batch_of_its_records(routes) -> None:
     old = assert_same(routes, body)
     (groups,) = [old[3]]
     assert list(groups.values()) == [list(range(RECORDS_MAX))]
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+@pytest.mark.parametrize("count", [1, 2, 500])
+def test_a_one_partition_answer_is_rendered_as_orjson_would(duplicate: bool, count: int) -> None:
+    prepared = routes_data.PreparedProduce(None, count, {2: range(count)}, {2: b""})
+    outcomes: dict[int, Any] = {2: AppendResult(1_000, 1_000 + count - 1, -1, duplicate)}
+    offsets, failed = routes_data._record_offsets(prepared, outcomes)
+    assert failed == 0
+    assert routes_data._in_order_answer(prepared, outcomes) == orjson.dumps({"offsets": offsets})
+
+
+def test_answers_of_several_partitions_or_a_failure_are_not_rendered_in_order() -> None:
+    two = routes_data.PreparedProduce(None, 2, {0: [0], 1: [1]}, {0: b"", 1: b""})
+    ok = AppendResult(0, 0, -1)
+    assert routes_data._in_order_answer(two, {0: ok, 1: ok}) is None
+    one = routes_data.PreparedProduce(None, 1, {0: range(1)}, {0: b""})
+    assert routes_data._in_order_answer(one, {0: NotLeaderOrFollowerError("no")}) is None
