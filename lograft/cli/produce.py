@@ -283,6 +283,9 @@ def _producer_settings(args: argparse.Namespace) -> dict[str, Any]:
         "batch_bytes": args.batch_bytes,
         "batch_records": args.batch_records,
         "linger_ms": args.linger_ms,
+        # --linger-ms is the wait of every partial batch, as documented: lines
+        # read together leave together (not the client's adaptive linger).
+        "linger_strict": True,
         "max_request_bytes": request_bytes,
         "buffer_memory_bytes": max(BUFFER_BYTES_MIN, 2 * request_bytes),
         "request_timeout_ms": args.timeout_ms,

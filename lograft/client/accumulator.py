@@ -4,9 +4,11 @@ Invariants:
 - Each partition has a FIFO of batches; only the last one may be OPEN, and
   records enter a partition in `send` order, so batches leave in that order.
 - A batch is ready to send when any holds: it is not the last of its queue
-  or has reached `batch_bytes` or `batch_records` (full); it is `linger_ms` old; a flush or
-  close is in progress; or the buffer pool has waiters (send what we have to
-  free memory). `ready()` also says when the next lingering batch will be.
+  or has reached `batch_bytes` or `batch_records` (full); it may not linger
+  (the sender's adaptive rule: no request to its leader in flight) or is
+  `linger_ms` old; a flush or close is in progress; or the buffer pool has
+  waiters (send what we have to free memory). `head_ready()` also says when
+  the next lingering batch will be.
 - Every batch not yet DONE is in `incomplete`, for flush().
 
 Loop-bound: only the producer's event loop touches it.
@@ -90,14 +92,15 @@ class RecordAccumulator:
         return batch.is_full(self.batch_bytes) or not self._has_room(batch)
 
     def head_ready(
-        self, tp: TopicPartition, *, force: bool, now: float
+        self, tp: TopicPartition, *, force: bool, now: float, linger: bool = True
     ) -> tuple[bool, float | None]:
-        """(ready, seconds until it will be) for the partition's first batch."""
+        """(ready, seconds until it will be) for the partition's first batch;
+        `linger` False: an open batch does not wait for `linger_ms`."""
         q = self.queues.get(tp)
         if not q:
             return False, None
         head = q[0]
-        if force or len(q) > 1 or head.state is not BatchState.OPEN:
+        if force or not linger or len(q) > 1 or head.state is not BatchState.OPEN:
             return True, 0.0
         if self._is_full(head):
             return True, 0.0

@@ -207,6 +207,10 @@ class ProducerConfig(CommonConfig, kw_only=True):
     # Kafka setting: the `lograft produce` command's --batch-records.)
     batch_records: Positive | None = None
     linger_ms: NonNegative = 5
+    # False (adaptive): a batch lingers only while a produce request to its
+    # leader is in flight, else it goes at once. True: Kafka's rule, every
+    # batch that is not full waits linger_ms.
+    linger_strict: bool = False
     # Requests in flight per partition. 1 keeps order under retries; with
     # idempotence it must be 1 (a retry is always the partition's newest batch,
     # so the broker's five-batch duplicate window always holds it).

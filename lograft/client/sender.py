@@ -7,6 +7,13 @@ whose first batch is ready and that has fewer than
 lingering batch is due or something wakes it (a full or new batch, a
 completed request, flush, close).
 
+Adaptive linger (unless `linger_strict`): a batch lingers only while a
+produce request to its partition's leader is in flight, so there is
+something to batch behind; with none out it is ready at once. Under load
+requests are always out and batches fill for up to `linger_ms` (or until
+the request ahead completes, which wakes the loop); at a trickle each
+record goes out without waiting (franz-go's rule, Nagle's for TCP).
+
 One send task per batch (`_send`): it seals the batch (producer id, epoch,
 sequence, compression: once), then POSTs the same bytes to
 `/v1/topics/{t}/partitions/{p}/batches` on the leader until one of:
@@ -94,6 +101,8 @@ class Sender:
         self.idempotence = idempotence
         self.stats = stats
         self.in_flight: dict[TopicPartition, int] = {}
+        # Produce requests on the wire per leader URL (adaptive linger).
+        self.to_leader: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self.flushing = 0  # flush() calls in progress: every batch is ready
@@ -126,7 +135,9 @@ class Sender:
             next_wait: float | None = None
             for tp in list(self.acc.queues):
                 while self.in_flight.get(tp, 0) < max_in_flight:
-                    ready, wait = self.acc.head_ready(tp, force=force, now=now)
+                    ready, wait = self.acc.head_ready(
+                        tp, force=force, now=now, linger=self._lingers(tp)
+                    )
                     if not ready:
                         if wait is not None:
                             next_wait = wait if next_wait is None else min(next_wait, wait)
@@ -143,6 +154,15 @@ class Sender:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(next_wait):
                     await self._wake.wait()
+
+    def _lingers(self, tp: TopicPartition) -> bool:
+        """Whether `tp`'s open batch may wait for `linger_ms`: always with
+        `linger_strict`, else only behind a request to its leader in flight
+        (an unknown leader: nothing to wait behind)."""
+        if self.config.linger_strict:
+            return True
+        url = self.metadata.leader_url(tp)
+        return url is not None and url in self.to_leader
 
     def _start(self, batch: ProducerBatch) -> None:
         tp = batch.tp
@@ -233,10 +253,12 @@ class Sender:
                 if batch.attempts:
                     self.stats.retries += 1
                 batch.attempts += 1
+                leader = url_or_error
+                self.to_leader[leader] = self.to_leader.get(leader, 0) + 1
                 try:
                     resp = await self.transport.request(
                         "POST",
-                        url_or_error + path,
+                        leader + path,
                         params=params,
                         data=batch.data,
                         headers=headers,
@@ -253,6 +275,8 @@ class Sender:
                     error = resp.error()
                     if isinstance(error, RequestTimedOutError):
                         batch.maybe_appended = True  # appended, not confirmed by the ISR
+                finally:
+                    self._off_the_wire(leader)
             if not error.retriable:
                 raise error
             if isinstance(error, STALE_METADATA_ERRORS):
@@ -267,6 +291,13 @@ class Sender:
             redirected = False
             attempt += 1
             await self._backoff(batch, deadline, attempt, error)
+
+    def _off_the_wire(self, leader: str) -> None:
+        left = self.to_leader[leader] - 1
+        if left:
+            self.to_leader[leader] = left
+        else:
+            del self.to_leader[leader]
 
     async def _leader_url(self, tp: TopicPartition) -> str | LograftError:
         try:
@@ -283,6 +314,11 @@ class Sender:
         if remaining <= 0:
             raise self._timeout(batch, error) from error
         log.debug("producer: %r attempt %d failed (%s); retrying", batch, attempt, error)
+        # Batches that lingered behind the failed request need not wait for
+        # this back-off (a batch that is done wakes the loop in `_send`, after
+        # its records' callbacks were scheduled, so that an abort_unsent from
+        # one of them runs before the next batch is taken).
+        self.wakeup()
         await asyncio.sleep(min(delay / 1000, remaining))
         if deadline - loop.time() <= 0:
             raise self._timeout(batch, error) from error

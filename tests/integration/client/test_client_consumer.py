@@ -21,7 +21,7 @@ from lograft.client import (
 from lograft.errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.integration.client.support import CountingTransport
 
-LONG_LINGER = {"linger_ms": 60_000}
+LONG_LINGER = {"linger_ms": 60_000, "linger_strict": True}  # batches wait for flush
 
 
 def consume_all(url: str, topic: str, partitions: int, expected: int, **settings):

@@ -23,7 +23,7 @@ from lograft.errors import RecordTooLargeError, UnknownTopicOrPartitionError
 from lograft.protocol.batch import iter_batches
 from tests.integration.client.support import CountingTransport, DropFirstAnswer, Gate
 
-LONG_LINGER = {"linger_ms": 60_000}
+LONG_LINGER = {"linger_ms": 60_000, "linger_strict": True}  # batches wait for flush
 
 
 def test_records_within_linger_go_out_in_one_request(node, topic):

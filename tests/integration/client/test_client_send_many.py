@@ -13,7 +13,7 @@ from lograft.client.errors import SerializationError
 from lograft.protocol.batch import iter_batches
 from tests.integration.client.support import CountingTransport
 
-LONG_LINGER = {"linger_ms": 60_000}
+LONG_LINGER = {"linger_ms": 60_000, "linger_strict": True}  # batches wait for flush
 
 
 def _read_all(url: str, topic: str, count: int) -> list:

@@ -168,7 +168,9 @@ async def test_failed_sequenced_batch_takes_a_new_producer_id_from_sequence_zero
 
 async def test_sequences_count_records_per_partition():
     t = ScriptedTransport(cluster_handler([1, 1], ack))
-    async with AsyncProducer(A, transport=t, **{**FAST, "linger_ms": 60_000}) as p:
+    async with AsyncProducer(
+        A, transport=t, **{**FAST, "linger_ms": 60_000, "linger_strict": True}
+    ) as p:
         for n in (3, 2):
             futs = [await p.send("t", b"x", partition=0) for _ in range(n)]
             futs.append(await p.send("t", b"y", partition=1))
@@ -462,6 +464,7 @@ async def test_a_send_waiting_for_room_makes_lingering_batches_go_out():
     settings = {
         **FAST,
         "linger_ms": 60_000,
+        "linger_strict": True,
         "buffer_memory_bytes": 1000,
         "max_request_bytes": 1000,
         "batch_bytes": 1000,
