@@ -13,7 +13,7 @@ watermark, leadership or ISR moves, the events that wake long-polls). A
 long-poll waits on its own session's wake-up, not on every partition. As a
 safety net the replica manager's ISR check compares every clean partition's
 cached leader state with the live one and marks any that moved unnoticed
-(`ReplicaManager._refresh_sessions`).
+(`ReplicaManager._sweep_sessions`, every `replica_fetch_session_sweep_ms`).
 
 Every session id comes from the network, so the cache is bounded: at most
 `sessions_max` sessions (least recently used evicted first) and
@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from lograft.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
@@ -108,11 +108,19 @@ class FetchSession:
 class FetchSessionCache:
     """Sessions by id, bounded (see module doc)."""
 
-    def __init__(self, sessions_max: int, partitions_max: int) -> None:
+    def __init__(
+        self,
+        sessions_max: int,
+        partitions_max: int,
+        on_remove: Callable[[FetchSession], None] | None = None,
+    ) -> None:
         if sessions_max < 1 or partitions_max < 1:
             raise ValueError("fetch session limits must be positive")
         self.sessions_max = sessions_max
         self.partitions_max = partitions_max
+        # Told of a session just before it is dropped (evicted, replaced, out
+        # of step or too large), while it still holds its partitions.
+        self._on_remove = on_remove
         # Least recently used first.
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._by_replica: dict[int, FetchSession] = {}
@@ -202,6 +210,10 @@ class FetchSessionCache:
         while self._size > self.partitions_max:
             self._evict_oldest()
 
+    def holders(self, tp: TopicPartition) -> list[FetchSession]:
+        """The sessions holding `tp`."""
+        return list(self._by_tp.get(tp, ()))
+
     def mark(self, tp: TopicPartition, skip: FetchSession | None = None) -> None:
         """`tp` may have news: every session holding it (but `skip`) looks at it next."""
         for session in self._by_tp.get(tp, ()):
@@ -214,8 +226,11 @@ class FetchSessionCache:
         self.evictions += 1
 
     def _remove(self, session: FetchSession) -> None:
-        if self._sessions.pop(session.id, None) is None:
+        if session.id not in self._sessions:
             return
+        if self._on_remove is not None:
+            self._on_remove(session)
+        del self._sessions[session.id]
         if self._by_replica.get(session.replica_id) is session:
             del self._by_replica[session.replica_id]
         for tp in session.partitions:

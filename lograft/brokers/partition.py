@@ -40,7 +40,7 @@ import enum
 import heapq
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from lograft.brokers.fetch_session import FetchOutcome, decide_fetch, truncation_offset
@@ -216,6 +216,11 @@ class Partition:
         # The log's group committer (`flush_policy = group_commit`), set by
         # the replica manager, which drives it.
         self.committer: GroupCommitter | None = None
+        # Told of every change to what `isr_change` decides from (the role,
+        # the ISR and replicas, the leader's log end, a follower's position),
+        # so an ISR check visits only partitions that may need a change (the
+        # replica manager's watch set; see `isr_settled`).
+        self.on_isr_input: Callable[[Partition], None] = _ignore
 
     # -- transitions ---------------------------------------------------------------
 
@@ -254,6 +259,7 @@ class Partition:
             if self.isr_in_flight and a.partition_epoch >= self.isr_in_flight.partition_epoch:
                 self.isr_in_flight = None
         self.maybe_advance_high_watermark()
+        self.on_isr_input(self)
 
     def become_follower(self, a: Assignment) -> None:
         with self._role_lock:
@@ -411,6 +417,8 @@ class Partition:
             for v in plan.verdicts
         ]
         self.maybe_advance_high_watermark()
+        if info is not None:
+            self.on_isr_input(self)  # the leader's log end moved past its followers
         return AppendResult(spans[0][0], spans[-1][1], append_time, info is None)
 
     def check_records(self, data: bytes, budget: DecompressionBudget) -> None:
@@ -565,6 +573,8 @@ class Partition:
             return self._fetch_result(b"", None, error)
         self.tracker.on_fetch(follower, request.fetch_offset, leo, now_ms, request.durable_offset)
         self.maybe_advance_high_watermark()
+        if request.fetch_offset != leo or follower not in self.isr:
+            self.on_isr_input(self)  # a follower behind the log end, or one that may join
         return self._fetch_result(b"", None, read_from=request.fetch_offset)
 
     def read_for_follower(self, offset: int, max_bytes: int) -> bytes:
@@ -630,6 +640,25 @@ class Partition:
                 self.isr = accepted.isr
                 self.partition_epoch = accepted.partition_epoch
             self.maybe_advance_high_watermark()
+        self.on_isr_input(self)
+
+    def isr_settled(self) -> bool:
+        """No ISR check can propose a change until one of the inputs
+        `on_isr_input` reports moves: not the leader (nothing to check), or
+        leading with every replica in the ISR, no change in flight, and every
+        follower at the log end. A follower at the leader's log end is in sync
+        however long ago it fetched (Kafka's isCaughtUp), so only an append,
+        a follower's fetch behind the end, or an ISR or role change can
+        unsettle it."""
+        if self.role is not Role.LEADER:
+            return True
+        if self.isr_in_flight is not None or set(self.isr) != set(self.replicas):
+            return False
+        leo = self.log.log_end_offset
+        states = self.tracker.states()
+        return all(
+            r == self.broker_id or (r in states and states[r].leo == leo) for r in self.replicas
+        )
 
     # -- follower ------------------------------------------------------------------------
 
@@ -698,6 +727,17 @@ class Partition:
             leader_high_watermark, self.log.log_end_offset
         )
         return appended
+
+    def fetched_data_writes_epochs(self, data: bytes) -> bool:
+        """Whether appending fetched `data` writes the leader-epoch
+        checkpoint first (two fsyncs): the cache holds a deferred entry, or a
+        batch of the data starts an epoch the cache does not end with (a
+        follower's first batch of each new leader epoch)."""
+        epochs = self.log.epochs
+        if epochs.dirty:
+            return True
+        latest = epochs.latest_epoch
+        return any(h.partition_leader_epoch != latest for _pos, h in _iter_headers(data))
 
     def _truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
@@ -791,6 +831,10 @@ def _headers(log: Log) -> Iterator[BatchHeader]:
     for seg in log.segments():
         for b in seg.walk(0):
             yield BatchHeader(*HEADER.unpack_from(seg.read_range(b.position, b.position + 61), 0))
+
+
+def _ignore(_part: Partition) -> None:
+    pass
 
 
 def _epoch_start(log: Log, epoch: int) -> int:

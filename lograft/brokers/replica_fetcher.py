@@ -443,13 +443,19 @@ class ReplicaFetcher:
 def _costly(todo: Sequence[tuple[Partition, FetchPartitionResponse]]) -> bool:
     """Whether applying these answers belongs in a storage thread: a
     truncation or a restart of a log (both rewrite checkpoints and walk the
-    log's batch headers), an append `append_in_thread` sends there, or more
-    than INLINE_BYTES_MAX bytes in all."""
+    log's batch headers), an append `append_in_thread` sends there, one that
+    writes the leader-epoch checkpoint first (two fsyncs: each partition's
+    first batch of a new leader epoch, which after a leadership change is
+    every partition of the answer), or more than INLINE_BYTES_MAX bytes in
+    all."""
     nbytes = 0
     for part, r in todo:
         if r.diverging is not None or r.log_start_offset > part.log.log_end_offset:
             return True
-        if r.data and append_in_thread(part.log.config, len(r.data)):
+        if r.data and (
+            append_in_thread(part.log.config, len(r.data))
+            or part.fetched_data_writes_epochs(r.data)
+        ):
             return True
         nbytes += len(r.data)
     return nbytes > INLINE_BYTES_MAX

@@ -22,11 +22,14 @@
   manager owns and re-syncs after an apply that changed a role or a leader.
   The transport that sends a fetch is injected, so this package knows
   nothing of HTTP.
-- Leaders check their ISR every `isr_check_interval_ms`; every partition's
-  change found in one check goes to the controller in one batched
-  AlterPartition (at most `ALTER_PARTITION_BATCH_MAX` partitions per request,
-  one change in flight per partition), through an injected callable.
-- High watermarks are checkpointed to `replication-offset-checkpoint`.
+- Leaders check their ISR every `isr_check_interval_ms`, looking only at
+  partitions whose ISR inputs moved since they were last found settled
+  (`check_isr`); every partition's change found in one check goes to the
+  controller in one batched AlterPartition (at most
+  `ALTER_PARTITION_BATCH_MAX` partitions per request, one change in flight
+  per partition), through an injected callable.
+- High watermarks are checkpointed to `replication-offset-checkpoint` every
+  `hw_checkpoint_interval_ms` when one moved.
 
 Costs that grow with the partition count stay off the event loop or in
 proportion to what changed: `apply_metadata` reconciles only partitions
@@ -64,7 +67,7 @@ from typing import Any
 
 from lograft import power_loss
 from lograft.brokers.broker_stats import BrokerStats
-from lograft.brokers.fetch_session_cache import FetchSession, FetchSessionCache
+from lograft.brokers.fetch_session_cache import CachedPartition, FetchSession, FetchSessionCache
 from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
@@ -152,6 +155,10 @@ class BrokerSettings(Record):
     # Partitions cached over all those sessions, partitions (a follower's
     # full fetch naming more is served without a session).
     replica_fetch_session_partitions_max: Positive = 50_000
+    # How often an ISR check also compares every clean partition of every
+    # fetch session with the live leader state (the safety net for a change
+    # that marked nothing), ms.
+    replica_fetch_session_sweep_ms: Positive = 10_000
     # How long an acks=all produce waits for the ISR, ms.
     produce_timeout_ms: Positive = 30_000
     # Longest consumer fetch long-poll a client may ask for, ms.
@@ -309,6 +316,13 @@ class ReplicaManager:
         self._applied: dict[TopicPartition, PartitionMeta] = {}
         # Replicas whose leader-epoch entry awaits its write by `_flush_epochs`.
         self._epochs_to_flush: set[Partition] = set()
+        # Leaders an ISR check must look at: those whose ISR inputs moved
+        # since they were last found settled (`Partition.isr_settled`).
+        self._isr_watch: set[Partition] = set()
+        # The high watermarks last written to the checkpoint file.
+        self._hw_written: list[tuple[int | str, ...]] | None = None
+        # lag_clock time of the last sweep of every fetch session.
+        self._sessions_swept_ms = -(2**62)
         self._epoch_flush: asyncio.Task[None] | None = None
         # A role or leader changed since the fetcher was last synced (kept
         # across applies: one that raised midway must not lose the change).
@@ -321,7 +335,9 @@ class ReplicaManager:
         self._failed: dict[TopicPartition, ReplicaFailure] = {}
         # The leader's side of incremental replica fetches (KIP-227).
         self.fetch_sessions = FetchSessionCache(
-            settings.replica_fetch_sessions_max, settings.replica_fetch_session_partitions_max
+            settings.replica_fetch_sessions_max,
+            settings.replica_fetch_session_partitions_max,
+            on_remove=self._session_ending,
         )
         self._changes = _Changes(self.fetch_sessions)
         self.work = LogWork(settings.storage_threads_max)
@@ -399,6 +415,7 @@ class ReplicaManager:
         self._opened.clear()
         self._applied.clear()
         self._epochs_to_flush.clear()
+        self._isr_watch.clear()
         self.pool.close_all()
 
     # -- metadata -------------------------------------------------------------------
@@ -581,6 +598,7 @@ class ReplicaManager:
         part.committer = GroupCommitter(
             part.log, self.work, functools.partial(self._became_durable, tp)
         )
+        part.on_isr_input = self._isr_watch.add
         self.partitions[tp] = part
         if self.stats is not None:
             part.log.on_flush = self.stats.flush_seconds.observe
@@ -667,6 +685,7 @@ class ReplicaManager:
         self._applied.pop(tp, None)
         self.fetcher.forget(tp)
         self._epochs_to_flush.discard(part)
+        self._isr_watch.discard(part)
         self._topic_configs.pop(tp, None)
         self.maintainer.remove(part.log)
         if part.role is not Role.STOPPED:
@@ -786,6 +805,9 @@ class ReplicaManager:
                 plan = part.prepare_append(
                     data, acks, producer_id_end=id_end, records_checked=records_checked
                 )
+                # Before the log end moves: idle followers caught up at it are
+                # recorded as of their sessions' last fetch.
+                self._refresh_follower_states(part)
                 inline = not plan.payload or not append_in_thread(
                     part.log.config, len(plan.payload)
                 )
@@ -1072,38 +1094,68 @@ class ReplicaManager:
                 session.mark(tp)  # data the byte budget left for the next fetch
         return out
 
-    def _refresh_sessions(self, now: int) -> None:
-        """Before an ISR check: a clean session partition whose follower was
-        at the leader's log end is caught up as of the session's last fetch
-        (an omitted partition is a fetch at the same position); one whose
-        leader state moved without a notification is marked (safety net)."""
+    def _refresh_follower_states(self, part: Partition) -> None:
+        """An omitted partition is a fetch at its cached position: for each
+        session holding `part` clean, whose follower was at the leader's log
+        end when last looked at, record it caught up as of the session's
+        last fetch. Called before an append moves the log end (only from
+        then on does a follower's last caught-up time matter: one at the log
+        end is in sync however long ago it fetched), so idle partitions cost
+        nothing between appends."""
+        if part.role is not Role.LEADER:
+            return
+        for session in self.fetch_sessions.holders(part.tp):
+            c = session.partitions.get(part.tp)
+            if c is not None and part.tp not in session.dirty:
+                self._refresh_one(session, part.tp, c, part)
+
+    def _session_ending(self, session: FetchSession) -> None:
+        """A session is dropped: what it alone knew (its idle followers were
+        caught up as of its last fetch) goes into the follower states, as a
+        fetch would have put it, before the follower's next full fetch."""
+        for tp, c in session.partitions.items():
+            if tp not in session.dirty:
+                self._refresh_one(session, tp, c, self.partitions.get(tp))
+
+    def _sweep_sessions(self, now: int) -> None:
+        """The safety net, every `replica_fetch_session_sweep_ms`: mark any
+        clean session partition whose leader state moved without a
+        notification, and refresh the follower states of the others."""
+        if now - self._sessions_swept_ms < self.settings.replica_fetch_session_sweep_ms:
+            return
+        self._sessions_swept_ms = now
         for session in self.fetch_sessions.sessions():
             for tp, c in session.partitions.items():
-                if tp in session.dirty or c.log_end_offset < 0:
-                    continue
-                part = self.partitions.get(tp)
-                if (
-                    part is None
-                    or part.role is not Role.LEADER
-                    or part.leader_epoch != c.leader_epoch
-                    or part.log.log_end_offset != c.log_end_offset
-                    or part.high_watermark != c.high_watermark
-                    or part.log.log_start_offset != c.log_start_offset
-                ):
-                    session.mark(tp)
-                    continue
-                if not c.caught_up:
-                    continue
-                try:
-                    part.tracker.on_fetch(
-                        session.replica_id,
-                        c.fetch.fetch_offset,
-                        c.log_end_offset,
-                        session.last_fetch_ms,
-                        c.fetch.durable_offset,
-                    )
-                except (LograftError, ValueError):
-                    session.mark(tp)
+                if tp not in session.dirty:
+                    self._refresh_one(session, tp, c, self.partitions.get(tp))
+
+    def _refresh_one(
+        self, session: FetchSession, tp: TopicPartition, c: CachedPartition, part: Partition | None
+    ) -> None:
+        if c.log_end_offset < 0:
+            return
+        if (
+            part is None
+            or part.role is not Role.LEADER
+            or part.leader_epoch != c.leader_epoch
+            or part.log.log_end_offset != c.log_end_offset
+            or part.high_watermark != c.high_watermark
+            or part.log.log_start_offset != c.log_start_offset
+        ):
+            session.mark(tp)
+            return
+        if not c.caught_up:
+            return
+        try:
+            part.tracker.on_fetch(
+                session.replica_id,
+                c.fetch.fetch_offset,
+                c.log_end_offset,
+                session.last_fetch_ms,
+                c.fetch.durable_offset,
+            )
+        except (LograftError, ValueError):
+            session.mark(tp)
 
     def _count_replication_out(self, out: list[FetchPartitionResponse]) -> None:
         if self.stats is None:
@@ -1206,13 +1258,25 @@ class ReplicaManager:
 
     def check_isr(self, ineligible: frozenset[int] = frozenset()) -> list[asyncio.Task[None]]:
         """Propose ISR changes for leaders that need one; returns the send tasks
-        (one per batch of at most `ALTER_PARTITION_BATCH_MAX` partitions)."""
+        (one per batch of at most `ALTER_PARTITION_BATCH_MAX` partitions).
+
+        Only watched leaders are looked at (`_isr_watch`: those whose ISR
+        inputs moved since they were last found settled), so a check costs
+        in proportion to the partitions with a lagging, joining or changing
+        replica, not to the partitions led here."""
         now = self.lag_clock()
-        self._refresh_sessions(now)
+        self._sweep_sessions(now)
         if self.alter_partitions is None:
             return []
         changes: list[tuple[Partition, IsrProposal]] = []
-        for part in list(self.partitions.values()):
+        # In partition order, so one check's batches are the same whatever
+        # order the events came in. Emptied in place: every replica holds
+        # this set's `add` (`Partition.on_isr_input`).
+        watched = sorted(self._isr_watch, key=_by_tp)
+        self._isr_watch.clear()
+        for part in watched:
+            if self.partitions.get(part.tp) is not part:
+                continue  # removed or replaced since it was watched
             before = part.isr
             proposal = part.isr_change(now, ineligible)
             if proposal is not None:
@@ -1220,6 +1284,8 @@ class ReplicaManager:
                 # sign of a slow follower, and tests read it to explain one.
                 log.info("ISR of %s: proposing %s -> %s", part.tp, list(before), list(proposal.isr))
                 changes.append((part, proposal))
+            elif not part.isr_settled():
+                self._isr_watch.add(part)  # a follower behind, or one outside the ISR
         return [
             asyncio.create_task(self._send_isr(changes[i : i + ALTER_PARTITION_BATCH_MAX]))
             for i in range(0, len(changes), ALTER_PARTITION_BATCH_MAX)
@@ -1265,21 +1331,41 @@ class ReplicaManager:
         while self._running:
             await asyncio.sleep(interval)  # periodic, as Kafka's replica.high.watermark.checkpoint
             try:
-                await asyncio.to_thread(self.write_hw_checkpoint)
+                await self.checkpoint_moved_hws()
             except OSError:
                 log.exception("could not write the high-watermark checkpoint")
 
-    def write_hw_checkpoint(self) -> None:
-        entries: list[tuple[int | str, ...]] = [
-            (tp.topic, tp.partition, p.high_watermark) for tp, p in self.partitions.items()
-        ]
+    async def checkpoint_moved_hws(self) -> bool:
+        """Write the high-watermark checkpoint in a worker thread if a high
+        watermark moved (or a replica came or went) since the last write;
+        True if written. The entries are read on the loop, where the
+        replicas change; an idle broker's checkpoint is already on disk, so
+        it costs no file write and no fsync each interval."""
+        entries = self._hw_entries()
+        if entries == self._hw_written:
+            return False
+        await asyncio.to_thread(self._write_hw_entries, entries)
+        return True
+
+    def _hw_entries(self) -> list[tuple[int | str, ...]]:
+        return [(tp.topic, tp.partition, p.high_watermark) for tp, p in self.partitions.items()]
+
+    def _write_hw_entries(self, entries: list[tuple[int | str, ...]]) -> None:
         checkpoint.write_entries(self.data_dir / HW_CHECKPOINT_FILE, entries)
+        self._hw_written = entries
+
+    def write_hw_checkpoint(self) -> None:
+        self._write_hw_entries(self._hw_entries())
 
     # -- views ---------------------------------------------------------------------------------
 
     def leader_for(self, tp: TopicPartition) -> int:
         part = self.partitions.get(tp)
         return -1 if part is None else part.leader_id
+
+
+def _by_tp(part: Partition) -> TopicPartition:
+    return part.tp
 
 
 def _error_answer(tp: TopicPartition, error: LograftError) -> FetchPartitionResponse:

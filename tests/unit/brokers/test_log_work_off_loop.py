@@ -181,13 +181,21 @@ async def test_a_large_follower_append_runs_off_the_loop(rm):
     try:
         part = rm.partitions[TP]
         threads = record_threads(part.log, "append_as_follower")
-        small = batch(1024, partition_leader_epoch=0)
-        answer = FetchPartitionResponse("t", 0, 1, 0, 1, small)
+        # The first batch of a leader epoch writes the epoch checkpoint
+        # first (two fsyncs): in a thread, however small.
+        first = batch(1024, partition_leader_epoch=0)
+        answer = FetchPartitionResponse("t", 0, 1, 0, 1, first)
+        assert await rm.fetcher._apply_responses([answer])
+        assert on_storage_thread(threads)
+        assert part.log.epochs.entries() == [(0, 0)]
+        threads.clear()
+        small = batch(1024, base_offset=1, partition_leader_epoch=0)
+        answer = FetchPartitionResponse("t", 0, 2, 0, 2, small)
         assert await rm.fetcher._apply_responses([answer])
         assert threads == ["MainThread"]
         threads.clear()
-        large = batch(INLINE_BYTES_MAX + 64 * 1024, base_offset=1, partition_leader_epoch=0)
-        leo = 1 + sum(h.last_offset_delta + 1 for _pos, h in iter_batches(large))
+        large = batch(INLINE_BYTES_MAX + 64 * 1024, base_offset=2, partition_leader_epoch=0)
+        leo = 2 + sum(h.last_offset_delta + 1 for _pos, h in iter_batches(large))
         answer = FetchPartitionResponse("t", 0, leo, 0, leo, large)
         assert await rm.fetcher._apply_responses([answer])
         assert on_storage_thread(threads)

@@ -51,18 +51,31 @@ def replicas(tmp_path: Path) -> Iterator[dict[TopicPartition, Partition]]:
         p.log.close()
 
 
+# Each test's storage threads, stopped after it (a follower's first batch
+# of a leader epoch is applied in one).
+_WORKS: list[LogWork] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_works() -> Iterator[None]:
+    yield
+    while _WORKS:
+        _WORKS.pop().close()
+
+
 def fetcher_over(
     replicas: dict[TopicPartition, Partition],
     transport: Callable[[int, bytes, float], object] | None,
     clock: FakeClock | None = None,
 ) -> tuple[ReplicaFetcher, list[TopicPartition]]:
     applied: list[TopicPartition] = []
+    _WORKS.append(LogWork(1))
     fetcher = ReplicaFetcher(
         ME,
         SETTINGS,
         replicas,
         transport,  # type: ignore[arg-type]
-        work=LogWork(1),
+        work=_WORKS[-1],
         on_applied=applied.append,
         lag_clock=clock or FakeClock(),
     )
