@@ -71,8 +71,12 @@ class FetcherSettings:
     backoff_ms: int = 200
     # An incremental fetch session compares every partition's fetch state
     # with what the leader holds at least this often, ms (in between, only
-    # partitions an answer touched).
-    session_rescan_ms: int = 1_000
+    # partitions an answer or a leader change touched, and all of them when
+    # the set of partitions followed from that leader changed): the safety
+    # net for a state that moved otherwise (a background flush's durable
+    # offset, which only a group-commit leader's HW reads, and its own
+    # group commits move with an answer).
+    session_rescan_ms: int = 10_000
 
 
 class _FollowerSession:
@@ -80,7 +84,7 @@ class _FollowerSession:
     FetchSessionHandler): the session id, the next epoch, and the fetch
     state the leader holds for each partition of it."""
 
-    __slots__ = ("changed", "drop", "next_epoch", "scanned_ms", "sent", "session_id")
+    __slots__ = ("changed", "drop", "membership", "next_epoch", "scanned_ms", "sent", "session_id")
 
     def __init__(self) -> None:
         self.session_id = NO_SESSION_ID
@@ -94,6 +98,9 @@ class _FollowerSession:
         # two full scans compares.
         self.changed: set[TopicPartition] = set()
         self.scanned_ms = -(2**62)
+        # Which partitions the fetch was built from when all of them were
+        # last compared (`build`'s `membership`).
+        self.membership: object = None
 
     def reset(self) -> None:
         """Start over with a full fetch (a failed request or a session error)."""
@@ -104,31 +111,44 @@ class _FollowerSession:
         self.changed = set()
 
     def build(
-        self, parts: list[Partition], now_ms: int, rescan_ms: int
+        self,
+        by_tp: Mapping[TopicPartition, Partition],
+        membership: object,
+        now_ms: int,
+        rescan_ms: int,
     ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
         """What the next fetch names and forgets: everything (full), or the
-        partitions whose state differs from what the leader holds. Between
-        full scans (every `rescan_ms`, a safety net for a state that moved
-        without an answer, e.g. a background flush's durable offset) only
-        partitions that joined or had an answer applied are compared."""
+        partitions whose state differs from what the leader holds.
+
+        `by_tp` is what this fetch carries; `membership` names that set (the
+        same object while it is unchanged). Every partition is compared when
+        it changed and every `rescan_ms` (the safety net); in between, only
+        partitions that had an answer applied, a leader change, or an error
+        to clear, so an idle or busy session's fetch costs in proportion to
+        those, not to the partitions it follows."""
         if self.session_id == NO_SESSION_ID:
             self.scanned_ms = now_ms
+            self.membership = membership
             self.changed = set()
-            return {p.tp: p.follower_fetch_request() for p in parts}, ()
+            return {tp: p.follower_fetch_request() for tp, p in by_tp.items()}, ()
         sent = self.sent
-        by_tp = {p.tp: p for p in parts}
-        if now_ms - self.scanned_ms >= rescan_ms:
+        look: Iterable[TopicPartition]
+        if membership is not self.membership or now_ms - self.scanned_ms >= rescan_ms:
             self.scanned_ms = now_ms
-            look: Iterable[TopicPartition] = by_tp
+            self.membership = membership
+            look = by_tp
+            forgotten = (sent.keys() | self.drop) - by_tp.keys()
         else:
-            look = (self.changed | self.drop | (by_tp.keys() - sent.keys())) & by_tp.keys()
+            # Since the last full comparison every partition of `by_tp` was
+            # named (so it is in `sent`) unless `refetch` put it in `drop`.
+            look = (self.changed | self.drop) & by_tp.keys()
+            forgotten = self.drop - by_tp.keys()
         self.changed = set()
         named: dict[TopicPartition, PartitionFetch] = {}
         for tp in look:
             fetch = by_tp[tp].follower_fetch_request()
             if sent.get(tp) != fetch or tp in self.drop:
                 named[tp] = fetch
-        forgotten = (sent.keys() | self.drop) - by_tp.keys()
         return named, tuple(forgotten)
 
     def answered(
@@ -194,11 +214,12 @@ class ReplicaFetcher:
         self._leader_leo: dict[TopicPartition, int] = {}
         # Each running session's follower-side state, by leader broker.
         self._fetch_sessions: dict[int, _FollowerSession] = {}
-        # The partitions followed from each leader as of the last `sync` or
-        # `forget` (bumping `_generation`), so a fetch does not walk every
-        # replica of the broker.
+        # The partitions followed from each leader as of the last `sync`,
+        # `touch` or `forget` (each bumps `_generation`; every role or leader
+        # change passes through `touch`), so a fetch walks neither every
+        # replica of the broker nor every partition of its session.
         self._generation = 0
-        self._followed: dict[int, tuple[int, list[Partition]]] = {}
+        self._followed: dict[int, tuple[int, dict[TopicPartition, Partition]]] = {}
 
     @property
     def leaders(self) -> frozenset[int]:
@@ -248,6 +269,7 @@ class ReplicaFetcher:
     def touch(self, tp: TopicPartition) -> None:
         """`tp`'s fetch state moved outside an answer (a new leader epoch):
         its session names it on the next fetch."""
+        self._generation += 1
         for session in self._fetch_sessions.values():
             session.changed.add(tp)
 
@@ -270,29 +292,33 @@ class ReplicaFetcher:
 
     # -- one session ----------------------------------------------------------------------
 
-    def _following(self, leader_id: int) -> list[Partition]:
+    def _following(self, leader_id: int) -> dict[TopicPartition, Partition]:
+        """The partitions followed from `leader_id`, by partition; the same
+        object while no role, leader or replica changed."""
         followed = self._followed.get(leader_id)
         if followed is None or followed[0] != self._generation:
             followed = (
                 self._generation,
-                [
-                    p
-                    for p in self._partitions.values()
+                {
+                    tp: p
+                    for tp, p in self._partitions.items()
                     if p.role is Role.FOLLOWER and p.leader_id == leader_id
-                ],
+                },
             )
             self._followed[leader_id] = followed
-        # Checked again: a role may change before the next `sync`.
-        return [p for p in followed[1] if p.role is Role.FOLLOWER and p.leader_id == leader_id]
+        return followed[1]
 
-    def _fetchable(self, parts: list[Partition]) -> list[Partition]:
-        """`parts` without those backing off after a failed fetch."""
+    def _fetchable(self, parts: dict[TopicPartition, Partition]) -> dict[TopicPartition, Partition]:
+        """`parts` without those backing off after a failed fetch (`parts`
+        itself when none is)."""
         if not self._retry_at:
             return parts
         now = self._lag_clock()
         for tp in [tp for tp, at in self._retry_at.items() if at <= now]:
             del self._retry_at[tp]
-        return [p for p in parts if p.tp not in self._retry_at]
+        if not self._retry_at:
+            return parts
+        return {tp: p for tp, p in parts.items() if tp not in self._retry_at}
 
     def _request(
         self,
@@ -338,7 +364,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
             named, forgotten = session.build(
-                parts, self._lag_clock(), self.settings.session_rescan_ms
+                parts, parts, self._lag_clock(), self.settings.session_rescan_ms
             )
             req = self._request(named, forgotten, session)
             timeout = self.settings.wait_max_ms / 1000 + 5

@@ -13,11 +13,12 @@ import pytest
 
 from lograft.brokers.log_work import LogWork
 from lograft.brokers.partition import Assignment, Partition, PartitionSettings
-from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher
+from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher, _FollowerSession
 from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     FetchPartitionResponse,
+    PartitionFetch,
     ReplicaFetchRequest,
     encode_response,
 )
@@ -159,7 +160,7 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
         replicas[tp] = follower(tmp_path, tp, 2)
     fetcher, applied = fetcher_over(replicas, None, clock)
     following = fetcher._following(2)
-    assert {p.tp for p in fetcher._fetchable(following)} == {bad, good}
+    assert set(fetcher._fetchable(following)) == {bad, good}
     if failure == "error answer":
         broken = FetchPartitionResponse(
             bad.topic, bad.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
@@ -169,6 +170,52 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
     fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
     assert await fetcher._apply_responses([broken, fine]) is True
     assert applied == [good]
-    assert [p.tp for p in fetcher._fetchable(following)] == [good]
+    assert list(fetcher._fetchable(following)) == [good]
     clock.now += SETTINGS.backoff_ms
-    assert {p.tp for p in fetcher._fetchable(following)} == {bad, good}
+    assert set(fetcher._fetchable(following)) == {bad, good}
+
+
+def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatch):
+    """Between full comparisons (a new set of followed partitions, or every
+    `session_rescan_ms`) a fetch looks only at partitions an answer or a
+    leader change touched; the followed set is reused while no role, leader
+    or replica changed."""
+    for n in range(20):
+        tp = TopicPartition("t", n)
+        replicas[tp] = follower(tmp_path, tp, 2)
+    fetcher, _applied = fetcher_over(replicas, None)
+    following = fetcher._following(2)
+    assert len(following) == 20 and fetcher._following(2) is following
+    asked: list[TopicPartition] = []
+    real = Partition.follower_fetch_request
+
+    def counting(self: Partition) -> PartitionFetch:
+        asked.append(self.tp)
+        return real(self)
+
+    monkeypatch.setattr(Partition, "follower_fetch_request", counting)
+    session = _FollowerSession()
+    named, forgotten = session.build(following, following, 0, SETTINGS.session_rescan_ms)
+    assert len(named) == 20 and forgotten == ()
+    session.answered(7, named, forgotten)
+    asked.clear()
+    # Idle: nothing touched, nothing compared, nothing named.
+    later = SETTINGS.session_rescan_ms - 1
+    assert session.build(following, following, later, SETTINGS.session_rescan_ms) == ({}, ())
+    assert asked == []
+    # An answer applied to one partition: only it is compared.
+    moved = TopicPartition("t", 3)
+    replicas[moved].log.append_as_follower(
+        build_batch([RecordInput(b"k", b"v")], timestamp_ms=1, partition_leader_epoch=0)
+    )
+    session.changed.add(moved)
+    named, forgotten = session.build(following, following, later, SETTINGS.session_rescan_ms)
+    assert asked == [moved] and list(named) == [moved] and forgotten == ()
+    session.answered(7, named, forgotten)
+    # A role change elsewhere makes a new followed set: all compared once.
+    fetcher.touch(moved)
+    again = fetcher._following(2)
+    assert again is not following and again == following
+    asked.clear()
+    assert session.build(again, again, later, SETTINGS.session_rescan_ms) == ({}, ())
+    assert len(asked) == 20
