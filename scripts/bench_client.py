@@ -44,10 +44,10 @@ object; the group cases first run a member of a warm-up group of their own
 timed, fresh group joins).
 
 `--producers-bulk` runs case 1 (sync Producer, batched) with the records
-handed over by `send`, `send_many` (`--many-batch` a call) and `send_arrow`
-(a pyarrow batch a call), each with the C and with the pure-Python record
-encoder, `--rounds` rounds alternating; the note gives client CPU us per
-record and the load average after the case.
+handed over by `send` (keyless, and with 8-byte keys), `send_many`
+(`--many-batch` a call) and `send_arrow` (a pyarrow batch a call),
+`--rounds` rounds alternating; the note gives client CPU us per record and
+the load average after the case.
 
 `--consumers-only` runs cases 6, 7, 10 and 11 on records written by an
 AsyncProducer (no producer figures).
@@ -89,7 +89,6 @@ from lograft.client import (
     Producer,
     TopicPartition,
 )
-from lograft.protocol import batch as batch_codec
 
 # After the end-to-end schedule ends: how long the consumer may still take, s.
 E2E_DRAIN_S = 30.0
@@ -260,50 +259,47 @@ class Bench:
             requests = p.stats.requests - requests0
         self.add(Result("Producer (sync), send().get() each", n, t["seconds"], t["cpu"], requests))
 
-    def producer_bulk(self, topic: str, how: str, encoder: str) -> None:
+    def producer_bulk(self, topic: str, how: str) -> None:
         """Case 1 again (sync Producer, batched, flush) with the records
-        handed over by `how`: "send" (one call per record), "send_many"
-        (`--many-batch` values a call) or "send_arrow" (a pyarrow batch of
-        that many rows a call); `encoder` "c" or "python" picks
-        batch.encode_records (the pure-Python one is the encoder before the
-        C one existed), so both run in the same process, alternating."""
+        handed over by `how`: "send" (one call per record, keyless), "send
+        keyed" (one call per record, a key of 8 bytes from 1,000 distinct
+        ones), "send_many" (`--many-batch` values a call) or "send_arrow" (a
+        pyarrow batch of that many rows a call)."""
         n, chunk = self.args.records, self.args.many_batch
         values = [self.value] * chunk
+        keys = [b"key-%04d" % (i % 1000) for i in range(n)]
         arrow = None
         if how == "send_arrow":
             import pyarrow as pa
 
             arrow = pa.record_batch({"value": pa.array(values, pa.binary())})
-        saved = batch_codec.encode_records
-        batch_codec.encode_records = (
-            batch_codec.encode_records_python if encoder == "python" else saved
-        )
-        try:
-            with Producer(self.bootstrap, **self.producer_settings()) as p:
+        with Producer(self.bootstrap, **self.producer_settings()) as p:
 
-                def produce(to: str, count: int) -> None:
-                    if how == "send":
-                        for _ in range(count):
-                            p.send(to, self.value)
-                        return
-                    for _ in range(count // chunk):
-                        if arrow is not None:
-                            p.send_arrow(to, arrow)
-                        else:
-                            p.send_many(to, values)
+            def produce(to: str, count: int) -> None:
+                if how == "send":
+                    for _ in range(count):
+                        p.send(to, self.value)
+                    return
+                if how == "send keyed":
+                    for i in range(count):
+                        p.send(to, self.value, keys[i % n])
+                    return
+                for _ in range(count // chunk):
+                    if arrow is not None:
+                        p.send_arrow(to, arrow)
+                    else:
+                        p.send_many(to, values)
 
-                produce(self.warm_topic, chunk * 20)
+            produce(self.warm_topic, chunk * 20)
+            p.flush()
+            sent0, requests0 = p.stats.records_sent, p.stats.requests
+            with timed() as t:
+                produce(topic, n)
                 p.flush()
-                sent0, requests0 = p.stats.records_sent, p.stats.requests
-                with timed() as t:
-                    produce(topic, n)
-                    p.flush()
-                sent, requests = p.stats.records_sent - sent0, p.stats.requests - requests0
-        finally:
-            batch_codec.encode_records = saved
+            sent, requests = p.stats.records_sent - sent0, p.stats.requests - requests0
         self.add(
             Result(
-                f"Producer (sync) {how}, {encoder} encoder",
+                f"Producer (sync) {how}",
                 sent,
                 t["seconds"],
                 t["cpu"],
@@ -313,19 +309,13 @@ class Bench:
         )
 
     def producers_bulk(self) -> dict[str, Any]:
-        """The produce cases of the bulk API and the C encoder, `--rounds`
-        rounds alternating (before: send + Python encoder)."""
+        """The produce cases of the sync Producer's per-record and bulk calls,
+        `--rounds` rounds alternating."""
         log(f"bootstrap {self.bootstrap}, replication factor {self.rf}")
-        cases = [
-            ("send", "python"),
-            ("send", "c"),
-            ("send_many", "python"),
-            ("send_many", "c"),
-            ("send_arrow", "c"),
-        ]
+        cases = ["send", "send keyed", "send_many", "send_arrow"]
         for r in range(self.args.rounds):
-            for how, enc in cases:
-                self.producer_bulk(self.topic(f"{how}-{enc}-{r}"), how, enc)
+            for how in cases:
+                self.producer_bulk(self.topic(f"{how.replace(' ', '-')}-{r}"), how)
         return {"results": [dict(asdict(r), rate=r.rate) for r in self.results], "e2e": None}
 
     def producer_settings(self) -> dict[str, Any]:
@@ -748,8 +738,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--producers-bulk",
         action="store_true",
-        help="only the bulk produce cases: send / send_many / send_arrow with the C and the "
-        "Python encoder, --rounds rounds alternating",
+        help="only the sync producer's cases: send (keyless, keyed) / send_many / send_arrow, "
+        "--rounds rounds alternating",
     )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--many-batch", type=int, default=1000, help="records per send_many call")

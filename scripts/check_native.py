@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Fail unless the C record scanner, decoder and encoders are built and speak this checkout's ABI.
 
+The encoder module (`_recordencode`) also holds the producer's `OpenBatch`
+(a batch's records encoded as they are sent) and `murmur2` (the keyed
+partitioner); both are checked to be the ones in use.
+
 setup.py builds `lograft.protocol._recordscan` (and its producer-side twin
 `lograft.protocol._recordencode`, which batch.build_batch uses) with `optional=True`, so an
 install without a compiler still works (record_scan and record_columns fall
@@ -89,7 +93,16 @@ def encoder_problems(extension: ModuleType | None, batch: ModuleType) -> list[st
         return [
             f"{batch.__name__}.ENCODE_IMPLEMENTATION is {batch.ENCODE_IMPLEMENTATION!r}, not 'c'"
         ]
-    return []
+    # ABI 2 added the producer's OpenBatch and murmur2; the modules that use
+    # them must have picked the C ones (they fall back like batch.py does).
+    from lograft.protocol import open_batch, partitioner
+
+    out: list[str] = []
+    if open_batch.OpenBatch is not getattr(extension, "OpenBatch", None):
+        out.append("lograft.protocol.open_batch.OpenBatch is not the C OpenBatch")
+    if partitioner.murmur2 is not getattr(extension, "murmur2", None):
+        out.append("lograft.protocol.partitioner.murmur2 is not the C murmur2")
+    return out
 
 
 def column_encoder_problems(extension: ModuleType | None, plain_batch: ModuleType) -> list[str]:
@@ -141,8 +154,8 @@ def main() -> int:
         f"check_native: C record scanner in use ({extension.__file__}; ABI "
         f"{extension.ABI}, COLUMNS_ABI {extension.COLUMNS_ABI}, RECORDS_ABI "
         f"{extension.RECORDS_ABI}); C record encoder in use "
-        f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI}); C column "
-        f"encoder in use (ABI {plain_batch.C_COLUMNS_ENCODE_ABI})"
+        f"({encoder.__file__ if encoder else None}; ABI {batch.C_ENCODE_ABI}: encode_records, "
+        f"OpenBatch, murmur2); C column encoder in use (ABI {plain_batch.C_COLUMNS_ENCODE_ABI})"
     )
     return 0
 

@@ -1,14 +1,18 @@
 """The producer's memory bound: bytes of records accepted but not yet done.
 
-Invariant: 0 <= used <= total_bytes at all times. `send` reserves a record's
-estimated size before accepting it and the sender releases a batch's
-reservation when the batch completes (acknowledged or failed), so records
-waiting in the producer never take more than `buffer_memory_bytes`.
+Invariant: 0 <= used <= total_bytes at all times. A batch reserves
+`batch_bytes` (or its one larger record's size) when it opens, gives back
+what its records did not take when it is drained, and the rest when it
+completes (acknowledged or failed), so records waiting in the producer never
+take more than `buffer_memory_bytes`. Reserving per batch, not per record,
+keeps the pool's lock off the per-record path (Kafka's BufferPool allocates
+`batch.size` per batch the same way).
 
-Threads: `reserve_blocking` may be called from any thread (the sync
-producer's callers); `reserve` (async), `release` and `has_waiters` run on
-the producer's event loop. One lock covers the counter; a condition wakes
-blocked threads and loop futures wake async waiters, so no release is lost.
+Threads: `reserve_blocking`, `try_reserve` and `release` may be called
+from any thread (the sync producer's callers reserve and give back in
+their own threads); `reserve` (async) runs on the producer's event loop.
+One lock covers the counter; a condition wakes blocked threads and loop
+futures wake async waiters, so no release is lost.
 """
 
 from __future__ import annotations
@@ -87,26 +91,32 @@ class BufferPool:
             if remaining <= 0:
                 raise self._full(size, timeout_ms)
             waiter: asyncio.Future[None] = loop.create_future()
-            self._async_waiters.append(waiter)
+            with self._cond:
+                self._async_waiters.append(waiter)
             if self.on_wait is not None:
                 self.on_wait()
             try:
                 await asyncio.wait([waiter], timeout=remaining)
             finally:
-                if waiter in self._async_waiters:
-                    self._async_waiters.remove(waiter)
+                with self._cond:
+                    if waiter in self._async_waiters:
+                        self._async_waiters.remove(waiter)
             if self.try_reserve(size):
                 return
 
     def release(self, size: int) -> None:
+        """Give `size` bytes back (any thread); wakes every waiter to retry."""
         with self._cond:
             self._used -= size
             assert self._used >= 0, f"released more than reserved (used={self._used})"
             self._cond.notify_all()
-        waiters, self._async_waiters = self._async_waiters, []
+            waiters, self._async_waiters = self._async_waiters, []
         for w in waiters:
-            if not w.done():
-                w.set_result(None)
+            loop = w.get_loop()
+            if asyncio._get_running_loop() is loop:
+                _wake(w)
+            else:  # a sync caller's thread gave back what an async waiter waits for
+                loop.call_soon_threadsafe(_wake, w)
 
     def _full(self, size: int, timeout_ms: int) -> BufferFullError:
         return BufferFullError(
@@ -116,3 +126,8 @@ class BufferPool:
             size=size,
             used=self._used,
         )
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -10,9 +10,10 @@ metadata and buffer room, appends the record to its partition's batch and
 returns a future; the sender (see `sender.py`) delivers batches. Records of
 one partition are acknowledged in `send` order.
 
-Threads: everything runs on the loop that called `start()`; the sync
-`Producer` drives an instance from its own loop thread (and hands records in
-through `_append_nowait`, on that loop).
+Threads: the sender runs on the loop that called `start()`; records are
+appended to the accumulator from any thread (the sync `Producer` appends in
+its callers' threads, see sync_producer.py), and the loop is told once per
+batch opened or filled (`_on_news`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from lograft.client.accumulator import RecordAccumulator
+from lograft.client.accumulator import Appended, NeedMemory, RecordAccumulator
 from lograft.client.arrow_columns import ArrowColumns
 from lograft.client.buffer_pool import BufferPool
 from lograft.client.config import ProducerConfig, make_config
@@ -40,8 +41,7 @@ from lograft.client.throttle import throttle_stats_of
 from lograft.client.transport import Transport
 from lograft.client.types import Header, RecordMetadata
 from lograft.errors import RecordTooLargeError, UnknownTopicOrPartitionError
-from lograft.protocol.batch import HEADER_SIZE, RecordInput
-from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.batch import HEADER_SIZE
 
 HeadersInput = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
@@ -80,6 +80,21 @@ def serialize(fn: Serializer | None, what: str, topic: str, data: Any) -> bytes 
         return (fn or bytes_serializer)(data)
     except Exception as exc:
         raise SerializationError(f"cannot serialize the {what} for topic {topic!r}: {exc}") from exc
+
+
+def raw_column(
+    config: ProducerConfig,
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
+    headers: Sequence[HeadersInput] | None,
+    partition: int | None,
+) -> bool:
+    """Whether a send_many can hand whole runs of `values` to the batch
+    encoder in one call: keyless, headerless, no explicit partition, and no
+    value serializer (values are bytes-like or None as they are)."""
+    return (
+        config.value_serializer is None and keys is None and headers is None and partition is None
+    )
 
 
 class PreparedRecord:
@@ -178,6 +193,10 @@ class AsyncProducer:
                 linger_ms=self.config.linger_ms,
                 loop=loop,
                 batch_records=self.config.batch_records,
+                pool=self.pool,
+                max_request_bytes=self.config.max_request_bytes,
+                partitioner=self._partitioner,
+                on_news=self._on_news,
             )
             idem = IdempotenceState(self._init_producer_id) if self.config.idempotent else None
             self._sender = Sender(
@@ -230,20 +249,45 @@ class AsyncProducer:
             remaining_ms = max(0, int((deadline - loop.time()) * 1000))
         else:
             remaining_ms = self.config.max_block_ms
-        if not self.pool.try_reserve(rec.size):
-            await self.pool.reserve(rec.size, remaining_ms)
         fut: asyncio.Future[RecordMetadata] = loop.create_future()
-        try:
-            self._check_open()
-            news = self._append_nowait(rec, meta, fut)
-        except BaseException:
-            self.pool.release(rec.size)
-            raise
-        if news:
+        out = await self._append(rec, meta, fut, remaining_ms)
+        if out.index == 0 or out.batch.is_full():
             # A send that never suspends would starve the sender: a caller
             # looping over `await send(...)` yields once per batch.
             await asyncio.sleep(0)
         return fut
+
+    async def _append(
+        self,
+        rec: PreparedRecord,
+        meta: TopicMetadata,
+        completion: Completion | None,
+        remaining_ms: int,
+        span: tuple[ManyResults, int] | None = None,
+    ) -> Appended:
+        """Append a prepared record, waiting (at most `remaining_ms`) for room
+        in the buffer pool when a new batch is needed."""
+        acc = self._acc
+        assert acc is not None, "start() first"
+        reserved = 0
+        while True:
+            self._check_open()
+            out = acc.append(
+                meta,
+                rec.value,
+                rec.key,
+                rec.headers or None,
+                rec.partition,
+                rec.timestamp_ms,
+                completion,
+                reserved=reserved,
+                size=rec.size,
+                span=span,
+            )
+            if isinstance(out, Appended):
+                return out
+            await self.pool.reserve(out.size, remaining_ms)
+            reserved = out.size
 
     async def send_many(
         self,
@@ -254,7 +298,7 @@ class AsyncProducer:
         headers: Sequence[HeadersInput] | None = None,
         partition: int | None = None,
         timestamps_ms: Sequence[int | None] | None = None,
-    ) -> asyncio.Future[list[RecordMetadata]]:
+    ) -> asyncio.Future[Sequence[RecordMetadata]]:
         """Queue many records of one topic in one call: `values[i]` with
         `keys[i]`, `headers[i]`, `timestamps_ms[i]` (each column optional, of
         the same length). Each record is serialized, partitioned and
@@ -276,7 +320,7 @@ class AsyncProducer:
         headers: Sequence[HeadersInput] | None,
         partition: int | None,
         timestamps_ms: Sequence[int | None] | None,
-    ) -> concurrent.futures.Future[list[RecordMetadata]]:
+    ) -> concurrent.futures.Future[Sequence[RecordMetadata]]:
         """`send_many` answering with a thread-safe future (the sync Producer's)."""
         self._check_open()
         if self._sender_task is None:
@@ -293,8 +337,23 @@ class AsyncProducer:
                 )
         meta = await self._topic_for(topic, partition)
         many = ManyResults(count)
+        acc = self._acc
+        assert acc is not None
+        if raw_column(self.config, values, keys, headers, partition):
+            start = 0
+            while start < count:
+                self._check_open()
+                ran = acc.append_many(meta, values, timestamps_ms, many, start)
+                while isinstance(ran, NeedMemory):
+                    await self.pool.reserve(ran.size, self.config.max_block_ms)
+                    ran = acc.append_many(
+                        meta, values, timestamps_ms, many, start, reserved=ran.size
+                    )
+                start = ran
+                await asyncio.sleep(0)  # let the sender run, as send does once per batch
+            return many.future
         now_ms = int(time.time() * 1000)
-        config, pool = self.config, self.pool
+        config = self.config
         news = False
         for i in range(count):
             ts = timestamps_ms[i] if timestamps_ms is not None else None
@@ -307,21 +366,15 @@ class AsyncProducer:
                 partition,
                 now_ms if ts is None else ts,
             )
-            if not pool.try_reserve(rec.size):
-                await pool.reserve(rec.size, config.max_block_ms)
-            try:
-                self._check_open()
-                news = self._append_nowait(rec, meta, many.slot(i)) or news
-            except BaseException:
-                pool.release(rec.size)
-                raise
+            out = await self._append(rec, meta, None, config.max_block_ms, (many, i))
+            news = news or out.index == 0
         if news:
             await asyncio.sleep(0)  # let the sender run, as send does once per batch
         return many.future
 
     async def send_arrow(
         self, topic: str, batch: Any, *, partition: int | None = None
-    ) -> asyncio.Future[list[RecordMetadata]]:
+    ) -> asyncio.Future[Sequence[RecordMetadata]]:
         """`send_many` from the columns of a pyarrow RecordBatch or Table:
         `value` (binary or string), optional `key`, `timestamp` (int64 ms or
         an Arrow timestamp) and `headers` (list<struct<key: string, value:
@@ -381,24 +434,20 @@ class AsyncProducer:
                 f"no metadata for topic {topic!r} within max_block_ms={timeout_ms}", topic=topic
             ) from None
 
-    def _append_nowait(self, rec: PreparedRecord, meta: TopicMetadata, fut: Completion) -> bool:
-        """Append a prepared record whose size is already reserved (on the loop).
-        True if the sender has new work (a batch opened or filled)."""
-        acc, sender = self._acc, self._sender
-        assert acc is not None and sender is not None, "start() first"
-        p = self._partitioner.partition(meta, rec.key, rec.partition)
-        record = RecordInput(rec.value, rec.key, rec.headers, rec.timestamp_ms)
-        keyless = rec.key is None and rec.partition is None
-        tp = TopicPartition(rec.topic, p)
-        outcome = acc.append(tp, record, rec.size, fut, abort_on_new_batch=keyless)
-        if not outcome.appended:
-            tp = TopicPartition(rec.topic, self._partitioner.on_new_batch(meta, p))
-            outcome = acc.append(tp, record, rec.size, fut)
-        if outcome.new_batch or outcome.batch_full:
-            sender.wakeup()
-            self.metadata.refresh_if_old(rec.topic)  # picks up added partitions
-            return True
-        return False
+    def _on_news(self, topic: str) -> None:
+        """A batch opened or filled (any thread): wake the sender, and pick up
+        added partitions now and then."""
+        loop = self._loop
+        assert loop is not None
+        if asyncio._get_running_loop() is loop:
+            self._news_on_loop(topic)
+        else:
+            loop.call_soon_threadsafe(self._news_on_loop, topic)
+
+    def _news_on_loop(self, topic: str) -> None:
+        if self._sender is not None:
+            self._sender.wakeup()
+        self.metadata.refresh_if_old(topic)
 
     # -- flush and close ----------------------------------------------------------------
 
@@ -409,7 +458,7 @@ class AsyncProducer:
         acc, sender = self._acc, self._sender
         if acc is None or sender is None:
             return
-        pending = [b.done for b in acc.incomplete]
+        pending = acc.pending_done()
         if not pending:
             return
         sender.flushing += 1
@@ -433,6 +482,8 @@ class AsyncProducer:
         if self._closed and self._sender_task is None:
             return
         self._closed = True
+        if self._acc is not None:
+            self._acc.close_appends()
         sender, task = self._sender, self._sender_task
         if sender is not None and task is not None:
             sender.closing = True
@@ -460,6 +511,8 @@ class AsyncProducer:
         records after a failed one out of the log. close() still waits for
         what is in flight and releases the connections."""
         self._closed = True
+        if self._acc is not None:
+            self._acc.close_appends()
         if self._sender is not None:
             self._sender.abort_queued()
 

@@ -5,16 +5,25 @@ Life cycle (an explicit state machine, transitions only in the methods):
     OPEN --close()--> CLOSED --seal()--> SEALED --complete()/fail()--> DONE
       \\______________________________fail()__________________________/
 
-- OPEN: the last batch of its partition's queue; accepts appends while it has
-  room (`batch_bytes`; a record larger than that gets a batch of its own).
-- CLOSED: drained by the sender; records are fixed.
-- SEALED: encoded once as a RecordBatch v2 with the producer id, epoch and
-  base sequence; every attempt (first send and retries) sends these same
-  bytes, which is what lets the broker recognise a retry as a duplicate.
-- DONE: each record's completion is resolved exactly once.
+- OPEN: the last batch of its partition's queue; records are encoded into
+  its `records` (`lograft.protocol.open_batch.OpenBatch`) as they are sent,
+  while it has room (`batch_bytes`; a record larger than that gets a batch
+  of its own).
+- CLOSED: drained by the sender (or replaced by a new batch when full);
+  `records` refuses appends, so the records are fixed.
+- SEALED: wrapped once in a RecordBatch v2 header with the producer id,
+  epoch and base sequence; every attempt (first send and retries) sends
+  these same bytes, which is what lets the broker recognise a retry as a
+  duplicate.
+- DONE: the batch's outcome is set once (`Outcomes.settle`); the sync
+  producer's record futures read their metadata from it lazily, and the
+  completions registered per record (the AsyncProducer's asyncio futures)
+  and per run (`send_many`'s spans) are resolved.
 
-Sizes are estimates of the encoded record (before compression); the batch
-reserves them in the buffer pool and gives them back when done.
+Memory: a batch holds `reserved_bytes` of the buffer pool: `batch_bytes`
+(or its one larger record) reserved when it opens, trimmed to what its
+records took when it is drained (`RecordAccumulator.drain`), given back
+when it is done (the sender).
 """
 
 from __future__ import annotations
@@ -23,19 +32,23 @@ import asyncio
 import concurrent.futures
 import enum
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from lograft.client.record_future import Outcomes
 from lograft.client.types import Header, RecordMetadata
 from lograft.protocol.batch import (
     HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    RecordInput,
-    build_batch,
+    batch_from_records,
 )
 from lograft.protocol.compression import Compression
+from lograft.protocol.open_batch import OpenBatch
 from lograft.protocol.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from lograft.client.many_results import ManySpan
 
 # Worst-case varint overhead of one record's framing: length (5), attributes
 # (1), timestamp delta (10), offset delta (5), key and value lengths (5 + 5),
@@ -54,8 +67,8 @@ def estimate_size(key: bytes | None, value: bytes | None, headers: Sequence[Head
 
 
 class Completion(Protocol):
-    """What a record's result is delivered to: an asyncio.Future (async
-    producer, resolved on its loop) or a concurrent.futures.Future (sync)."""
+    """What one record's result is delivered to: an asyncio.Future (async
+    producer, resolved on its loop) or a concurrent.futures.Future."""
 
     def done(self) -> bool: ...
 
@@ -71,9 +84,11 @@ class BatchState(enum.Enum):
     DONE = "done"
 
 
-class ProducerBatch:
+class ProducerBatch(Outcomes):
     __slots__ = (
+        "append_time",
         "attempts",
+        "base_offset",
         "base_sequence",
         "completions",
         "created",
@@ -84,23 +99,34 @@ class ProducerBatch:
         "producer_id",
         "records",
         "reserved_bytes",
-        "size_bytes",
+        "spans",
         "state",
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, created: float, done: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        created: float,
+        done: asyncio.Future[None],
+        records: OpenBatch,
+        reserved_bytes: int = 0,
+    ) -> None:
+        super().__init__()
         self.tp = tp
         self.created = created  # loop time, seconds
-        self.records: list[RecordInput] = []
-        self.completions: list[Completion] = []
-        self.size_bytes = HEADER_SIZE
-        self.reserved_bytes = 0
+        self.records = records
+        # (index, completion) of records that came with their own future.
+        self.completions: list[tuple[int, Completion]] = []
+        self.spans: list[ManySpan] = []
+        self.reserved_bytes = reserved_bytes
         self.state = BatchState.OPEN
         self.data: bytes | None = None
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
+        self.base_offset = -1
+        self.append_time = -1
         self.attempts = 0
         # True once an attempt may have reached the broker without a clear answer.
         self.maybe_appended = False
@@ -108,35 +134,27 @@ class ProducerBatch:
 
     def __repr__(self) -> str:
         return (
-            f"ProducerBatch({self.tp}, {len(self.records)} records, {self.state.value}, "
+            f"ProducerBatch({self.tp}, {self.record_count} records, {self.state.value}, "
             f"seq={self.base_sequence})"
         )
 
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return self.records.count
 
-    def try_append(
-        self, record: RecordInput, size: int, completion: Completion, batch_bytes: int
-    ) -> bool:
-        """Append if OPEN and there is room (an empty batch takes any record)."""
-        if self.state is not BatchState.OPEN:
-            return False
-        if self.records and self.size_bytes + size > batch_bytes:
-            return False
-        self.records.append(record)
-        self.completions.append(completion)
-        self.size_bytes += size
-        self.reserved_bytes += size
-        return True
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the batch so far, header included (before compression)."""
+        return HEADER_SIZE + self.records.size
 
-    def is_full(self, batch_bytes: int) -> bool:
-        return self.size_bytes >= batch_bytes
+    def is_full(self) -> bool:
+        return self.records.full
 
     def close(self) -> None:
         if self.state is not BatchState.OPEN:
             raise AssertionError(f"close() of a {self.state.value} batch")
         self.state = BatchState.CLOSED
+        self.records.close()
 
     def seal(
         self,
@@ -149,12 +167,14 @@ class ProducerBatch:
         """Encode once; the bytes never change afterwards."""
         if self.state is not BatchState.CLOSED:
             raise AssertionError(f"seal() of a {self.state.value} batch")
-        assert self.records, "a batch has at least one record"
-        # Every record carries its own timestamp (set at send), so timestamp_ms
-        # is only the base for none of them.
-        self.data = build_batch(
-            self.records,
-            timestamp_ms=self.records[0].timestamp or 0,
+        records = self.records
+        assert records.count, "a batch has at least one record"
+        self.data = batch_from_records(
+            records.records(),
+            records_count=records.count,
+            last_offset_delta=records.count - 1,
+            base_timestamp=records.base_timestamp,
+            max_timestamp=records.max_timestamp,
             compression=compression,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
@@ -170,42 +190,61 @@ class ProducerBatch:
     def has_sequence(self) -> bool:
         return self.base_sequence != NO_SEQUENCE
 
+    def metadata(self, index: int) -> RecordMetadata:
+        """Record `index`'s RecordMetadata (once OK): offset base_offset + index
+        (-1 for all with acks=0), the broker's append time or its own timestamp."""
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        ts = self.append_time if self.append_time >= 0 else self.records.timestamp(index)
+        topic, partition = self.tp
+        return RecordMetadata(topic, partition, offset, ts)
+
     def complete(self, base_offset: int, log_append_time: int) -> None:
         """Resolve every record: offset base_offset + i (-1 for all with acks=0)."""
         if self.state is not BatchState.SEALED:
             raise AssertionError(f"complete() of a {self.state.value} batch")
         self.state = BatchState.DONE
-        topic, partition = self.tp
-        for i, (rec, c) in enumerate(zip(self.records, self.completions, strict=True)):
-            offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time if log_append_time >= 0 else (rec.timestamp or -1)
-            _resolve(c, RecordMetadata(topic, partition, offset, ts), None)
-        self._finish()
+        self.base_offset = base_offset
+        self.append_time = log_append_time
+        self._finish(None)
+        for i, c in self.completions:
+            _resolve(c, self, i, None)
+        for span in self.spans:
+            span.many.span_done(span)
+        self._release()
 
     def fail(self, exc: BaseException) -> None:
         if self.state is BatchState.DONE:
             raise AssertionError("fail() of a done batch")
         self.state = BatchState.DONE
-        for c in self.completions:
-            _resolve(c, None, exc)
-        self._finish()
+        self.records.close()
+        self._finish(exc)
+        for _i, c in self.completions:
+            _resolve(c, self, 0, exc)
+        for span in self.spans:
+            span.many.fail(exc)
+        self._release()
 
-    def _finish(self) -> None:
-        # The records are no longer needed; the completions hold the results.
-        self.records = []
-        self.completions = []
+    def _finish(self, error: BaseException | None) -> None:
+        self.settle(error)
         if not self.done.done():
             self.done.set_result(None)
 
+    def _release(self) -> None:
+        # The encoded records are no longer needed (their timestamps stay, for
+        # the metadata the futures compute); the completions are resolved.
+        self.records.release()
+        self.data = None
+        self.completions = []
+        self.spans = []
 
-def _resolve(c: Completion, result: RecordMetadata | None, exc: BaseException | None) -> None:
+
+def _resolve(c: Completion, batch: ProducerBatch, index: int, exc: BaseException | None) -> None:
     if c.done():  # the caller cancelled its future
         return
     try:
         if exc is not None:
             c.set_exception(exc)
         else:
-            assert result is not None
-            c.set_result(result)
+            c.set_result(batch.metadata(index))
     except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError, RuntimeError):
         pass  # cancelled by another thread between done() and here

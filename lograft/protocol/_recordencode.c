@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 /* A varint or varlong takes at most ten bytes (ceil(64 / 7)). */
 #define VARINT_BYTES_MAX 10
@@ -102,6 +103,19 @@ put_nullable(writer *w, PyObject *obj, const char *what)
 {
     if (obj == Py_None) {
         return put_varint(w, -1);
+    }
+    if (PyBytes_CheckExact(obj)) {
+        /* the common case, without the buffer protocol's cost */
+        Py_ssize_t len = PyBytes_GET_SIZE(obj);
+        if (len > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "a record's %s of %zd bytes exceeds the int32 length",
+                         what, len);
+            return -1;
+        }
+        if (put_varint(w, len) < 0) {
+            return -1;
+        }
+        return put_bytes(w, PyBytes_AS_STRING(obj), len);
     }
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
@@ -404,14 +418,442 @@ done:
     return result;
 }
 
-static PyMethodDef recordencode_methods[] = {
-    {"encode_records", recordencode_encode_records, METH_VARARGS, encode_records_doc},
+
+/* ------------------------------------------------------------------------
+ * OpenBatch: the records section of one producer batch, built record by
+ * record as records are sent (the caller's thread, under the producer's
+ * lock), so that a send costs one C call and no Python object per record.
+ *
+ * Each append writes the record exactly as encode_records does (offset
+ * delta = its index, timestamp delta against the first record's
+ * timestamp), so records() is byte for byte what encode_records gives for
+ * the same records; the batch header (producer id, epoch and base sequence
+ * are known only when the batch is drained) is written at seal time by
+ * batch.py around these bytes. Each record's timestamp is kept (8 bytes) for
+ * the RecordMetadata its future reports.
+ *
+ * Room: a record enters when the section stays within `limit_bytes`, or when
+ * the batch is empty (a record larger than a batch gets a batch of its own),
+ * and while count < `limit_records` (0: no such limit). A record whose own
+ * encoding exceeds `record_max` never enters (append answers -2: the caller
+ * raises RecordTooLargeError). `full` says the next record of the size of the
+ * last one would not fit: the batch can be sent without lingering.
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    int64_t *ts;
+    Py_ssize_t count;
+    Py_ssize_t ts_cap;
+    Py_ssize_t last_size;
+    Py_ssize_t limit_bytes;
+    Py_ssize_t limit_records;
+    Py_ssize_t record_max;
+    int64_t base_ts;
+    int64_t max_ts;
+    int closed;
+} OpenBatch;
+
+static int64_t
+now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000 + (int64_t)(t.tv_nsec / 1000000);
+}
+
+static int
+ob_grow(OpenBatch *self, Py_ssize_t need)
+{
+    if (self->cap - self->len >= need) {
+        return 0;
+    }
+    Py_ssize_t cap = self->cap ? self->cap : 4096;
+    while (cap - self->len < need) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *buf = PyMem_Realloc(self->buf, (size_t)cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->buf = buf;
+    self->cap = cap;
+    return 0;
+}
+
+static int
+ob_grow_ts(OpenBatch *self)
+{
+    if (self->count < self->ts_cap) {
+        return 0;
+    }
+    Py_ssize_t cap = self->ts_cap ? self->ts_cap * 2 : 256;
+    int64_t *ts = PyMem_Realloc(self->ts, (size_t)cap * sizeof(int64_t));
+    if (ts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->ts = ts;
+    self->ts_cap = cap;
+    return 0;
+}
+
+/* Append one record; its index, -1 when it does not fit (or the batch is
+ * closed), -2 when it is larger than record_max; -3 with an exception set. */
+static Py_ssize_t
+ob_append_one(OpenBatch *self, PyObject *value, PyObject *key, PyObject *headers,
+              PyObject *timestamp, int64_t now)
+{
+    if (self->closed) {
+        return -1;
+    }
+    if (self->limit_records > 0 && self->count >= self->limit_records) {
+        return -1;
+    }
+    int64_t ts, ts_delta;
+    if (timestamp == Py_None) {
+        ts = now;
+    }
+    else if (ts_delta_of(timestamp, 0, 0, &ts, &ts_delta) < 0) {
+        return -3;
+    }
+    int64_t base = self->count ? self->base_ts : ts;
+    if ((base < 0 && ts > INT64_MAX + base) || (base > 0 && ts < INT64_MIN + base)) {
+        PyErr_SetString(PyExc_ValueError, "varint out of int64 range: a timestamp delta");
+        return -3;
+    }
+    ts_delta = ts - base;
+    writer sizer = {NULL, 0, 0};
+    if (put_body(&sizer, ts_delta, self->count, key, value, headers) < 0) {
+        return -3;
+    }
+    if (sizer.pos > INT32_MAX) {
+        return -2;
+    }
+    Py_ssize_t total = varint_size(sizer.pos) + sizer.pos;
+    if (total > self->record_max) {
+        return -2;
+    }
+    if (self->count > 0 && total > self->limit_bytes - self->len) {
+        return -1;
+    }
+    if (ob_grow(self, total) < 0 || ob_grow_ts(self) < 0) {
+        return -3;
+    }
+    writer w = {self->buf, self->len, self->len + total};
+    if (put_varint(&w, sizer.pos) < 0 ||
+        put_body(&w, ts_delta, self->count, key, value, headers) < 0) {
+        return -3;
+    }
+    if (w.pos != self->len + total) {
+        room_lost();
+        return -3;
+    }
+    self->len = w.pos;
+    self->last_size = total;
+    if (self->count == 0) {
+        self->base_ts = ts;
+        self->max_ts = ts;
+    }
+    else if (ts > self->max_ts) {
+        self->max_ts = ts;
+    }
+    self->ts[self->count] = ts;
+    return self->count++;
+}
+
+static int
+OpenBatch_init(OpenBatch *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"limit_bytes", "limit_records", "record_max", NULL};
+    Py_ssize_t limit_bytes, limit_records, record_max;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnn:OpenBatch", kwlist, &limit_bytes,
+                                     &limit_records, &record_max)) {
+        return -1;
+    }
+    if (limit_bytes < 0 || limit_records < 0 || record_max < 0) {
+        PyErr_SetString(PyExc_ValueError, "OpenBatch limits must be >= 0");
+        return -1;
+    }
+    if (self->buf != NULL || self->ts != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "an OpenBatch is initialised once");
+        return -1;
+    }
+    self->limit_bytes = limit_bytes;
+    self->limit_records = limit_records;
+    self->record_max = record_max;
+    return 0;
+}
+
+static void
+OpenBatch_dealloc(OpenBatch *self)
+{
+    PyMem_Free(self->buf);
+    PyMem_Free(self->ts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+OpenBatch_append(OpenBatch *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "append(value, key=None, headers=None, timestamp=None)");
+        return NULL;
+    }
+    PyObject *key = nargs > 1 ? args[1] : Py_None;
+    PyObject *headers = nargs > 2 ? args[2] : Py_None;
+    PyObject *timestamp = nargs > 3 ? args[3] : Py_None;
+    Py_ssize_t i = ob_append_one(self, args[0], key, headers, timestamp,
+                                 timestamp == Py_None ? now_ms() : 0);
+    if (i == -3) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+static PyObject *
+OpenBatch_append_many(OpenBatch *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "append_many(values, keys, timestamps, start)");
+        return NULL;
+    }
+    PyObject *values = args[0], *keys = args[1], *stamps = args[2];
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *vf = PySequence_Fast(values, "values must be a sequence");
+    if (vf == NULL) {
+        return NULL;
+    }
+    PyObject *kf = NULL, *tf = NULL, *result = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(vf);
+    if (keys != Py_None) {
+        kf = PySequence_Fast(keys, "keys must be a sequence");
+        if (kf == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(kf) != n) {
+            PyErr_SetString(PyExc_ValueError, "keys must have one entry per value");
+            goto done;
+        }
+    }
+    if (stamps != Py_None) {
+        tf = PySequence_Fast(stamps, "timestamps must be a sequence");
+        if (tf == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(tf) != n) {
+            PyErr_SetString(PyExc_ValueError, "timestamps must have one entry per value");
+            goto done;
+        }
+    }
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        goto done;
+    }
+    int64_t now = now_ms();
+    Py_ssize_t i = start;
+    for (; i < n; i++) {
+        Py_ssize_t got = ob_append_one(
+            self, PySequence_Fast_GET_ITEM(vf, i), kf ? PySequence_Fast_GET_ITEM(kf, i) : Py_None,
+            Py_None, tf ? PySequence_Fast_GET_ITEM(tf, i) : Py_None, now);
+        if (got == -3) {
+            goto done;
+        }
+        if (got < 0) {
+            break;
+        }
+    }
+    result = PyLong_FromSsize_t(i - start);
+done:
+    Py_XDECREF(tf);
+    Py_XDECREF(kf);
+    Py_DECREF(vf);
+    return result;
+}
+
+static PyObject *
+OpenBatch_records(OpenBatch *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBytes_FromStringAndSize(self->buf ? self->buf : "", self->len);
+}
+
+static PyObject *
+OpenBatch_close(OpenBatch *self, PyObject *Py_UNUSED(ignored))
+{
+    self->closed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+OpenBatch_release(OpenBatch *self, PyObject *Py_UNUSED(ignored))
+{
+    self->closed = 1;
+    PyMem_Free(self->buf);
+    self->buf = NULL;
+    self->cap = 0;
+    self->len = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+OpenBatch_timestamp(OpenBatch *self, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (i < 0 || i >= self->count) {
+        PyErr_SetString(PyExc_IndexError, "no record at that index");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->ts[i]);
+}
+
+static PyObject *
+OpenBatch_get_full(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    int full = (self->limit_records > 0 && self->count >= self->limit_records) ||
+               (self->count > 0 && self->limit_bytes - self->len < self->last_size);
+    return PyBool_FromLong(full);
+}
+
+static PyObject *
+OpenBatch_get_count(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->count);
+}
+
+static PyObject *
+OpenBatch_get_size(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->len);
+}
+
+static PyObject *
+OpenBatch_get_base_ts(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(self->base_ts);
+}
+
+static PyObject *
+OpenBatch_get_max_ts(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(self->max_ts);
+}
+
+static PyObject *
+OpenBatch_get_closed(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->closed);
+}
+
+static PyMethodDef OpenBatch_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))OpenBatch_append, METH_FASTCALL,
+     "append(value, key=None, headers=None, timestamp=None, /) -> index, -1 (no room) or -2 "
+     "(larger than record_max); a timestamp of None is now (ms)."},
+    {"append_many", (PyCFunction)(void (*)(void))OpenBatch_append_many, METH_FASTCALL,
+     "append_many(values, keys, timestamps, start, /) -> how many of values[start:] entered "
+     "(in order, until one does not fit); keys and timestamps None or one per value."},
+    {"records", (PyCFunction)OpenBatch_records, METH_NOARGS,
+     "The records section so far (uncompressed), as bytes."},
+    {"close", (PyCFunction)OpenBatch_close, METH_NOARGS, "Refuse further appends."},
+    {"release", (PyCFunction)OpenBatch_release, METH_NOARGS,
+     "Close and free the records (the timestamps stay)."},
+    {"timestamp", (PyCFunction)OpenBatch_timestamp, METH_O, "Record i's timestamp, ms."},
     {NULL, NULL, 0, NULL},
 };
 
-/* Bumped whenever encode_records' arguments or answer change: batch.py
+static PyGetSetDef OpenBatch_getset[] = {
+    {"full", (getter)OpenBatch_get_full, NULL, "The next record like the last would not fit.",
+     NULL},
+    {"count", (getter)OpenBatch_get_count, NULL, "Records appended.", NULL},
+    {"size", (getter)OpenBatch_get_size, NULL, "Bytes of the records section.", NULL},
+    {"base_timestamp", (getter)OpenBatch_get_base_ts, NULL, "The first record's timestamp.",
+     NULL},
+    {"max_timestamp", (getter)OpenBatch_get_max_ts, NULL, "The largest timestamp.", NULL},
+    {"closed", (getter)OpenBatch_get_closed, NULL, "Appends are refused.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject OpenBatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lograft.protocol._recordencode.OpenBatch",
+    .tp_basicsize = sizeof(OpenBatch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "OpenBatch(limit_bytes, limit_records, record_max): a batch's records section, "
+              "built one record per append.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)OpenBatch_init,
+    .tp_dealloc = (destructor)OpenBatch_dealloc,
+    .tp_methods = OpenBatch_methods,
+    .tp_getset = OpenBatch_getset,
+};
+
+/* Kafka's Utils.murmur2 (the Java client's, seed 0x9747b28c), as a signed
+ * 32-bit int; partitioner.py has the pure-Python twin. */
+static PyObject *
+recordencode_murmur2(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = view.buf;
+    Py_ssize_t length = view.len;
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t blocks = length / 4;
+    for (Py_ssize_t i = 0; i < blocks; i++) {
+        const unsigned char *p = data + i * 4;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                     ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t tail = length & ~(Py_ssize_t)3;
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[tail + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[tail + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[tail];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+static PyMethodDef recordencode_methods[] = {
+    {"encode_records", recordencode_encode_records, METH_VARARGS, encode_records_doc},
+    {"murmur2", recordencode_murmur2, METH_O,
+     "murmur2(data, /) -> Kafka's Utils.murmur2 of the bytes, a signed 32-bit int."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Bumped whenever encode_records', OpenBatch's or murmur2's arguments or answers change: batch.py
  * ignores a module built from an older source. */
-#define RECORDENCODE_ABI 1
+#define RECORDENCODE_ABI 2
 
 static int
 recordencode_exec(PyObject *module)
@@ -424,6 +866,14 @@ recordencode_exec(PyObject *module)
         if (!s_key || !s_value || !s_headers || !s_timestamp) {
             return -1;
         }
+    }
+    if (PyType_Ready(&OpenBatchType) < 0) {
+        return -1;
+    }
+    Py_INCREF(&OpenBatchType);
+    if (PyModule_AddObject(module, "OpenBatch", (PyObject *)&OpenBatchType) < 0) {
+        Py_DECREF(&OpenBatchType);
+        return -1;
     }
     return PyModule_AddIntConstant(module, "ABI", RECORDENCODE_ABI);
 }

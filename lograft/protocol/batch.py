@@ -246,7 +246,7 @@ def encode_records_python(
 
 
 # The C encoder's ABI this module speaks (RECORDENCODE_ABI in _recordencode.c).
-C_ENCODE_ABI: Final = 1
+C_ENCODE_ABI: Final = 2
 
 try:
     from lograft.protocol import _recordencode as _recordencode
@@ -296,16 +296,53 @@ def build_batch(
     if offset_deltas is not None and len(offset_deltas) != len(records):
         raise InvalidRecordError("offset_deltas must have one entry per record")
     body, base_ts, max_ts = encode_records(records, timestamp_ms, offset_deltas)
+    if last_offset_delta is not None:
+        last_delta = last_offset_delta
+    else:
+        last_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
+    return batch_from_records(
+        body,
+        records_count=len(records),
+        last_offset_delta=last_delta,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        base_offset=base_offset,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        is_control=is_control,
+    )
+
+
+def batch_from_records(
+    body: bytes,
+    *,
+    records_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """A RecordBatch v2 around an encoded (uncompressed) records section:
+    the section compressed, the 61-byte header, the CRC-32C. `build_batch`
+    and the producer's `OpenBatch` (records encoded as they were sent) both
+    end here, so the same records give the same bytes either way."""
     body = compress(compression, body)
     attributes = int(compression) & COMPRESSION_MASK
     if is_transactional:
         attributes |= TRANSACTIONAL_BIT
     if is_control:
         attributes |= CONTROL_BIT
-    if last_offset_delta is not None:
-        last_delta = last_offset_delta
-    else:
-        last_delta = len(records) - 1 if offset_deltas is None else offset_deltas[-1]
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(body)
     header = bytearray(
         HEADER.pack(
@@ -315,13 +352,13 @@ def build_batch(
             MAGIC,
             0,
             attributes,
-            last_delta,
-            base_ts,
-            max_ts,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            records_count,
         )
     )
     crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[CRC_START:]))

@@ -17,7 +17,9 @@ the next request moves on to the next partition. The state is one counter.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from lograft.protocol.batch import _recordencode
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -29,8 +31,10 @@ def _to_signed32(n: int) -> int:
     return n - 0x1_0000_0000 if n & 0x8000_0000 else n
 
 
-def murmur2(data: bytes | bytearray | memoryview) -> int:
-    """Kafka's `Utils.murmur2`: a signed 32-bit hash, equal to Java's result."""
+def murmur2_python(data: bytes | bytearray | memoryview) -> int:
+    """Kafka's `Utils.murmur2`: a signed 32-bit hash, equal to Java's result.
+    The pure-Python twin of `_recordencode.murmur2` (`murmur2` is the C one
+    when it is built)."""
     buf = bytes(data)
     length = len(buf)
     h = (_SEED ^ length) & _MASK32
@@ -55,6 +59,11 @@ def murmur2(data: bytes | bytearray | memoryview) -> int:
     h = (h * _M) & _MASK32
     h ^= h >> 15
     return _to_signed32(h)
+
+
+murmur2: Callable[[bytes | bytearray | memoryview], int] = (
+    _recordencode.murmur2 if _recordencode is not None else murmur2_python
+)
 
 
 def to_positive(n: int) -> int:

@@ -24,7 +24,7 @@ from lograft.errors import (
     NotLeaderOrFollowerError,
     RecordTooLargeError,
 )
-from lograft.protocol.batch import RecordInput, build_batch, iter_batches, iter_records
+from lograft.protocol.batch import RecordInput, build_batch, iter_batches
 from lograft.protocol.compression import Compression
 from lograft.protocol.topic_partition import TopicPartition
 
@@ -246,15 +246,29 @@ async def test_pool_wakes_an_async_waiter_on_release():
 # -- batches and the accumulator ---------------------------------------------------------------
 
 
+def _meta(name: str = "t", partitions: int = 1):
+    from lograft.client.metadata import PartitionMetadata, TopicMetadata
+
+    parts = tuple(
+        PartitionMetadata(partition=i, leader=1, leader_epoch=0, replicas=(1,), isr=(1,))
+        for i in range(partitions)
+    )
+    return TopicMetadata(name, parts, 0.0)
+
+
+# A record of a one-byte value, no key, no headers, timestamp delta < 64: 8 bytes encoded.
+ONE_BYTE_RECORD = 8
+
+
 async def test_accumulator_batches_by_size_and_keeps_order():
     loop = asyncio.get_running_loop()
-    acc = RecordAccumulator(batch_bytes=61 + 3 * 40, linger_ms=60_000, loop=loop)
+    acc = RecordAccumulator(batch_bytes=61 + 3 * ONE_BYTE_RECORD, linger_ms=60_000, loop=loop)
     tp = TopicPartition("t", 0)
     futs = []
     for i in range(7):
         f = loop.create_future()
         futs.append(f)
-        acc.append(tp, RecordInput(bytes([i]), None, (), 1000 + i), 40, f)
+        acc.append(_meta(), bytes([i]), None, None, 0, 1000 + i, f)
     batches = list(acc.queues[tp])
     assert [b.record_count for b in batches] == [3, 3, 1]
     assert [b.state for b in batches] == [BatchState.CLOSED, BatchState.CLOSED, BatchState.OPEN]
@@ -264,7 +278,13 @@ async def test_accumulator_batches_by_size_and_keeps_order():
     first.seal(Compression.NONE, producer_id=7, producer_epoch=0, base_sequence=0)
     data = first.data
     assert data is not None
-    assert [r.value for r in iter_records(data)] == [b"\x00", b"\x01", b"\x02"]
+    assert data == build_batch(
+        [RecordInput(bytes([i]), None, (), 1000 + i) for i in range(3)],
+        timestamp_ms=0,
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+    )
     ((_, header),) = list(iter_batches(data))
     assert (header.producer_id, header.base_sequence, header.records_count) == (7, 0, 3)
     first.complete(40, -1)
@@ -278,17 +298,19 @@ async def test_accumulator_batches_by_size_and_keeps_order():
     assert acc.head_ready(tp, force=False, now=now + 61)[0]
 
 
-async def test_keyless_append_aborts_instead_of_opening_a_batch():
+async def test_keyless_records_stick_to_a_partition_until_its_batch_closes():
     loop = asyncio.get_running_loop()
-    acc = RecordAccumulator(batch_bytes=200, linger_ms=5, loop=loop)
-    tp = TopicPartition("t", 1)
-    rec = RecordInput(b"x", None, (), 1)
-    assert not acc.append(tp, rec, 40, loop.create_future(), abort_on_new_batch=True).appended
-    out = acc.append(tp, rec, 40, loop.create_future())
-    assert out.appended and out.new_batch
-    assert acc.append(tp, rec, 40, loop.create_future(), abort_on_new_batch=True).appended
-    acc.drain(tp)  # sent: closed for appends
-    assert not acc.append(tp, rec, 40, loop.create_future(), abort_on_new_batch=True).appended
+    acc = RecordAccumulator(batch_bytes=61 + 2 * ONE_BYTE_RECORD, linger_ms=5, loop=loop)
+    meta = _meta(partitions=3)
+    first = acc.append(meta, b"x", None, None, None, 1)
+    second = acc.append(meta, b"x", None, None, None, 1)
+    assert first.batch is second.batch and (first.index, second.index) == (0, 1)
+    third = acc.append(meta, b"x", None, None, None, 1)  # full: the next partition
+    assert third.batch.tp != first.batch.tp and third.index == 0
+    assert acc.sticky["t"] is third.batch
+    acc.drain(third.batch.tp)  # sent: closed for appends, so the sticky partition moves
+    fourth = acc.append(meta, b"x", None, None, None, 1)
+    assert fourth.batch.tp not in (third.batch.tp,) and fourth.index == 0
 
 
 async def test_a_batch_seals_once_and_resolves_once():
@@ -296,7 +318,7 @@ async def test_a_batch_seals_once_and_resolves_once():
     acc = RecordAccumulator(batch_bytes=1000, linger_ms=0, loop=loop)
     tp = TopicPartition("t", 0)
     cancelled = loop.create_future()
-    acc.append(tp, RecordInput(b"a", None, (), 5), 40, cancelled)
+    acc.append(_meta(), b"a", None, None, 0, 5, cancelled)
     cancelled.cancel()  # a caller giving up does not break completion
     batch = acc.drain(tp)
     batch.seal(Compression.NONE)
@@ -306,6 +328,56 @@ async def test_a_batch_seals_once_and_resolves_once():
     assert batch.done.done()
     with pytest.raises(AssertionError):
         batch.complete(0, -1)
+
+
+async def test_a_batch_reserves_batch_bytes_once_and_gives_back_the_rest_when_drained():
+    loop = asyncio.get_running_loop()
+    pool = BufferPool(10_000)
+    acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop, pool=pool)
+    for _ in range(10):
+        acc.append(_meta(), b"a", None, None, 0, 5)
+    assert pool.used == 1000  # one batch: one reservation, not one per record
+    batch = acc.drain(TopicPartition("t", 0))
+    assert pool.used == batch.reserved_bytes == 61 + 10 * ONE_BYTE_RECORD
+    assert batch.records.closed
+
+
+async def test_a_new_batch_without_room_appends_nothing_and_asks_for_memory():
+    from lograft.client.accumulator import NeedMemory
+
+    loop = asyncio.get_running_loop()
+    pool = BufferPool(1500)
+    acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop, pool=pool)
+    meta = _meta(partitions=2)
+    acc.append(meta, b"a", None, None, 0, 5)
+    out = acc.append(meta, b"b", None, None, 1, 5)
+    assert out == NeedMemory(1000) and pool.used == 1000
+    assert TopicPartition("t", 1) not in acc.open
+    acc.drain(TopicPartition("t", 0))  # 61 + 8 bytes kept
+    assert not isinstance(acc.append(meta, b"b", None, None, 1, 5), NeedMemory)
+    assert pool.used == 69 + 1000
+
+
+def test_a_sync_send_waits_for_a_batch_worth_of_room_then_raises_buffer_full():
+    """The sync producer's path: no room for a new batch blocks at most
+    max_block_ms (BufferFullError after); a release in time lets it go on."""
+    pool = BufferPool(1500)
+    loop = asyncio.new_event_loop()
+    try:
+        acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop, pool=pool)
+        meta = _meta(partitions=2)
+        acc.append(meta, b"a", None, None, 0, 5)
+        need = acc.append(meta, b"b", None, None, 1, 5)
+        with pytest.raises(BufferFullError):
+            pool.reserve_blocking(need.size, timeout_ms=30)
+        releaser = threading.Timer(0.05, lambda: acc.drain(TopicPartition("t", 0)))
+        releaser.start()
+        pool.reserve_blocking(need.size, timeout_ms=30_000)  # woken by the drain's release
+        releaser.join()
+        out = acc.append(meta, b"b", None, None, 1, 5, reserved=need.size)
+        assert out.index == 0 and pool.used == 69 + 1000
+    finally:
+        loop.close()
 
 
 # -- the sync producer's record future -------------------------------------------------------
@@ -340,14 +412,86 @@ def test_record_future_wakes_a_waiting_thread_and_runs_callbacks():
         failed.result(0)
 
 
+async def test_record_futures_compute_their_metadata_from_the_batch_when_read():
+    from lograft.client.record_future import FutureRecordMetadata
+
+    loop = asyncio.get_running_loop()
+    acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop)
+    futs = []
+    for i in range(3):
+        out = acc.append(_meta(), b"v", None, None, 0, 500 + i)
+        futs.append(FutureRecordMetadata(out.batch, out.index))
+    assert not any(f.done() for f in futs)
+    seen, boom = [], []
+    futs[1].add_done_callback(seen.append)
+    futs[0].add_done_callback(lambda f: boom.append(1 / 0))  # logged, not propagated
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(futs[2].get(timeout=30)))
+    waiter.start()
+    batch = acc.drain(TopicPartition("t", 0))
+    batch.seal(Compression.NONE)
+    batch.complete(100, -1)
+    waiter.join(30)
+    expected = [RecordMetadata("t", 0, 100 + i, 500 + i) for i in range(3)]
+    assert [f.get(0) for f in futs] == expected and got == [expected[2]]
+    assert seen == [futs[1]] and boom == [] and futs[0].succeeded()
+    assert batch.data is None  # the encoded records are given up once done
+    with pytest.raises(RuntimeError):
+        futs[0].set_result(expected[0])  # a batch's futures are resolved by the batch
+
+
+async def test_a_failed_batch_fails_every_record_future_and_append_time_wins():
+    from lograft.client.record_future import FutureRecordMetadata
+
+    loop = asyncio.get_running_loop()
+    acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop)
+    meta = _meta(partitions=2)
+    a = acc.append(meta, b"v", None, None, 0, 5)
+    b = acc.append(meta, b"v", None, None, 1, 5)
+    fa, fb = FutureRecordMetadata(a.batch, 0), FutureRecordMetadata(b.batch, 0)
+    a.batch.fail(RecordTooLargeError("no"))
+    assert fa.failed() and isinstance(fa.exception(0), RecordTooLargeError)
+    with pytest.raises(RecordTooLargeError):
+        fa.get(0)
+    bb = acc.drain(TopicPartition("t", 1))
+    bb.seal(Compression.NONE)
+    bb.complete(7, 99_000)  # LogAppendTime: the broker's time is every record's
+    assert fb.get(0) == RecordMetadata("t", 1, 7, 99_000)
+
+
+async def test_send_many_results_are_computed_from_the_batches_when_read():
+    from lograft.client.many_results import ManyResults
+
+    loop = asyncio.get_running_loop()
+    acc = RecordAccumulator(batch_bytes=61 + 2 * ONE_BYTE_RECORD, linger_ms=60_000, loop=loop)
+    many = ManyResults(5)
+    for i in range(5):
+        acc.append(_meta(), bytes([i]), None, None, 0, 10 + i, span=(many, i))
+    batches = [acc.drain(TopicPartition("t", 0)) for _ in range(3)]
+    assert [len(b.spans) for b in batches] == [1, 1, 1]  # one span per batch, not per record
+    for b, base in zip(reversed(batches), (50, 30, 20), strict=True):
+        assert not many.future.done()
+        b.seal(Compression.NONE)
+        b.complete(base, -1)
+    metas = many.future.result(0)
+    expected = [RecordMetadata("t", 0, o, 10 + i) for i, o in enumerate([20, 21, 30, 31, 50])]
+    assert metas == expected and expected == metas and len(metas) == 5
+    assert metas[-1] == expected[-1] and metas[1:3] == expected[1:3] and list(metas) == expected
+    assert ManyResults(0).future.result(0) == []
+    failing = ManyResults(1)
+    acc.append(_meta(), b"x", None, None, 0, 1, span=(failing, 0))
+    acc.drain(TopicPartition("t", 0)).fail(RecordTooLargeError("no"))
+    assert isinstance(failing.future.exception(0), RecordTooLargeError)
+
+
 async def test_accumulator_batches_by_record_count_too():
     loop = asyncio.get_running_loop()
     acc = RecordAccumulator(batch_bytes=10_000, linger_ms=60_000, loop=loop, batch_records=2)
     tp = TopicPartition("t", 0)
-    outcomes = [
-        acc.append(tp, RecordInput(b"x", None, (), 1), 40, loop.create_future()) for _ in range(5)
-    ]
-    assert [o.batch_full for o in outcomes] == [False, True, False, True, False]
+    full_after = []
+    for _ in range(5):
+        full_after.append(acc.append(_meta(), b"x", None, None, 0, 1).batch.records.full)
+    assert full_after == [False, True, False, True, False]
     assert [b.record_count for b in acc.queues[tp]] == [2, 2, 1]
     assert acc.head_ready(tp, force=False, now=loop.time())[0]  # full: no lingering
 

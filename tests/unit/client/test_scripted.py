@@ -449,8 +449,11 @@ async def test_send_blocks_then_raises_when_the_buffer_is_full():
         "max_block_ms": 50,
     }
     async with AsyncProducer(A, transport=t, **settings) as p:
-        futs = [await p.send("t", b"x" * 200, partition=0) for _ in range(4)]
-        assert p.pool.used > 700
+        futs = [await p.send("t", b"x" * 200, partition=0) for _ in range(3)]
+        # A batch reserves batch_bytes when it opens: the first (sent at once,
+        # held by the gate) kept what its record took (61 + 209 bytes), the
+        # second reserved 500 and holds two records; a third batch has no room.
+        assert p.pool.used == 270 + 500
         with pytest.raises(BufferFullError, match="buffer_memory_bytes=1000"):
             await p.send("t", b"x" * 200, partition=0)
         t.gate.set()  # acknowledgements free the memory
@@ -471,18 +474,20 @@ async def test_a_send_waiting_for_room_makes_lingering_batches_go_out():
         "max_block_ms": 10_000,
     }
     async with AsyncProducer(A, transport=t, **settings) as p:
-        # Five records of ~186 bytes: one batch, not full, lingering; 930 bytes used.
-        futs = [await p.send("t", b"x" * 150, partition=0) for _ in range(5)]
+        # Four records of 157 bytes: one batch, not full (a fifth like them
+        # would fit), lingering; it reserved batch_bytes (the whole pool).
+        futs = [await p.send("t", b"x" * 150, partition=0) for _ in range(4)]
         for _ in range(50):  # let the sender settle into its 60 s linger wait
             await asyncio.sleep(0)
-        assert not t.to("/batches") and p.pool.used == 930
-        # The sixth must wait for room; the waiting wakes the sender, which sends
+        assert not t.to("/batches") and p.pool.used == 1000
+        # A record of 407 bytes does not fit (939 bytes of records at most) and
+        # a new batch must wait for room; the waiting wakes the sender, which sends
         # the lingering batch, instead of sitting out the linger (and the send
         # failing with BufferFullError after max_block_ms).
-        futs.append(await p.send("t", b"x" * 150, partition=0))
-        assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 5 + [False]
+        futs.append(await p.send("t", b"x" * 400, partition=0))
+        assert len(t.to("/batches")) == 1 and [f.done() for f in futs] == [True] * 4 + [False]
         await p.flush()
-        assert [f.result().offset for f in futs] == [0, 1, 2, 3, 4, 0]
+        assert [f.result().offset for f in futs] == [0, 1, 2, 3, 0]
 
 
 async def test_consumer_reads_a_partition_added_after_the_layout_was_cached():

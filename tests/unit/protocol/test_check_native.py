@@ -89,9 +89,11 @@ def test_the_script_passes_here_when_the_extension_is_required():
 
 
 def test_the_encoder_check(check_native):
-    from lograft.protocol import batch
+    from lograft.protocol import batch, open_batch, partitioner
 
-    good = SimpleNamespace(ABI=batch.C_ENCODE_ABI)
+    good = SimpleNamespace(
+        ABI=batch.C_ENCODE_ABI, OpenBatch=open_batch.OpenBatch, murmur2=partitioner.murmur2
+    )
     batch_c = fake("lograft.protocol.batch", "c", C_ENCODE_ABI=batch.C_ENCODE_ABI)
     batch_c.ENCODE_IMPLEMENTATION = "c"
     assert check_native.encoder_problems(good, batch_c) == []
@@ -104,6 +106,9 @@ def test_the_encoder_check(check_native):
     batch_py.ENCODE_IMPLEMENTATION = "python"
     (line,) = check_native.encoder_problems(good, batch_py)
     assert "ENCODE_IMPLEMENTATION" in line
+    other = SimpleNamespace(ABI=batch.C_ENCODE_ABI, OpenBatch=object, murmur2=len)
+    lines = check_native.encoder_problems(other, batch_c)
+    assert len(lines) == 2 and "OpenBatch" in lines[0] and "murmur2" in lines[1]
 
 
 def test_the_decoder_check(check_native):

@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
+from lograft.protocol import batch as batch_mod
 from lograft.protocol.partitioner import (
     KeylessPartitioner,
     murmur2,
+    murmur2_python,
     partition_for_key,
     to_positive,
 )
@@ -41,6 +43,20 @@ def test_murmur2_agrees_with_kafka_python(key: bytes) -> None:
     # kafka-python returns the same 32 bits unsigned.
     assert murmur2(key) & 0xFFFFFFFF == kafka_python_murmur2(key)
     assert -(2**31) <= murmur2(key) < 2**31
+
+
+@pytest.mark.parametrize(("key", "expected"), KAFKA_VECTORS)
+def test_the_pure_python_murmur2_matches_kafka_java_vectors(key: bytes, expected: int) -> None:
+    assert murmur2_python(key) == expected
+
+
+@pytest.mark.skipif(batch_mod._recordencode is None, reason="the C encoder is not built")
+@settings(max_examples=2000)
+@given(st.binary(max_size=64))
+def test_the_c_murmur2_is_the_one_in_use_and_agrees_with_python(key: bytes) -> None:
+    assert batch_mod._recordencode is not None
+    assert murmur2 is batch_mod._recordencode.murmur2
+    assert murmur2(key) == murmur2_python(key) == murmur2(bytearray(key))
 
 
 @settings(max_examples=1000)
