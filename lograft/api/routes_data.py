@@ -274,8 +274,12 @@ class DataRoutes:
         else its key's (murmur2), else one partition for all keyless records
         of the request (`partitions`/`keys` None: no record has one)."""
         partition_count = len(view.partitions)
-        if partitions is None and keys is None:
-            return {self.keyless.next_request_partition(partition_count): range(count)}
+        if keys is None:
+            if partitions is None:
+                return {self.keyless.next_request_partition(partition_count): range(count)}
+            first = partitions[0]
+            if first is not None and first < partition_count and partitions.count(first) == count:
+                return {first: range(count)}  # every record names the same partition
         sticky: int | None = None
         groups: dict[int, list[int]] = defaultdict(list)
         for i in range(count):
