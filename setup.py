@@ -1,12 +1,13 @@
-"""Build hook for the two C extensions; everything else is in pyproject.toml.
+"""Build hook for the three C extensions; everything else is in pyproject.toml.
 
 `lograft.protocol._recordscan` validates record batches on append;
 `lograft.protocol._recordencode` encodes the records of a batch (the producer
 side, batch.build_batch); `lograft.protocol._columnencode` encodes a batch of
-plain records from columns (the JSON produce path, plain_batch.py). Each is optional: when it cannot be compiled (no
-compiler, no Python headers) the install still succeeds and
-`lograft.protocol.record_scan` uses its pure-Python walker (and batch.py its
-pure-Python encoder). Editable installs copy the built modules into
+plain records from columns (the JSON produce path, plain_batch.py). Each is
+optional: when it cannot be compiled (no compiler, no Python headers) the
+install still succeeds and `lograft.protocol.record_scan` uses its
+pure-Python walker (and batch.py and plain_batch.py their pure-Python
+encoders). Editable installs copy the built modules into
 lograft/protocol/, so after editing a C source rerun `pip install -e .`
 (scripts/setup.sh does when the sources' hash changes). The test command does
 not accept the fallback: scripts/test.sh runs scripts/check_native.py, which
