@@ -60,9 +60,11 @@ class Appended:
 @dataclass(frozen=True, slots=True)
 class NeedMemory:
     """No room: reserve `size` bytes of the buffer pool (blocking as the
-    caller may) and call again with `reserved=size`."""
+    caller may) and call again with `reserved=size` (append_many: from
+    `start`, the first record not yet appended)."""
 
     size: int
+    start: int = 0
 
 
 class RecordAccumulator:
@@ -228,8 +230,8 @@ class RecordAccumulator:
     ) -> int | NeedMemory:
         """Append keyless records values[start:] (bytes or None) to the topic's
         sticky batches, a run per batch (one C call each), each run a span of
-        `many`. Answers the index of the first record not appended (len(values)
-        when all are) or NeedMemory (as `append`; records before it are in)."""
+        `many`. Answers len(values) when all are appended, or NeedMemory (as
+        `append`; the records before its `start` are in)."""
         topic = meta.name
         news = False
         count = len(values)
@@ -271,7 +273,7 @@ class RecordAccumulator:
                             self.pool.release(reserved)
                             reserved = 0
                         if not self.pool.try_reserve(need):
-                            return NeedMemory(need)
+                            return NeedMemory(need, start)
                         reserved = need
                     batch = ProducerBatch(
                         tp,

@@ -346,6 +346,7 @@ class AsyncProducer:
                 ran = acc.append_many(meta, values, timestamps_ms, many, start)
                 while isinstance(ran, NeedMemory):
                     await self.pool.reserve(ran.size, self.config.max_block_ms)
+                    start = ran.start  # the records before it are in
                     ran = acc.append_many(
                         meta, values, timestamps_ms, many, start, reserved=ran.size
                     )

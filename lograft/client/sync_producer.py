@@ -205,18 +205,18 @@ class Producer:
             raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
         meta = self._topic(topic, partition)
         many = ManyResults(count)
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
         if raw_column(self.config, values, keys, headers, partition):
             start = 0
             while start < count:
                 self._check_open()
                 out = self._acc.append_many(meta, values, timestamps_ms, many, start)
                 while isinstance(out, NeedMemory):
-                    self._reserve(out, deadline)
+                    # at most max_block_ms per wait for room
+                    self._reserve(out, time.monotonic() + self.config.max_block_ms / 1000)
+                    start = out.start  # the records before it are in
                     out = self._acc.append_many(
                         meta, values, timestamps_ms, many, start, reserved=out.size
                     )
-                    deadline = time.monotonic() + self.config.max_block_ms / 1000
                 start = out
             return many.future
         now_ms = int(time.time() * 1000)

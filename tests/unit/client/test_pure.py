@@ -484,6 +484,33 @@ async def test_send_many_results_are_computed_from_the_batches_when_read():
     assert isinstance(failing.future.exception(0), RecordTooLargeError)
 
 
+async def test_send_many_waiting_for_room_goes_on_where_it_stopped():
+    from lograft.client.accumulator import NeedMemory
+    from lograft.client.many_results import ManyResults
+
+    loop = asyncio.get_running_loop()
+    pool = BufferPool(2500)
+    acc = RecordAccumulator(batch_bytes=1000, linger_ms=60_000, loop=loop, pool=pool)
+    values = [b"%03d" % i + b"x" * 97 for i in range(20)]  # 107 bytes encoded: 8 a batch
+    many = ManyResults(len(values))
+    out = acc.append_many(_meta(), values, None, many, 0)
+    # Two batches of 8 took 2,000 bytes; a third has no room: the first 16 are in.
+    assert out == NeedMemory(1000, 16) and pool.used == 2000
+    first = acc.drain(TopicPartition("t", 0))
+    first.seal(Compression.NONE)
+    first.complete(0, -1)
+    pool.release(first.reserved_bytes)  # what the sender does when a batch is done
+    pool.reserve_blocking(out.size, timeout_ms=0)
+    assert acc.append_many(_meta(), values, None, many, out.start, reserved=out.size) == 20
+    batches = [first, *acc.queues[TopicPartition("t", 0)]]
+    assert [b.record_count for b in batches] == [8, 8, 4]  # each record once
+    for b, base in zip(batches[1:], (8, 16), strict=True):
+        acc.drain(b.tp)
+        b.seal(Compression.NONE)
+        b.complete(base, -1)
+    assert [m.offset for m in many.future.result(0)] == list(range(20))
+
+
 async def test_accumulator_batches_by_record_count_too():
     loop = asyncio.get_running_loop()
     acc = RecordAccumulator(batch_bytes=10_000, linger_ms=60_000, loop=loop, batch_records=2)
