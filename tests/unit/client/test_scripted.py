@@ -564,3 +564,49 @@ async def test_the_leader_lookup_asks_again_for_a_partition_past_the_cached_layo
         await md.find_leader_url(TopicPartition("t", 1))
     with pytest.raises(UnknownTopicOrPartitionError):
         await md.find_leader_url(TopicPartition("t", 3))
+
+
+def test_sync_sends_from_several_threads_land_once_each_in_send_order():
+    """The sync Producer appends in its callers' threads (lock-free into open
+    batches) while its loop drains them: every record is sent exactly once,
+    each thread's records keep their order, and each future reports where its
+    record landed."""
+    import threading
+    from collections import defaultdict
+
+    from lograft.client import Producer
+    from lograft.protocol.batch import iter_records
+
+    logs: dict[int, list[bytes | None]] = defaultdict(list)
+
+    def on_batch(call: Call):
+        partition = int(call.path.split("/partitions/")[1].split("/")[0])
+        base = len(logs[partition])
+        logs[partition].extend(r.value for r in iter_records(call.data))
+        return ack(call, base)
+
+    t = ScriptedTransport(cluster_handler([1, 1, 1], on_batch))
+    per_thread, threads_n = 3000, 4
+    futures: list[list] = [[] for _ in range(threads_n)]
+    with Producer(A, transport=t, batch_bytes=2000, **FAST) as p:
+
+        def work(w: int) -> None:
+            for i in range(per_thread):
+                key = None if i % 3 else b"k%d" % (i % 7)  # the keyed path too
+                futures[w].append((p.send("t", b"%d-%05d" % (w, i), key), i))
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(threads_n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        p.flush(30_000)
+    everything = [v for log in logs.values() for v in log]
+    assert len(everything) == len(set(everything)) == per_thread * threads_n
+    for w, futs in enumerate(futures):
+        seen: dict[int, int] = {}
+        for fut, i in futs:
+            meta = fut.get(0)
+            assert logs[meta.partition][meta.offset] == b"%d-%05d" % (w, i)
+            assert seen.get(meta.partition, -1) < meta.offset  # send order per partition
+            seen[meta.partition] = meta.offset
