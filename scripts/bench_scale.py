@@ -8,7 +8,9 @@ cluster (configs from scripts/local_cluster.py, its own ports):
 2. create topics totalling N partitions, replication factor 3 (so every broker
    hosts N replicas), and wait until every partition has a leader and a full ISR;
 3. let it settle, then measure per node over `--measure-s`: CPU% (utime+stime
-   deltas from /proc/<pid>/stat; 100% = one core) and RSS (VmRSS);
+   deltas from /proc/<pid>/stat; 100% = one core), the share of it in the
+   main thread (the event loop; /proc/<pid>/task/<pid>/stat) against the
+   other threads (Raft, controller, heartbeats, storage), and RSS (VmRSS);
 4. count the TCP connections each node holds to every other node's HTTP port
    (the replica fetch sessions ride on those), sampled during the idle window;
 5. run a produce load spread round-robin over all partitions (raw RecordBatch
@@ -75,7 +77,17 @@ BATCH_CONTENT_TYPE = "application/vnd.lograft.batch"
 
 def cpu_ticks(pid: int) -> int:
     """utime + stime of every thread of `pid`, in clock ticks."""
-    text = Path(f"/proc/{pid}/stat").read_text()
+    return _stat_ticks(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_ticks(pid: int) -> int:
+    """utime + stime of `pid`'s main thread alone (a node's event loop), in
+    clock ticks."""
+    return _stat_ticks(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _stat_ticks(path: Path) -> int:
+    text = path.read_text()
     fields = text[text.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
 
@@ -157,6 +169,9 @@ class Sample:
     cpu_pct: dict[int, float] = field(default_factory=dict)
     rss_mib: dict[int, float] = field(default_factory=dict)
     threads: dict[int, int] = field(default_factory=dict)
+    # CPU% of each process's main thread (a node's event loop); the rest of
+    # cpu_pct is its other threads (Raft, controller, heartbeats, storage).
+    main_pct: dict[int, float] = field(default_factory=dict)
     # CPU% of the whole machine in the window, and of processes not ours.
     machine_pct: float = 0.0
     others_pct: float = 0.0
@@ -177,6 +192,7 @@ def measure(
         watched[0] = extra_pid
     t0 = time.monotonic()
     c0 = {n: cpu_ticks(p) for n, p in watched.items()}
+    t0_main = {n: main_thread_ticks(p) for n, p in watched.items()}
     m0 = machine_busy_ticks()
     end = t0 + seconds
     if every is not None:
@@ -190,6 +206,7 @@ def measure(
     s.machine_pct = 100.0 * (machine_busy_ticks() - m0) / CLK_TCK / dt
     for n, p in watched.items():
         s.cpu_pct[n] = 100.0 * (cpu_ticks(p) - c0[n]) / CLK_TCK / dt
+        s.main_pct[n] = 100.0 * (main_thread_ticks(p) - t0_main[n]) / CLK_TCK / dt
         s.rss_mib[n] = rss_kib(p) / 1024
         s.threads[n] = thread_count(p)
     s.others_pct = s.machine_pct - sum(s.cpu_pct.values())
@@ -594,6 +611,21 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             f"{r.partitions} partitions: machine CPU % (200 = both cores) idle window "
             f"{r.idle.machine_pct:.0f} (other processes {r.idle.others_pct:.0f}), load window "
             f"{r.loaded.machine_pct:.0f} (other processes {r.loaded.others_pct:.0f})"
+        )
+    for r in results:
+        lines.append(
+            f"{r.partitions} partitions: CPU % per node in the event-loop (main) thread / "
+            "in the other threads, idle: "
+            + ", ".join(
+                f"{n}: {r.idle.main_pct[n]:.1f} / {r.idle.cpu_pct[n] - r.idle.main_pct[n]:.1f}"
+                for n in NODES
+            )
+            + "; load: "
+            + ", ".join(
+                f"{n}: {r.loaded.main_pct[n]:.1f} / "
+                f"{r.loaded.cpu_pct[n] - r.loaded.main_pct[n]:.1f}"
+                for n in NODES
+            )
         )
     for r in results:
         lat = r.load.latencies_ms
