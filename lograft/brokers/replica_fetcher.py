@@ -425,6 +425,10 @@ class ReplicaFetcher:
             tp = TopicPartition(r.topic, r.partition)
             part = self._partitions.get(tp)
             if part is None or part.role is not Role.FOLLOWER:
+                # Its role changed without a `touch` (an apply that failed
+                # midway): work out the followed sets again before the next
+                # fetch, or the session would keep naming it.
+                self._generation += 1
                 continue
             if r.error is not None:
                 log.debug("fetch of %s failed: %s", tp, r.error.message)

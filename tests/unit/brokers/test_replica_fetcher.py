@@ -219,3 +219,22 @@ def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatc
     asked.clear()
     assert session.build(again, again, later, SETTINGS.session_rescan_ms) == ({}, ())
     assert len(asked) == 20
+
+
+async def test_a_partition_that_stopped_following_unnoticed_leaves_the_followed_set(
+    tmp_path, replicas
+):
+    """A role that changed without `touch` (an apply that failed midway) is
+    noticed by the next answer for it."""
+    tp, other = TopicPartition("t", 0), TopicPartition("t", 1)
+    for p in (tp, other):
+        replicas[p] = follower(tmp_path, p, 2)
+    fetcher, _applied = fetcher_over(replicas, None)
+    assert set(fetcher._following(2)) == {tp, other}
+    replicas[tp].become_leader(Assignment((2, ME), (2, ME), ME, 1, 1), 0)
+    assert set(fetcher._following(2)) == {tp, other}  # not touched: not seen yet
+    answer = FetchPartitionResponse(
+        tp.topic, tp.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
+    )
+    assert await fetcher._apply_responses([answer]) is False
+    assert set(fetcher._following(2)) == {other}
