@@ -22,8 +22,12 @@ draining, expiring, aborting batches) happen under `lock`. Appending a
 record to a batch that is already open needs no lock: `OpenBatch.append`
 is one C call that does not release the GIL, and a closed OpenBatch refuses
 appends, so a record either enters before the batch is drained or is
-refused and goes through `append` (locked) to the next batch. The sender's
-reads (readiness) run on the loop.
+refused and goes through `append` (locked) to the next batch. That holds
+for the C type only (`lock_free_appends`): with the pure-Python twin every
+append goes through the lock. `append_many` runs under the lock and reads
+where its run started from the batch (`run_start`), as a lock-free append
+may enter between reading the count and the call. The sender's reads
+(readiness) run on the loop.
 """
 
 from __future__ import annotations
@@ -39,10 +43,16 @@ from lograft.client.buffer_pool import BufferPool
 from lograft.client.errors import ClientClosedError, SerializationError
 from lograft.client.metadata import TopicMetadata
 from lograft.client.partitioning import StickyPartitioner
-from lograft.client.producer_batch import BatchState, Completion, ProducerBatch, estimate_size
+from lograft.client.producer_batch import (
+    RECORD_OVERHEAD_BYTES,
+    BatchState,
+    Completion,
+    ProducerBatch,
+    estimate_size,
+)
 from lograft.errors import RecordTooLargeError
 from lograft.protocol.batch import HEADER_SIZE, Header
-from lograft.protocol.open_batch import NO_ROOM, TOO_LARGE, OpenBatch
+from lograft.protocol.open_batch import NO_ROOM, TOO_LARGE, OpenBatch, OpenBatchPython
 from lograft.protocol.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -93,6 +103,9 @@ class RecordAccumulator:
         # thread-safely by the callee).
         self.on_news = on_news
         self.lock = threading.Lock()
+        # Whether records may be appended to an open batch without `lock`:
+        # only the C OpenBatch's append is one atomic call.
+        self.lock_free_appends = OpenBatch is not OpenBatchPython
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.open: dict[TopicPartition, ProducerBatch] = {}
         self.sticky: dict[str, ProducerBatch] = {}
@@ -249,10 +262,9 @@ class RecordAccumulator:
                             self.sticky[topic] = batch
                     n = 0
                     if batch is not None:
-                        first = batch.records.count
                         n = _many(batch.records, values, timestamps, start)
                         if n:
-                            many.add(start, batch, first, n)
+                            many.add(start, batch, batch.records.run_start, n)
                             start += n
                             news = news or batch.records.full
                             continue
@@ -265,8 +277,7 @@ class RecordAccumulator:
                     old = self.open.get(tp)
                     if old is not None:
                         self._close_open(old)
-                    value = values[start]
-                    size = estimate_size(None, _value_bytes(value), ())
+                    size = RECORD_OVERHEAD_BYTES + _value_size(values[start])
                     need = max(self.batch_bytes, size + HEADER_SIZE)
                     if reserved < need:
                         if reserved:
@@ -285,7 +296,11 @@ class RecordAccumulator:
                         reserved,
                     )
                     reserved = 0
-                    n = _many(batch.records, values, timestamps, start)
+                    try:
+                        n = _many(batch.records, values, timestamps, start)
+                    except BaseException:
+                        self.pool.release(batch.reserved_bytes)  # the batch is dropped
+                        raise
                     if n == 0:  # an empty batch takes any record no larger than record_max
                         self.pool.release(batch.reserved_bytes)
                         raise RecordTooLargeError(
@@ -422,8 +437,19 @@ def _many(
         raise SerializationError(f"send_many: {exc}") from exc
 
 
-def _value_bytes(value: Any) -> bytes | None:
-    return value if value is None or isinstance(value, bytes) else bytes(value)
+def _value_size(value: Any) -> int:
+    """Bytes of a send_many value (bytes-like or None), without copying it."""
+    if value is None:
+        return 0
+    if isinstance(value, bytes):
+        return len(value)
+    try:
+        with memoryview(value) as view:
+            return view.nbytes
+    except TypeError as exc:
+        raise SerializationError(
+            f"send_many: a record's value must be bytes-like or None, not {type(value).__name__}"
+        ) from exc
 
 
 def _header_list(headers: Sequence[Header] | None) -> Sequence[Header]:

@@ -74,6 +74,8 @@ class Producer:
         # as, the TopicPartition keys, without building one per record.
         self._open: dict[Any, ProducerBatch] = acc.open
         self._cached = self._async.metadata.cached
+        # Without the C OpenBatch every record takes the locked path.
+        self._raw = self._raw and acc.lock_free_appends
 
     @property
     def stats(self) -> ProducerStats:

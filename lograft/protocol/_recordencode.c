@@ -454,6 +454,9 @@ typedef struct {
     Py_ssize_t record_max;
     int64_t base_ts;
     int64_t max_ts;
+    /* the index the last append_many's first record got (its callers run
+     * under one lock; single appends, which need none, do not touch it) */
+    Py_ssize_t run_start;
     int closed;
 } OpenBatch;
 
@@ -512,18 +515,21 @@ static Py_ssize_t
 ob_append_one(OpenBatch *self, PyObject *value, PyObject *key, PyObject *headers,
               PyObject *timestamp, int64_t now)
 {
-    if (self->closed) {
-        return -1;
-    }
-    if (self->limit_records > 0 && self->count >= self->limit_records) {
-        return -1;
-    }
+    /* The timestamp first: converting a non-int may run Python code (its
+     * __index__), which may switch threads; from the state checks below to
+     * the end nothing does, so a batch closed by another thread is seen. */
     int64_t ts, ts_delta;
     if (timestamp == Py_None) {
         ts = now;
     }
     else if (ts_delta_of(timestamp, 0, 0, &ts, &ts_delta) < 0) {
         return -3;
+    }
+    if (self->closed) {
+        return -1;
+    }
+    if (self->limit_records > 0 && self->count >= self->limit_records) {
+        return -1;
     }
     int64_t base = self->count ? self->base_ts : ts;
     if ((base < 0 && ts > INT64_MAX + base) || (base > 0 && ts < INT64_MIN + base)) {
@@ -662,6 +668,7 @@ OpenBatch_append_many(OpenBatch *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     int64_t now = now_ms();
+    self->run_start = self->count;
     Py_ssize_t i = start;
     for (; i < n; i++) {
         Py_ssize_t got = ob_append_one(
@@ -753,6 +760,12 @@ OpenBatch_get_max_ts(OpenBatch *self, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+OpenBatch_get_run_start(OpenBatch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->run_start);
+}
+
+static PyObject *
 OpenBatch_get_closed(OpenBatch *self, void *Py_UNUSED(closure))
 {
     return PyBool_FromLong(self->closed);
@@ -783,6 +796,8 @@ static PyGetSetDef OpenBatch_getset[] = {
      NULL},
     {"max_timestamp", (getter)OpenBatch_get_max_ts, NULL, "The largest timestamp.", NULL},
     {"closed", (getter)OpenBatch_get_closed, NULL, "Appends are refused.", NULL},
+    {"run_start", (getter)OpenBatch_get_run_start, NULL,
+     "The index the last append_many's first record got (or would have).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -16,9 +16,14 @@ record's index, -1 for "no room here" and -2 for "too large anywhere".
 `full` is true when the next record of the size of the last would not fit.
 A timestamp of None is the time of the append (milliseconds since the epoch).
 
+`run_start` is the index the last `append_many`'s first record got (its
+run is run_start..run_start+n-1 even if single appends came before it).
+
 `OpenBatch` is the C type of `_recordencode` when built (batch.py's
 `ENCODE_IMPLEMENTATION` says which); `OpenBatchPython` is its pure-Python
-twin with the same answers.
+twin with the same answers. Only the C type's `append` is atomic (one C
+call holding the GIL); the twin's may interleave with another thread's, so
+its callers must serialise appends.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class OpenBatchPython:
         "limit_records",
         "max_timestamp",
         "record_max",
+        "run_start",
         "size",
     )
 
@@ -82,6 +88,7 @@ class OpenBatchPython:
         self.count = 0
         self.base_timestamp = 0
         self.max_timestamp = 0
+        self.run_start = 0
         self.closed = False
 
     def append(
@@ -140,6 +147,7 @@ class OpenBatchPython:
         if not 0 <= start <= n:
             raise ValueError("start out of range")
         now = int(time.time() * 1000)
+        self.run_start = self.count
         i = start
         while i < n:
             key = keys[i] if keys is not None else None

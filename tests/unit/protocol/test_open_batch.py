@@ -153,3 +153,30 @@ def test_bad_fields_raise_type_errors(impl):
     with pytest.raises(TypeError):
         ob.append_many([b"a", "b"], None, None, 0)
     assert ob.count == 1  # the records before the bad one are in
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_run_start_names_where_the_last_append_many_began(impl):
+    ob = impl(1000, 0, 1000)
+    ob.append(b"single")
+    assert ob.append_many([b"a", b"b"], None, None, 0) == 2
+    assert ob.run_start == 1
+    ob.append(b"between")  # a single append does not move it
+    assert ob.run_start == 1
+    assert ob.append_many([b"c"], None, None, 0) == 1 and ob.run_start == 4
+
+
+@pytest.mark.skipif(not HAVE_C, reason="the C OpenBatch is not built")
+def test_a_batch_closed_while_its_timestamp_converts_refuses_the_record():
+    """Converting a timestamp may run Python code (__index__), and so let
+    another thread drain (close) the batch: the append must then be refused,
+    not land in a batch whose records are already fixed."""
+    ob = OpenBatch(1000, 0, 1000)
+
+    class ClosingTimestamp:
+        def __index__(self) -> int:
+            ob.close()
+            return 5
+
+    assert ob.append(b"v", None, None, ClosingTimestamp()) == NO_ROOM
+    assert ob.count == 0 and ob.records() == b""
