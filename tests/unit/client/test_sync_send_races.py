@@ -192,3 +192,44 @@ def test_without_the_c_open_batch_concurrent_sends_take_the_lock(monkeypatch):
     monkeypatch.setattr(accumulator.RecordAccumulator, "append", counted)
     test_many_threads_into_the_same_partitions_every_record_once_in_order()
     assert len(locked) == 6 * 1500  # every record went through the lock
+
+
+def test_sends_racing_close_are_either_refused_or_delivered():
+    """Threads keep sending while another closes the producer: each send
+    either raises ClientClosedError or returns a future that close() has
+    resolved, and every acknowledged record is in the log at its offset."""
+    log = FakeLog()
+    t = ScriptedTransport(cluster_handler([1] * PARTITIONS, log.on_batch))
+    prod = Producer(A, transport=t, batch_bytes=256, linger_ms=0)
+    started = threading.Barrier(4)
+    sent: dict[int, list] = {}
+
+    def run(tid: int) -> None:
+        out = sent[tid] = []
+        started.wait()
+        n = 0
+        while True:
+            value = f"{tid}:{n}".encode()
+            try:
+                fut = prod.send("t", value, key=None if n % 2 else b"k%d" % (n % 5))
+            except ClientClosedError:
+                return
+            out.append((value, fut))
+            n += 1
+
+    with fine_switching():
+        workers = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for w in workers:
+            w.start()
+        started.wait()
+        while sum(len(s) for s in sent.values()) < 3000 and all(w.is_alive() for w in workers):
+            prod.flush()  # let the senders run ahead; flush is not a timer
+        prod.close()
+        for w in workers:
+            w.join()
+    for out in sent.values():
+        for value, fut in out:
+            assert fut.done(), "close() returned with a record neither sent nor failed"
+            meta = fut.get(timeout=0)
+            assert log.records[meta.partition][meta.offset] == value
+    assert prod._async.pool.used == 0
