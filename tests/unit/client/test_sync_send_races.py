@@ -6,6 +6,7 @@ idempotent sequences of each partition are contiguous. No sockets."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from lograft.client import Producer, accumulator
 from lograft.client.errors import ClientClosedError, SerializationError
 from lograft.protocol.batch import iter_batch_records, iter_batches
 from lograft.protocol.open_batch import OpenBatchPython
-from tests.unit.client.fakes import Call, ScriptedTransport, json_response
+from tests.unit.client.fakes import Call, ScriptedTransport, error_response, json_response
 from tests.unit.client.test_scripted import A, cluster_handler
 
 PARTITIONS = 3
@@ -233,3 +234,50 @@ def test_sends_racing_close_are_either_refused_or_delivered():
             meta = fut.get(timeout=0)
             assert log.records[meta.partition][meta.offset] == value
     assert prod._async.pool.used == 0
+
+
+def test_concurrent_sends_with_retried_batches_keep_sequences_and_order():
+    """Every 7th produce request fails retriably (not appended): the retried
+    batches keep their sequences (contiguous per partition at the log) and
+    each thread's records their order, while other threads keep appending."""
+    log = FakeLog()
+    calls = itertools.count()
+
+    def flaky(call: Call):
+        if next(calls) % 7 == 3:
+            return error_response(call, 503, "LEADER_NOT_AVAILABLE", True)
+        return log.on_batch(call)
+
+    t = ScriptedTransport(cluster_handler([1] * PARTITIONS, flaky))
+    sent: dict[int, list] = {}
+    settings = {
+        "batch_bytes": 512,
+        "linger_ms": 0,
+        "retry_backoff_ms": 1,
+        "retry_backoff_max_ms": 2,
+    }
+    with Producer(A, transport=t, **settings) as prod:
+
+        def run(tid: int) -> None:
+            out = sent[tid] = []
+            for n in range(800):
+                value = f"{tid}:{n}".encode()
+                out.append((value, prod.send("t", value, key=b"k%d" % (n % 5))))
+
+        with fine_switching():
+            workers = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        prod.flush()
+        assert prod.stats.retries > 0
+        assert log.errors == []
+        for out in sent.values():
+            last: dict[int, int] = {}
+            for value, fut in out:
+                meta = fut.get(timeout=30)
+                assert log.records[meta.partition][meta.offset] == value
+                assert meta.offset > last.get(meta.partition, -1)
+                last[meta.partition] = meta.offset
+    assert sum(len(r) for r in log.records.values()) == 4 * 800
