@@ -27,12 +27,14 @@ setup(
         Extension(
             "lograft.protocol._columnencode",
             sources=["lograft/protocol/_columnencode.c"],
+            depends=["lograft/protocol/record_writer.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),
         Extension(
             "lograft.protocol._recordencode",
             sources=["lograft/protocol/_recordencode.c"],
+            depends=["lograft/protocol/record_writer.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -30,6 +30,7 @@ STAMP="$VENV/.lograft-install-stamp"
 # install does not recompile it when its source changes: hash the source too.
 WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/lograft/protocol/_recordscan.c" \
     "$ROOT/lograft/protocol/_recordencode.c" "$ROOT/lograft/protocol/_columnencode.c" \
+    "$ROOT/lograft/protocol/record_writer.h" \
     | sha256sum | cut -d' ' -f1)-$EXTRAS"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$WANT" ]]; then
     log "installing lograft[$EXTRAS] into $VENV (first run takes a minute)"

@@ -26,71 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define VARINT_BYTES_MAX 10
-
-typedef struct {
-    char *start; /* NULL in the sizing pass */
-    Py_ssize_t pos;
-    Py_ssize_t size;
-} writer;
-
-static inline uint64_t
-zigzag(int64_t v)
-{
-    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-}
-
-static inline Py_ssize_t
-varint_size(int64_t v)
-{
-    uint64_t z = zigzag(v);
-    Py_ssize_t n = 1;
-    while (z >= 0x80) {
-        z >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static int
-room_lost(void)
-{
-    PyErr_SetString(PyExc_RuntimeError, "columns changed while they were being encoded");
-    return -1;
-}
-
-static int
-put_varint(writer *w, int64_t v)
-{
-    Py_ssize_t n = varint_size(v);
-    if (w->start != NULL) {
-        if (w->size - w->pos < n) {
-            return room_lost();
-        }
-        uint64_t z = zigzag(v);
-        unsigned char *p = (unsigned char *)w->start + w->pos;
-        while (z >= 0x80) {
-            *p++ = (unsigned char)((z & 0x7F) | 0x80);
-            z >>= 7;
-        }
-        *p = (unsigned char)z;
-    }
-    w->pos += n;
-    return 0;
-}
-
-static int
-put_bytes(writer *w, const char *data, Py_ssize_t len)
-{
-    if (w->start != NULL) {
-        if (w->size - w->pos < len) {
-            return room_lost();
-        }
-        memcpy(w->start + w->pos, data, (size_t)len);
-    }
-    w->pos += len;
-    return 0;
-}
+#include "record_writer.h"
 
 /* The bytes of a str (UTF-8), bytes, or NULL data for None. A str's UTF-8
  * form is cached in the str (for ASCII it is the str's own storage), so
