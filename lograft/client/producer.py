@@ -97,6 +97,25 @@ def raw_column(
     )
 
 
+def check_columns(
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
+    headers: Sequence[HeadersInput] | None,
+    timestamps_ms: Sequence[int | None] | None,
+) -> int:
+    """The record count of a `send_many`, once every column given has one
+    entry per value (SerializationError names the one that does not)."""
+    count = len(values)
+    for name, column in (
+        ("keys", keys),
+        ("headers", headers),
+        ("timestamps_ms", timestamps_ms),
+    ):
+        if column is not None and len(column) != count:
+            raise SerializationError(f"send_many: {name} has {len(column)} entries, values {count}")
+    return count
+
+
 class PreparedRecord:
     """A record serialized and sized in the caller's context, ready to append."""
 
@@ -325,16 +344,7 @@ class AsyncProducer:
         self._check_open()
         if self._sender_task is None:
             await self.start()
-        count = len(values)
-        for name, column in (
-            ("keys", keys),
-            ("headers", headers),
-            ("timestamps_ms", timestamps_ms),
-        ):
-            if column is not None and len(column) != count:
-                raise SerializationError(
-                    f"send_many: {name} has {len(column)} entries, values {count}"
-                )
+        count = check_columns(values, keys, headers, timestamps_ms)
         meta = await self._topic_for(topic, partition)
         many = ManyResults(count)
         acc = self._acc

@@ -37,7 +37,13 @@ from lograft.client.errors import ClientClosedError, SerializationError
 from lograft.client.loop_thread import LoopThread
 from lograft.client.many_results import ManyResults
 from lograft.client.metadata import TopicMetadata
-from lograft.client.producer import AsyncProducer, HeadersInput, prepare, raw_column
+from lograft.client.producer import (
+    AsyncProducer,
+    HeadersInput,
+    check_columns,
+    prepare,
+    raw_column,
+)
 from lograft.client.producer_batch import ProducerBatch
 from lograft.client.record_future import FutureRecordMetadata
 from lograft.client.sender import ProducerStats
@@ -193,16 +199,7 @@ class Producer:
         one C call each."""
         if self._closed or self._aborted:
             raise ClientClosedError("the producer is closed; records can no longer be sent")
-        count = len(values)
-        for name, column in (
-            ("keys", keys),
-            ("headers", headers),
-            ("timestamps_ms", timestamps_ms),
-        ):
-            if column is not None and len(column) != count:
-                raise SerializationError(
-                    f"send_many: {name} has {len(column)} entries, values {count}"
-                )
+        count = check_columns(values, keys, headers, timestamps_ms)
         if not isinstance(topic, str) or not topic:
             raise SerializationError(f"topic must be a non-empty str, got {topic!r}")
         meta = self._topic(topic, partition)

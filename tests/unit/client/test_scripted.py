@@ -13,9 +13,10 @@ from lograft.client import (
     AsyncProducer,
     ClusterUnreachableError,
     DeliveryTimeoutError,
+    Producer,
     TopicPartition,
 )
-from lograft.client.errors import ClientClosedError, NetworkError
+from lograft.client.errors import ClientClosedError, NetworkError, SerializationError
 from lograft.client.metadata import ClusterMetadata
 from lograft.client.transport import HttpResponse
 from lograft.errors import (
@@ -610,3 +611,26 @@ def test_sync_sends_from_several_threads_land_once_each_in_send_order():
             assert logs[meta.partition][meta.offset] == b"%d-%05d" % (w, i)
             assert seen.get(meta.partition, -1) < meta.offset  # send order per partition
             seen[meta.partition] = meta.offset
+
+
+def never_sent(call: Call):
+    raise AssertionError(f"nothing may be sent: {call}")
+
+
+COLUMNS = ["keys", "headers", "timestamps_ms"]
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+async def test_async_send_many_refuses_a_column_of_another_length(column):
+    t = ScriptedTransport(cluster_handler([1], never_sent))
+    async with AsyncProducer(A, transport=t, **FAST) as p:
+        with pytest.raises(SerializationError, match=f"{column} has 2 entries, values 3"):
+            await p.send_many("t", [b"a", b"b", b"c"], **{column: [None, None]})
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+def test_sync_send_many_refuses_a_column_of_another_length(column):
+    t = ScriptedTransport(cluster_handler([1], never_sent))
+    message = f"{column} has 2 entries, values 3"
+    with Producer(A, transport=t, **FAST) as p, pytest.raises(SerializationError, match=message):
+        p.send_many("t", [b"a", b"b", b"c"], **{column: [None, None]})
