@@ -9,8 +9,7 @@
  * write against the room left: input that changed between the passes is a
  * RuntimeError, never a write past the end.
  */
-#ifndef LOGRAFT_RECORD_WRITER_H
-#define LOGRAFT_RECORD_WRITER_H
+#pragma once
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -86,4 +85,3 @@ put_bytes(writer *w, const void *data, Py_ssize_t len)
     return 0;
 }
 
-#endif /* LOGRAFT_RECORD_WRITER_H */
