@@ -25,8 +25,23 @@ BROKER_KEYS = {"min_insync_replicas"}
 CONTROLLER_KEYS = {"unclean_leader_election"}
 
 
+# Kafka's names that are not ours with dots for underscores.
+KAFKA_ALIASES = {"unclean.leader.election.enable": "unclean_leader_election"}
+
+
 def known_topic_config_keys() -> list[str]:
     return sorted({*config_keys(), *BROKER_KEYS, *CONTROLLER_KEYS})
+
+
+def canonical_key(key: Any) -> Any:
+    """Our name of a topic config given in Kafka's spelling (`retention.ms`,
+    `min.insync.replicas`, `unclean.leader.election.enable`): people and tools
+    coming from Kafka write those. Anything else is returned as given, so an
+    unknown key is refused under the name the caller used."""
+    if not isinstance(key, str) or "." not in key:
+        return key
+    ours = KAFKA_ALIASES.get(key, key.replace(".", "_"))
+    return ours if ours in known_topic_config_keys() else key
 
 
 def validate_topic_configs(
@@ -34,13 +49,22 @@ def validate_topic_configs(
 ) -> dict[str, str | None]:
     """Check names and values; returns them as the strings the metadata stores.
 
-    A None value (delete the key) is always allowed for a known key.
+    A None value (delete the key) is always allowed for a known key. Kafka's
+    dotted names are taken as ours (`canonical_key`); the answer uses ours, and
+    a key given in both spellings is refused.
     `min_insync_replicas` may not exceed the topic's replication factor (when
     known): acks=all could never succeed.
     """
     out: dict[str, str | None] = {}
     log_values: dict[str, Any] = {}
-    for key, value in configs.items():
+    for given, value in configs.items():
+        key = canonical_key(given)
+        if key in out:
+            raise InvalidConfigError(
+                f"topic config {key} is given twice (as {shown(given)} and under "
+                "another spelling); give it once",
+                key=key,
+            )
         if key not in known_topic_config_keys():
             raise InvalidConfigError(
                 f"unknown topic config {shown(key)}; known: {', '.join(known_topic_config_keys())}",

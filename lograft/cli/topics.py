@@ -46,7 +46,8 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a topic config, e.g. retention_ms=86400000 (repeatable)",
+        help="a topic config, e.g. retention_ms=86400000 or Kafka's retention.ms=86400000 "
+        "(repeatable)",
     )
     finish_parser(create, cmd_create, "topics create")
 

@@ -67,3 +67,41 @@ def test_integer_log_configs_are_ascii_digits_only(value):
 @pytest.mark.parametrize(("key", "value"), [("retention_ms", "-1"), ("retention_ms", 7)])
 def test_integer_log_configs_as_digits_or_json_integers_are_taken(key, value):
     assert validate_topic_configs({key: value}) == {key: str(value)}
+
+
+@pytest.mark.parametrize(
+    ("kafka", "ours", "value"),
+    [
+        ("min.insync.replicas", "min_insync_replicas", "2"),
+        ("retention.ms", "retention_ms", "3600000"),
+        ("cleanup.policy", "cleanup_policy", "compact"),
+        ("message.timestamp.type", "message_timestamp_type", "LogAppendTime"),
+        ("unclean.leader.election.enable", "unclean_leader_election", "true"),
+    ],
+)
+def test_kafkas_dotted_names_are_taken_as_ours(kafka, ours, value):
+    assert validate_topic_configs({kafka: value}, 3) == {ours: value}
+
+
+def test_a_kafka_name_is_checked_like_ours():
+    with pytest.raises(InvalidConfigError) as info:
+        validate_topic_configs({"min.insync.replicas": "4"}, 3)
+    assert info.value.details["key"] == "min_insync_replicas"
+
+
+def test_a_kafka_name_removes_like_ours():
+    assert validate_topic_configs({"retention.ms": None}) == {"retention_ms": None}
+
+
+def test_a_config_in_both_spellings_is_refused():
+    with pytest.raises(InvalidConfigError) as info:
+        validate_topic_configs({"retention_ms": "1000", "retention.ms": "2000"})
+    assert info.value.details["key"] == "retention_ms"
+    assert "twice" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["retention.mss", "no.such.key", "unclean.leader.election.enabled"])
+def test_an_unknown_dotted_key_is_refused_under_its_own_name(key):
+    with pytest.raises(InvalidConfigError) as info:
+        validate_topic_configs({key: "1"})
+    assert info.value.details["key"] == key
