@@ -8,7 +8,7 @@ fields in `__post_init__`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 from msgspec.structs import force_setattr
@@ -93,6 +93,11 @@ class HttpConfig(Record):
     # Threads that decompress, validate and render records for requests, off
     # the event loop; more such work waits for one.
     record_threads_max: Positive = 2
+    # Where a JSON produce's keyless records (no key, no partition) go:
+    # "local", a partition this node leads when it leads any, round-robin
+    # across requests (nothing forwarded); "all", every partition of the
+    # topic in turn, wherever its leader is (one more hop for most).
+    keyless_partitions: Literal["local", "all"] = "local"
     # Passwords hashed at once (PBKDF2 in threads) for PUT /v1/users/{user};
     # more such requests wait for one.
     password_hashes_inflight_max: Positive = 2

@@ -54,7 +54,7 @@ from lograft.api.services import MetadataView, PeerCalls, TopicView
 from lograft.brokers.groups.placement import CONSUMER_OFFSETS_TOPIC
 from lograft.brokers.metadata_sync import partition_of
 from lograft.brokers.peer_calls import NoPeers
-from lograft.brokers.produce_router import FORWARD_PATH, ProduceRouter
+from lograft.brokers.produce_router import FORWARD_PATH, KeylessPartitions, ProduceRouter
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.echo import clip, shown
 from lograft.errors import (
@@ -108,6 +108,9 @@ class DataLimits:
     # A produce forwarded to one leader is cut into requests of at most this
     # many bytes: the leader refuses a larger body (its request_bytes_max).
     forward_request_bytes_max: int = 16 * 1024 * 1024
+    # Where keyless records go: `local`, a partition this broker leads when
+    # it leads one (nothing forwarded); `all`, every partition in turn.
+    keyless_partitions: KeylessPartitions = "local"
     render: RenderLimits = field(default_factory=RenderLimits)
 
 
@@ -154,6 +157,7 @@ class DataRoutes:
             lambda broker_id: self.metadata.broker_url(broker_id),
             produce_decompressed_bytes_max=self.limits.produce_decompressed_bytes_max,
             forward_request_bytes_max=self.limits.forward_request_bytes_max,
+            keyless_partitions=self.limits.keyless_partitions,
         )
         # A produce taken here for partitions led here goes to the router's
         # in-process append, not over HTTP to this node.
@@ -272,11 +276,12 @@ class DataRoutes:
     ) -> dict[int, Sequence[int]]:
         """Partition -> indices of its records: the record's own partition,
         else its key's (murmur2), else one partition for all keyless records
-        of the request (`partitions`/`keys` None: no record has one)."""
+        of the request, chosen as the router says (`keyless_choices`)
+        (`partitions`/`keys` None: no record has one)."""
         partition_count = len(view.partitions)
         if keys is None:
             if partitions is None:
-                return {self.keyless.next_request_partition(partition_count): range(count)}
+                return {self._keyless_partition(view): range(count)}
             first = partitions[0]
             if first is not None and first < partition_count and partitions.count(first) == count:
                 return {first: range(count)}  # every record names the same partition
@@ -297,10 +302,15 @@ class DataRoutes:
                 p = partition_for_key(key, partition_count)
             else:
                 if sticky is None:
-                    sticky = self.keyless.next_request_partition(partition_count)
+                    sticky = self._keyless_partition(view)
                 p = sticky
             groups[p].append(i)
         return dict(groups)
+
+    def _keyless_partition(self, view: TopicView) -> int:
+        """The partition of the next request's keyless records."""
+        choices = self.router.keyless_choices(view)
+        return self.keyless.next_request_partition(len(view.partitions), choices)
 
     async def produce_forwarded(self, request: web.Request) -> web.StreamResponse:
         """Partitions of one JSON produce, forwarded by the node that took it:

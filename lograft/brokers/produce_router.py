@@ -16,6 +16,14 @@ parse, call and render. The router sends every partition's batch to its
 leader the same way (`forward_produce`); for this broker's own partitions
 the transport runs `produce_here` in process (registered by the routes with
 `serve_locally`), with the batches as they are: no copy, no encoding.
+Keyless records of a JSON produce (no key, no partition) may go to any
+partition, so the router says which partitions their request's one partition
+is chosen from (`keyless_choices`, a `KEYLESS_PARTITIONS` rule): with `local`
+(the default) the partitions this broker leads, so that nothing is forwarded
+while it leads one (as a REST proxy's user expects: Kafka's own sticky
+partitioner puts a keyless batch on any one partition); with `all`, every
+partition of the topic, round-robin, wherever its leader is.
+
 Outcomes of forwarded partitions:
 
 - the leader has no address: NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE
@@ -33,7 +41,7 @@ import asyncio
 import functools
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, get_args
 
 from lograft.brokers.metadata_sync import TopicView, partition_of
 from lograft.brokers.partition import Partition, check_batch_count
@@ -60,6 +68,14 @@ from lograft.protocol.topic_partition import TopicPartition
 T = TypeVar("T")
 
 FORWARD_PATH = "/internal/v1/produce"
+# Which partitions the keyless records of a JSON produce may go to:
+# `local`, those this broker leads (else those with a leader, else all);
+# `all`, every partition, round-robin across requests wherever it is led.
+KeylessPartitions = Literal["local", "all"]
+KEYLESS_PARTITIONS: tuple[str, ...] = get_args(KeylessPartitions)
+# Topics whose locally led partitions are remembered (per metadata view);
+# past this many the memory starts over, so deleted topics cannot pile up.
+KEYLESS_CHOICES_CACHED_MAX = 1024
 # What a forwarded produce's header costs per partition and in all, bytes; a
 # generous bound, so that a request cut at the limit fits the peer's limit.
 FORWARD_PARTITION_OVERHEAD = 64
@@ -94,9 +110,16 @@ class ProduceRouter:
         *,
         produce_decompressed_bytes_max: int,
         forward_request_bytes_max: int,
+        keyless_partitions: KeylessPartitions = "local",
     ) -> None:
         """`broker_url`: a broker's advertised URL, for NOT_LEADER answers
-        (clients go there, not to the node-to-node address)."""
+        (clients go there, not to the node-to-node address); `keyless_partitions`:
+        see `keyless_choices`."""
+        if keyless_partitions not in KEYLESS_PARTITIONS:
+            raise ValueError(
+                f"keyless_partitions must be one of {KEYLESS_PARTITIONS}, "
+                f"got {keyless_partitions!r}"
+            )
         self.replicas = replicas
         self.transport = transport
         self.work = work
@@ -106,6 +129,41 @@ class ProduceRouter:
         # A produce forwarded to one leader is cut into requests of at most
         # this many bytes: the leader refuses a larger body.
         self.forward_request_bytes_max = forward_request_bytes_max
+        self.keyless_partitions = keyless_partitions
+        # Topic -> (the view they were read from, keyless_choices of it).
+        self._keyless: dict[str, tuple[TopicView, tuple[int, ...] | None]] = {}
+
+    # -- keyless records -------------------------------------------------------------------
+
+    def keyless_choices(self, view: TopicView) -> tuple[int, ...] | None:
+        """The partitions a request's keyless records may go to (one of them,
+        round-robin across requests: `KeylessPartitioner`); None: any.
+
+        Rule `local`: the partitions this broker leads and hosts, so they are
+        appended here and nothing is forwarded; when it leads none, those with
+        a leader (a leaderless one would only refuse); when none has one, any.
+        Rule `all`: any. Worked out once per metadata view of the topic."""
+        if self.keyless_partitions == "all":
+            return None
+        cached = self._keyless.get(view.name)
+        if cached is not None and cached[0] is view:
+            return cached[1]
+        choices = self._local_or_led(view)
+        if len(self._keyless) >= KEYLESS_CHOICES_CACHED_MAX:
+            self._keyless.clear()
+        self._keyless[view.name] = (view, choices)
+        return choices
+
+    def _local_or_led(self, view: TopicView) -> tuple[int, ...] | None:
+        me = self.replicas.broker_id
+        hosted = self.replicas.partitions
+        led = sorted(p for p, a in view.partitions.items() if a.leader >= 0)
+        local = tuple(
+            p
+            for p in led
+            if view.partitions[p].leader == me and TopicPartition(view.name, p) in hosted
+        )
+        return local or tuple(led) or None
 
     # -- leadership ----------------------------------------------------------------------
 
@@ -320,7 +378,9 @@ def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> 
 
 __all__ = [
     "FORWARD_PATH",
+    "KEYLESS_PARTITIONS",
     "ForwardTransport",
+    "KeylessPartitions",
     "ProduceRouter",
     "RecordWorker",
 ]

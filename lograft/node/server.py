@@ -415,6 +415,7 @@ class Node:
                 DataLimits(
                     forward_request_bytes_max=cfg.http.request_bytes_max,
                     produce_decompressed_bytes_max=cfg.http.produce_decompressed_bytes_max,
+                    keyless_partitions=cfg.http.keyless_partitions,
                     render=render,
                 ),
                 work=self.record_work,

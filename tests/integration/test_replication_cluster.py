@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record import MemoryRecords
+from prometheus_client.parser import text_string_to_metric_families
 
+from lograft.brokers.produce_router import FORWARD_PATH
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
 from lograft.protocol.compression import Compression
 from lograft.protocol.partitioner import partition_for_key
@@ -222,14 +224,64 @@ def test_keyed_records_land_on_the_murmur2_partition(cluster: LograftCluster) ->
             stored[rec["key"]] = p
     assert stored == kafka_choice
 
-    # Keyless records: one partition per request (sticky), the next request
-    # on the next partition (round-robin across requests through one node).
-    chosen = []
-    for i in range(count):
-        got = produce_ok(cluster, via, "keyed", [{"value": f"free-{i}-{j}"} for j in range(3)])
-        assert len({o["partition"] for o in got}) == 1, got
-        chosen.append(got[0]["partition"])
-    assert sorted(chosen) == list(range(count)), chosen
+
+def forwarded_produces(node: ClusterNode) -> float:
+    """Forwarded produces `node` has taken (as a partition leader), from its
+    request metrics: `POST /internal/v1/produce` carries nothing else."""
+    resp = node.get("/metrics")
+    assert resp.status == 200, resp
+    text = resp.body.decode() if isinstance(resp.body, bytes) else str(resp.body)
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "lograft_request_total_seconds_count"
+                and sample.labels.get("route") == FORWARD_PATH
+            ):
+                total += sample.value
+    return total
+
+
+def test_keyless_records_stay_on_partitions_the_node_leads(cluster: LograftCluster) -> None:
+    """Keyless records (`keyless_partitions` = local, the default): one
+    partition per request (sticky), the next request on the next partition
+    the node that took it leads (round-robin), so nothing is forwarded;
+    keyed records still go to their murmur2 partition, wherever it is led."""
+    count = 6
+    cluster.create_topic("keyless", partitions=count)
+    parts = wait_in_sync(cluster, "keyless")
+    led = {
+        n.node_id: [p for p, d in sorted(parts.items()) if d["leader"] == n.node_id]
+        for n in cluster
+    }
+    # Six partitions on three brokers: some node leads at least two, so the
+    # round-robin among a node's partitions shows.
+    assert max(len(ps) for ps in led.values()) >= 2, parts
+    forwarded = {n.node_id: forwarded_produces(n) for n in cluster}
+    for via in cluster:
+        mine = led[via.node_id]
+        chosen = []
+        for i in range(2 * len(mine)):
+            records = [{"value": f"{via.node_id}-{i}-{j}"} for j in range(3)]
+            got = produce_ok(cluster, via, "keyless", records)
+            assert len({o["partition"] for o in got}) == 1, got
+            chosen.append(got[0]["partition"])
+        # Each partition the node leads, in turn (a node leading none would
+        # spread them over all: not this cluster's case when all lead one).
+        assert sorted(chosen) == sorted(mine * 2), (via.node_id, chosen, parts)
+        assert chosen[: len(mine)] == chosen[len(mine) :], chosen
+    assert {n.node_id: forwarded_produces(n) for n in cluster} == forwarded
+    # A keyed record whose partition another node leads is still forwarded there.
+    via = cluster[1]
+    key = next(
+        k
+        for k in (f"k{i}" for i in range(100))
+        if parts[partition_for_key(k.encode(), count)]["leader"] != 1
+    )
+    got = produce_ok(cluster, via, "keyless", [{"key": key, "value": "keyed"}])
+    leader = parts[partition_for_key(key.encode(), count)]["leader"]
+    assert got[0]["partition"] == partition_for_key(key.encode(), count)
+    assert forwarded_produces(cluster[leader]) == forwarded[leader] + 1
 
 
 # -- high watermark ------------------------------------------------------------------------

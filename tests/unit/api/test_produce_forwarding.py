@@ -180,3 +180,39 @@ async def test_a_refused_request_fails_each_of_its_partitions(node, status, body
     assert offsets[0] == {"partition": 1, "error": error}
     assert offsets[2] == {"partition": 2, "error": error}
     assert offsets[1] == {"partition": 0, "offset": 0}
+
+
+@pytest.fixture
+async def spreading_node(tmp_path) -> AsyncIterator[tuple[TestClient, FakeLeader]]:
+    limits = DataLimits(keyless_partitions="all")
+    async for pair in _node(tmp_path, FakeLeader(), limits):
+        yield pair
+
+
+KEYLESS = orjson.dumps({"records": [{"value": "a"}, {"value": "b"}]})
+
+
+async def _keyless_partitions(client: TestClient, requests: int) -> list[int]:
+    """The partition each of `requests` keyless produces went to."""
+    got = []
+    for _ in range(requests):
+        resp = await client.post("/v1/topics/t/records?acks=1", data=KEYLESS)
+        body = await resp.json()
+        # A partition whose leader refused or is unreachable: an error naming it.
+        offsets = body["offsets"] if "offsets" in body else body["error"]["details"]["offsets"]
+        assert offsets[0]["partition"] == offsets[1]["partition"], offsets
+        got.append(offsets[0]["partition"])
+    return got
+
+
+async def test_keyless_records_stay_on_the_partition_led_here(node) -> None:
+    client, leader = node
+    assert await _keyless_partitions(client, len(LEADERS)) == [0] * len(LEADERS)
+    assert leader.requests == []  # nothing forwarded
+
+
+async def test_keyless_records_spread_over_every_partition_with_rule_all(spreading_node) -> None:
+    client, leader = spreading_node
+    got = await _keyless_partitions(client, len(LEADERS))
+    assert sorted(got) == sorted(LEADERS)  # each partition once, round-robin
+    assert sorted(p for [p] in leader.requests) == [1, 2, 5]  # broker 2's went there

@@ -12,7 +12,7 @@ import pytest
 from lograft.brokers.metadata_sync import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.peer_calls import UnreadableAnswer
-from lograft.brokers.produce_router import ProduceRouter
+from lograft.brokers.produce_router import KeylessPartitions, ProduceRouter
 from lograft.errors import (
     PeerAddressUnknownError,
     PeerAnswerUnreadableError,
@@ -25,6 +25,7 @@ from lograft.protocol.produce_wire import (
     PartitionOutcome,
     ProduceRequest,
 )
+from lograft.protocol.topic_partition import TopicPartition
 
 T = TypeVar("T")
 
@@ -54,17 +55,29 @@ class Inline:
 
 
 class Broker:
+    """Broker 1, hosting replicas of `hosted` (partitions of topic t)."""
+
     broker_id = 1
 
+    def __init__(self, hosted: tuple[int, ...] = ()) -> None:
+        self.partitions = {TopicPartition("t", p): object() for p in hosted}
 
-def router(transport: Transport, forward_request_bytes_max: int = 1 << 20) -> ProduceRouter:
+
+def router(
+    transport: Transport,
+    forward_request_bytes_max: int = 1 << 20,
+    *,
+    hosted: tuple[int, ...] = (),
+    keyless_partitions: KeylessPartitions = "local",
+) -> ProduceRouter:
     return ProduceRouter(
-        Broker(),  # type: ignore[arg-type]
+        Broker(hosted),  # type: ignore[arg-type]
         transport,
         Inline(),
         lambda b: f"http://broker-{b}",
         produce_decompressed_bytes_max=1 << 20,
         forward_request_bytes_max=forward_request_bytes_max,
+        keyless_partitions=keyless_partitions,
     )
 
 
@@ -124,3 +137,43 @@ async def test_a_partition_without_a_leader_is_not_sent() -> None:
     out: dict[int, Any] = await router(transport).produce(topic([-1]), {0: b"a"}, Acks.ALL)
     assert transport.sent == []
     assert out[0].code == "LEADER_NOT_AVAILABLE"
+
+
+# -- keyless records ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("leaders", "hosted", "choices"),
+    [
+        # Broker 1 leads and hosts 1 and 3: only those.
+        ([2, 1, 3, 1], (0, 1, 3), (1, 3)),
+        # It leads 1 but hosts no replica of it (not applied yet): as if it led none.
+        ([2, 1, 3], (0,), (0, 1, 2)),
+        # It leads none: every partition with a leader (2 has none).
+        ([2, 3, -1, 3], (0, 1), (0, 1, 3)),
+        # No partition has a leader: any (the leaderless answer is the leader's).
+        ([-1, -1], (0, 1), None),
+    ],
+)
+def test_keyless_records_go_to_partitions_led_here_when_there_are_any(
+    leaders: list[int], hosted: tuple[int, ...], choices: tuple[int, ...] | None
+) -> None:
+    assert router(Transport(), hosted=hosted).keyless_choices(topic(leaders)) == choices
+
+
+def test_rule_all_spreads_keyless_records_over_every_partition() -> None:
+    r = router(Transport(), hosted=(0, 1), keyless_partitions="all")
+    assert r.keyless_choices(topic([1, 1, 2])) is None
+
+
+def test_keyless_choices_follow_a_new_view_of_the_topic() -> None:
+    r = router(Transport(), hosted=(0, 1, 2))
+    before = topic([1, 2, 3])
+    assert r.keyless_choices(before) == (0,)
+    assert r.keyless_choices(before) == (0,)  # the same view: remembered
+    assert r.keyless_choices(topic([2, 1, 1])) == (1, 2)  # leadership moved
+
+
+def test_an_unknown_keyless_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="keyless_partitions"):
+        router(Transport(), keyless_partitions="sticky")  # type: ignore[arg-type]

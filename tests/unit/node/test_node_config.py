@@ -81,6 +81,10 @@ def test_environment_overrides_win(tmp_path: Path):
     assert (cfg.http.connections_max, cfg.http.connections_per_ip_max) == (4096, 1024)
     assert (cfg.http.header_read_timeout_ms, cfg.http.keepalive_timeout_ms) == (10_000, 75_000)
     assert cfg.http.client_fault_log_interval_ms == 10_000
+    # Keyless JSON records: on partitions led here unless told otherwise.
+    assert cfg.http.keyless_partitions == "local"
+    env = {"LOGRAFT_CFG_HTTP__KEYLESS_PARTITIONS": "all"}
+    assert load_config(f, env=env).http.keyless_partitions == "all"
     env = {
         "LOGRAFT_CFG_HTTP__CONNECTIONS_PER_IP_MAX": "7",
         "LOGRAFT_CFG_HTTP__KEEPALIVE_TIMEOUT_MS": "9",
@@ -199,6 +203,10 @@ V = [{"id": 1, "raft": "h:1", "http": "h:2"}]
             "raft.dial.2",
         ),
         ({"node_id": 1, "data_dir": "d", "voters": V, "raft": {"peers": {}}}, "raft.peers"),
+        (
+            {"node_id": 1, "data_dir": "d", "voters": V, "http": {"keyless_partitions": "any"}},
+            "http.keyless_partitions",
+        ),
         (
             {"node_id": 1, "data_dir": "d", "voters": V, "log_defaults": {"segment_bites": 1}},
             "log_defaults.segment_bites",
