@@ -30,11 +30,7 @@ from typing import Any, Literal, overload
 import msgspec
 
 from lograft.api.request_shapes import ProduceBody
-from lograft.protocol.plain_batch import Column, build_plain_batch
-
-_NONE = type(None)
-# Item types a string or base64 column may hold (what encode_value accepts).
-_TEXT_TYPES = frozenset({str, _NONE})
+from lograft.protocol.plain_batch import Column, attribute_columns, build_plain_batch, texts_only
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,28 +61,29 @@ class PlainColumns:
         )
 
 
+# The record fields read as columns, in this order (`attribute_columns`).
+_FIELDS = ("headers", "value", "key", "partition", "timestamp")
+
+
 def plain_columns(doc: ProduceBody) -> PlainColumns | None:
     """The body's records as columns, or None when some record has headers
     or a key or value the per-record path would refuse (it says why)."""
-    records = doc.records
-    if any(r.headers for r in records):
+    # One C pass over the records (was five comprehensions and an any()
+    # each: as much CPU as the JSON decode itself at 500 records).
+    headers, raw_values, raw_keys, partitions, timestamps = attribute_columns(doc.records, _FIELDS)
+    if headers is not None and any(headers):  # {} and [] are no headers
         return None
-    values = _column([r.value for r in records], doc.value_format, keep_text=True)
+    if raw_values is None:  # every value null
+        raw_values = [None] * len(doc.records)
+    values = _column(raw_values, doc.value_format, keep_text=True)
     if values is None:
         return None
     keys: list[bytes | None] | None = None
-    if any(r.key is not None for r in records):
-        keys = _column([r.key for r in records], doc.key_format, keep_text=False)
+    if raw_keys is not None:
+        keys = _column(raw_keys, doc.key_format, keep_text=False)
         if keys is None:
             return None
-    partitions = [r.partition for r in records]
-    timestamps = [r.timestamp for r in records]
-    return PlainColumns(
-        values,
-        keys,
-        partitions if any(p is not None for p in partitions) else None,
-        timestamps if any(t is not None for t in timestamps) else None,
-    )
+    return PlainColumns(values, keys, partitions, timestamps)
 
 
 @overload
@@ -103,7 +100,7 @@ def _column(raw: list[Any], fmt: str, *, keep_text: bool) -> Column | None:
         # Compact JSON text of what was sent (msgspec keeps big integers exact).
         encode = msgspec.json.encode
         return [None if v is None else encode(v) for v in raw]
-    if not {type(v) for v in raw} <= _TEXT_TYPES:
+    if not texts_only(raw):
         return None
     texts: list[str | None] = raw  # checked just above
     if fmt == "string":

@@ -19,6 +19,10 @@
  * bytes object of exactly that size. The columns are lists this module
  * reads without calling Python code, so nothing changes between the passes;
  * the second still checks every write against the room left.
+ *
+ * Also the two steps before: `attribute_columns` turns the decoded records
+ * (objects) into columns in one pass, and `texts_only` says whether a column
+ * holds only str and None (what a `string` or `base64` column may hold).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -229,14 +233,116 @@ columnencode_encode_columns(PyObject *self, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(attribute_columns_doc,
+"attribute_columns(objects, names, /) -> tuple of (list | None)\n\n"
+"One column per name of `names` (a tuple of str): the list of that\n"
+"attribute of every object of `objects` (a list), in order, or None when\n"
+"every one of them is None. What [getattr(o, name) for o in objects] per\n"
+"name gives (the first failing getattr raises), in one pass, without a\n"
+"Python frame per object: the JSON produce path turns a body's decoded\n"
+"records into columns with it.");
+
+/* Slots, not lists, while filling: a column of all None is dropped at the end. */
+static PyObject *
+columnencode_attribute_columns(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *objects, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:attribute_columns", &PyList_Type, &objects, &PyTuple_Type,
+                          &names)) {
+        return NULL;
+    }
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, j))) {
+            PyErr_SetString(PyExc_TypeError, "attribute names must be str");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(objects);
+    PyObject *columns = PyTuple_New(k);
+    if (columns == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *column = PyList_New(n);
+        if (column == NULL) {
+            Py_DECREF(columns);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(columns, j, column);
+    }
+    /* getattr may run Python code (a property) that changes `objects`:
+     * hold a reference to each object while reading it, and read the list's
+     * current size each time round. A column's items start as NULL, which
+     * PyList's dealloc skips, so an early exit frees what was filled. */
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(objects); i++) {
+        PyObject *obj = PyList_GET_ITEM(objects, i);
+        Py_INCREF(obj);
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *value = PyObject_GetAttr(obj, PyTuple_GET_ITEM(names, j));
+            if (value == NULL) {
+                Py_DECREF(obj);
+                Py_DECREF(columns);
+                return NULL;
+            }
+            PyList_SET_ITEM(PyTuple_GET_ITEM(columns, j), i, value);
+        }
+        Py_DECREF(obj);
+    }
+    if (PyList_GET_SIZE(objects) != n) {
+        Py_DECREF(columns);
+        PyErr_SetString(PyExc_RuntimeError, "the list changed size while its columns were read");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *column = PyTuple_GET_ITEM(columns, j);
+        int any = 0;
+        for (Py_ssize_t i = 0; i < n && !any; i++) {
+            any = PyList_GET_ITEM(column, i) != Py_None;
+        }
+        if (!any) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(columns, j, Py_None);
+            Py_DECREF(column);
+        }
+    }
+    return columns;
+}
+
+PyDoc_STRVAR(texts_only_doc,
+"texts_only(column, /) -> bool\n\n"
+"Whether every item of `column` (a list) is exactly a str or None: what a\n"
+"`string` or `base64` column of a JSON produce may hold.");
+
+static PyObject *
+columnencode_texts_only(PyObject *self, PyObject *column)
+{
+    (void)self;
+    if (!PyList_CheckExact(column)) {
+        PyErr_SetString(PyExc_TypeError, "texts_only takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(column);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(column, i);
+        if (item != Py_None && !PyUnicode_CheckExact(item)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef columnencode_methods[] = {
     {"encode_columns", columnencode_encode_columns, METH_VARARGS, encode_columns_doc},
+    {"attribute_columns", columnencode_attribute_columns, METH_VARARGS, attribute_columns_doc},
+    {"texts_only", columnencode_texts_only, METH_O, texts_only_doc},
     {NULL, NULL, 0, NULL},
 };
 
-/* Bumped whenever encode_columns' arguments or answer change: plain_batch.py
- * ignores a module built from an older source. */
-#define COLUMNENCODE_ABI 1
+/* Bumped whenever the module's functions, their arguments or answers change:
+ * plain_batch.py ignores a module built from an older source. */
+#define COLUMNENCODE_ABI 2
 
 static int
 columnencode_exec(PyObject *module)

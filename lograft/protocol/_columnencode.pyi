@@ -1,8 +1,11 @@
 """Types of the C extension built from _columnencode.c, for the type checker.
 
-Its caller is plain_batch.py (build_plain_batch); the arguments and the
+Its caller is plain_batch.py (build_plain_batch, attribute_columns,
+texts_only); the arguments and the
 answer follow the docstring in _columnencode.c.
 """
+
+from typing import Any
 
 from lograft.protocol.plain_batch import Column
 
@@ -15,3 +18,7 @@ def encode_columns(
     default_timestamp: int,
     /,
 ) -> tuple[bytes, int, int]: ...
+def attribute_columns(
+    objects: list[Any], names: tuple[str, ...], /
+) -> tuple[list[Any] | None, ...]: ...
+def texts_only(column: list[Any], /) -> bool: ...

@@ -9,13 +9,18 @@ the same batch `batch.build_batch` makes of the matching `RecordInput`s
 (uncompressed, no producer id) without an object per record: the C
 extension `_columnencode` encodes the records section, the pure-Python
 fallback (no compiler at install time) goes through `batch.encode_records`.
+
+The columns themselves come from the decoded records (one object each) by
+`attribute_columns` and are judged by `texts_only`, also one C call each
+(a Python twin each for the fallback).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from typing import Final, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 
 import crc32c as _crc32c
 
@@ -41,7 +46,7 @@ Item = str | bytes | None
 Column = list[str | None] | list[bytes | None] | list[Item]
 
 # The C encoder's ABI this module speaks (COLUMNENCODE_ABI in _columnencode.c).
-C_COLUMNS_ENCODE_ABI: Final = 1
+C_COLUMNS_ENCODE_ABI: Final = 2
 
 try:
     from lograft.protocol import _columnencode as _columnencode
@@ -74,6 +79,35 @@ def encode_columns_python(
         for i, value in enumerate(values)
     ]
     return encode_records(records, now_ms, None)
+
+
+def attribute_columns_python(objects: list[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The fallback for `_columnencode.attribute_columns`: per name, the list
+    of that attribute of every object, or None when all are None."""
+    columns = []
+    for name in names:
+        column = [getattr(o, name) for o in objects]
+        columns.append(column if any(v is not None for v in column) else None)
+    return tuple(columns)
+
+
+_TEXT_TYPES = frozenset({str, type(None)})
+
+
+def texts_only_python(column: list[Any]) -> bool:
+    """The fallback for `_columnencode.texts_only`."""
+    return {type(v) for v in column} <= _TEXT_TYPES
+
+
+# Per name of `names`, the list of that attribute of each of `objects` (None
+# when every one is None), in one pass.
+attribute_columns: Callable[[list[Any], tuple[str, ...]], tuple[list[Any] | None, ...]] = (
+    _columnencode.attribute_columns if _columnencode is not None else attribute_columns_python
+)
+# Whether every item of a list is exactly a str or None.
+texts_only: Callable[[list[Any]], bool] = (
+    _columnencode.texts_only if _columnencode is not None else texts_only_python
+)
 
 
 def _item_bytes(item: Item, what: str) -> bytes | None:
@@ -121,4 +155,12 @@ def build_plain_batch(
     return b"".join((header, body))
 
 
-__all__ = ["C_COLUMNS_ENCODE_ABI", "IMPLEMENTATION", "Column", "Item", "build_plain_batch"]
+__all__ = [
+    "C_COLUMNS_ENCODE_ABI",
+    "IMPLEMENTATION",
+    "Column",
+    "Item",
+    "attribute_columns",
+    "build_plain_batch",
+    "texts_only",
+]

@@ -117,3 +117,75 @@ def test_columns_of_another_length_or_shape_are_refused() -> None:
 def test_an_empty_batch_is_refused() -> None:
     with pytest.raises(InvalidRecordError, match="at least one record"):
         build_plain_batch([], None, None, timestamp_ms=0)
+
+
+# -- attribute_columns and texts_only ---------------------------------------------------------
+
+
+class Rec:
+    """An object with attributes a and b (a record as decoded)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: object, b: object) -> None:
+        self.a, self.b = a, b
+
+
+attr_values = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.binary(max_size=3))
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(attr_values, attr_values), min_size=0, max_size=20))
+def test_attribute_columns_in_c_match_the_python_twin(pairs) -> None:
+    objects = [Rec(a, b) for a, b in pairs]
+    names = ("a", "b", "a")
+    got = plain_batch.attribute_columns(objects, names)
+    assert got == plain_batch.attribute_columns_python(objects, names)
+    for column, name in zip(got, names, strict=True):
+        want = [getattr(o, name) for o in objects]
+        assert column == (want if any(v is not None for v in want) else None)
+
+
+@needs_c
+def test_attribute_columns_hands_back_the_same_objects_and_raises_as_getattr() -> None:
+    value = "shared"
+    [values] = plain_batch.attribute_columns([Rec(value, None)], ("a",))
+    assert values is not None and values[0] is value
+    with pytest.raises(AttributeError, match="c"):
+        plain_batch.attribute_columns([Rec(1, 2), Rec(3, 4)], ("a", "c"))
+    with pytest.raises(TypeError, match="names must be str"):
+        plain_batch.attribute_columns([Rec(1, 2)], (1,))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        plain_batch.attribute_columns((Rec(1, 2),), ("a",))  # type: ignore[arg-type]
+
+
+@needs_c
+def test_attribute_columns_refuses_a_list_changed_while_read() -> None:
+    objects: list[object] = []
+
+    class Shrinking:
+        @property
+        def a(self) -> int:
+            objects.clear()  # a property that empties the list being read
+            return 1
+
+    objects.extend([Shrinking(), Shrinking()])
+    with pytest.raises(RuntimeError, match="changed size"):
+        plain_batch.attribute_columns(objects, ("a",))
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("column", "want"),
+    [
+        ([], True),
+        ([None, "x", ""], True),
+        (["x", b"x"], False),
+        (["x", 1], False),
+        ([type("S", (str,), {})("sub")], False),  # exactly str, as type() compares
+    ],
+)
+def test_texts_only(column: list[object], want: bool) -> None:
+    assert plain_batch.texts_only(column) is want
+    assert plain_batch.texts_only_python(column) is want
