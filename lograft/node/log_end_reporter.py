@@ -24,20 +24,32 @@ from lograft.node.broker_agent import BrokerAgent
 from lograft.node.controller_client import ControllerClient
 from lograft.protocol import controller_wire as w
 from lograft.protocol.topic_partition import TopicPartition
-from lograft.quorum.image import MetadataImage
+from lograft.quorum.image import MetadataImage, PartitionState
 from lograft.quorum.unclean_recovery import LOG_ENDS_PER_REQUEST_MAX, awaiting_log_ends
 
 log = logging.getLogger(__name__)
 
 
+def awaiting_here(broker_id: int, image: MetadataImage) -> list[PartitionState]:
+    """The partitions with a replica on this broker whose election waits for
+    log ends."""
+    return [p for p in awaiting_log_ends(image) if broker_id in p.replicas]
+
+
 def pending_log_ends(
-    broker_id: int, image: MetadataImage, replicas: ReplicaManager
+    broker_id: int,
+    image: MetadataImage,
+    replicas: ReplicaManager,
+    awaiting: list[PartitionState] | None = None,
 ) -> list[w.ReplicaLogEndItem]:
-    """This broker's replicas of partitions that need recovery by log end."""
+    """This broker's replicas of partitions that need recovery by log end
+    (`awaiting`: `awaiting_here(broker_id, image)`, when already known)."""
     items = []
-    for p in awaiting_log_ends(image):
+    if awaiting is None:
+        awaiting = awaiting_here(broker_id, image)
+    for p in awaiting:
         topic = image.topics.get(p.topic_id)
-        if topic is not None and broker_id in p.replicas:
+        if topic is not None:
             part = replicas.partitions.get(TopicPartition(topic.name, p.partition))
             if part is None:
                 continue  # its log is not open (yet, or it failed): nothing to vouch for
@@ -68,6 +80,9 @@ class LogEndReporter:
         self.replicas = replicas
         self.client = client
         self.interval_ms = interval_ms
+        # The image last walked and what awaits in it (see module doc).
+        self._walked: tuple[MetadataImage, list[PartitionState]] | None = None
+        self.walks = 0  # images walked, for tests
 
     async def run(self) -> None:
         while True:
@@ -82,7 +97,14 @@ class LogEndReporter:
         elected a leader for in answer."""
         if not self.agent.unfenced:
             return 0
-        items = pending_log_ends(self.broker_id, self.image(), self.replicas)
+        image = self.image()
+        if self._walked is None or self._walked[0] is not image:
+            self._walked = (image, awaiting_here(self.broker_id, image))
+            self.walks += 1
+        awaiting = self._walked[1]
+        if not awaiting:
+            return 0
+        items = pending_log_ends(self.broker_id, image, self.replicas, awaiting)
         elected = 0
         for start in range(0, len(items), LOG_ENDS_PER_REQUEST_MAX):
             request = w.ReportLogEndsRequest(

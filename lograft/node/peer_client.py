@@ -75,6 +75,7 @@ from lograft.errors import (
     PeerUnreachableError,
 )
 from lograft.node.config import Voter
+from lograft.node.peer_channel import ChannelError, PeerChannel
 from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
@@ -129,6 +130,8 @@ class PeerClient(LocalFirst):
         self.trace_configs = trace_configs
         self.tls = tls
         self._session: aiohttp.ClientSession | None = None
+        # Kept connections for `exchange`, by peer id.
+        self._channels: dict[int, PeerChannel] = {}
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -258,6 +261,47 @@ class PeerClient(LocalFirst):
             raise answer_error(status, data, who, peer_id)
         return data
 
+    async def exchange(
+        self,
+        peer_id: int,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str = JSON,
+        timeout_ms: int | None = None,
+    ) -> bytes:
+        """`post` for calls made one at a time to a peer, hundreds a second
+        (replica fetches: one in flight per leader): over one kept
+        connection per peer (node/peer_channel.py), not through the pool,
+        at about a quarter of the CPU. Same answers and errors as `post`;
+        `trace_configs` do not see these calls."""
+        url = self._url_of(peer_id)
+        channel = self._channels.get(peer_id)
+        if channel is None or channel.base_url != url:
+            if channel is not None:
+                channel.close()  # the peer moved (a new registration)
+            channel = self._channels[peer_id] = PeerChannel(
+                url,
+                cluster_secret=self.cluster_secret,
+                answer_bytes_max=self.answer_bytes_max,
+                tls=self.tls,
+            )
+        who = _who(peer_id, url)
+        try:
+            status, data = await channel.post(
+                path,
+                body,
+                content_type=content_type,
+                timeout_s=(timeout_ms or self.timeout_ms) / 1000,
+            )
+        except ChannelError as exc:
+            raise PeerUnreachableError(
+                f"could not reach {who} (POST {path}): {exc}", **_peer(peer_id)
+            ) from None
+        if not 200 <= status < 300:
+            raise answer_error(status, data, who, peer_id)
+        return data
+
     async def _read(self, resp: aiohttp.ClientResponse, who: str) -> bytes:
         """The answer's body, at most `answer_bytes_max` of it."""
         limit = self.answer_bytes_max
@@ -302,6 +346,9 @@ class PeerClient(LocalFirst):
         return self._session
 
     async def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None

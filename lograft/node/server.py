@@ -752,7 +752,7 @@ class Node:
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
         assert self.replication_calls is not None
-        return await self.replication_calls.post(
+        return await self.replication_calls.exchange(
             leader_id,
             REPLICA_FETCH_PATH,
             body,  # JSON (ReplicaFetchRequest.to_json)
