@@ -280,7 +280,7 @@ class Admin:
     ) -> None:
         self._async = AsyncAdmin(bootstrap_servers, transport=transport, **settings)
         self.config = self._async.config
-        self._thread = LoopThread("lograft-admin")
+        self._thread = LoopThread("lograft-admin", self.config.event_loop)
         self._closed = False
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from lograft.typed import NonNegative, Positive, Record, build, check_fields
 C = TypeVar("C", bound="CommonConfig")
 
 AcksValue = Literal["0", "1", "all"]
+EventLoopName = Literal["uvloop", "asyncio"]
 OffsetReset = Literal["earliest", "latest", "none"]
 COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
 # Settings that hold a secret: never in a repr or an error message.
@@ -127,6 +128,12 @@ class CommonConfig(Record):
     bearer_token_file: str | None = None
     username: str | None = None
     password: Any = None
+    # The event loop of the synchronous clients' background thread
+    # (loop_thread.py): uvloop's costs less CPU per HTTP exchange and per
+    # hand-off between the caller's thread and the loop's (docs/benchmarks.md
+    # "Client CPU per exchange"); "asyncio" is the standard library's. The
+    # async clients run on whatever loop the program runs them on.
+    event_loop: EventLoopName = "uvloop"
 
     def urls(self) -> tuple[str, ...]:
         return parse_bootstrap(self.bootstrap_servers)

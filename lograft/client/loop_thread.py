@@ -5,6 +5,11 @@ in the calling thread; `call_soon(fn)` schedules a plain callback. Calling
 `run` from the loop's own thread would deadlock and raises instead.
 `stop()` cancels what is left on the loop, stops it and joins the thread.
 The thread is a daemon so a forgotten `close()` cannot hang interpreter exit.
+
+The loop is uvloop's by default (the client setting `event_loop`): it runs
+the same asyncio API for less CPU, in the HTTP exchanges and in each
+`run`'s hand-off between threads; where uvloop cannot be imported (a
+platform it does not build on) the standard library's loop is used.
 """
 
 from __future__ import annotations
@@ -15,14 +20,28 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from lograft.client.config import EventLoopName
 from lograft.client.errors import ClientTimeoutError
 
 T = TypeVar("T")
 
 
+def new_loop(kind: EventLoopName) -> asyncio.AbstractEventLoop:
+    """A new event loop of the kind asked for (uvloop's falls back to asyncio's
+    where uvloop is not installed)."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class LoopThread:
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, name: str, event_loop: EventLoopName = "uvloop") -> None:
+        self.loop = new_loop(event_loop)
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()

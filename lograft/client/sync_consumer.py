@@ -44,7 +44,7 @@ class Consumer:
         `clock`: see `AsyncConsumer`."""
         self._async = AsyncConsumer(bootstrap_servers, transport=transport, clock=clock, **settings)
         self.config = self._async.config
-        self._thread = LoopThread("lograft-consumer")
+        self._thread = LoopThread("lograft-consumer", self.config.event_loop)
         self._closed = False
         self._listener = RebalanceListener()
         self._thread.start_client(self._async.start, self._async.close)

@@ -67,7 +67,7 @@ class Producer:
         self.config = self._async.config
         # Records of bytes as they are: the lock-free path may take them.
         self._raw = self.config.value_serializer is None and self.config.key_serializer is None
-        self._thread = LoopThread("lograft-producer")
+        self._thread = LoopThread("lograft-producer", self.config.event_loop)
         self._close_lock = threading.Lock()
         self._closed = False
         self._aborted = False
