@@ -17,13 +17,15 @@ exchange and per record, CPU % of a core, and the load average after each run.
 
 Against a running cluster (start one: scripts/local_cluster.py start ...):
 
-    .venv/bin/python scripts/bench_client_cpu.py --bootstrap 127.0.0.1:9641,127.0.0.1:9642,127.0.0.1:9643 \\
+    .venv/bin/python scripts/bench_client_cpu.py \\
+        --bootstrap 127.0.0.1:9641,127.0.0.1:9642,127.0.0.1:9643 \\
         --python main=/work/main/.venv/bin/python --python this=.venv/bin/python --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -45,16 +47,13 @@ def child(args: argparse.Namespace) -> None:
     from lograft.client import Admin, Consumer, Producer, TopicPartition
     from lograft.errors import TopicAlreadyExistsError
 
-    with Admin(args.bootstrap) as admin:
-        try:
-            admin.create_topic(
-                args.topic,
-                partitions=args.partitions,
-                replication_factor=3,
-                configs={"min_insync_replicas": "2"},
-            )
-        except TopicAlreadyExistsError:
-            pass
+    with Admin(args.bootstrap) as admin, contextlib.suppress(TopicAlreadyExistsError):
+        admin.create_topic(
+            args.topic,
+            partitions=args.partitions,
+            replication_factor=3,
+            configs={"min_insync_replicas": "2"},
+        )
     parts = [TopicPartition(args.topic, p) for p in range(args.partitions)]
     got = 0
     target = -1  # records the window waits for (set when sending ends)
@@ -179,8 +178,12 @@ def parent(args: argparse.Namespace) -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    print(f"median of {args.rounds} rounds, {args.partitions} partitions, {args.value_bytes} B values")
-    print(f"{'tree':>6} {'rate/s':>7} {'us/exch':>8} {'us/rec':>7} {'cpu%':>5} {'exch/s':>7}  loads")
+    print(
+        f"median of {args.rounds} rounds, {args.partitions} partitions, {args.value_bytes} B values"
+    )
+    print(
+        f"{'tree':>6} {'rate/s':>7} {'us/exch':>8} {'us/rec':>7} {'cpu%':>5} {'exch/s':>7}  loads"
+    )
     for (name, rate), docs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
 
         def med(key: str, docs: list[dict] = docs) -> float:

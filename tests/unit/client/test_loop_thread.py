@@ -10,7 +10,7 @@ from lograft.client import Producer
 from lograft.client.loop_thread import LoopThread
 from lograft.errors import InvalidConfigError
 from tests.unit.client.fakes import Call, ScriptedTransport
-from tests.unit.client.test_scripted import A, FAST, ack, cluster_handler
+from tests.unit.client.test_scripted import FAST, A, ack, cluster_handler
 
 
 def loop_module() -> str:
