@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from lograft.client.errors import UnexpectedResponseError
-from lograft.client.transport import HttpTransport
+from lograft.client.transport import BATCH_CONTENT_TYPE, HttpTransport
 from tests.raft_support import free_port
 
 PIECE = b"x" * 65536
@@ -45,6 +45,13 @@ async def exact(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+@pytest.fixture(params=["aiohttp", "kept"])
+def via(request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """Headers that pick the transport's path: aiohttp's client, or (a raw
+    batch asked for) its kept connections (kept_connections.py)."""
+    return {"Accept": BATCH_CONTENT_TYPE} if request.param == "kept" else None
+
+
 @pytest.fixture
 async def base() -> AsyncIterator[str]:
     app = web.Application()
@@ -59,12 +66,12 @@ async def base() -> AsyncIterator[str]:
         await server.close()
 
 
-async def test_an_endless_body_is_refused_past_the_bound_in_bounded_memory(base):
+async def test_an_endless_body_is_refused_past_the_bound_in_bounded_memory(base, via):
     transport = HttpTransport(response_max_bytes=LIMIT)
     tracemalloc.start()
     try:
         with pytest.raises(UnexpectedResponseError) as info:
-            await transport.request("GET", f"{base}/endless", timeout_ms=20_000)
+            await transport.request("GET", f"{base}/endless", headers=via, timeout_ms=20_000)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -74,20 +81,20 @@ async def test_an_endless_body_is_refused_past_the_bound_in_bounded_memory(base)
     assert peak < 4 * LIMIT
 
 
-async def test_a_caller_bound_wins_and_a_declared_length_is_refused_unread(base):
+async def test_a_caller_bound_wins_and_a_declared_length_is_refused_unread(base, via):
     transport = HttpTransport()  # default 16 MiB: the caller's bound is what counts
     try:
         with pytest.raises(UnexpectedResponseError, match="declares"):
             await transport.request(
-                "GET", f"{base}/declared", timeout_ms=20_000, body_max_bytes=LIMIT
+                "GET", f"{base}/declared", headers=via, timeout_ms=20_000, body_max_bytes=LIMIT
             )
         with pytest.raises(UnexpectedResponseError, match="goes on"):
             await transport.request(
-                "GET", f"{base}/exact", timeout_ms=20_000, body_max_bytes=LIMIT - 1
+                "GET", f"{base}/exact", headers=via, timeout_ms=20_000, body_max_bytes=LIMIT - 1
             )
         # A body of exactly the bound is accepted, whole.
         resp = await transport.request(
-            "GET", f"{base}/exact", timeout_ms=20_000, body_max_bytes=LIMIT
+            "GET", f"{base}/exact", headers=via, timeout_ms=20_000, body_max_bytes=LIMIT
         )
         assert resp.status == 200 and len(resp.body) == LIMIT
     finally:
