@@ -6,8 +6,9 @@ goes, so on a loaded machine its records/s, and with it the share of the
 nodes' fixed per-second costs (timers, heartbeats, Raft ticks) in each
 record's CPU, move with whatever else runs. Here one connection posts
 bench_compare's JSON body (500 records of 100 B, `value_format: string`, no
-keys: the keyless records of a request share a partition, so 2 of 3 requests
-are forwarded to another leader) at `--rate` requests per second to a fresh
+keys: the keyless records of a request share a partition, one the node
+posted to leads under the default `keyless_partitions = "local"`, so nothing
+is forwarded) at `--rate` requests per second to a fresh
 three-node cluster (bench_compare's: 3 partitions, RF 3, min ISR 2,
 acks=all), and prints, over `--seconds` after a warm-up, the records/s it
 reached, the three nodes' CPU seconds (user + system, from /proc) per second

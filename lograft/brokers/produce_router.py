@@ -212,6 +212,9 @@ class ProduceRouter:
         for leader, parts in by_leader.items():
             for chunk in self.forward_chunks(parts):
                 calls.append(self._forward(view, leader, ProduceRequest(view.name, acks, chunk)))
+        if len(calls) == 1:  # the usual case (one leader): no task to gather
+            outcomes.update(await calls[0])
+            return outcomes
         for answered in await asyncio.gather(*calls):
             outcomes.update(answered)
         return outcomes
