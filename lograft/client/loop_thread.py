@@ -39,6 +39,11 @@ def new_loop(kind: EventLoopName) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def _cancel_started(started: list[Any]) -> None:
+    if started and isinstance(started[0], asyncio.Task):
+        started[0].cancel()
+
+
 class LoopThread:
     def __init__(self, name: str, event_loop: EventLoopName = "uvloop") -> None:
         self.loop = new_loop(event_loop)
@@ -63,12 +68,42 @@ class LoopThread:
         if self._stopped:
             coro.close()
             raise RuntimeError("the client's loop thread is stopped")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        # One plain lock released when the task is done, rather than
+        # run_coroutine_threadsafe's concurrent Future (a Condition, chained
+        # callbacks both ways): every sync call, and every Consumer.poll,
+        # crosses threads here, and this costs about half as much CPU.
+        done = threading.Lock()
+        done.acquire()
+        started: list[asyncio.Task[T] | BaseException] = []
+
+        def start() -> None:
+            try:
+                task = self.loop.create_task(coro)
+            except BaseException as exc:  # e.g. the loop is closing
+                coro.close()
+                started.append(exc)
+                done.release()
+                return
+            started.append(task)
+            task.add_done_callback(lambda _: done.release())
+
         try:
-            return fut.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
+            self.loop.call_soon_threadsafe(start)
+        except RuntimeError:
+            coro.close()
+            raise
+        if not done.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            # `start` runs before this on the loop (callbacks run in order).
+            self.loop.call_soon_threadsafe(_cancel_started, started)
             raise ClientTimeoutError(f"no result within {timeout_s} s") from None
+        outcome = started[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome.cancelled():
+            # As from a concurrent Future: a cancel (stop()) is no asyncio
+            # CancelledError in a thread that is no task.
+            raise concurrent.futures.CancelledError()
+        return outcome.result()
 
     def start_client(
         self,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 
 import pytest
 
 from lograft.client import Producer
+from lograft.client.errors import ClientTimeoutError
 from lograft.client.loop_thread import LoopThread
 from lograft.errors import InvalidConfigError
 from tests.unit.client.fakes import Call, ScriptedTransport
@@ -53,3 +56,63 @@ def test_an_unknown_event_loop_is_refused_by_name():
     with pytest.raises(InvalidConfigError) as caught:
         Producer(A, transport=ScriptedTransport(cluster_handler([1], ack)), event_loop="tokio")
     assert caught.value.details["setting"] == "event_loop"
+
+
+def test_run_returns_the_result_and_raises_the_error_of_the_coroutine():
+    thread = LoopThread("t")
+    try:
+
+        async def ok() -> int:
+            await asyncio.sleep(0)
+            return 7
+
+        async def bad() -> None:
+            raise KeyError("k")
+
+        assert thread.run(ok()) == 7
+        with pytest.raises(KeyError):
+            thread.run(bad())
+    finally:
+        thread.stop()
+
+
+def test_run_past_its_timeout_cancels_the_coroutine():
+    thread = LoopThread("t")
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    try:
+        with pytest.raises(ClientTimeoutError):
+            thread.run(slow(), timeout_s=0.05)
+        assert cancelled.wait(10)
+    finally:
+        thread.stop()
+
+
+def test_a_call_waiting_when_the_thread_stops_is_cancelled():
+    thread = LoopThread("t")
+    entered = threading.Event()
+    outcome: list[BaseException] = []
+
+    async def forever() -> None:
+        entered.set()
+        await asyncio.sleep(30)
+
+    def call() -> None:
+        try:
+            thread.run(forever())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert entered.wait(10)
+    thread.stop()
+    caller.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], concurrent.futures.CancelledError)
