@@ -10,7 +10,10 @@ so the leader treats an omitted partition as a fetch at the same position.
 Which partitions a fetch looks at: those it names, and those marked dirty
 since (`mark`: the replica manager marks a partition whenever its data, high
 watermark, leadership or ISR moves, the events that wake long-polls). A
-long-poll waits on its own session's wake-up, not on every partition. As a
+long-poll waits on its own session's wake-up, not on every partition; a
+high watermark move alone marks without waking it (`mark(wake=False)`: only
+data ends a follower's long-poll), and what was marked so is looked at with
+the next wake-up or at the long-poll's deadline. As a
 safety net the replica manager's ISR check compares every clean partition's
 cached leader state with the live one and marks any that moved unnoticed
 (`ReplicaManager._sweep_sessions`, every `replica_fetch_session_sweep_ms`).
@@ -61,7 +64,16 @@ class CachedPartition:
 class FetchSession:
     """One follower's incremental fetch session with this leader."""
 
-    __slots__ = ("_wake", "dirty", "id", "last_fetch_ms", "next_epoch", "partitions", "replica_id")
+    __slots__ = (
+        "_wake",
+        "dirty",
+        "id",
+        "last_fetch_ms",
+        "next_epoch",
+        "partitions",
+        "replica_id",
+        "woken",
+    )
 
     def __init__(self, session_id: int, replica_id: int, now_ms: int) -> None:
         self.id = session_id
@@ -73,21 +85,31 @@ class FetchSession:
         self.dirty: set[TopicPartition] = set()
         self.last_fetch_ms = now_ms
         self._wake: asyncio.Future[None] | None = None
+        # A mark since the last `take_dirty` asked to end the long-poll.
+        self.woken = False
 
-    def mark(self, tp: TopicPartition) -> None:
+    def mark(self, tp: TopicPartition, *, wake: bool = True) -> None:
+        """`tp` may have news. `wake=False`: news that cannot end a long-poll
+        by itself (a high watermark move: only data does, min_bytes >= 1),
+        looked at with the next partition that wakes it or at its deadline."""
         self.dirty.add(tp)
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
+        if not wake:
+            return
+        self.woken = True
+        fut = self._wake
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def take_dirty(self) -> list[TopicPartition]:
         out = [tp for tp in self.dirty if tp in self.partitions]
         self.dirty = set()
+        self.woken = False
         return out
 
     async def wait_news(self, timeout_s: float) -> bool:
-        """Wait until a partition of the session is marked; False on timeout."""
-        if self.dirty:
+        """Wait until a partition of the session is marked with `wake`;
+        False on timeout."""
+        if self.woken:
             return True
         if timeout_s <= 0:
             return False
@@ -214,11 +236,14 @@ class FetchSessionCache:
         """The sessions holding `tp`."""
         return list(self._by_tp.get(tp, ()))
 
-    def mark(self, tp: TopicPartition, skip: FetchSession | None = None) -> None:
-        """`tp` may have news: every session holding it (but `skip`) looks at it next."""
+    def mark(
+        self, tp: TopicPartition, skip: FetchSession | None = None, *, wake: bool = True
+    ) -> None:
+        """`tp` may have news: every session holding it (but `skip`) looks at
+        it next (`FetchSession.mark`)."""
         for session in self._by_tp.get(tp, ()):
             if session is not skip:
-                session.mark(tp)
+                session.mark(tp, wake=wake)
 
     def _evict_oldest(self) -> None:
         _, session = next(iter(self._sessions.items()))

@@ -221,8 +221,13 @@ class _Changes:
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._sessions = sessions
 
-    def notify(self, tp: TopicPartition, skip: FetchSession | None = None) -> None:
-        self._sessions.mark(tp, skip)
+    def notify(
+        self, tp: TopicPartition, skip: FetchSession | None = None, *, hw_only: bool = False
+    ) -> None:
+        """`hw_only`: only the high watermark moved, which wakes consumers'
+        long-polls (it makes records readable) but not a replica session's
+        (a follower's answer waits for data or its deadline either way)."""
+        self._sessions.mark(tp, skip, wake=not hw_only)
         for fut in self._waiters.pop(tp, ()):
             if not fut.done():
                 fut.set_result(None)
@@ -1051,9 +1056,15 @@ class ReplicaManager:
             if total >= req.min_bytes or urgent or remaining <= 0:
                 break
             with remote_wait():
-                if not await session.wait_news(remaining / 1000):
-                    break
+                woken = await session.wait_news(remaining / 1000)
             look = session.take_dirty()
+            if not woken:
+                # The deadline: answer the news marked without a wake-up
+                # (high watermark moves) too.
+                if look:
+                    for tp, answer in await self._session_round(req, session, look):
+                        news[tp] = answer
+                break
         out = list(news.values())
         self._count_replication_out(out)
         return ReplicaFetchAnswer(out, session.id)
@@ -1205,7 +1216,7 @@ class ReplicaManager:
             # loop: each re-served fetch woke the other's (busy CPU when idle).
             # This fetch's own session answers the new HW now.
             if part.high_watermark != hw_before:
-                self._changes.notify(tp, skip=session)
+                self._changes.notify(tp, skip=session, hw_only=True)
         inline = not read_in_thread(min(readable, max_bytes))
         got = await self.work.run(
             functools.partial(_read_for_followers, decided, max_bytes, partition_max_bytes),

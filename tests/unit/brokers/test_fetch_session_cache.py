@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from lograft.brokers.fetch_session_cache import FetchSessionCache
-from lograft.brokers.replica_manager import ReplicaManager
+from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
@@ -162,6 +162,21 @@ async def test_full_then_incremental_answers_only_news(tmp_path):
         await c.stop()
 
 
+async def _in_sync_at_log_end(c: Cluster) -> None:
+    leader = c.brokers[1].partitions[TP]
+    while True:
+        leo = leader.log.log_end_offset
+        if (
+            c.assignment is not None
+            and c.assignment.isr == (1, 2, 3)
+            and leader.isr_in_flight is None
+            and leader.high_watermark == leo  # the leader saw each at the log end
+            and all(c.brokers[b].partitions[TP].log.log_end_offset == leo for b in (2, 3))
+        ):
+            return
+        await asyncio.sleep(0.01)  # polling a condition; bounded by wait_for
+
+
 async def test_idle_sessions_keep_followers_in_the_isr(tmp_path):
     """Incremental fetches that name nothing still count as fetches at the
     cached position: no ISR shrink over many lag times (200 ms in FAST)."""
@@ -169,6 +184,12 @@ async def test_idle_sessions_keep_followers_in_the_isr(tmp_path):
     await c.start()
     try:
         await c.brokers[1].produce(TP, _batch("a"), Acks.ALL)
+        # While they fetch that batch the followers are behind, and a stall
+        # of a loaded machine past the 200 ms lag time may take them out;
+        # from the moment all are in the ISR at the log end, idling must
+        # change nothing (a follower at the log end never lags).
+        await asyncio.wait_for(_in_sync_at_log_end(c), 10)
+        c.isr_changes.clear()
         await asyncio.sleep(1.0)  # five lag times of idle replication
         assert c.isr_changes == []
         assert all(len(s.partitions) == 1 for s in c.brokers[1].fetch_sessions.sessions())
@@ -178,5 +199,53 @@ async def test_idle_sessions_keep_followers_in_the_isr(tmp_path):
         res = await c.brokers[1].produce(TP, _batch("b"), Acks.ALL)
         assert res.last_offset == 9 and len(c.brokers[1].fetch_sessions) == 2
         assert c.isr_changes == []
+    finally:
+        await c.stop()
+
+
+async def test_a_high_watermark_move_alone_does_not_wake_a_session_but_is_answered(tmp_path):
+    """Another follower's fetch that moves the HW marks a waiting session
+    without waking it (only data can end its long-poll); its answer at the
+    deadline still carries the new HW. Followers 2 and 3 hand-driven."""
+    c = Cluster(
+        tmp_path, BrokerSettings(replica_fetch_wait_max_ms=50, replica_lag_time_max_ms=60_000)
+    )
+    await c.start()
+    try:
+        leader = c.brokers[1]
+        await c.brokers[2].fetcher.stop()
+        await c.brokers[3].fetcher.stop()
+        await leader.produce(TP, _batch("a"), Acks.LEADER)
+        await leader.produce(TP, _batch("b"), Acks.LEADER)
+        full = await _ask(leader, _request({TP: PartitionFetch(0, -1, 1)}))
+        sid = full.session_id
+        assert sid != 0 and full.partitions[0].log_end_offset == 10
+        rounds = 0
+        session_round = leader._session_round
+
+        async def counted(*args):
+            nonlocal rounds
+            rounds += 1
+            return await session_round(*args)
+
+        leader._session_round = counted  # type: ignore[method-assign]
+        # Follower 2 at the log end long-polls; follower 3 (sessionless)
+        # catches up in two fetches, each moving the HW (0 -> 5 -> 10).
+        poll = asyncio.create_task(
+            _ask(
+                leader,
+                _request({TP: PartitionFetch(10, 1, 1)}, session_id=sid, epoch=1, wait_ms=800),
+            )
+        )
+        while rounds < 1:
+            await asyncio.sleep(0.005)  # polling a condition (the poll's first round)
+        for offset, hw in ((5, 5), (10, 10)):
+            await _ask(leader, _request({TP: PartitionFetch(offset, 1, 1)}, epoch=-1, replica=3))
+            assert leader.partitions[TP].high_watermark == hw
+        await asyncio.sleep(0.05)
+        assert not poll.done() and rounds == 1  # not woken by either move
+        answer = await poll
+        assert [(p.high_watermark, p.data) for p in answer.partitions] == [(10, b"")]
+        assert rounds == 2  # the deadline's round over what was marked
     finally:
         await c.stop()
