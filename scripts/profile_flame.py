@@ -95,9 +95,15 @@ IDLE_LEAVES = (
 
 
 # lograft's entry frames, under every busy sample of their process, and the
-# request middlewares, under every request: left out of the totals, which are
-# to show where the time goes (their own time still shows in the own list).
-WRAPPER_MARKS = ("middleware", "json_http_errors.<locals>.handle", "handler_mark.<locals>")
+# request middlewares and the request pipeline's steps, under every request:
+# left out of the totals, which are to show where the time goes (their own
+# time still shows in the own list).
+WRAPPER_MARKS = (
+    "middleware",
+    "json_http_errors.<locals>.handle",
+    "handler_mark.<locals>",
+    "RequestPipeline.",
+)
 ENTRY_FRAMES = (
     "main (lograft/cli/main.py",
     "_cmd_node (lograft/cli/main.py",

@@ -8,7 +8,7 @@ same `acls` object while no ACL record is replayed, so the check per
 request is one identity comparison; a change is applied as a diff (bindings
 added and removed), never by rebuilding the index.
 
-`authorization_middleware` enforces the route table (api/route_access.py)
+The request pipeline (request_pipeline.py) enforces the route table (api/route_access.py)
 after authentication has set the caller (api/caller.py) and before the
 handler: a route decided by ACLs is refused 403 (TOPIC_, GROUP_ or
 CLUSTER_AUTHORIZATION_FAILED, by the resource's type) before anything else
@@ -23,7 +23,6 @@ The authorizer is not thread-safe: every decision runs on the event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from aiohttp import web
 
@@ -49,9 +48,9 @@ __all__ = [
     "ACCESS_KEY",
     "AccessControl",
     "AclSource",
-    "authorization_middleware",
     "check_every_route_decided",
     "denied",
+    "enforce_route",
     "may",
     "may_any",
     "reauthorize",
@@ -254,24 +253,19 @@ def reauthorize(request: web.Request) -> None:
     enforce(control, decision, request)
 
 
-def authorization_middleware(control: AccessControl) -> Any:
-    """Enforce the route table (api/route_access.py) on every routed request."""
-
-    @web.middleware
-    async def authorize(request: web.Request, handler: Any) -> web.StreamResponse:
-        route = request.match_info.route
-        resource = route.resource  # None: no route matched (404/405)
-        if resource is not None:
-            decision = decision_for(route.method, resource.canonical)
-            if decision is None:
-                raise ClusterAuthorizationFailedError(
-                    f"{route.method} {resource.canonical} has no authorization decision: "
-                    "refused (a node bug: report it)",
-                )
-            enforce(control, decision, request)
-        return await handler(request)
-
-    return authorize
+def enforce_route(
+    control: AccessControl,
+    method: str,
+    canonical: str,
+    decision: RouteAccess | None,
+    request: web.Request,
+) -> None:
+    """Enforce the route's `decision` (None: the table has none: refused)."""
+    if decision is None:
+        raise ClusterAuthorizationFailedError(
+            f"{method} {canonical} has no authorization decision: refused (a node bug: report it)",
+        )
+    enforce(control, decision, request)
 
 
 def undecided_routes(app: web.Application) -> list[tuple[str, str]]:

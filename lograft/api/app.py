@@ -9,80 +9,50 @@ every replica it should host in service; docs/api.md),
 internal endpoints under `/internal/v1` behind the cluster secret
 (`X-Lograft-Cluster-Secret`), and the OpenAPI document at `/openapi.json`.
 
-Middleware, outermost first: the connection guard (http_server.py), the
-request metrics' timer (api/metrics/request_metrics.py; with metrics on),
-CORS preflights of the cluster's own nodes (api/console/cors.py), errors
-as JSON, authentication (api/authentication.py: sets the Caller), the
-internal-secret check, authorization (api/access.py), the serving gate,
-client quotas (api/quota_gate.py), request bodies (http_server.py).
+One middleware, the request pipeline (api/request_pipeline.py), runs every
+step between aiohttp and a handler, in order: the connection guard
+(http_server.py), the request metrics' timer (api/metrics/request_metrics.py;
+with metrics on), CORS preflights of the cluster's own nodes
+(api/console/cors.py), errors as JSON, authentication (api/authentication.py:
+sets the Caller) or the internal-secret check (api/cluster_secret.py),
+authorization (api/access.py), the serving gate, client quotas
+(api/quota_gate.py), request bodies (http_server.py).
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from lograft.api.access import (
-    ACCESS_KEY,
-    AccessControl,
-    authorization_middleware,
-    check_every_route_decided,
+from lograft.api.access import ACCESS_KEY, AccessControl, check_every_route_decided
+from lograft.api.authentication import INTERNAL_PREFIX, Authenticator
+from lograft.api.cluster_secret import (
+    CLUSTER_PRINCIPAL,
+    SECRET_CHALLENGE,
+    SECRET_HEADER,
+    check_cluster_secret,
 )
-from lograft.api.auth_failure_log import AuthFailureLog
-from lograft.api.authentication import Authenticator, is_internal, peer_host, refusal
-from lograft.api.caller import CALLER_KEY, Caller, How
-from lograft.api.console.cors import Origins, add_cors_headers, cors_middleware
-from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY, error_middleware
+from lograft.api.console.cors import Origins, add_cors_headers
+from lograft.api.http_errors import REQUEST_BYTES_MAX_KEY
 from lograft.api.metrics.request_metrics import RequestMetrics
-from lograft.api.quota_gate import QUOTA_GATE_KEY, QuotaGate, quota_middleware
-from lograft.api.serving_gate import ServingCheck, serving_gate_middleware
-from lograft.security.failures import AuthenticationFailed, AuthFailure
+from lograft.api.quota_gate import QUOTA_GATE_KEY, QuotaGate
+from lograft.api.request_pipeline import PIPELINE_KEY, RequestPipeline
+from lograft.api.serving_gate import ServingCheck
 
-INTERNAL_PREFIX = "/internal/"
-SECRET_HEADER = "X-Lograft-Cluster-Secret"
-# The principal of another node calling an internal endpoint with the
-# cluster secret (How.CLUSTER; no credential can claim it, the How tells).
-CLUSTER_PRINCIPAL = "User:lograft-cluster"
-# The challenge of an internal endpoint's 401.
-SECRET_CHALLENGE = 'Cluster-Secret realm="lograft-internal"'
+__all__ = [
+    "CLUSTER_PRINCIPAL",
+    "INTERNAL_PREFIX",
+    "SECRET_CHALLENGE",
+    "SECRET_HEADER",
+    "check_cluster_secret",
+    "create_app",
+]
 
 ReadyCheck = Callable[[], tuple[bool, dict[str, Any]]]
 # What /healthz adds to {"status": "ok"}.
 HealthDetail = Callable[[], dict[str, Any]]
-
-
-def secret_middleware(secret: str, failures: AuthFailureLog | None = None) -> Any:
-    """Internal endpoints answer only callers that present the cluster secret
-    (never client credentials: an Authorization header is not looked at).
-    Refused: 401 SASL_AUTHENTICATION_FAILED, details.reason
-    `missing_credentials` (no secret) or `bad_credentials` (a wrong one)."""
-    failures = failures or AuthFailureLog()
-
-    @web.middleware
-    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
-        if is_internal(request):
-            given = request.headers.get(SECRET_HEADER, "")
-            if not secret or not hmac.compare_digest(
-                given.encode("utf-8", "surrogateescape"), secret.encode()
-            ):
-                failure = AuthenticationFailed(
-                    AuthFailure.BAD_CREDENTIALS if given else AuthFailure.MISSING,
-                    f"internal endpoint: send the cluster secret in {SECRET_HEADER}",
-                )
-                failures.failure(
-                    failure.reason.value,
-                    peer_host(request),
-                    failure.message,
-                    where=f"{request.method} {request.path}",
-                )
-                return refusal(failure, (SECRET_CHALLENGE,))
-            request[CALLER_KEY] = Caller(CLUSTER_PRINCIPAL, peer_host(request), "", How.CLUSTER)
-        return await handler(request)
-
-    return check
 
 
 def create_app(
@@ -111,22 +81,19 @@ def create_app(
     whose pages may call this node, for the web console's failover
     (api/console/cors.py); None: no CORS answers."""
     authenticator = authenticator or Authenticator()
-    middlewares: list[Any] = [] if request_metrics is None else [request_metrics.middleware()]
-    if cors_origins is not None:
-        # Before authentication: a preflight carries no credentials.
-        middlewares.append(cors_middleware(cors_origins))
-    middlewares += [
-        error_middleware,
-        authenticator.middleware(),
-        secret_middleware(cluster_secret, authenticator.failures),
-    ]
-    if access is not None:
-        middlewares.append(authorization_middleware(access))
-    if serving is not None:
-        middlewares.append(serving_gate_middleware(serving))
-    if quotas is not None:
-        middlewares.append(quota_middleware(quotas))
-    app = web.Application(client_max_size=request_bytes_max, middlewares=middlewares)
+    # Every step of every request runs in one middleware (request_pipeline.py).
+    pipeline = RequestPipeline(
+        cluster_secret=cluster_secret,
+        authenticator=authenticator,
+        secret_failures=authenticator.failures,
+        access=access,
+        serving=serving,
+        quotas=quotas,
+        request_metrics=request_metrics,
+        cors_origins=cors_origins,
+    )
+    app = web.Application(client_max_size=request_bytes_max, middlewares=[pipeline.middleware()])
+    app[PIPELINE_KEY] = pipeline
     app[REQUEST_BYTES_MAX_KEY] = request_bytes_max
     if cors_origins is not None:
         add_cors_headers(app, cors_origins)

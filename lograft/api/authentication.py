@@ -264,32 +264,31 @@ class Authenticator:
 
     # -- requests -------------------------------------------------------------------
 
-    def middleware(self) -> Any:
-        @web.middleware
-        async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-            if is_public(request) or is_internal(request):
-                return await handler(request)
-            client_id = client_id_of(request)
-            host = peer_host(request)
-            if not self.settings.authenticating:
-                request[CALLER_KEY] = Caller(ANONYMOUS, host, client_id, How.ANONYMOUS)
-                return await handler(request)
-            try:
-                principal, how, expires_at = await self._authenticate(request, host)
-            except AuthenticationFailed as failure:
-                self.failures.failure(
-                    failure.reason.value,
-                    host,
-                    failure.message,
-                    principal=failure.principal or _claimed(request),
-                    client_id=client_id,
-                    where=f"{request.method} {request.path}",
-                )
-                return refusal(failure, self.challenges, accepted=list(self.accepted))
-            request[CALLER_KEY] = Caller(principal, host, client_id, how, expires_at)
-            return await handler(request)
+    def set_anonymous(self, request: web.Request) -> None:
+        """With authentication off: the caller is User:ANONYMOUS (the client id
+        is still checked: it names quotas and log lines)."""
+        client_id = client_id_of(request)
+        request[CALLER_KEY] = Caller(ANONYMOUS, peer_host(request), client_id, How.ANONYMOUS)
 
-        return authenticate
+    async def authenticated(self, request: web.Request) -> web.Response | None:
+        """Check the request's credentials and set its caller; the 401 when
+        they do not prove who it is."""
+        client_id = client_id_of(request)
+        host = peer_host(request)
+        try:
+            principal, how, expires_at = await self._authenticate(request, host)
+        except AuthenticationFailed as failure:
+            self.failures.failure(
+                failure.reason.value,
+                host,
+                failure.message,
+                principal=failure.principal or _claimed(request),
+                client_id=client_id,
+                where=f"{request.method} {request.path}",
+            )
+            return refusal(failure, self.challenges, accepted=list(self.accepted))
+        request[CALLER_KEY] = Caller(principal, host, client_id, how, expires_at)
+        return None
 
     async def _authenticate(self, request: web.Request, host: str) -> tuple[str, How, float | None]:
         headers = request.headers.getall("Authorization", [])

@@ -133,8 +133,7 @@ class ConnectionGuard:
 
         @web.middleware
         async def request_started(request: web.Request, handler: Any) -> web.StreamResponse:
-            transport = request.transport
-            conn = self._by_transport.get(transport) if transport is not None else None
+            conn = self.connection_of(request)
             if conn is None:
                 return await handler(request)
             conn.request_started(request.content)
@@ -144,6 +143,11 @@ class ConnectionGuard:
                 conn.request_finished()
 
         return request_started
+
+    def connection_of(self, request: web.Request) -> _GuardedConnection | None:
+        """The guarded connection `request` came on (None: not one of ours)."""
+        transport = request.transport
+        return self._by_transport.get(transport) if transport is not None else None
 
     async def abort_handshakes(self) -> None:
         """Stop the TLS handshakes under way (the listener is stopping: aiohttp
@@ -222,7 +226,14 @@ class _GuardedConnection(asyncio.Protocol):
         self._inner: asyncio.Protocol | None = None
         self._transport: asyncio.Transport | None = None
         self.ip = ""
+        # The header deadline's timer, and when the headers it waits for
+        # began (loop time; None: none awaited). The timer is not cancelled
+        # when headers complete: it stays armed, and when it fires it checks
+        # the request awaited then, re-arming for that request's own deadline.
+        # So a keep-alive connection arms one timer per header_read_timeout_ms,
+        # not one per request.
         self._deadline: asyncio.TimerHandle | None = None
+        self._headers_since: float | None = None
         self._requests_in_progress = 0
         self._last_body: StreamReader | None = None
         # Set while the TLS handshake runs; what the client sends right after
@@ -323,7 +334,7 @@ class _GuardedConnection(asyncio.Protocol):
         if self._inner is None:
             return  # refused: closing
         if (
-            self._deadline is None
+            self._headers_since is None
             and self._requests_in_progress == 0
             and (self._last_body is None or self._last_body.is_eof())
         ):
@@ -342,7 +353,10 @@ class _GuardedConnection(asyncio.Protocol):
             self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_deadline()
+        self._headers_since = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         transport, self._transport = self._transport, None
         if transport is None:
             return  # refused: never counted
@@ -353,7 +367,7 @@ class _GuardedConnection(asyncio.Protocol):
     # -- the header deadline ------------------------------------------------------------
 
     def request_started(self, body: StreamReader) -> None:
-        self._cancel_deadline()
+        self._headers_since = None  # in time: the armed timer finds nothing awaited
         self._requests_in_progress += 1
         self._last_body = body
 
@@ -362,19 +376,27 @@ class _GuardedConnection(asyncio.Protocol):
 
     def _start_deadline(self) -> None:
         loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(
-            self._guard.header_read_timeout_ms / 1000, self._on_deadline
-        )
+        now = loop.time()
+        self._headers_since = now
+        if self._deadline is None:
+            self._deadline = loop.call_at(now + self._timeout_s, self._on_deadline)
 
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    @property
+    def _timeout_s(self) -> float:
+        return self._guard.header_read_timeout_ms / 1000
 
     def _on_deadline(self) -> None:
         self._deadline = None
-        if self._requests_in_progress or self._transport is None:
+        since = self._headers_since
+        if since is None or self._requests_in_progress or self._transport is None:
+            return  # no headers awaited now: the next request's first byte re-arms
+        due = since + self._timeout_s
+        loop = asyncio.get_running_loop()
+        if due > loop.time():
+            # Awaiting a later request's headers than the one this was armed for.
+            self._deadline = loop.call_at(due, self._on_deadline)
             return
+        self._headers_since = None
         self._guard._headers_late(self)
         self._transport.close()
 

@@ -303,43 +303,57 @@ def raw_error_response(error: e.LograftError) -> bytes:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every error leaves as the JSON body above; nothing leaks a traceback.
+    """Every error leaves as the JSON body above; nothing leaks a traceback
+    (`error_answer`). The app runs this step in its one request pipeline
+    (request_pipeline.py); this middleware is for apps built without it."""
+    try:
+        return await handler(request)
+    except Exception as exc:
+        answer = error_answer(exc, request)
+        if answer is None:
+            raise
+        return answer
+
+
+def error_answer(exc: Exception, request: web.Request) -> web.Response | None:
+    """The answer to `exc`, raised while handling `request`; None: not an
+    error to answer (an HTTP redirect), the caller re-raises it.
 
     What a client causes (a body that does not parse, a connection dropped
     before the answer) is a client fault: 400, or nothing to answer, and a
     rate-limited log line. Anything else is logged with its traceback: 500."""
-    try:
-        return await handler(request)
-    except e.LograftError as exc:
+    if isinstance(exc, e.LograftError):
         return error_response(exc)
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            return None
         response = error_response(_from_http(exc, request))
         if exc.status == 405 and "Allow" in exc.headers:
             # RFC 9110: a 405 lists the methods the resource does allow.
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except Exception as exc:  # the last line of defence: log and answer 500
-        fault = _client_fault(exc, request)
-        if fault is not None:
-            faults = request.app.get(CLIENT_FAULTS_KEY, _DEFAULT_FAULTS)
-            faults.event(
-                fault,
-                "%s %s from %s: %s",
-                request.method,
-                quote(request.path),
-                request.remote,
-                describe(exc),
-            )
-            # A client that is gone reads no answer; aiohttp drops it quietly.
-            return error_response(
-                e.InvalidRequestError(f"the request could not be read: {describe(exc)}")
-            )
-        request.app.logger.exception("unhandled error in %s %s", request.method, request.path)
-        return error_response(
-            e.LograftError(f"internal error: {type(exc).__name__}; see the node's log")
+    # The last line of defence: log and answer 500.
+    fault = _client_fault(exc, request)
+    if fault is not None:
+        faults = request.app.get(CLIENT_FAULTS_KEY, _DEFAULT_FAULTS)
+        faults.event(
+            fault,
+            "%s %s from %s: %s",
+            request.method,
+            quote(request.path),
+            request.remote,
+            describe(exc),
         )
+        # A client that is gone reads no answer; aiohttp drops it quietly.
+        return error_response(
+            e.InvalidRequestError(f"the request could not be read: {describe(exc)}")
+        )
+    request.app.logger.exception(
+        "unhandled error in %s %s", request.method, request.path, exc_info=exc
+    )
+    return error_response(
+        e.LograftError(f"internal error: {type(exc).__name__}; see the node's log")
+    )
 
 
 def _client_fault(exc: Exception, request: web.Request) -> str | None:

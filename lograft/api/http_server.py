@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +37,7 @@ from lograft.api.http_config import HttpConfig
 from lograft.api.http_errors import CLIENT_FAULTS_KEY
 from lograft.api.protocol_errors import JsonErrorRequestHandler, json_http_errors
 from lograft.api.request_bodies import UNCOUNTED_BODY_BYTES_MAX, RequestBodies
+from lograft.api.request_pipeline import PIPELINE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,8 @@ class HttpServer:
         app: web.Application,
         config: HttpConfig,
         tls: ssl.SSLContext | None = None,
-        innermost: Sequence[Any] = (),
     ) -> None:
-        """`tls`: serve HTTPS with this server context (None: plain HTTP).
-        `innermost`: middlewares to run after the request bodies' (right
-        before the handler: the request metrics' mark)."""
+        """`tls`: serve HTTPS with this server context (None: plain HTTP)."""
         self.config = config
         self.faults = ClientFaultLog(config.client_fault_log_interval_ms)
         self.guard = ConnectionGuard(
@@ -86,11 +83,16 @@ class HttpServer:
             faults=self.faults,
         )
         app[CLIENT_FAULTS_KEY] = self.faults
-        # Outermost, so it sees every request aiohttp hands to the application.
-        app.middlewares.insert(0, self.guard.middleware())
-        # Innermost: after routing and the cluster-secret check.
-        app.middlewares.append(self.bodies.middleware())
-        app.middlewares.extend(innermost)
+        pipeline = app.get(PIPELINE_KEY)
+        if pipeline is not None:
+            # Its first step and its last before the handler (request_pipeline.py).
+            pipeline.guard = self.guard
+            pipeline.bodies = self.bodies
+        else:
+            # Outermost, so it sees every request aiohttp hands to the application.
+            app.middlewares.insert(0, self.guard.middleware())
+            # Innermost: after routing and the cluster-secret check.
+            app.middlewares.append(self.bodies.middleware())
         # aiohttp's protocol (RequestHandler) settings for every connection.
         self._protocol_args: dict[str, Any] = {
             "access_log": None,

@@ -59,8 +59,8 @@ __all__ = [
     "QuotaGate",
     "QuotaSource",
     "RequestQuota",
-    "quota_middleware",
     "request_quota",
+    "serve_with_quotas",
 ]
 
 # The throttle an answer was delayed by, ms (Kafka's throttle_time_ms).
@@ -269,47 +269,38 @@ def throttle_headers(ms: int) -> dict[str, str]:
     return {THROTTLE_HEADER: str(ms)} if ms > 0 else {}
 
 
-def quota_middleware(gate: QuotaGate) -> Any:
-    """Counts and throttles public requests (see the module doc). Runs after
-    authentication, authorization and the serving gate, before request
-    bodies are read (the handlers charge bytes once they have them)."""
-
-    @web.middleware
-    async def quotas(request: web.Request, handler: Any) -> web.StreamResponse:
-        if not request.path.startswith(QUOTA_PREFIX):
-            return await handler(request)
-        gate.sync()
-        if not gate.any_active:
-            return await handler(request)
-        caller = caller_of(request)
-        rq = RequestQuota(gate, caller.user, caller.client_id)
-        request[_REQUEST_QUOTA_KEY] = rq
-        token: contextvars.Token[list[float] | None] | None = None
-        try:
-            if gate.active(QuotaKey.REQUEST_PERCENTAGE):
-                token = _WORK_TIME.set(rq.work_time)
-                rq.timer = _Timed(handler(request))
-                response: web.StreamResponse = await rq.timer
-            else:
-                response = await handler(request)
-        except ThrottlingQuotaExceededError:
-            raise  # answered at once: the refusal is the back-off
-        except LograftError as exc:
-            # An error answer is throttled too (Kafka throttles every answer).
-            ms = rq.settle()
-            if ms <= 0 or rq.waited:
-                raise
-            response = error_response(exc)
-        finally:
-            if token is not None:
-                _WORK_TIME.reset(token)
+async def serve_with_quotas(
+    gate: QuotaGate, request: web.Request, handler: Any
+) -> web.StreamResponse:
+    """Count and throttle one public request while some quota is set (the
+    caller checked `gate.any_active` after `gate.sync()`)."""
+    caller = caller_of(request)
+    rq = RequestQuota(gate, caller.user, caller.client_id)
+    request[_REQUEST_QUOTA_KEY] = rq
+    token: contextvars.Token[list[float] | None] | None = None
+    try:
+        if gate.active(QuotaKey.REQUEST_PERCENTAGE):
+            token = _WORK_TIME.set(rq.work_time)
+            rq.timer = _Timed(handler(request))
+            response: web.StreamResponse = await rq.timer
+        else:
+            response = await handler(request)
+    except ThrottlingQuotaExceededError:
+        raise  # answered at once: the refusal is the back-off
+    except LograftError as exc:
+        # An error answer is throttled too (Kafka throttles every answer).
         ms = rq.settle()
-        if ms > 0 and not rq.waited and not response.prepared:
-            response.headers[THROTTLE_HEADER] = str(ms)
-            await gate.sleep(ms)
-        return response
-
-    return quotas
+        if ms <= 0 or rq.waited:
+            raise
+        response = error_response(exc)
+    finally:
+        if token is not None:
+            _WORK_TIME.reset(token)
+    ms = rq.settle()
+    if ms > 0 and not rq.waited and not response.prepared:
+        response.headers[THROTTLE_HEADER] = str(ms)
+        await gate.sleep(ms)
+    return response
 
 
 class _Timed:

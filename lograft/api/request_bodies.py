@@ -135,33 +135,46 @@ class RequestBodies:
         async def bounded_body(request: web.Request, handler: Any) -> web.StreamResponse:
             if not request.body_exists or request.match_info.http_exception is not None:
                 return await handler(request)  # no body, or a 404/405 that reads none
-            held = _Held(self.peers if request.path.startswith(INTERNAL_PREFIX) else self.clients)
+            taken = await self.take(request)
+            if isinstance(taken, web.Response):
+                return taken
             try:
-                try:
-                    body = await self._receive(request, held)
-                except (
-                    e.UnsupportedContentEncodingError,
-                    e.RecordTooLargeError,
-                    e.RequestBytesInflightLimitReachedError,
-                    e.RequestBodyTimeoutError,
-                ) as refused:
-                    response = error_response(refused)
-                    response.force_close()  # the rest of the body is not read
-                    if isinstance(refused, e.UnsupportedContentEncodingError):
-                        # What a 415 for a coding names (RFC 9110, 12.5.3).
-                        response.headers[hdrs.ACCEPT_ENCODING] = "identity"
-                    return response
-                # What request.read() (and .json(), .text()) return from now on:
-                # aiohttp's own cache of the body (a declared attribute of its
-                # requests since 3.x; test_request_bodies.py checks it). A
-                # handler must read its body that way, never from
-                # request.content, which is spent.
-                request._read_bytes = body
                 return await handler(request)
             finally:
-                held.release()
+                taken.release()
 
         return bounded_body
+
+    async def take(self, request: web.Request) -> _Held | web.Response:
+        """Read the body of `request` (which has one, and a route) under the
+        rules above: what it holds of its budget, which the caller gives back
+        (`release()`) once the handler returns, or the refusal to answer."""
+        held = _Held(self.peers if request.path.startswith(INTERNAL_PREFIX) else self.clients)
+        try:
+            body = await self._receive(request, held)
+        except (
+            e.UnsupportedContentEncodingError,
+            e.RecordTooLargeError,
+            e.RequestBytesInflightLimitReachedError,
+            e.RequestBodyTimeoutError,
+        ) as refused:
+            held.release()
+            response = error_response(refused)
+            response.force_close()  # the rest of the body is not read
+            if isinstance(refused, e.UnsupportedContentEncodingError):
+                # What a 415 for a coding names (RFC 9110, 12.5.3).
+                response.headers[hdrs.ACCEPT_ENCODING] = "identity"
+            return response
+        except BaseException:
+            held.release()
+            raise
+        # What request.read() (and .json(), .text()) return from now on:
+        # aiohttp's own cache of the body (a declared attribute of its
+        # requests since 3.x; test_request_bodies.py checks it). A
+        # handler must read its body that way, never from
+        # request.content, which is spent.
+        request._read_bytes = body
+        return held
 
     def _limit(self, request: web.Request) -> tuple[int, str]:
         """The longest body this request may have, and the setting's name."""

@@ -13,9 +13,6 @@ controller) other brokers' registrations and heartbeats.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from aiohttp import web
 
 from lograft.api.internal_paths import GROUPS_PATH
 from lograft.api.partition_offsets import PATH as PARTITION_OFFSETS_PATH
@@ -120,19 +117,3 @@ def is_gated(method: str, canonical: str) -> bool:
     """Whether the route (method, canonical pattern) serves only once the
     broker may: every route not decided open."""
     return decision_key(method, canonical) not in OPEN_ROUTES
-
-
-def serving_gate_middleware(check: ServingCheck) -> Any:
-    """Answer gated routes with `check()`'s error while it returns one."""
-
-    @web.middleware
-    async def gate(request: web.Request, handler: Any) -> web.StreamResponse:
-        route = request.match_info.route
-        resource = route.resource  # None: no route matched (404/405)
-        if resource is not None and is_gated(route.method, resource.canonical):
-            refusal = check()
-            if refusal is not None:
-                raise refusal  # error_middleware renders it (503 + Retry-After)
-        return await handler(request)
-
-    return gate

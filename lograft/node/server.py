@@ -458,13 +458,10 @@ class Node:
         from lograft.api.openapi import add_openapi_route
 
         add_openapi_route(app)
-        innermost: list[Any] = []
         if metrics is not None:
             self._node_metrics(metrics)
             add_metrics_route(app, metrics)
-            assert self.request_metrics is not None
-            innermost.append(self.request_metrics.handler_mark())
-        self._http = HttpServer(app, cfg.http, self.tls_server, innermost=innermost)
+        self._http = HttpServer(app, cfg.http, self.tls_server)
         await self._http.start()
 
     def _console_origins(self) -> frozenset[str]:

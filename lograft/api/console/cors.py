@@ -18,7 +18,6 @@ any other `OPTIONS` goes on to routing as before (405).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -58,27 +57,24 @@ def allowed_origin(request: web.Request, origins: Origins) -> str | None:
     return origin if origin is not None and origin in origins() else None
 
 
-def cors_middleware(origins: Origins) -> Any:
-    """Answers an allowed origin's preflight; outermost, before authentication."""
-
-    @web.middleware
-    async def preflight(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-            origin = allowed_origin(request, origins)
-            if origin is not None:
-                return web.Response(
-                    status=204,
-                    headers={
-                        "Access-Control-Allow-Origin": origin,
-                        "Access-Control-Allow-Methods": ALLOWED_METHODS,
-                        "Access-Control-Allow-Headers": ALLOWED_HEADERS,
-                        "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
-                        "Vary": "Origin",
-                    },
-                )
-        return await handler(request)
-
-    return preflight
+def preflight_answer(request: web.Request, origins: Origins) -> web.Response | None:
+    """The 204 to an allowed origin's preflight (an `OPTIONS` request); None
+    for anything else."""
+    if "Access-Control-Request-Method" not in request.headers:
+        return None
+    origin = allowed_origin(request, origins)
+    if origin is None:
+        return None
+    return web.Response(
+        status=204,
+        headers={
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Methods": ALLOWED_METHODS,
+            "Access-Control-Allow-Headers": ALLOWED_HEADERS,
+            "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
+            "Vary": "Origin",
+        },
+    )
 
 
 def add_cors_headers(app: web.Application, origins: Origins) -> None:

@@ -84,7 +84,8 @@ class RequestMetrics:
         self.routes: dict[tuple[str, str], RouteTimes] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
         self._codes = frozenset(c.code for c in all_error_classes())
-        # Whether `handler_mark` is installed: without it the queue phase is unknown (0).
+        # Whether handler starts are marked (`handler_mark`, or the request
+        # pipeline): without it the queue phase is unknown (0).
         self._marked = False
 
     def middleware(self) -> Any:
@@ -100,7 +101,7 @@ class RequestMetrics:
                 return response
             finally:
                 reset_clock(token)
-                self._observe(request, clock, time.perf_counter(), response)
+                self.observe(request, clock, time.perf_counter(), response)
 
         return timed
 
@@ -117,7 +118,12 @@ class RequestMetrics:
 
         return mark
 
-    def _observe(
+    def note_handler_marks(self) -> None:
+        """Whoever runs the requests notes each handler's start (the request
+        pipeline): the queue phase is known."""
+        self._marked = True
+
+    def observe(
         self,
         request: web.Request,
         clock: RequestClock,

@@ -20,7 +20,7 @@ from lograft.api.access import (
     undecided_routes,
 )
 from lograft.api.app import create_app
-from lograft.api.authentication import PUBLIC_ROUTES
+from lograft.api.authentication import PUBLIC_ROUTES, Authenticator
 from lograft.api.caller import CALLER_KEY, Caller, How
 from lograft.api.route_access import ROUTE_ACCESS, SECURITY_ADMIN_ROUTES, Kind, RouteAccess
 from lograft.security.acls import (
@@ -234,13 +234,15 @@ def test_the_authorizer_follows_the_images_acls_by_difference() -> None:
 # -- the middleware in an app --------------------------------------------------------------
 
 
-def fake_caller(caller: Caller) -> Any:
-    @web.middleware
-    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-        request[CALLER_KEY] = caller
-        return await handler(request)
+class FakeCaller(Authenticator):
+    """Stands in for authentication (off here): every caller is `caller`."""
 
-    return authenticate
+    def __init__(self, caller: Caller) -> None:
+        super().__init__()
+        self.caller = caller
+
+    def set_anonymous(self, request: web.Request) -> None:
+        request[CALLER_KEY] = self.caller
 
 
 async def ok(_request: web.Request) -> web.Response:
@@ -248,12 +250,14 @@ async def ok(_request: web.Request) -> web.Response:
 
 
 def app_with(access: AccessControl) -> web.Application:
+    # Authentication is off here: the caller is alice, not User:ANONYMOUS.
     app = create_app(
-        cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}), access=access
+        cluster_secret="s",
+        request_bytes_max=1 << 20,
+        ready=lambda: (True, {}),
+        access=access,
+        authenticator=FakeCaller(ALICE),
     )
-    # After authentication (which sets User:ANONYMOUS: [security]
-    # authentication is off here), before authorization: the caller is alice.
-    app.middlewares.insert(2, fake_caller(ALICE))
     return app
 
 

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.access import AccessControl
 from lograft.api.app import create_app
+from lograft.api.authentication import Authenticator
 from lograft.api.caller import CALLER_KEY, Caller, How
 from lograft.api.partition_offsets import PartitionOffsets, add_partition_offsets_route
 from lograft.api.routes_groups import GroupRoutes
@@ -61,16 +62,12 @@ ACLS = frozenset(
 )
 
 
-def caller_from_header() -> Any:
-    """Stands in for authentication: the caller is named by a test header."""
+class CallerFromHeader(Authenticator):
+    """Stands in for authentication (off here): the caller is named by a test header."""
 
-    @web.middleware
-    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+    def set_anonymous(self, request: web.Request) -> None:
         user = request.headers.get(USER_HEADER, "nobody")
         request[CALLER_KEY] = Caller(f"User:{user}", "127.0.0.1", "", How.BEARER)
-        return await handler(request)
-
-    return authenticate
 
 
 @pytest.fixture
@@ -92,9 +89,12 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], An
         SecuritySettings(authorization=True, super_users=("User:admin",)), lambda: ACLS
     )
     app = create_app(
-        cluster_secret="s", request_bytes_max=1 << 20, ready=lambda: (True, {}), access=access
+        cluster_secret="s",
+        request_bytes_max=1 << 20,
+        ready=lambda: (True, {}),
+        access=access,
+        authenticator=CallerFromHeader(),
     )
-    app.middlewares.insert(2, caller_from_header())  # after authentication (anonymous here)
     calls = PeerClient(cluster_secret="s", metadata=metadata)
     offsets = PartitionOffsets(metadata, calls)
     GroupRoutes(runtime, metadata, calls, create_offsets_topic, offsets).add_to(app)
