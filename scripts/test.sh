@@ -26,6 +26,12 @@ echo "[test] C record scanner (scripts/check_native.py: built, and of this check
 # The pure-Python fallback is for installs without a compiler; the test
 # command insists on the C extension (tests/unit/protocol read this too).
 export LOGRAFT_REQUIRE_C_EXTENSION=1
+# Bytecode is cached (__pycache__, git-ignored) even where the environment
+# says not to: the suite starts hundreds of Python processes (nodes, scripts,
+# the module-import check's child), and without the cache each one compiles
+# lograft from source again (the import check alone: 33 s of CPU without, 15 s
+# with, on this 2-core machine).
+unset PYTHONDONTWRITEBYTECODE
 echo "[test] pytest"
 set +e
 # --durations: the slowest tests, so the suite's time stays in view.

@@ -1,6 +1,8 @@
 """One SparkSession (local[2]) and one three-node lograft cluster shared by the
-Spark source/sink tests of a run: a JVM and a cluster take seconds to start,
-so every test builds fresh topics instead of a fresh cluster.
+Spark tests of this package: a JVM and a cluster take seconds to start, so
+every test builds fresh topics instead of a fresh cluster. Both are
+package-scoped: they stop after this package's last test instead of idling
+(a JVM and three nodes still cost CPU) through the rest of the run.
 
 The Spark tests are skipped, with the reason, only when pyspark cannot be
 imported (`pip install -e '.[spark]'`); a missing Java fails them, as it
@@ -21,8 +23,17 @@ from tests.integration.data_plane import running_cluster, wait_in_sync
 
 _topics = itertools.count()
 
+# JVM flags for the tests' short-lived Spark JVMs (the driver here; the
+# standalone test's JVMs take scripts/spark_standalone.py's JVM_OPTIONS):
+# the C1 compiler only, one compiler thread and the serial collector. A test
+# runs each query a few times on a few MB, so C2's optimisation never pays
+# back its compile time: on this 2-core machine (load 11-15) a session's
+# start plus a few small queries cost the JVM 46 s of CPU with the defaults
+# and 25 s with these. Correctness does not depend on them.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
 
-@pytest.fixture(scope="session")
+
+@pytest.fixture(scope="package")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Every Spark test takes this fixture first, so that without pyspark it
     is skipped before a cluster is started for it."""
@@ -41,6 +52,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             "spark.default.parallelism": "2",
             "spark.sql.warehouse.dir": str(warehouse),
             "spark.driver.memory": "1g",
+            "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
         },
         log_level="ERROR",
     )
@@ -51,7 +63,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster]:
     # A restarted node takes back its preferred partitions soon.
     with running_cluster(
