@@ -203,13 +203,17 @@ class ProducerConfig(CommonConfig, kw_only=True):
     # None: on when acks=all (Kafka's default since 3.0), off otherwise.
     enable_idempotence: bool | None = None
     compression_type: str = "none"
-    # Bytes of records (before compression) per batch. Kafka's default is
-    # 16 KiB, but a Kafka request carries batches of many partitions while a
-    # lograft request carries one batch: the per-request cost (HTTP, one
-    # event-loop turn on the broker) is paid per batch. 64 KiB took a quarter
-    # of the requests of 16 KiB and was as fast or faster; 256 KiB and 1 MiB
-    # were not faster (docs/benchmarks.md, "Python client").
-    batch_bytes: Positive = 64 * 1024
+    # Bytes of records (before compression) per batch: librdkafka's default
+    # (batch.size 1,000,000; Java's is 16 KiB, but a Kafka request carries
+    # batches of many partitions while a lograft request carries one batch,
+    # so the per-request cost is paid per batch). With one request in flight
+    # per partition, a partition's throughput is at most batch_bytes per round
+    # trip, and round trips grow with the machine's load: on the shared 2-vCPU
+    # VM at load 12, 1 MiB gave 3-3.5x the records/s of 64 KiB for 100 B
+    # values and 4-6x for 1 KiB (docs/benchmarks.md, "Python client"). A
+    # batch is sent as soon as no request to its leader is in flight, so a
+    # bigger bound does not add latency at low rates.
+    batch_bytes: Positive = 1024 * 1024
     # Records per batch, at most; None: only batch_bytes bounds a batch. (Not a
     # Kafka setting: the `lograft produce` command's --batch-records.)
     batch_records: Positive | None = None
