@@ -46,12 +46,15 @@ from urllib.parse import quote, urlencode, urlsplit
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from lograft.client.errors import NetworkError, UnexpectedResponseError
+from lograft.http1_answers import (
+    HEAD_BYTES_MAX,
+    BodyTooLong,
+    content_length,
+    parse_head,
+    read_chunked,
+    read_to_end,
+)
 
-# Largest status line plus headers of an answer, bytes (the stream reader's
-# buffer limit: a longer head fails the exchange).
-HEAD_BYTES_MAX = 64 * 1024
-# Largest chunk-size line of a chunked answer, bytes.
-CHUNK_LINE_BYTES_MAX = 1024
 # How long an idle connection is reused, seconds.
 IDLE_S = 15.0
 # What yarl leaves unquoted in a path (RFC 3986 pchar and "/", "%" kept as given).
@@ -263,80 +266,26 @@ async def _exchange(conn: _Connection, request: bytes, limit: int, url: str) -> 
         raise
     except (ConnectionResetError, BrokenPipeError):
         raise _Stale from None
-    status, headers, keep = _parse_head(head)
+    status, pairs, keep = parse_head(head)
+    headers: CIMultiDict[str] = CIMultiDict(pairs)
     length_text = headers.get("Content-Length")
     chunked = headers.get("Transfer-Encoding", "").lower().endswith("chunked")
-    if status in (204, 304):
-        body = b""
-    elif chunked:
-        body = await _read_chunked(reader, limit, url, status)
-    elif length_text is not None:
-        length = int(length_text)
-        if length < 0:
-            raise ValueError("negative Content-Length")
-        if length > limit:
-            raise _too_long(url, status, limit, f"declares {length} bytes")
-        body = await reader.readexactly(length)
-    else:
-        body = await _read_to_end(reader, limit, url, status)
-        keep = False
+    try:
+        if status in (204, 304):
+            body = b""
+        elif chunked:
+            body = await read_chunked(reader, limit)
+        elif length_text is not None:
+            length = content_length(length_text)
+            if length > limit:
+                raise _too_long(url, status, limit, f"declares {length} bytes")
+            body = await reader.readexactly(length)
+        else:
+            body = await read_to_end(reader, limit)
+            keep = False
+    except BodyTooLong:
+        raise _too_long(url, status, limit, "goes on") from None
     return Answer(status, CIMultiDictProxy(headers), body), keep
-
-
-def _parse_head(head: bytes) -> tuple[int, CIMultiDict[str], bool]:
-    """(status, headers, keep the connection) of a status line and headers
-    (ValueError: not HTTP/1.x)."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise ValueError(f"status line {lines[0][:80]!r}")
-    status = int(rest[:3])
-    if not 200 <= status <= 599:
-        raise ValueError(f"status {status}")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise ValueError(f"header line {line[:80]!r}")
-        headers.add(name, value.strip())
-    keep = version == "HTTP/1.1"
-    connection = headers.get("Connection")
-    if connection is not None:
-        tokens = {t.strip().lower() for t in connection.split(",")}
-        keep = "close" not in tokens and (keep or "keep-alive" in tokens)
-    return status, headers, keep
-
-
-async def _read_chunked(reader: asyncio.StreamReader, limit: int, url: str, status: int) -> bytes:
-    data = bytearray()
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        if len(line) > CHUNK_LINE_BYTES_MAX:
-            raise ValueError("chunk size line too long")
-        size = int(line.split(b";", 1)[0].strip(), 16)
-        if size < 0:
-            raise ValueError("negative chunk size")
-        if size == 0:
-            # Trailers (none expected) end with an empty line.
-            while await reader.readuntil(b"\r\n") != b"\r\n":
-                pass
-            return bytes(data)
-        if len(data) + size > limit:
-            raise _too_long(url, status, limit, "goes on")
-        data += await reader.readexactly(size)
-        if await reader.readexactly(2) != b"\r\n":
-            raise ValueError("chunk not followed by CRLF")
-
-
-async def _read_to_end(reader: asyncio.StreamReader, limit: int, url: str, status: int) -> bytes:
-    data = bytearray()
-    while piece := await reader.read(HEAD_BYTES_MAX):
-        if len(data) + len(piece) > limit:
-            raise _too_long(url, status, limit, "goes on")
-        data += piece
-    return bytes(data)
 
 
 def _too_long(url: str, status: int, limit: int, how: str) -> UnexpectedResponseError:

@@ -41,12 +41,14 @@ import ssl
 import yarl
 
 from lograft.api.app import SECRET_HEADER
-
-# Largest status line plus headers of an answer, bytes (the stream reader's
-# buffer limit: a longer head fails the call).
-HEAD_BYTES_MAX = 64 * 1024
-# Largest chunk-size line of a chunked answer, bytes.
-_CHUNK_LINE_BYTES_MAX = 1024
+from lograft.http1_answers import (
+    HEAD_BYTES_MAX,
+    BodyTooLong,
+    content_length,
+    parse_head,
+    read_chunked,
+    read_to_end,
+)
 
 
 class ChannelError(Exception):
@@ -144,16 +146,19 @@ class PeerChannel:
                 raise
             except (ConnectionResetError, BrokenPipeError):
                 raise _Closed from None
-            status, length, chunked, keep = _parse_head(head)
-            if chunked:
-                data = await self._read_chunked(reader)
-            elif length is not None:
-                if length > self._answer_bytes_max:
-                    raise _too_large(self.base_url, self._answer_bytes_max)
-                data = await reader.readexactly(length)
-            else:
-                data = await self._read_to_end(reader)
-                keep = False
+            status, length, chunked, keep = _framing(head)
+            try:
+                if chunked:
+                    data = await read_chunked(reader, self._answer_bytes_max)
+                elif length is not None:
+                    if length > self._answer_bytes_max:
+                        raise BodyTooLong
+                    data = await reader.readexactly(length)
+                else:
+                    data = await read_to_end(reader, self._answer_bytes_max)
+                    keep = False
+            except BodyTooLong:
+                raise _too_large(self.base_url, self._answer_bytes_max) from None
             return status, data, keep
         except (_Closed, ChannelError):
             raise
@@ -177,34 +182,6 @@ class PeerChannel:
             self.connections_opened += 1
         return self._reader, self._writer
 
-    async def _read_chunked(self, reader: asyncio.StreamReader) -> bytes:
-        data = bytearray()
-        while True:
-            line = await reader.readuntil(b"\r\n")
-            if len(line) > _CHUNK_LINE_BYTES_MAX:
-                raise ValueError("chunk size line too long")
-            size = int(line.split(b";", 1)[0].strip(), 16)
-            if size < 0:
-                raise ValueError("negative chunk size")
-            if size == 0:
-                # Trailers (none expected) end with an empty line.
-                while await reader.readuntil(b"\r\n") != b"\r\n":
-                    pass
-                return bytes(data)
-            if len(data) + size > self._answer_bytes_max:
-                raise _too_large(self.base_url, self._answer_bytes_max)
-            data += await reader.readexactly(size)
-            if await reader.readexactly(2) != b"\r\n":
-                raise ValueError("chunk not followed by CRLF")
-
-    async def _read_to_end(self, reader: asyncio.StreamReader) -> bytes:
-        data = bytearray()
-        while piece := await reader.read(HEAD_BYTES_MAX):
-            data += piece
-            if len(data) > self._answer_bytes_max:
-                raise _too_large(self.base_url, self._answer_bytes_max)
-        return bytes(data)
-
     def close(self) -> None:
         writer = self._writer
         self._reader = self._writer = None
@@ -216,38 +193,18 @@ class PeerChannel:
         return self._writer is not None and not self._writer.is_closing()
 
 
-def _parse_head(head: bytes) -> tuple[int, int | None, bool, bool]:
+def _framing(head: bytes) -> tuple[int, int | None, bool, bool]:
     """(status, Content-Length or None, chunked, keep the connection) of an
     answer's status line and headers (ValueError: not HTTP/1.x)."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise ValueError(f"status line {lines[0][:80]!r}")
-    status = int(rest[:3])
-    if not 100 <= status <= 599:
-        raise ValueError(f"status {status}")
+    status, headers, keep = parse_head(head)
     length: int | None = None
     chunked = False
-    keep = version == "HTTP/1.1"
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise ValueError(f"header line {line[:80]!r}")
-        name = name.strip().lower()
-        value = value.strip()
-        if name == "content-length":
-            length = int(value)
-            if length < 0:
-                raise ValueError("negative Content-Length")
-        elif name == "transfer-encoding":
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "content-length":
+            length = content_length(value)
+        elif lower == "transfer-encoding":
             chunked = value.lower().endswith("chunked")
-        elif name == "connection":
-            tokens = {t.strip().lower() for t in value.split(",")}
-            keep = "close" not in tokens and (keep or "keep-alive" in tokens)
-    if 100 <= status < 200:
-        raise ValueError(f"interim status {status}")
     return status, (None if chunked else length), chunked, keep
 
 
