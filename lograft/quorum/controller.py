@@ -11,7 +11,8 @@ Contract for the runtime that drives these (the Raft leader's event loop):
   applied could contradict it (replay would then refuse the batch, on every
   node). Serialising handler + append + apply is what makes the records valid.
 - Keep `result.sessions` when it is not None; on becoming the active controller
-  start from `sessions_after_failover(image, now_ms)`.
+  start from `sessions_after_failover(image, now_ms, last_contact_ms)` (the
+  former Raft leader's broker dated from its last Raft message).
 - Periodically: `fence_expired_brokers` and `elect_after_report_wait` every
   `fence_check_interval_ms`, `balance_preferred_leaders` every
   `leader_imbalance_check_interval_ms`.

@@ -18,8 +18,10 @@ seconds on a LAN, without fencing brokers that are merely slow):
 Worst case from a broker's death to new leaders in the committed metadata:
 1500 (session) + 250 (check) + a Raft commit (a few ms on a LAN) ~= 1.8 s; the
 new leaders start serving when they next apply the metadata log, tens of ms
-later. A controller failover does not fence anyone by itself: the new active
-controller gives every broker a fresh session (`sessions_after_failover`).
+later. A controller failover does not fence a live broker by itself: the new
+active controller gives every broker a fresh session (`sessions_after_failover`),
+except the one on the former Raft leader's node, whose session is dated from
+the last Raft message received from it (sessions.py says why that is safe).
 
 The other limits bound what one request may cost (records in one batch, work
 per rebalance round).

@@ -4,7 +4,12 @@ Only the Raft leader is the active controller. When this node becomes leader
 it appends an empty *barrier* batch and waits for it to apply, so its image
 holds everything committed before it took over (KRaft does the same), then
 starts every registered broker on a fresh session (`sessions_after_failover`)
-so a failover never fences a live broker.
+so a failover never fences a live broker; all but the broker on the node
+that was the Raft leader before: its session is dated from the last Raft
+message this node received from it (`RaftAdapter.last_heard_ms`), so a broker
+that died with the former controller is fenced at the first fence check
+instead of one session after the election (see sessions.py for why that is
+safe).
 
 Requests are served one at a time: handler on the current image, append its
 records as one batch, wait until applied, answer. Two decisions taken against
@@ -89,6 +94,8 @@ class ControllerRuntime:
         self._task: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._last_tick: int | None = None
+        # The last other node seen as Raft leader while this one followed.
+        self._former_leader: str | None = None
         self.status = ControllerStatus()
 
     @property
@@ -273,6 +280,7 @@ class ControllerRuntime:
                     if self._sessions is not None:
                         log.info("node %s is no longer the active controller", self.raft.node_id)
                     self._set_sessions(None)
+                    self._note_leader()
                     continue
                 if self._sessions is None:
                     await self._activate()
@@ -295,15 +303,43 @@ class ControllerRuntime:
             except Exception:
                 log.exception("controller duty failed; retrying")
 
+    def _note_leader(self) -> None:
+        """Remember which other node leads while this one follows (every
+        duty tick, 50 ms: a leader that dies is seen long before the
+        election timeout lets this node replace it)."""
+        leader = self.raft.leader_id
+        if leader is not None and leader != self.raft.node_id:
+            self._former_leader = leader
+
+    def _former_leader_contact(self, now: int) -> dict[int, int]:
+        """{broker id: last proven contact} for the broker on the node that
+        led Raft before this one, when that node was heard from at all."""
+        former = self._former_leader
+        if former is None or not former.isdigit():
+            return {}
+        heard = self.raft.last_heard_ms(former)
+        if heard is None:
+            return {}
+        if now - heard > self.config.broker_session_timeout_ms:
+            log.info(
+                "former controller %s last heard %d ms ago: its broker's session is dated "
+                "from then",
+                former,
+                now - heard,
+            )
+        return {int(former): heard}
+
     async def _activate(self) -> None:
-        """Barrier, then fresh sessions: the new controller's soft state."""
+        """Barrier, then sessions: the new controller's soft state."""
         await self.raft.append(encode_batch(()))
         async with self._lock:
             self._last_tick = None
             self.status = ControllerStatus(self.status.activated, self.status.activations + 1)
-            self._set_sessions(sessions_after_failover(self.store.image, self.clock()))
+            now = self.clock()
+            contact = self._former_leader_contact(now)
+            self._set_sessions(sessions_after_failover(self.store.image, now, contact))
             # Ticks stopped counting while another node was active: that gap
-            # is not a stall of this loop (and the sessions are fresh anyway).
+            # is not a stall of this loop.
         log.info(
             "node %s is the active controller (metadata offset %d)",
             self.raft.node_id,

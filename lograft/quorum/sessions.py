@@ -5,8 +5,23 @@ would flood it) and so exist only in the active controller's memory, as an
 immutable `BrokerSessions` value that handlers take and return. Nothing else
 depends on it: a new active controller starts from `sessions_after_failover`,
 which gives every registered broker a full session from the moment it took
-over, so a failover never fences a live broker, and a dead one is fenced one
-session timeout after the failover at the latest.
+over, except the broker whose node was the Raft leader before it: that one's
+session is dated from the last Raft message this node received from that
+leader (never later than now). A broker that died with the former controller
+is so fenced as soon as its real session has lapsed, not one session after
+the election (which came at least `election_timeout_min_ms` after the last
+message, itself longer than a session). Every other broker may have heartbeated the old
+controller a moment before it died, so it keeps a full session to find the
+new one; a failover never fences them.
+
+Why dating that one broker is safe: fencing only moves partition leadership
+to other in-sync replicas (an acks=all write is on every ISR member, so none
+is lost) and a live broker is unfenced by its next heartbeat. And the node it
+runs on sent this node nothing for an election timeout, 2 s by default, more
+than a session (1.5 s): the broker is fenced only for a silence or pause of
+its node's Raft thread longer than its own session would allow (its broker
+and its Raft share one process; only a cut of the Raft link alone while its
+HTTP heartbeats still get through would fence a live broker, once).
 
 It also holds the log ends brokers report for partitions that await an
 election by log end (unclean recovery, election.recover_by_log_end, or an
@@ -100,6 +115,12 @@ class BrokerSessions:
         return last is not None and now_ms <= last + session_timeout_ms
 
 
-def sessions_after_failover(image: MetadataImage, now_ms: int) -> BrokerSessions:
-    """Soft state for a newly active controller: a fresh session for every broker."""
-    return BrokerSessions.starting(image.brokers, now_ms)
+def sessions_after_failover(
+    image: MetadataImage, now_ms: int, last_contact_ms: Mapping[int, int] | None = None
+) -> BrokerSessions:
+    """Soft state for a newly active controller: every broker's session starts
+    now, except those in `last_contact_ms` (broker id -> the last time it was
+    proven alive), which start then (never later than now)."""
+    contact = last_contact_ms or {}
+    times = {broker_id: min(now_ms, contact.get(broker_id, now_ms)) for broker_id in image.brokers}
+    return BrokerSessions(MappingProxyType(times))

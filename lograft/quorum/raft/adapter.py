@@ -398,6 +398,12 @@ class RaftAdapter:
     def leader_id(self) -> str | None:
         return self._core.leader_id() if self._state is AdapterState.RUNNING else None
 
+    def last_heard_ms(self, peer_id: str) -> int | None:
+        """Monotonic ms (`time.monotonic_ns() // 1_000_000`) of the last Raft
+        message this node received from voter `peer_id`; None if none since
+        this process started (peer_contact.py)."""
+        return self._core.peer_contact.last_heard_ms(peer_id)
+
     async def status(self) -> RaftStatus:
         """Self id, role, leader, term, commit index, last applied, voters' connections."""
         if self._state is AdapterState.RUNNING:

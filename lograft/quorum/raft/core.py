@@ -50,6 +50,7 @@ from lograft.quorum.raft.config import RaftConfig, parse_address
 from lograft.quorum.raft.durability import DurabilityGate, use_journal_factory
 from lograft.quorum.raft.handshake import HandshakeLimits
 from lograft.quorum.raft.journal import DurableJournal
+from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.raft.snapshot import (
     Snapshot,
     as_entry,
@@ -236,6 +237,8 @@ class RaftCore:
         self._counters = RaftCounters()
         # How much later than tick_interval_ms each tick came back (tick_lag.py).
         self.tick_lag = TickLag()
+        # When each voter was last heard (peer_contact.py).
+        self.peer_contact = PeerContact()
         self._fatal: BaseException | None = None
         self._journal: DurableJournal | None = None
         self._gate = DurabilityGate(
@@ -403,7 +406,7 @@ class RaftCore:
             max_bytes=cfg.max_handshake_bytes,
             max_connections=cfg.max_handshake_connections,
         )
-        transport = transport_factory(observer_id, handshake, self._gate)
+        transport = transport_factory(observer_id, handshake, self._gate, self.peer_contact)
         try:
             with use_journal_factory(self._open_journal):
                 so = _ReplicatedLog(self, self_node, peers, conf, transport)

@@ -54,6 +54,7 @@ from lograft.quorum.raft.handshake import (
     guard_accepted,
     handshake_started,
 )
+from lograft.quorum.raft.peer_contact import PeerContact
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +103,12 @@ class PeerTCPTransport(TCPTransport):
         handshake: HandshakeLimits,
         observer_id: str | None = None,
         gate: DurabilityGate | None = None,
+        contact: PeerContact | None = None,
     ) -> None:
         if selfNode is None and observer_id is None:
             raise ValueError("an observer transport needs observer_id")
         self._observer_id = observer_id
+        self._contact = contact
         self._handshake = handshake
         self._gate = gate
         super().__init__(syncObj, selfNode, otherNodes)
@@ -171,6 +174,8 @@ class PeerTCPTransport(TCPTransport):
 
     def _onMessageReceived(self, node: Node, message: Any) -> None:
         # Every message of a known peer reaches SyncObj through here.
+        if self._contact is not None and isinstance(node, PeerNode):
+            self._contact.heard(node.id)
         if isinstance(message, dict) and message.get("type") == "append_entries":
             message = self._guard_append(message)
         super()._onMessageReceived(node, message)
@@ -224,9 +229,13 @@ class PeerTCPTransport(TCPTransport):
 
 
 def transport_factory(
-    observer_id: str | None, handshake: HandshakeLimits, gate: DurabilityGate | None = None
+    observer_id: str | None,
+    handshake: HandshakeLimits,
+    gate: DurabilityGate | None = None,
+    contact: PeerContact | None = None,
 ) -> Any:
-    """The `transportClass` callable SyncObj expects, bound to our observer id, limits, gate."""
+    """The `transportClass` callable SyncObj expects, bound to our observer id,
+    limits, gate and the record of when each voter was last heard."""
     return functools.partial(
-        PeerTCPTransport, observer_id=observer_id, handshake=handshake, gate=gate
+        PeerTCPTransport, observer_id=observer_id, handshake=handshake, gate=gate, contact=contact
     )

@@ -4,6 +4,7 @@ its own per-pair TCP forwarder (a stand-in for a toxiproxy proxy)."""
 
 from __future__ import annotations
 
+import time
 from itertools import permutations
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from pysyncobj.transport import TCPTransport
 
 from lograft.errors import NotControllerError
 from lograft.quorum.raft.handshake import HandshakeLimits
+from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.raft.status import RaftStatus
 from lograft.quorum.raft.transport import ObserverNode, PeerNode, PeerTCPTransport
 from tests.raft_support import eventually_async, free_port
@@ -240,3 +242,25 @@ async def test_password_protects_links(tmp_path: Path) -> None:
         assert status.leader_id is None and bad.sm.items == []
         assert connected_voters(status) == set()
         assert (await leader.adapter.status()).observers == ("good",)
+
+
+def test_every_message_of_a_voter_is_recorded_as_contact() -> None:
+    contact = PeerContact()
+    transport = PeerTCPTransport(
+        FakeSyncObj(),
+        PeerNode("b", "127.0.0.1:1"),
+        [PeerNode("a", "127.0.0.1:1000")],
+        handshake=HANDSHAKE,
+        contact=contact,
+    )
+    transport.setOnMessageReceivedCallback(lambda node, message: None)
+    try:
+        assert contact.last_heard_ms("a") is None
+        before = time.monotonic_ns() // 1_000_000
+        transport._onMessageReceived(PeerNode("a", "127.0.0.1:1000"), {"type": "x"})
+        heard = contact.last_heard_ms("a")
+        assert heard is not None and before <= heard <= time.monotonic_ns() // 1_000_000
+        transport._onMessageReceived(ObserverNode("observer:o#0", "o"), {"type": "x"})
+        assert contact.last_heard_ms("observer:o#0") is None, "only voters count"
+    finally:
+        transport.destroy()
