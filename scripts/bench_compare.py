@@ -470,6 +470,9 @@ def produce_cell(
         f"  {column}: {label}: {records / secs:,.0f} records/s"
         + (f" ({failed} failed)" if failed else "")
     )
+    for out in outs:
+        for error, requests in out.get("errors", {}).items():
+            progress(f"    {requests} request(s) failed: {error}")
 
 
 def note_rss(res: Results, column: str, outs: list[dict[str, Any]]) -> None:

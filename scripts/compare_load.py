@@ -397,15 +397,30 @@ def lograft_json_produce(spec: dict) -> dict:
     limit = spec.get("max_records") or sys.maxsize
     t0 = time.perf_counter()
     end, sent, failed = t0 + spec["seconds"], 0, 0
+    errors: dict[str, int] = {}
     while sent < limit and time.perf_counter() < end:
         conn.request("POST", f"/v1/topics/{spec['topic']}/records", body, headers)
         resp = conn.getresponse()
-        resp.read()
+        answer = resp.read()
         if resp.status == 200:
             sent += per
         else:
             failed += per
-    return {"records": sent, "failed": failed, "seconds": time.perf_counter() - t0}
+            key = failure_key(resp.status, answer)
+            errors[key] = errors.get(key, 0) + 1
+    out = {"records": sent, "failed": failed, "seconds": time.perf_counter() - t0}
+    return {**out, "errors": errors} if errors else out
+
+
+def failure_key(status: int, answer: bytes) -> str:
+    """`<status> <error code> (retriable|not retriable): <message>` of a failed
+    request, from the API's `{"error": {...}}` body (the status alone if none)."""
+    try:
+        error = json.loads(answer)["error"]
+        retriable = "retriable" if error.get("retriable") else "not retriable"
+        return f"{status} {error['code']} ({retriable}): {str(error.get('message'))[:200]}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"{status} (no error body: {answer[:200]!r})"
 
 
 def lograft_consume(spec: dict) -> dict:

@@ -276,6 +276,16 @@ class ClusterMetadata:
         if meta is not None and self._clock() - meta.fetched_at > self._max_age_s:
             self._refresh_in_background(name)
 
+    async def refresh_at_most_every(self, name: str, interval_s: float) -> TopicMetadata:
+        """The topic's layout, refreshed unless a fresh (not stale) entry is
+        younger than `interval_s`: callers that poll for a leader change
+        (the producer's back-off, `Sender._await_new_leader`) cost at most one
+        refresh per topic per interval together, whatever their number."""
+        meta = self._topics.get(name)
+        if meta is not None and not meta.stale and self._clock() - meta.fetched_at < interval_s:
+            return meta
+        return await self.refresh(name)
+
     async def refresh(self, name: str) -> TopicMetadata:
         """Re-read one topic (and the broker list). Concurrent calls share one refresh."""
         task = self._refreshing.get(name)

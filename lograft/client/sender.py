@@ -29,6 +29,15 @@ mark the topic's metadata stale where the error says the layout moved
 FENCED_LEADER_EPOCH, network failures). A NOT_LEADER_OR_FOLLOWER naming the
 new leader (`details.leader_url`) is retried there at once.
 
+A back-off after such an error ends early once the metadata names another
+leader (Kafka's KIP-951 skips the back-off on a leader change too): it
+re-reads the topic's layout every `retry_backoff_ms` (at most one refresh per
+topic per interval, whatever the number of waiting batches) and retries at
+once at the new leader, counting attempts afresh. Without it a dead leader's
+partition was retried on the doubling schedule (0.1, 0.3, 0.7, 1.5, 2.5 s
+after the first failure), so a new leader elected at 1.6 s was first tried
+at 2.5 s.
+
 Ordering: a partition's next batch is not sent before the previous one is
 done (with one in flight, the default and the only choice with idempotence),
 so retries never reorder records.
@@ -290,7 +299,9 @@ class Sender:
                     continue
             redirected = False
             attempt += 1
-            await self._backoff(batch, deadline, attempt, error)
+            failed_at = None if isinstance(url_or_error, LograftError) else url_or_error
+            if await self._backoff(batch, deadline, attempt, error, failed_at):
+                attempt = 0  # a new leader: its failures count from the start
 
     def _off_the_wire(self, leader: str) -> None:
         left = self.to_leader[leader] - 1
@@ -306,8 +317,16 @@ class Sender:
             return exc
 
     async def _backoff(
-        self, batch: ProducerBatch, deadline: float, attempt: int, error: LograftError
-    ) -> None:
+        self,
+        batch: ProducerBatch,
+        deadline: float,
+        attempt: int,
+        error: LograftError,
+        failed_leader: str | None = None,
+    ) -> bool:
+        """Wait before the next attempt. True when the wait ended early because
+        the metadata names a leader other than `failed_leader` (given when
+        the attempt reached a leader and failed with a stale-metadata error)."""
         loop = asyncio.get_running_loop()
         delay = backoff_ms(attempt, self.config.retry_backoff_ms, self.config.retry_backoff_max_ms)
         remaining = deadline - loop.time()
@@ -319,9 +338,36 @@ class Sender:
         # its records' callbacks were scheduled, so that an abort_unsent from
         # one of them runs before the next batch is taken).
         self.wakeup()
-        await asyncio.sleep(min(delay / 1000, remaining))
+        wait_s = min(delay / 1000, remaining)
+        moved = False
+        if failed_leader is not None and isinstance(error, STALE_METADATA_ERRORS):
+            moved = await self._await_new_leader(batch.tp, failed_leader, wait_s)
+        else:
+            await asyncio.sleep(wait_s)
         if deadline - loop.time() <= 0:
             raise self._timeout(batch, error) from error
+        return moved
+
+    async def _await_new_leader(self, tp: TopicPartition, failed: str, wait_s: float) -> bool:
+        """Sleep up to `wait_s`, re-reading `tp`'s topic every `retry_backoff_ms`;
+        True as soon as it names a leader other than `failed`."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_s
+        poll_s = self.config.retry_backoff_ms / 1000
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(poll_s, left))  # the back-off itself, in slices
+            left = end - loop.time()
+            if left <= 0:
+                return False
+            # A refresh that fails or outlasts the back-off changes nothing:
+            # the attempt after it refreshes in the foreground.
+            with contextlib.suppress(LograftError, TimeoutError):
+                async with asyncio.timeout(left):
+                    await self.metadata.refresh_at_most_every(tp.topic, poll_s)
+            url = self.metadata.leader_url(tp)
+            if url is not None and url != failed:
+                return True
+        return False
 
     def _timeout(self, batch: ProducerBatch, error: LograftError | None) -> DeliveryTimeoutError:
         last = f"; last error: {error.code}: {error.message}" if error is not None else ""
