@@ -39,6 +39,7 @@ from aiohttp import web
 
 from lograft.api.fetch_json import PageRequest, render_page, response_body
 from lograft.api.http_errors import error_dict
+from lograft.api.offsets_json import offsets_entries
 from lograft.api.produce_columns import plain_columns
 from lograft.api.quota_gate import request_quota
 from lograft.api.record_work import INLINE_BYTES_MAX, RecordWork, worth_a_thread
@@ -527,11 +528,8 @@ def _in_order_answer(
     outcome = outcomes[p]
     if isinstance(outcome, LograftError):
         return None
-    head = f'{{"partition":{p},"offset":'
-    tail = ',"duplicate":true}' if outcome.duplicate else "}"
-    first = outcome.first_offset
-    records = (tail + "," + head).join(map(str, range(first, first + prepared.count)))
-    return f'{{"offsets":[{head}{records}{tail}]}}'.encode()
+    entries = offsets_entries(p, outcome.first_offset, prepared.count, duplicate=outcome.duplicate)
+    return f'{{"offsets":[{entries}]}}'.encode()
 
 
 def _record_offsets(

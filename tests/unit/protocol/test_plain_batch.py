@@ -4,6 +4,7 @@ the same bytes for any columns, and batches kafka-python reads back."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -158,6 +159,67 @@ def test_attribute_columns_hands_back_the_same_objects_and_raises_as_getattr() -
         plain_batch.attribute_columns([Rec(1, 2)], (1,))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         plain_batch.attribute_columns((Rec(1, 2),), ("a",))  # type: ignore[arg-type]
+
+
+class SubRec(Rec):
+    """A subclass: not the first object's exact type, read with getattr."""
+
+    __slots__ = ()
+
+
+class Computed:
+    """`a` a property, `b` an instance attribute: no slot to read directly."""
+
+    def __init__(self, b: object) -> None:
+        self.b = b
+
+    @property
+    def a(self) -> str:
+        return "computed"
+
+
+@needs_c
+def test_attribute_columns_reads_slots_as_getattr_whatever_the_mix_of_types() -> None:
+    # The C pass reads the first object's type's slots directly; every other
+    # case (another type, a subclass, a property, a plain attribute) is a getattr.
+    objects: list[object] = [Rec(1, None), SubRec(2, "x"), Computed(3), Rec(None, 4)]
+    names = ("a", "b")
+    assert plain_batch.attribute_columns(objects, names) == (
+        [1, 2, "computed", None],
+        [None, "x", 3, 4],
+    )
+    assert plain_batch.attribute_columns([Computed(1), Rec(2, 3)], names) == (
+        ["computed", 2],
+        [1, 3],
+    )
+
+
+@needs_c
+def test_attribute_columns_raises_for_an_unset_slot_as_getattr() -> None:
+    unset = Rec.__new__(Rec)
+    unset.a = 1  # b never set
+    with pytest.raises(AttributeError, match="b"):
+        plain_batch.attribute_columns([Rec(1, 2), unset], ("a", "b"))
+    with pytest.raises(AttributeError, match="b"):
+        plain_batch.attribute_columns([unset], ("b",))
+
+
+class Decoded(msgspec.Struct, frozen=True, kw_only=True):
+    """A record as the JSON produce path decodes one (a msgspec Struct)."""
+
+    value: object = None
+    key: str | None = None
+    timestamp: int | None = None
+
+
+@needs_c
+def test_attribute_columns_of_decoded_structs_match_the_python_twin() -> None:
+    body = b'[{"value": 1, "key": "k"}, {"value": null}, {"timestamp": 5}]'
+    records = msgspec.json.decode(body, type=list[Decoded])
+    names = ("value", "key", "timestamp")
+    got = plain_batch.attribute_columns(records, names)
+    assert got == plain_batch.attribute_columns_python(records, names)
+    assert got == ([1, None, None], ["k", None, None], [None, None, 5])
 
 
 @needs_c
