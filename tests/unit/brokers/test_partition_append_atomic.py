@@ -129,3 +129,17 @@ def test_several_batches_of_one_producer_in_one_request(leader: Partition) -> No
         batch("e", pid=7, epoch=0, seq=6) + batch("f", pid=7, epoch=1, seq=0), Acks.LEADER
     )
     assert (res.first_offset, res.last_offset, res.duplicate) == (8, 11, False)
+
+
+def test_a_request_of_one_batch_is_checked_and_planned_without_a_copy(leader: Partition) -> None:
+    one = batch("a")
+    plan = leader.prepare_append(one, Acks.LEADER)
+    [(chunk, _h)] = plan.batches
+    assert chunk is one and plan.payload is one  # the request's bytes, not a copy
+    two = one + batch("b")
+    chunks = [c for c, _h in leader.prepare_append(two, Acks.LEADER).batches]
+    assert chunks == [one, two[len(one) :]]
+    with pytest.raises(CorruptRecordError):
+        leader.prepare_append(corrupt(one), Acks.LEADER)  # still checked (CRC)
+    leader.append_records(one, Acks.LEADER)
+    assert values(leader) == [b"a0", b"a1"]
