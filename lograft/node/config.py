@@ -9,8 +9,9 @@ Example (`config/node-1.toml`)::
     cluster_secret = "..."            # required: `openssl rand -hex 16`, the same
                                       # on every node; authenticates the internal
                                       # endpoints and keys the Raft links
-    event_loop = "asyncio"            # or "uvloop": the node's event loop (faster
-                                      # TLS; docs/security.md); /healthz tells which
+    event_loop = "uvloop"             # or "asyncio": the node's event loop (uvloop's
+                                      # costs less CPU per request; docs/security.md);
+                                      # /healthz tells which
 
     [http]
     host = "127.0.0.1"                # "0.0.0.0" in a container: then set
@@ -187,9 +188,11 @@ class NodeConfig(Record):
     # GET /metrics and what it counts (docs/metrics.md).
     metrics: MetricsSettings = MetricsSettings()
     log_level: str = "INFO"
-    # The node's event loop: "asyncio" (the standard library's) or "uvloop"
-    # (lograft/node/event_loop.py; faster TLS, docs/benchmarks.md "Security").
-    event_loop: EventLoopName = "asyncio"
+    # The node's event loop: "uvloop" (libuv's; 14-20 % less CPU per request
+    # than asyncio's on the hot routes, docs/benchmarks.md "Nodes on uvloop:
+    # CPU per request (issue 14)"; faster TLS, "Security") or "asyncio" (the
+    # standard library's).
+    event_loop: EventLoopName = "uvloop"
     # Topic-level log config defaults (segment_bytes, retention_ms, ...);
     # a topic's own configs override them.
     log_defaults: LogConfig = LogConfig()
