@@ -5,7 +5,8 @@
 goes, so on a loaded machine its records/s, and with it the share of the
 nodes' fixed per-second costs (timers, heartbeats, Raft ticks) in each
 record's CPU, move with whatever else runs. Here one connection posts
-bench_compare's JSON body (500 records of 100 B, `value_format: string`, no
+bench_compare's JSON body (500 records of 100 B, or `--value-bytes`,
+`value_format: string`, no
 keys: the keyless records of a request share a partition, one the node
 posted to leads under the default `keyless_partitions = "local"`, so nothing
 is forwarded) at `--rate` requests per second to a fresh
@@ -53,6 +54,9 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=40.0, help="requests per second")
     p.add_argument("--seconds", type=float, default=15.0, help="measured window, s")
     p.add_argument("--warm-s", type=float, default=3.0, help="untimed warm-up at the rate, s")
+    p.add_argument(
+        "--value-bytes", type=int, default=VALUE_BYTES, help="bytes of each record's value"
+    )
     args = p.parse_args()
     print(f"Machine: {machine()}")
     print(f"Command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
@@ -73,7 +77,7 @@ def main() -> int:
         url = str(fam.spec("lograft JSON", "produce", topic, seconds=1)["bootstrap"])
         host, _, port = url.split(",")[0].removeprefix("http://").partition(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        record = {"value": "x" * VALUE_BYTES}
+        record = {"value": "x" * args.value_bytes}
         body = json.dumps({"value_format": "string", "records": [record] * RECORDS_PER_REQUEST})
         path = f"/v1/topics/{topic}/records"
         pids = [cluster.lc.pid_of(cluster.inner.dir, node) for node in (1, 2, 3)]
