@@ -129,7 +129,10 @@ _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
 def _decoder(into: type[T]) -> msgspec.json.Decoder[T]:
-    decoder: msgspec.json.Decoder[T] | None = _DECODERS.get(into)
+    try:
+        decoder: msgspec.json.Decoder[T] | None = _DECODERS.get(into)
+    except TypeError:  # an unhashable type form (Annotated with a dict): not kept
+        return msgspec.json.Decoder(into, dec_hook=_dec_hook)
     if decoder is None:
         decoder = _DECODERS[into] = msgspec.json.Decoder(into, dec_hook=_dec_hook)
     return decoder

@@ -136,3 +136,21 @@ def test_json_nested_too_deeply_is_the_callers_error_not_a_recursion_error():
     deep = b'{"value": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     with pytest.raises(InvalidRequestError, match="nested too deeply"):
         decode_json(deep, Anything, error=InvalidRequestError)
+
+
+def test_decode_json_keeps_a_decoder_per_type_and_judges_each_call_alike():
+    from lograft import typed
+
+    class Point(Record):
+        x: int
+
+    for _ in range(2):  # the second call uses the kept decoder
+        assert decode_json(b'{"x": 1}', Point, error=InvalidRequestError) == Point(x=1)
+        with pytest.raises(InvalidRequestError, match="x"):
+            decode_json(b'{"x": "one"}', Point, error=InvalidRequestError)
+    assert Point in typed._DECODERS
+    # An unhashable type form is decoded all the same, without being kept.
+    unhashable = Annotated[int, {"note": "a dict is not hashable"}]
+    assert decode_json(b"7", unhashable, error=InvalidRequestError) == 7  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError):
+        decode_json(b'"7"', unhashable, error=InvalidRequestError)  # type: ignore[arg-type]
