@@ -215,31 +215,53 @@ class FetchResult:
 
 class _Changes:
     """Wakes long-polls when a partition's data or high watermark moves, and
-    marks it dirty in the replica fetch sessions that hold it."""
+    marks it dirty in the replica fetch sessions that hold it.
+
+    Two kinds of waiter: replica long-polls (sessionless follower fetches),
+    which want every append, and readers (consumer fetches), which can read
+    only below the high watermark. An acks=all append leaves the HW where it
+    was until the followers have fetched, so it wakes no reader (`appended`):
+    waking them read nothing and parked them again, a wasted read and a
+    task step on the leader's loop per append per parked consumer fetch,
+    taken in the same loop turn as the followers' wake-ups that the produce
+    waits for."""
 
     def __init__(self, sessions: FetchSessionCache) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._readers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._sessions = sessions
 
     def notify(
-        self, tp: TopicPartition, skip: FetchSession | None = None, *, hw_only: bool = False
+        self,
+        tp: TopicPartition,
+        skip: FetchSession | None = None,
+        *,
+        hw_only: bool = False,
+        appended: bool = False,
     ) -> None:
         """`hw_only`: only the high watermark moved, which wakes consumers'
         long-polls (it makes records readable) but not a replica session's
-        (a follower's answer waits for data or its deadline either way)."""
+        (a follower's answer waits for data or its deadline either way).
+        `appended`: only the log end moved (the HW did not): nothing new
+        for readers."""
         self._sessions.mark(tp, skip, wake=not hw_only)
-        for fut in self._waiters.pop(tp, ()):
-            if not fut.done():
-                fut.set_result(None)
+        _wake(self._waiters.pop(tp, ()))
+        if not appended:
+            _wake(self._readers.pop(tp, ()))
 
-    async def wait_any(self, tps: Iterable[TopicPartition], timeout_s: float) -> bool:
-        """Wait until one of `tps` changes; False when `timeout_s` passed without one."""
+    async def wait_any(
+        self, tps: Iterable[TopicPartition], timeout_s: float, *, reader: bool = False
+    ) -> bool:
+        """Wait until one of `tps` changes; False when `timeout_s` passed without
+        one. `reader`: a consumer's long-poll, which an append below an unmoved
+        high watermark does not wake."""
         if timeout_s <= 0:
             return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         keys = list(tps)
+        table = self._readers if reader else self._waiters
         for tp in keys:
-            self._waiters.setdefault(tp, set()).add(fut)
+            table.setdefault(tp, set()).add(fut)
         try:
             # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
             # cancel that lands as the change does. `fut` is this call's own,
@@ -251,11 +273,17 @@ class _Changes:
             return False
         finally:
             for tp in keys:
-                s = self._waiters.get(tp)
+                s = table.get(tp)
                 if s is not None:
                     s.discard(fut)
                     if not s:
-                        del self._waiters[tp]
+                        del table[tp]
+
+
+def _wake(futures: Iterable[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(None)
 
 
 def monotonic_ms() -> int:
@@ -762,14 +790,16 @@ class ReplicaManager:
         self.partition(tp)
         check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
-        part, result = await self._append_as_leader(tp, data, acks, id_end, records_checked)
+        part, result, hw_before = await self._append_as_leader(
+            tp, data, acks, id_end, records_checked
+        )
         if self.stats is not None and not result.duplicate:
             topic = self.stats.topic(tp.topic)
             topic.bytes_in += len(data)
             topic.records_in += result.last_offset - result.first_offset + 1
         if part.group_commit and part.committer is not None:
             part.committer.kick()
-        self._changes.notify(tp)
+        self._changes.notify(tp, appended=part.high_watermark == hw_before)
         if acks is not Acks.ALL:
             return result
         waiter = part.wait_for_high_watermark(result.last_offset + 1)
@@ -798,9 +828,10 @@ class ReplicaManager:
         acks: Acks,
         id_end: int | None,
         records_checked: bool,
-    ) -> tuple[Partition, AppendResult]:
+    ) -> tuple[Partition, AppendResult, int]:
         """`Partition.append_records` with its write in a storage thread when
-        `append_in_thread` says so, in the partition's append lane."""
+        `append_in_thread` says so, in the partition's append lane; with the
+        high watermark from before the append (whether it moved the HW)."""
         while True:
             part = self.partition(tp)
             # Free (the usual case), the lane is taken without yielding.
@@ -813,6 +844,7 @@ class ReplicaManager:
                 # Before the log end moves: idle followers caught up at it are
                 # recorded as of their sessions' last fetch.
                 self._refresh_follower_states(part)
+                hw_before = part.high_watermark
                 inline = not plan.payload or not append_in_thread(
                     part.log.config, len(plan.payload)
                 )
@@ -825,7 +857,7 @@ class ReplicaManager:
                     # thread; nothing was written. Decide again: refused as
                     # a follower would refuse it, or written in the new epoch.
                     continue
-                return part, part.finish_append(plan, info)
+                return part, part.finish_append(plan, info), hw_before
 
     async def _producer_id_end_for(self, data: bytes) -> int | None:
         """The producer id end to check `data` against. When a batch names an
@@ -896,7 +928,7 @@ class ReplicaManager:
                     data, part.high_watermark, part.log.log_start_offset, part.log.log_end_offset
                 )
             with remote_wait():
-                await self._changes.wait_any([tp], remaining / 1000)
+                await self._changes.wait_any([tp], remaining / 1000, reader=True)
 
     async def consumer_fetch(
         self, reads: Sequence[ConsumerRead], *, max_wait_ms: int, max_bytes: int
@@ -917,7 +949,7 @@ class ReplicaManager:
             if remaining <= 0 or any(p.data or p.error is not None for p in out):
                 return self._count_consumer_reads(out)
             with remote_wait():
-                changed = await self._changes.wait_any(tps, remaining / 1000)
+                changed = await self._changes.wait_any(tps, remaining / 1000, reader=True)
             if not changed:
                 return self._count_consumer_reads(out)
 

@@ -66,12 +66,13 @@ async def test_a_cancelled_long_poll_fetch_ends_cancelled(tmp_path, as_it_change
         leader = c.brokers[1]
         changes = leader._changes
         task = asyncio.create_task(leader.fetch(TP, 0, max_bytes=1 << 20, max_wait_ms=60_000))
-        await eventually_async(lambda: changes._waiters, WAIT_S, "the fetch to long-poll")
+        # A consumer fetch long-polls as a reader (woken by HW moves).
+        await eventually_async(lambda: changes._readers, WAIT_S, "the fetch to long-poll")
         if as_it_changes:
             changes.notify(TP)
         task.cancel()
         await asyncio.wait({task}, timeout=WAIT_S)
         assert task.cancelled(), "the fetch went on after it was cancelled"
-        assert not changes._waiters
+        assert not changes._readers
     finally:
         await c.stop()

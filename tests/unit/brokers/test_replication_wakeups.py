@@ -5,6 +5,7 @@ of being woken would fail the guard. Three replica managers in one loop."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from lograft.brokers.replica_manager import BrokerSettings, ConsumerRead
 from lograft.protocol.batch import iter_records
@@ -71,9 +72,10 @@ async def until(condition) -> None:
 
 
 async def test_a_parked_consumer_fetch_returns_when_the_high_watermark_moves(tmp_path):
-    """The append wakes it below an unmoved HW (nothing to read: it parks
-    again); the follower fetch that moves the HW must wake it with the
-    records, not leave it to its 60 s."""
+    """The append leaves the HW where it was, so it does not wake the parked
+    consumer fetches (they could read nothing); the follower fetch that
+    moves the HW must wake them with the records, not leave them to their
+    60 s."""
     c = HeldAnswers(tmp_path, SLOW)
     await c.start()
     try:
@@ -82,6 +84,7 @@ async def test_a_parked_consumer_fetch_returns_when_the_high_watermark_moves(tmp
             await leader.produce(TP, _batch("a"), Acks.ALL)
         hw = leader.partitions[TP].high_watermark
         c.gate.clear()
+        reads = Reads(leader.partitions[TP])
         fetches = [
             asyncio.create_task(leader.fetch(TP, hw, max_bytes=1 << 20, max_wait_ms=LONG_MS)),
             asyncio.create_task(
@@ -90,13 +93,20 @@ async def test_a_parked_consumer_fetch_returns_when_the_high_watermark_moves(tmp
                 )
             ),
         ]
-        parked = leader._changes._waiters
+        parked = leader._changes._readers
         await until(lambda: len(parked.get(TP, ())) == 2)
+        waiting = set(parked[TP])
+        assert reads.count == 2  # each read once on arrival
         produce = asyncio.create_task(leader.produce(TP, _batch("x"), Acks.ALL))
-        # Appended, woken, nothing below the HW yet: both parked again.
+        # Appended below an unmoved HW: both still parked on the same
+        # wait, neither woken to read again.
         await until(lambda: leader.partitions[TP].log.log_end_offset == hw + 5)
-        await until(lambda: len(parked.get(TP, ())) == 2)
+        for _ in range(20):
+            await asyncio.sleep(0)  # turns in which a wrongly woken fetch would read
         assert leader.partitions[TP].high_watermark == hw and not produce.done()
+        assert set(parked.get(TP, ())) == waiting
+        assert not any(f.done() for f in waiting)
+        assert reads.count == 2
         c.gate.set()
         async with asyncio.timeout(GUARD_S):
             await produce
@@ -106,3 +116,42 @@ async def test_a_parked_consumer_fetch_returns_when_the_high_watermark_moves(tmp
     finally:
         c.gate.set()
         await c.stop()
+
+
+async def test_an_append_that_moves_the_high_watermark_wakes_parked_consumer_fetches(tmp_path):
+    """With the leader alone in the ISR (min ISR 1) the append itself moves
+    the HW: it must wake the parked consumer fetch."""
+    c = Cluster(tmp_path, SLOW)
+    await c.start()
+    try:
+        leader = c.brokers[1]
+        async with asyncio.timeout(GUARD_S):
+            await leader.produce(TP, _batch("a"), Acks.ALL)
+        part = leader.partitions[TP]
+        hw = part.high_watermark
+        fetch = asyncio.create_task(leader.fetch(TP, hw, max_bytes=1 << 20, max_wait_ms=LONG_MS))
+        await until(lambda: len(leader._changes._readers.get(TP, ())) == 1)
+        # As if the followers had left the ISR: the next append moves the HW.
+        part.isr = (leader.broker_id,)
+        part.settings = dataclasses.replace(part.settings, min_insync_replicas=1)
+        async with asyncio.timeout(GUARD_S):
+            await leader.produce(TP, _batch("y"), Acks.LEADER)
+            got = await fetch
+        assert part.high_watermark == hw + 5
+        assert next(r.value for r in iter_records(got.data)) == b"y-0"
+    finally:
+        await c.stop()
+
+
+class Reads:
+    """Counts the consumer reads of one partition."""
+
+    def __init__(self, part) -> None:
+        self.count = 0
+        read = part.read_for_consumer
+
+        def counted(offset: int, max_bytes: int) -> bytes:
+            self.count += 1
+            return read(offset, max_bytes)
+
+        part.read_for_consumer = counted
