@@ -31,7 +31,10 @@ Workloads (--only picks some; all by default):
             coordinated omission)
   failover  SIGKILL of partition 0's leader (the stream's, for NATS) while a
             producer writes to it: seconds from the kill to the first ack of a
-            record sent after it; median of --failovers kills per round
+            record sent after it; median of --failovers kills per round. With
+            --failover-kill controller (lograft), the leader of a partition
+            led by the active controller's node instead (a Raft election
+            first); each kill says whether it hit the active controller
 
 Each system gets an untimed pre-warm (--warm-s, default 20 s: the JVM spends
 its first minute compiling); each cell runs --rounds times (default 3) and the
@@ -348,12 +351,28 @@ class LograftCluster:
         }
         http_json("POST", f"{self.inner.bootstrap}/v1/topics", body)
 
-    def leader(self, topic: str) -> dict[str, int]:
+    def controller(self) -> int | None:
+        """The active controller's node id, as any node reports it."""
         for url in self.urls():
             with contextlib.suppress(OSError, urllib.error.HTTPError, ValueError):
-                p0 = http_json("GET", f"{url}/v1/topics/{topic}")["partitions"][0]
-                return {"leader": p0["leader"], "isr": len(p0["isr"])}
+                active = http_json("GET", f"{url}/v1/cluster")["active_controller"]
+                return None if active is None else int(active)
+        return None
+
+    def leader(self, topic: str, partition: int = 0) -> dict[str, int]:
+        for url in self.urls():
+            with contextlib.suppress(OSError, urllib.error.HTTPError, ValueError):
+                part = http_json("GET", f"{url}/v1/topics/{topic}")["partitions"][partition]
+                return {"leader": part["leader"], "isr": len(part["isr"])}
         raise RuntimeError(f"no node answered for {topic}")
+
+    def partition_led_by_controller(self, topic: str) -> int | None:
+        """A partition of `topic` whose leader is the active controller's node."""
+        controller = self.controller()
+        for partition in range(PARTITIONS):
+            if self.leader(topic, partition)["leader"] == controller:
+                return partition
+        return None
 
 
 # -- running loads --------------------------------------------------------------------------
@@ -552,30 +571,50 @@ def wait_rejoined(fam: Family, topic: str) -> None:
     raise RuntimeError(f"{fam.name}: the killed node did not rejoin in {REJOIN_TIMEOUT_S} s")
 
 
-def failover_once(fam: Family, column: str) -> float | None:
+def failover_partition(fam: Family, topic: str, kill: str) -> int:
+    """Partition 0, or with `--failover-kill controller` (lograft) one led by
+    the active controller's node (0 if none is: printed)."""
+    if kill != "controller" or fam.name != "lograft":
+        return 0
+    partition = fam.cluster.partition_led_by_controller(topic)
+    if partition is None:
+        progress("  no partition is led by the active controller: killing partition 0's leader")
+        return 0
+    return partition
+
+
+def failover_once(fam: Family, column: str, kill: str = "leader") -> float | None:
     topic = "bench-failover"
     ensure_topic(fam, topic)
     wait_rejoined(fam, topic)
-    proc = start_load(fam.python, fam.spec(column, "failover", topic, seconds=FAILOVER_RUN_S))
+    partition = failover_partition(fam, topic, kill)
+    spec = fam.spec(column, "failover", topic, seconds=FAILOVER_RUN_S, partition=partition)
+    proc = start_load(fam.python, spec)
     assert proc.stdout is not None
     if "ready" not in proc.stdout.readline():  # its first record is acknowledged
         raise RuntimeError(f"{column}: the failover producer did not start")
     time.sleep(FAILOVER_KILL_AFTER_S)  # let the producer write a while before the kill
-    node = node_of(fam, leader_of(fam, topic)["leader"])
+    if fam.name == "lograft":
+        node = node_of(fam, fam.cluster.leader(topic, partition)["leader"])
+    else:
+        node = node_of(fam, leader_of(fam, topic)["leader"])
+    # lograft: a kill of the active controller's node waits for a Raft election too.
+    controller = getattr(fam.cluster, "controller", lambda: None)()
     killed_at = time.time()
     fam.cluster.kill(node)
     out = finish_load(proc, FAILOVER_RUN_S + LOAD_GRACE_S)
     fam.cluster.start_node(node)
     took = failover_seconds([tuple(p) for p in out["pairs"]], killed_at)
+    role = "leader, also the active controller" if controller == node else "leader"
     progress(
-        f"  {column}: killed node {node} (leader): "
+        f"  {column}: killed node {node} ({role}): "
         + (f"first ack after {took:.2f} s" if took is not None else "no ack after the kill")
     )
     return took
 
 
-def failover_cell(fam: Family, column: str, kills: int, res: Results) -> None:
-    times = [failover_once(fam, column) for _ in range(kills)]
+def failover_cell(fam: Family, column: str, kills: int, res: Results, kill: str) -> None:
+    times = [failover_once(fam, column, kill) for _ in range(kills)]
     done = [t for t in times if t is not None]
     res.add(
         f"failover after SIGKILL of the leader, s (median of {kills})",
@@ -614,7 +653,7 @@ def run_family(fam: Family, args: argparse.Namespace, res: Results, loads: list[
                 for rate in args.rates:
                     latency_cell(fam, column, rate, args.latency_s, res)
             if "failover" in only and column == fam.failover_column:
-                failover_cell(fam, column, args.failovers, res)
+                failover_cell(fam, column, args.failovers, res, args.failover_kill)
     rss = peak_rss_mib(fam.cluster.pids())
     for column in fam.columns:
         res.add("server peak RSS, MiB (largest node)", column, rss)
@@ -717,6 +756,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--rates", nargs="+", type=int, default=[2000, 20000], help="records/s")
     ap.add_argument("--latency-s", type=float, default=20.0, help="one latency run, s (20)")
     ap.add_argument("--failovers", type=int, default=5, help="kills per round (5)")
+    ap.add_argument(
+        "--failover-kill",
+        choices=("leader", "controller"),
+        default="leader",
+        help="kill partition 0's leader (default), or (lograft) the leader of a partition "
+        "led by the active controller's node, so that a Raft election comes first",
+    )
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     return ap.parse_args()

@@ -483,7 +483,7 @@ def lograft_failover(spec: dict) -> dict:
         while time.time() < end:
             sent = time.time()
             try:
-                p.send(spec["topic"], b"f", partition=0).get(30)
+                p.send(spec["topic"], b"f", partition=spec.get("partition", 0)).get(30)
                 pairs.append((sent, time.time()))
                 say_ready(pairs)
             except Exception:
