@@ -604,6 +604,10 @@ def failover_once(fam: Family, column: str, kill: str = "leader") -> float | Non
     fam.cluster.kill(node)
     out = finish_load(proc, FAILOVER_RUN_S + LOAD_GRACE_S)
     fam.cluster.start_node(node)
+    # The next cell (the JSON produce, whose one connection goes to the first
+    # node) must not meet a node still starting: it did (refused, or one
+    # failed request).
+    wait_rejoined(fam, topic)
     took = failover_seconds([tuple(p) for p in out["pairs"]], killed_at)
     role = "leader, also the active controller" if controller == node else "leader"
     progress(

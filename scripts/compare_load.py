@@ -399,9 +399,20 @@ def lograft_json_produce(spec: dict) -> dict:
     end, sent, failed = t0 + spec["seconds"], 0, 0
     errors: dict[str, int] = {}
     while sent < limit and time.perf_counter() < end:
-        conn.request("POST", f"/v1/topics/{spec['topic']}/records", body, headers)
-        resp = conn.getresponse()
-        answer = resp.read()
+        try:
+            conn.request("POST", f"/v1/topics/{spec['topic']}/records", body, headers)
+            resp = conn.getresponse()
+            answer = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            # A node restarted by the failover cell may not listen yet: count
+            # the request as failed, say why, and reconnect after a pause.
+            failed += per
+            key = f"no answer: {exc!r}"[:200]
+            errors[key] = errors.get(key, 0) + 1
+            conn.close()
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            time.sleep(0.1)  # back-off before reconnecting
+            continue
         if resp.status == 200:
             sent += per
         else:
