@@ -11,7 +11,16 @@ functions only decide who. Kafka's rules:
 - expand: an assigned, eligible replica outside the ISR joins once its LEO is
   at least the HW (so the HW computed over the larger ISR does not go back)
   and at least the start offset of the leader's current epoch (so it has
-  truncated to this leader's log and copied from it).
+  truncated to this leader's log and copied from it), and it is caught up by
+  the shrink rule's own test. Kafka checks a join only when that follower
+  fetches; the leader here checks every follower's last known state whenever
+  the partition is checked, so without the last condition a follower that
+  stopped fetching would be proposed back from its stale state as soon as it
+  left: the HW does not move while the ISR is below min_insync_replicas, so
+  its old LEO stays "at least the HW", and the ISR would flap out and in
+  every AlterPartition round trip while it is gone. Joining only what the
+  shrink rule would keep makes the two rules agree: no join is undone by the
+  next check.
 """
 
 from __future__ import annotations
@@ -57,6 +66,10 @@ def isr_expand_candidates(
     leader_epoch_start_offset: int,
     leader_id: int,
     ineligible: Collection[int] = (),
+    *,
+    leader_leo: int,
+    now_ms: int,
+    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
 ) -> frozenset[int]:
     """Assigned replicas outside the ISR that may join. `ineligible` holds
     brokers the metadata says are fenced or shutting down (Kafka's
@@ -69,6 +82,10 @@ def isr_expand_candidates(
         state = follower_states.get(r)
         if state is None:
             continue
-        if state.leo >= high_watermark and state.leo >= leader_epoch_start_offset:
+        if (
+            state.leo >= high_watermark
+            and state.leo >= leader_epoch_start_offset
+            and is_caught_up(state, leader_leo, now_ms, replica_lag_time_max_ms)
+        ):
             joining.add(r)
     return frozenset(joining)

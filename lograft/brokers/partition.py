@@ -623,7 +623,16 @@ class Partition:
         )
         start = _epoch_start(self.log, self.leader_epoch)
         join = isr_expand_candidates(
-            self.isr, self.replicas, states, self.high_watermark, start, self.broker_id, ineligible
+            self.isr,
+            self.replicas,
+            states,
+            self.high_watermark,
+            start,
+            self.broker_id,
+            ineligible,
+            leader_leo=self.log.log_end_offset,
+            now_ms=now_ms,
+            replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
         )
         if not out and not join:
             return None

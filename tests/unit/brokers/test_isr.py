@@ -55,6 +55,8 @@ def test_expand_needs_hw_and_leader_epoch_start() -> None:
         leader_epoch_start_offset=10,
         leader_id=1,
         ineligible={5},
+        leader_leo=20,
+        now_ms=0,
     )
     # 2 is below the HW, 3 below the epoch start, 5 is fenced.
     assert got == {4}
@@ -62,7 +64,50 @@ def test_expand_needs_hw_and_leader_epoch_start() -> None:
 
 def test_expand_skips_isr_members_unassigned_and_unknown() -> None:
     states = {2: st_(9, 0), 6: st_(9, 0)}
-    assert isr_expand_candidates([1, 2], [1, 2, 3], states, 0, 0, 1) == frozenset()
+    assert (
+        isr_expand_candidates([1, 2], [1, 2, 3], states, 0, 0, 1, leader_leo=9, now_ms=0)
+        == frozenset()
+    )
+
+
+def test_a_follower_that_stopped_fetching_is_not_taken_back_from_its_stale_state() -> None:
+    # min_insync_replicas not met: the HW stays at 1 while the leader appends
+    # (acks=1), so the LEO (1) of follower 3, which stopped fetching when it
+    # was caught up and was removed a lag time later, is still "at the HW".
+    # It must fetch (and catch up) before it joins again.
+    t = FollowerStateTracker(leader_id=1)
+    t.become_leader([1, 2, 3], {1, 2, 3}, now_ms=0)
+    t.on_fetch(3, 1, 1, now_ms=100)
+    t.on_fetch(2, 2, 2, now_ms=200)
+    now = 100 + LAG + 1
+    assert isr_shrink_candidates([1, 2, 3], t.states(), 2, now, 1, LAG) == {3}
+    joining = isr_expand_candidates(
+        [1, 2],
+        [1, 2, 3],
+        t.states(),
+        1,
+        0,
+        1,
+        leader_leo=2,
+        now_ms=now,
+        replica_lag_time_max_ms=LAG,
+    )
+    assert joining == frozenset()
+    # Back: a fetch behind the log end, then one at it.
+    t.on_fetch(3, 1, 2, now_ms=now + 10)
+    t.on_fetch(3, 2, 2, now_ms=now + 20)
+    joining = isr_expand_candidates(
+        [1, 2],
+        [1, 2, 3],
+        t.states(),
+        1,
+        0,
+        1,
+        leader_leo=2,
+        now_ms=now + 20,
+        replica_lag_time_max_ms=LAG,
+    )
+    assert joining == {3}
 
 
 def test_follower_leaves_and_rejoins() -> None:
@@ -88,6 +133,12 @@ def test_follower_leaves_and_rejoins() -> None:
     assert hw == compute_high_watermark(hw, leo, t.follower_leos(isr), 2) == leo
     # It comes back, fetches up to the leader and rejoins.
     t.on_fetch(3, 60, leo, now + 1)
-    assert isr_expand_candidates(isr, [1, 2, 3], t.states(), hw, 0, 1) == frozenset()
+    expand = {"leader_leo": leo, "replica_lag_time_max_ms": LAG}
+    assert (
+        isr_expand_candidates(isr, [1, 2, 3], t.states(), hw, 0, 1, now_ms=now + 1, **expand)
+        == frozenset()
+    )
     t.on_fetch(3, leo, leo, now + 2)
-    assert isr_expand_candidates(isr, [1, 2, 3], t.states(), hw, 0, 1) == {3}
+    assert isr_expand_candidates(
+        isr, [1, 2, 3], t.states(), hw, 0, 1, now_ms=now + 2, **expand
+    ) == {3}
