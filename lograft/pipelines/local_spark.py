@@ -8,20 +8,28 @@ call `prepare_environment()` before their own builder) so that:
 - the driver, block manager and UI bind 127.0.0.1 (`SPARK_LOCAL_IP`), never a
   public interface;
 - Python workers run the driver's own interpreter (`PYSPARK_PYTHON`), so they
-  import the same lograft and pyarrow.
+  import the same lograft and pyarrow;
+- with pyspark installed by pip, SPARK_HOME is a directory of links to it
+  without pyspark.zip (`lograft.pipelines.spark_home`), so Python workers
+  import the installed pyspark and its cached bytecode instead of compiling
+  it from the zip at every start (which made streaming queries fail to start
+  on a loaded machine).
 
-Values already in the environment win: a user who points SPARK_LOCAL_IP or
-PYSPARK_PYTHON elsewhere (a real cluster) keeps them.
+Values already in the environment win: a user who points SPARK_LOCAL_IP,
+PYSPARK_PYTHON or SPARK_HOME elsewhere (a real cluster) keeps them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lograft.pipelines.java import JavaRuntime, use_java
+from lograft.pipelines.spark_home import default_cache_dir, pip_spark_home, spark_home_for_workers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,13 +52,26 @@ LOCAL_CONF: dict[str, str] = {
 
 
 def prepare_environment(env: MutableMapping[str, str] | None = None) -> JavaRuntime:
-    """Set JAVA_HOME, SPARK_LOCAL_IP and PYSPARK_PYTHON (unless set) before a JVM starts."""
+    """Set JAVA_HOME, SPARK_LOCAL_IP, PYSPARK_PYTHON and SPARK_HOME (unless
+    set) before a JVM starts."""
     env = os.environ if env is None else env
     runtime = use_java(env)
     env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if "SPARK_HOME" not in env:
+        package = _pyspark_dir()
+        if package is not None and pip_spark_home(package):
+            env["SPARK_HOME"] = str(spark_home_for_workers(package, default_cache_dir(env)))
     return runtime
+
+
+def _pyspark_dir() -> Path | None:
+    """The installed pyspark package's directory (found, not imported)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
 
 
 def local_session(
