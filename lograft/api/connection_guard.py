@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -376,7 +377,12 @@ class _GuardedConnection(asyncio.Protocol):
 
     def _start_deadline(self) -> None:
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        # The clock, not loop.time(): uvloop reads its loop time once per loop
+        # turn, and one turn of a flood accepts hundreds of connections, so a
+        # deadline counted from it started before the accept it follows (by a
+        # whole turn: hundreds of ms on a loaded machine). Both loops' times
+        # are this clock (CLOCK_MONOTONIC), so call_at still fires at it.
+        now = time.monotonic()
         self._headers_since = now
         if self._deadline is None:
             self._deadline = loop.call_at(now + self._timeout_s, self._on_deadline)

@@ -41,16 +41,18 @@ HEADER_READ_TIMEOUT_S = 2.0
 KEEPALIVE_TIMEOUT_S = 4.0
 IDLE_CONNECTIONS = 2000
 SLOWLORIS_CONNECTIONS = 20
-# A normal request while the node is flooded must answer within this, s. The
-# node answers in milliseconds; the bound leaves room for a loaded CI machine.
-NORMAL_REQUEST_S_MAX = 1.0
+# A normal request while the node is flooded must answer within this, s: the
+# header deadline, the node's own bound on how long a connection may wait to
+# be heard. The node answers in milliseconds; what a loaded machine adds is
+# its business, but a request from another address that waited as long as
+# the flood's connections do would be starved by it.
+NORMAL_REQUEST_S_MAX = HEADER_READ_TIMEOUT_S
 # Slack for the node's timers and this machine's scheduling, s.
 SLACK_S = 1.5
 # The least a connection lives before the node cuts it at the header
-# deadline, s: the deadline counts from the node's loop time at the accept
-# (asyncio's loop, this node's, reads the clock; uvloop, an option, caches it
-# once per loop turn, so there it may start a turn early).
-HEADER_LIFE_S_MIN = HEADER_READ_TIMEOUT_S * 0.9
+# deadline, s: the deadline counts from the clock at the accept, and the
+# loop's timers (uvloop's, the node's default) have millisecond resolution.
+HEADER_LIFE_S_MIN = HEADER_READ_TIMEOUT_S - 0.01
 # How long the flood test reads its connections at most, s: it only keeps a
 # node that never closes them from hanging the test (the node accepts the
 # flood at the machine's pace, so no tighter bound holds under load).
@@ -205,8 +207,21 @@ async def test_idle_flood_from_one_address_is_capped_and_cut(node: ClusterNode) 
     # ...and never more than the cap at once.
     assert most_held_at_once(lived, HEADER_LIFE_S_MIN) <= CONNECTIONS_PER_IP_MAX
     assert latency < NORMAL_REQUEST_S_MAX, f"a produce took {latency:.2f} s during the flood"
-    # Counted out again: the address may connect.
-    assert await timed_request(node) < NORMAL_REQUEST_S_MAX
+    # Counted out again: the flooding address may connect and is answered.
+    assert (await request_from(node, "127.0.0.2")).startswith(b"HTTP/1.1 200 ")
+
+
+async def request_from(node: ClusterNode, source_ip: str) -> bytes:
+    """GET /healthz on a connection from `source_ip`; the whole answer."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", node.spec.http_port, local_addr=(source_ip, 0)
+    )
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data, _ = await read_to_eof(reader, READ_TIMEOUT_S)
+    finally:
+        writer.close()
+    return data
 
 
 def test_the_held_at_once_bound_counts_only_certain_overlaps() -> None:
