@@ -142,7 +142,9 @@ class _FollowerSession:
             # Since the last full comparison every partition of `by_tp` was
             # named (so it is in `sent`) unless `refetch` put it in `drop`.
             look = (self.changed | self.drop) & by_tp.keys()
-            forgotten = self.drop - by_tp.keys()
+            # Not `self.drop - by_tp.keys()`: a set minus a keys view walks
+            # the whole view (every partition followed), this walks `drop`.
+            forgotten = {tp for tp in self.drop if tp not in by_tp}
         self.changed = set()
         named: dict[TopicPartition, PartitionFetch] = {}
         for tp in look:
