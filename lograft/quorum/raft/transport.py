@@ -41,8 +41,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.node import Node
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from lograft.quorum.raft.append_guard import journal_entry_at, keep_matching_tail
@@ -59,6 +60,10 @@ from lograft.quorum.raft.peer_contact import PeerContact
 log = logging.getLogger(__name__)
 
 OBSERVER_PREFIX = "observer:"
+# Sent between voters so that idle links do not time out (`_keep_alive`);
+# four per connection timeout, so one or two late still keep it open.
+KEEPALIVE = {"type": "lograft_keepalive"}
+KEEPALIVES_PER_TIMEOUT = 4
 _STOCK_READONLY_HELLO = "readonly"
 
 
@@ -113,6 +118,10 @@ class PeerTCPTransport(TCPTransport):
         self._gate = gate
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(self._expire_handshakes)
+        self._keepalive_s = float(syncObj.conf.connectionTimeout) / KEEPALIVES_PER_TIMEOUT
+        self._next_keepalive = 0.0
+        if selfNode is not None:
+            syncObj.addOnTickCallback(self._keep_alive)
         if gate is not None:
             gate.attach_sender(super().send)
             # Runs after the tick's own work, before it polls: the group commit.
@@ -124,6 +133,32 @@ class PeerTCPTransport(TCPTransport):
         if self._gate is not None and self._gate.hold(node, message):
             return True
         return bool(super().send(node, message))
+
+    # -- keeping idle voter links open ------------------------------------------
+
+    def _keep_alive(self) -> None:
+        """Tick callback: every `_keepalive_s`, a tiny message to each connected voter.
+
+        pysyncobj's TcpConnection closes a connection on which it has read
+        nothing for `connection_timeout_ms` (its check for a peer gone
+        silent), checked as it sends and as data arrives, before reading.
+        Two followers send each other nothing while a leader lives, so when
+        the leader died the link between them was past that timeout: the
+        first candidate's request_vote closed it on sending (or the other end
+        closed it on arrival) and was lost, the other follower timed out on
+        its own in the same term, and the vote split, costing every failover
+        of the Raft leader a second election timeout (2-3.5 s; ten of ten
+        SIGKILLs of the active controller's node, docs/benchmarks.md). A
+        keepalive, swallowed by the receiving transport (`_onMessageReceived`),
+        keeps every voter link read; a peer that is really gone sends none
+        and times out as before."""
+        now = monotonic_time()
+        if now < self._next_keepalive:
+            return
+        self._next_keepalive = now + self._keepalive_s
+        for node, conn in list(self._connections.items()):
+            if isinstance(node, PeerNode) and conn.state == CONNECTION_STATE.CONNECTED:
+                super().send(node, KEEPALIVE)
 
     # -- strangers: connections that have not proven the password -------------
 
@@ -176,6 +211,8 @@ class PeerTCPTransport(TCPTransport):
         # Every message of a known peer reaches SyncObj through here.
         if self._contact is not None and isinstance(node, PeerNode):
             self._contact.heard(node.id)
+        if message == KEEPALIVE:
+            return  # its arrival refreshed the connection's read time: all it is for
         if isinstance(message, dict) and message.get("type") == "append_entries":
             message = self._guard_append(message)
         super()._onMessageReceived(node, message)

@@ -4,6 +4,7 @@ its own per-pair TCP forwarder (a stand-in for a toxiproxy proxy)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from itertools import permutations
 from pathlib import Path
@@ -18,8 +19,8 @@ from lograft.errors import NotControllerError
 from lograft.quorum.raft.handshake import HandshakeLimits
 from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.raft.status import RaftStatus
-from lograft.quorum.raft.transport import ObserverNode, PeerNode, PeerTCPTransport
-from tests.raft_support import eventually_async, free_port
+from lograft.quorum.raft.transport import KEEPALIVE, ObserverNode, PeerNode, PeerTCPTransport
+from tests.raft_support import FAST_TIMINGS, eventually_async, free_port
 from tests.unit.quorum.raft_inproc import InProcessCluster
 from tests.unit.quorum.tcp_forwarder import TcpForwarder
 
@@ -262,5 +263,41 @@ def test_every_message_of_a_voter_is_recorded_as_contact() -> None:
         assert heard is not None and before <= heard <= time.monotonic_ns() // 1_000_000
         transport._onMessageReceived(ObserverNode("observer:o#0", "o"), {"type": "x"})
         assert contact.last_heard_ms("observer:o#0") is None, "only voters count"
+    finally:
+        transport.destroy()
+
+
+async def test_the_link_between_two_followers_survives_idling_past_the_timeout(
+    tmp_path: Path,
+) -> None:
+    """Followers send each other nothing while a leader lives; without the
+    keepalives pysyncobj closed their link at its next message (a candidate's
+    request_vote, lost, so every election after a leader's death split)."""
+    async with InProcessCluster(tmp_path, ["1", "2", "3"]) as cluster:
+        await cluster.start()
+        leader = await cluster.leader()
+        a, b = cluster.followers(leader)
+        idle_s = FAST_TIMINGS["connection_timeout_ms"] / 1000 * 1.5
+        await asyncio.sleep(idle_s)  # the idling under test, longer than the timeout
+
+        def send_to_b(so: Any) -> bool:
+            transport = so._SyncObj__transport
+            node = next(n for n in transport._connections if n.id == b.node_id)
+            return bool(transport.send(node, {"type": "lograft_test_probe"}))
+
+        sent = await asyncio.wrap_future(a.adapter._core.call(send_to_b))
+        assert sent, "the follower-to-follower link was closed as idle"
+
+
+def test_keepalives_go_to_connected_voters_and_are_swallowed() -> None:
+    transport = make_transport("b", ["a"])
+    delivered: list[Any] = []
+    transport.setOnMessageReceivedCallback(lambda node, message: delivered.append(message))
+    try:
+        node = PeerNode("a", "127.0.0.1:1000")
+        transport._onMessageReceived(node, KEEPALIVE)
+        assert delivered == [], "a keepalive is not a Raft message"
+        transport._onMessageReceived(node, {"type": "x"})
+        assert delivered == [{"type": "x"}]
     finally:
         transport.destroy()
