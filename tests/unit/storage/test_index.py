@@ -207,6 +207,45 @@ def test_reset_zeroes_entries_so_a_crash_cannot_resurrect_them(tmp_path):
     assert raw[4 * 8 : 10 * 8] == bytes(6 * 8)
 
 
+def test_dropping_many_entries_zeroes_them_without_writing_the_pages(tmp_path):
+    """What recovery does to an index a crash left preallocated: every slot
+    counts as an entry and all are dropped. Every dropped byte reads zero,
+    the kept ones are intact (the partial pages at both ends too), and the
+    whole pages in between are punched out, not written: the file holds no
+    disk blocks (nor dirty page cache) for them."""
+    path = tmp_path / "x.index"
+    size = 64 * 4096
+    index = OffsetIndex(path, 0, size, writable=True)
+    for i in range(size // 8):
+        index.append(i, i * 10)
+    index.close()  # no trim: what a crash leaves, here with every page written
+    reopened = OffsetIndex(path, 0, size, writable=True)
+    assert reopened.entries == size // 8
+    reopened.truncate_entries(3)  # a partial first page stays
+    reopened.close()
+    raw = path.read_bytes()
+    assert raw[: 3 * 8] == b"".join(
+        i.to_bytes(4, "big") + (i * 10).to_bytes(4, "big") for i in range(3)
+    )
+    assert raw[3 * 8 :] == bytes(size - 3 * 8)
+    probe = tmp_path / "probe"
+    if _can_punch(probe):
+        assert path.stat().st_blocks * 512 <= 2 * 4096
+
+
+def _can_punch(path: Path) -> bool:
+    """Whether this filesystem frees a page punched out of a file mapping."""
+    import mmap
+
+    path.write_bytes(b"x" * 8192)
+    with path.open("r+b") as f, mmap.mmap(f.fileno(), 8192) as mm:
+        try:
+            mm.madvise(mmap.MADV_REMOVE, 0, 8192)
+        except (AttributeError, OSError):
+            return False
+    return path.stat().st_blocks == 0
+
+
 def test_appends_compare_against_the_newest_entry_after_truncation_and_reopen(tmp_path):
     """An append checks its entry against the newest one, which a writable
     index keeps in memory: truncation and reopening must refresh it."""
