@@ -49,6 +49,11 @@ T = TypeVar("T")
 CONTROLLER_THREAD_START_TIMEOUT_S = 30.0
 # How often the controller loop's lag is published for /healthz, s.
 LOOP_LAG_PUBLISH_INTERVAL_S = 0.5
+# The controller loop's lag probe wakes this often, ms. Its stalls matter at
+# hundreds of ms (a broker heartbeat interval, absorb_stall in
+# controller_runtime.py), so 50 ms resolution is enough; the main loop's 20 ms
+# probe woke this otherwise idle loop 50 times a second (issue 14).
+CONTROLLER_LOOP_LAG_INTERVAL_MS = 50
 
 
 class Listener(Protocol):
@@ -170,7 +175,9 @@ class ControllerThread:
         self._stopping = asyncio.Event()
         runtime = self._make_runtime()
         listener: Listener | None = None
-        probe = LoopLagProbe(name="controller event loop")
+        probe = LoopLagProbe(
+            name="controller event loop", interval_ms=CONTROLLER_LOOP_LAG_INTERVAL_MS
+        )
         watch = asyncio.gather(probe.run(), self._publish_lag(probe))
         try:
             await runtime.start()

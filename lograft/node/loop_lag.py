@@ -1,13 +1,13 @@
 """How late the node's event loop runs a timer: its stalls as every task sees them.
 
-A task sleeps `INTERVAL_MS` over and over and records how much later than
-asked it woke. Anything that holds the loop (a handler doing CPU work inline,
-a blocking call, the GIL held by another thread) shows up here, whatever
-caused it. `/healthz` reports the latest lag and the worst of the last
-`WINDOW_S` seconds (`loop_lag_ms`); a stall of `WARN_MS` or more is logged at
-WARNING. scripts/bench_stall.py reads it after each attack it runs. With
-metrics on, every sample also goes to a histogram of seconds
-(`lograft_event_loop_lag_seconds`, api/metrics/node_collector.py).
+A task sleeps `INTERVAL_MS` (or the probe's `interval_ms`) over and over and
+records how much later than asked it woke. Anything that holds the loop (a
+handler doing CPU work inline, a blocking call, the GIL held by another
+thread) shows up here, whatever caused it. `/healthz` reports the latest lag
+and the worst of the last `WINDOW_S` seconds (`loop_lag_ms`); a stall of
+`WARN_MS` or more is logged at WARNING. scripts/bench_stall.py reads it after
+each attack it runs. With metrics on, every sample also goes to a histogram of
+seconds (`lograft_event_loop_lag_seconds`, api/metrics/node_collector.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ WARN_MS = 1000
 
 
 class LoopLagProbe:
-    def __init__(self, histogram: Buckets | None = None, name: str = "event loop") -> None:
+    def __init__(
+        self,
+        histogram: Buckets | None = None,
+        name: str = "event loop",
+        interval_ms: int = INTERVAL_MS,
+    ) -> None:
+        # How often the probe wakes, ms: a stall is measured to within this.
+        self.interval_ms = interval_ms
         # Every sample, in seconds (None: not kept).
         self.histogram = histogram
         # Which loop, in the stall warning (the main one, or the controller's).
@@ -36,7 +43,7 @@ class LoopLagProbe:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = INTERVAL_MS / 1000
+        interval = self.interval_ms / 1000
         while True:
             start = loop.time()
             await asyncio.sleep(interval)  # the probe itself: how late does this wake?

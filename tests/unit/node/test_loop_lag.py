@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -56,3 +57,32 @@ async def test_the_probe_sees_a_blocked_loop_and_healthz_reports_it():
     assert body["status"] == "ok"
     assert body["loop_lag_ms"]["max"] >= 250
     assert body["loop_lag_ms"]["window_s"] == loop_lag.WINDOW_S
+
+
+async def test_a_probe_wakes_at_its_own_interval(monkeypatch):
+    loop = asyncio.get_running_loop()
+    delays: list[float] = []
+    real_call_at = loop.call_at
+
+    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        delays.append(when - loop.time())
+        return real_call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    task = asyncio.create_task(LoopLagProbe(interval_ms=50).run())
+    try:
+        for _ in range(5):
+            await asyncio.sleep(0)  # one loop iteration each: the probe arms its timer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert delays and 0.04 < delays[0] <= 0.05
+
+
+def test_the_controller_loop_probe_wakes_less_often_than_the_main_loop_probe():
+    # issue 14: the controller's otherwise idle loop was woken every 20 ms.
+    from lograft.node import controller_thread
+
+    assert LoopLagProbe().interval_ms == loop_lag.INTERVAL_MS
+    assert controller_thread.CONTROLLER_LOOP_LAG_INTERVAL_MS > loop_lag.INTERVAL_MS

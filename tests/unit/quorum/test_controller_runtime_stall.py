@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from typing import Any
+
 from lograft.quorum.controller import ControllerConfig
 from lograft.quorum.controller_runtime import ControllerRuntime
 from lograft.quorum.image import MetadataImage
@@ -48,3 +52,38 @@ def test_regular_ticks_do_not_refresh_sessions():
         assert not rt.absorb_stall(now)
     assert rt._sessions is not None
     assert not rt._sessions.alive(2, now, cfg.broker_session_timeout_ms), "expiry still happens"
+
+
+async def test_the_stall_watch_sleeps_while_not_active_and_runs_once_activated(monkeypatch):
+    """A follower's watch sets no timer (issue 14: idle wake-ups are the
+    controller thread's idle CPU); activation starts it watching again."""
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    real_call_at = loop.call_at
+
+    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        timers.append(when)
+        return real_call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    clock_read = asyncio.Event()
+
+    def clock() -> int:
+        clock_read.set()
+        return 1000
+
+    rt = ControllerRuntime(_Raft(), MetadataStore(), ControllerConfig(), clock=clock)  # type: ignore[arg-type]
+    watch = asyncio.create_task(rt._watch_loop())
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)  # one loop iteration each, no wall-clock wait
+        assert timers == [], "a follower's stall watch must not wake periodically"
+        assert not clock_read.is_set()
+        rt._set_sessions(BrokerSessions.starting([2], 0))
+        await asyncio.wait_for(clock_read.wait(), timeout=10)
+        assert timers, "the active controller's watch ticks on a timer"
+        assert rt._last_tick == 1000
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
