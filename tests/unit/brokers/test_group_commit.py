@@ -144,7 +144,11 @@ async def test_acks_all_under_group_commit_returns_once_the_isr_fsynced(tmp_path
         for b in (2, 3):
             assert c.brokers[b].partitions[TP].log.durable_offset >= end
         committer = leader.committer
-        assert committer is not None and 1 <= committer.commits < 10, committer.commits
+        # How many commits the ten appends shared depends on how the storage
+        # thread's fsyncs interleave with them (on a loaded machine each can
+        # finish before the next append): sharing is pinned down by the
+        # deterministic test above; here it is enough that commits ran.
+        assert committer is not None and committer.commits >= 1, committer.commits
     finally:
         await c.stop()
 
