@@ -45,6 +45,12 @@ from lograft.protocol.batch import HEADER_SIZE
 
 HeadersInput = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
+# A record's timestamp, in milliseconds since the epoch: Kafka's producer
+# refuses a negative one, and an int64 holds the rest. Two timestamps in this
+# range are always less than 2^63 apart, so the timestampDelta of any record
+# against its batch's first fits the varlong the format gives it.
+TIMESTAMP_MS_MAX = (1 << 63) - 1
+
 
 def normalize_headers(headers: HeadersInput) -> tuple[Header, ...]:
     """[(key, value)] or {key: value}; str values are UTF-8 encoded."""
@@ -71,6 +77,21 @@ def normalize_headers(headers: HeadersInput) -> tuple[Header, ...]:
             v = bytes(v)
         out.append((k, v))
     return tuple(out)
+
+
+def checked_timestamp(timestamp_ms: Any) -> int:
+    """`timestamp_ms` as an int in 0..TIMESTAMP_MS_MAX (SerializationError otherwise)."""
+    try:
+        ts = int(timestamp_ms)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(
+            f"timestamp_ms must be an int (milliseconds since the epoch), got {timestamp_ms!r}"
+        ) from exc
+    if not 0 <= ts <= TIMESTAMP_MS_MAX:
+        raise SerializationError(
+            f"timestamp_ms must be 0..{TIMESTAMP_MS_MAX} (milliseconds since the epoch), got {ts}"
+        )
+    return ts
 
 
 def serialize(fn: Serializer | None, what: str, topic: str, data: Any) -> bytes | None:
@@ -113,6 +134,16 @@ def check_columns(
     ):
         if column is not None and len(column) != count:
             raise SerializationError(f"send_many: {name} has {len(column)} entries, values {count}")
+    if timestamps_ms is not None:
+        # The raw path hands the column to the encoder as it is; it must not
+        # take a timestamp send() would refuse.
+        for i, ts in enumerate(timestamps_ms):
+            # every int checked_timestamp takes, without a call per record
+            if ts is not None and not (type(ts) is int and 0 <= ts <= TIMESTAMP_MS_MAX):
+                try:
+                    checked_timestamp(ts)
+                except SerializationError as exc:
+                    raise SerializationError(f"send_many: timestamps_ms[{i}]: {exc}") from None
     return count
 
 
@@ -163,7 +194,7 @@ def prepare(
             f"{config.max_request_bytes}",
             size=size,
         )
-    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    ts = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
     return PreparedRecord(topic, key_b, value_b, hdrs, partition, ts, size)
 
 

@@ -38,6 +38,7 @@ from lograft.client.loop_thread import LoopThread
 from lograft.client.many_results import ManyResults
 from lograft.client.metadata import TopicMetadata
 from lograft.client.producer import (
+    TIMESTAMP_MS_MAX,
     AsyncProducer,
     HeadersInput,
     check_columns,
@@ -103,7 +104,16 @@ class Producer:
         """Queue one record; the future resolves to its RecordMetadata. Raises at
         once as `AsyncProducer.send` does (closed, serialization, too large,
         unknown topic or partition, BufferFullError after `max_block_ms`)."""
-        if headers is None and partition is None and self._raw:
+        if (
+            headers is None
+            and partition is None
+            and self._raw
+            # a timestamp the encoder may take as it is (else prepare() says why not)
+            and (
+                timestamp_ms is None
+                or (type(timestamp_ms) is int and 0 <= timestamp_ms <= TIMESTAMP_MS_MAX)
+            )
+        ):
             # The lock-free path: an open batch takes the record as it is.
             batch = None
             try:

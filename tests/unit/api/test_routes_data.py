@@ -28,6 +28,7 @@ from lograft.protocol.produce_wire import (
     encode_request,
 )
 from lograft.protocol.topic_partition import TopicPartition
+from tests.batch_forge import forge, records_batch
 
 PARTITIONS = 3
 
@@ -278,6 +279,44 @@ async def test_the_largest_timestamp_parses_and_the_broker_judges_it(client):
     await _error(resp, 400, "INVALID_TIMESTAMP")
     got = await client.get("/v1/topics/orders/partitions/0/offsets")
     assert (await got.json())["log_end_offset"] == 0
+
+
+@pytest.mark.parametrize("headers", [None, {"h": "x"}], ids=["columns", "per-record"])
+async def test_timestamps_as_far_apart_as_json_allows_are_judged_not_a_500(client, headers):
+    """0 and 2^63-1 in one batch: the largest timestampDelta a JSON request
+    can make (its timestamps are 0..2^63-1), in both encoders' paths."""
+    extra = {} if headers is None else {"headers": headers}
+    records = [
+        {"value": 1, "partition": 0, "timestamp": 2**63 - 1, **extra},
+        {"value": 2, "partition": 0, "timestamp": 0, **extra},
+    ]
+    resp = await client.post("/v1/topics/orders/records", json={"records": records})
+    err = await _error(resp, 400, "INVALID_TIMESTAMP")
+    assert err["details"]["timestamp_delta"] == 0  # the first record's is the largest
+    got = await client.get("/v1/topics/orders/partitions/0/offsets")
+    assert (await got.json())["log_end_offset"] == 0
+
+
+@pytest.mark.parametrize(
+    ("stamps", "base"),
+    [([0, 2**63 - 1], 2**63 - 1), ([2**63 - 1, 0], -(2**63))],
+    ids=["sum-past-int64-max", "sum-below-int64-min"],
+)
+async def test_a_raw_batch_whose_timestamps_overflow_int64_is_judged_not_a_500(
+    client, stamps, base
+):
+    """baseTimestamp + timestampDelta is no int64: refused with the leader's
+    timestamp rule, its details (the two int64 fields) valid JSON."""
+    batch = forge(records_batch(timestamps=stamps), base_timestamp=base, max_timestamp=0)
+    resp = await client.post(
+        "/v1/topics/orders/partitions/0/batches",
+        data=batch,
+        headers={"Content-Type": BATCH_CONTENT_TYPE},
+    )
+    err = await _error(resp, 400, "INVALID_TIMESTAMP")
+    assert err["details"]["reason"] == "timestamp_out_of_range"
+    assert err["details"]["base_timestamp"] == base
+    assert -(2**63) <= err["details"]["timestamp_delta"] <= 2**63 - 1
 
 
 async def test_acks_in_the_body_is_checked_even_when_the_query_wins(client):
