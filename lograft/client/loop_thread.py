@@ -3,8 +3,13 @@
 `run(coro, timeout_s)` runs a coroutine on the loop and waits for its result
 in the calling thread; `call_soon(fn)` schedules a plain callback. Calling
 `run` from the loop's own thread would deadlock and raises instead.
-`stop()` cancels what is left on the loop, stops it and joins the thread.
-The thread is a daemon so a forgotten `close()` cannot hang interpreter exit.
+`stop()` cancels what is left on the loop, stops it and joins the thread,
+which closes its loop itself (async generators, the default executor, the
+loop), so `stop()` works from any other thread, one running an event loop of
+its own included; `finish_from_inside(coro)` is the same for a callback
+running on the loop's thread, which cannot wait for its own loop: it runs
+`coro`, then stops the loop, and returns at once. The thread is a daemon so
+a forgotten `close()` cannot hang interpreter exit.
 
 The loop is uvloop's by default (the client setting `event_loop`): it runs
 the same asyncio API for less CPU, in the HTTP exchanges and in each
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -24,6 +30,8 @@ from lograft.client.config import EventLoopName
 from lograft.client.errors import ClientTimeoutError
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def new_loop(kind: EventLoopName) -> asyncio.AbstractEventLoop:
@@ -54,9 +62,22 @@ class LoopThread:
         self._stopped = False
 
     def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._started.set)
-        self.loop.run_forever()
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._started.set)
+        try:
+            loop.run_forever()
+        finally:
+            # The loop is closed by the thread that runs it: the thread that
+            # calls stop() may be running a loop of its own (an async app or
+            # a notebook using the sync client), where run_until_complete
+            # raises "another loop is running".
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
 
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -128,16 +149,39 @@ class LoopThread:
         self._stopped = True
         if self.in_loop_thread():
             raise RuntimeError("stop() from the loop's own thread")
-
-        async def cancel_rest() -> None:
-            me = asyncio.current_task()
-            rest = [t for t in asyncio.all_tasks() if t is not me]
-            for t in rest:
-                t.cancel()
-            await asyncio.gather(*rest, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result()
+        asyncio.run_coroutine_threadsafe(_cancel_rest(), self.loop).result()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
+
+    def finish_from_inside(self, last: Coroutine[Any, Any, Any]) -> None:
+        """`stop()` for the loop's own thread (a callback running on it), which
+        cannot wait for the loop: `last` runs as a task, then what is left is
+        cancelled and the loop stops; the thread closes its loop and ends by
+        itself. Returns at once."""
+        if not self.in_loop_thread():
+            last.close()
+            raise RuntimeError("finish_from_inside() from another thread than the loop's")
+        if self._stopped:
+            last.close()
+            return
+        self._stopped = True
+
+        async def finish() -> None:
+            try:
+                await last
+            except Exception:
+                log.exception("closing a client from its own loop thread failed")
+            finally:
+                await _cancel_rest()
+                asyncio.get_running_loop().stop()
+
+        self.loop.create_task(finish())
+
+
+async def _cancel_rest() -> None:
+    """Cancel every task of the running loop but the caller's, and wait for them."""
+    me = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not me]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)

@@ -288,11 +288,20 @@ class Producer:
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Flush what is queued (at most `timeout_ms`), then release everything.
-        Records still unsent at the deadline fail with ClientClosedError. Idempotent."""
+        Records still unsent at the deadline fail with ClientClosedError. Idempotent.
+        Works from any thread; from a record's callback (the producer's own
+        loop thread, which cannot wait for itself) it is `abort()` and returns
+        at once, the loop thread finishing the close and ending by itself."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        if self._thread.in_loop_thread():
+            # As Kafka's close() from a callback, close(0): what is unsent fails.
+            self._aborted = True
+            self._async.abort_unsent()
+            self._thread.finish_from_inside(self._async.close(timeout_ms))
+            return
         try:
             self._thread.run(self._async.close(timeout_ms))
         finally:
