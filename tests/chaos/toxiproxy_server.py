@@ -26,6 +26,7 @@ from toxiproxy.api import APIConsumer
 from toxiproxy.server import Toxiproxy
 
 from tests.integration.cluster_harness import PROCESS_EXIT_TIMEOUT_S, eventually, free_port
+from tests.process_leash import leashed
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PATH = ROOT / ".tools" / "bin" / "toxiproxy-server"
@@ -53,7 +54,7 @@ class ToxiproxyServer:
         self.port = free_port()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [str(self.path), "-host", "127.0.0.1", "-port", str(self.port)],
+                leashed([str(self.path), "-host", "127.0.0.1", "-port", str(self.port)]),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

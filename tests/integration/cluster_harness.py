@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.process_leash import leashed
 from tests.raft_support import free_port
 
 T = TypeVar("T")
@@ -337,14 +338,17 @@ class ClusterNode:
             log.write(f"\n===== start #{self.starts} of node {self.node_id} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "lograft.cli.main",
-                    "node",
-                    "--config",
-                    str(self.config_path),
-                ],
+                # leashed: killed with the test process, even by SIGKILL
+                leashed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "lograft.cli.main",
+                        "node",
+                        "--config",
+                        str(self.config_path),
+                    ]
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

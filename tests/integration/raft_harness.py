@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.process_leash import leashed
 from tests.raft_support import FAST_TIMINGS, RAFT_TEST_PASSWORD, eventually, free_port
 
 NODE_MAIN = Path(__file__).with_name("raft_node_main.py")
@@ -44,7 +45,7 @@ class NodeProcess:
         config_path.write_text(json.dumps({"raft": self.raft, "control_port": self.control_port}))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(NODE_MAIN), str(config_path)],
+                leashed([sys.executable, str(NODE_MAIN), str(config_path)]),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=str(self.workdir),

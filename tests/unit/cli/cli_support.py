@@ -43,6 +43,7 @@ from lograft.cli.main import main
 from lograft.errors import UnknownTopicOrPartitionError
 from lograft.node.peer_client import PeerClient
 from lograft.protocol.topic_partition import TopicPartition
+from tests.process_leash import leashed
 
 # Any wait in these tests ends by this deadline, s.
 DEADLINE_S = 30.0
@@ -299,7 +300,9 @@ min_insync_replicas = 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGRAFT_")}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lograft.cli.main", "node", "--config", str(config)],
+                leashed(
+                    [sys.executable, "-m", "lograft.cli.main", "node", "--config", str(config)]
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
