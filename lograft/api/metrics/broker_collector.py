@@ -131,6 +131,29 @@ class BrokerCollector:
             "ISR expansions accepted by the controller (Kafka IsrExpandsPerSec)",
             self.stats.isr_expands,
         )
+        yield from self._fetch_sessions()
+
+    def _fetch_sessions(self) -> Iterator[Metric]:
+        """The leader's replica fetch session cache (brokers/fetch_session_cache.py)."""
+        sessions = self.replicas.fetch_sessions
+        yield _gauge(
+            "lograft_broker_fetch_sessions",
+            "Replica fetch sessions cached by this leader "
+            "(Kafka FetchSessionCache NumIncrementalFetchSessions)",
+            len(sessions),
+        )
+        yield _gauge(
+            "lograft_broker_fetch_session_partitions",
+            "Partitions cached over this leader's replica fetch sessions "
+            "(Kafka FetchSessionCache NumIncrementalFetchPartitionsCached)",
+            sessions.partitions_cached,
+        )
+        yield _counter(
+            "lograft_broker_fetch_session_evictions",
+            "Replica fetch sessions evicted, least recently used first, to keep the cache "
+            "within its caps (Kafka FetchSessionCache IncrementalFetchSessionEvictionsPerSec)",
+            sessions.evictions,
+        )
 
     def _topic_counters(self) -> Iterator[Metric]:
         self.stats.forget(self.topic_names())

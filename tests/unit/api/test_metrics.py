@@ -29,6 +29,7 @@ from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, Repli
 from lograft.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from lograft.histogram import Buckets, LockedBuckets
 from lograft.protocol.batch import RecordInput, build_batch
+from lograft.protocol.fetch_wire import PartitionFetch
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.quorum.image import BrokerState, MetadataImage, PartitionState, TopicImage
@@ -183,6 +184,29 @@ async def test_broker_collector_counts_appends_reads_and_under_replicated_leader
     # One log-size series (the cap), the largest: orders-1 holds the batch.
     sizes = [k for k in samples(text) if k[0] == "lograft_log_size_bytes"]
     assert sizes == [("lograft_log_size_bytes", (("partition", "1"), ("topic", "orders")))]
+
+
+async def test_broker_collector_counts_fetch_session_evictions(tmp_path: Path):
+    """Two sessions fit; a third follower's evicts the least recently used.
+    A follower's new session replacing its old one is no eviction."""
+    stats = BrokerStats(topics_max=10)
+    settings = BrokerSettings(replica_fetch_sessions_max=2)
+    rm = ReplicaManager(1, tmp_path, settings, stats=stats)
+    await rm.start()
+    try:
+        fetches = {TopicPartition("t", p): PartitionFetch(0) for p in range(3)}
+        for replica in (2, 3, 3, 4, 5):  # 3 replaces its own; 4 and 5 evict 2 and 3
+            assert rm.fetch_sessions.create(replica, fetches, now_ms=0) is not None
+        metrics = NodeMetrics()
+        metrics.add(
+            BrokerCollector(rm, stats, MetricsSettings(), lambda: frozenset(), metrics.dropped)
+        )
+        text = await arender(metrics)
+    finally:
+        await rm.stop()
+    assert value(text, "lograft_broker_fetch_session_evictions_total") == 2
+    assert value(text, "lograft_broker_fetch_sessions") == 2
+    assert value(text, "lograft_broker_fetch_session_partitions") == 6
 
 
 def test_topic_counters_past_the_cap_share_one_series_and_deleted_topics_go():
