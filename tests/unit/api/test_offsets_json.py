@@ -49,3 +49,17 @@ def test_any_range_matches_orjson(partition: int, first: int, count: int, duplic
     assert offsets_entries(partition, first, count, duplicate=duplicate) == _orjson(
         partition, first, count, duplicate
     )
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+@pytest.mark.parametrize(
+    ("first", "count"),
+    [(0, 0), (5_000, 0), (7, -3), (-1, 3), (-2_000, 2_500), (-(2**63), 2)],
+)
+def test_counts_below_one_and_negative_offsets_match_orjson(first, count, duplicate):
+    """Ranges no answer has: no precondition guards them (it was an assert,
+    gone under python -O, where a count of 0 rendered '{"partition":3,"offset":}');
+    the entries are exactly orjson's for any ints, none for no offsets."""
+    assert offsets_entries(3, first, count, duplicate=duplicate) == _orjson(
+        3, first, max(count, 0), duplicate
+    )
