@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +60,13 @@ def log(msg: str) -> None:
     print(f"[standalone] {msg}", file=sys.stderr, flush=True)
 
 
-def spark_home() -> Path:
+def spark_home(env: Mapping[str, str]) -> Path:
+    """The SPARK_HOME of `env`, the environment the Spark programs run with
+    (prepare_environment may have set it to a home of links for the Python
+    workers); the installed pyspark's when it names none."""
+    home = env.get("SPARK_HOME")
+    if home:
+        return Path(home)
     from pyspark.find_spark_home import _find_spark_home
 
     return Path(_find_spark_home())
@@ -97,7 +104,7 @@ class StandaloneCluster:
     def _spawn(self, name: str, *args: str) -> None:
         log_file = (self.workdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [str(spark_home() / "bin" / "spark-class"), *args],
+            [str(spark_home(self.env) / "bin" / "spark-class"), *args],
             env=self.env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -215,7 +222,7 @@ def submit_page_views(
 ) -> subprocess.CompletedProcess[str]:
     """spark-submit the page-view pipeline to the cluster; its output, captured."""
     cmd = [
-        str(spark_home() / "bin" / "spark-submit"),
+        str(spark_home(cluster.env) / "bin" / "spark-submit"),
         "--master", cluster.master_url,
         "--total-executor-cores", str(cluster.workers * cluster.worker_cores),
         "--executor-cores", str(cluster.worker_cores),
