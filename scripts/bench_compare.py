@@ -36,6 +36,11 @@ Workloads (--only picks some; all by default):
             led by the active controller's node instead (a Raft election
             first); each kill says whether it hit the active controller
 
+Disk: each produce cell writes to a topic of its own, deleted after the cell,
+and a system's data directory is removed when it stops (unless --keep); a cell
+is not started with less than --min-free-gib free (a full matrix at 1 KiB
+values would otherwise leave tens of GiB behind; one run filled the disk).
+
 Each system gets an untimed pre-warm (--warm-s, default 20 s: the JVM spends
 its first minute compiling); each cell runs --rounds times (default 3) and the
 table shows the median with min-max, and the ratio lograft ÷ Kafka of the
@@ -92,6 +97,9 @@ FAILOVER_KILL_AFTER_S = 4.0
 FAILOVER_RUN_S = 20.0
 # A load process that outlives its work by this much is stuck, s.
 LOAD_GRACE_S = 300
+# Free disk below which a produce cell is not started, GiB (--min-free-gib):
+# a 10 s cell of 1 KiB values at 150k records/s writes ~4.5 GiB over 3 replicas.
+MIN_FREE_GIB = 8.0
 
 SYSTEMS = ("Kafka", "Kafka no-idem", "NATS", "lograft", "lograft JSON")
 # The worker's name for each column.
@@ -351,6 +359,9 @@ class LograftCluster:
         }
         http_json("POST", f"{self.inner.bootstrap}/v1/topics", body)
 
+    def delete(self, topic: str) -> None:
+        http_json("DELETE", f"{self.inner.bootstrap}/v1/topics/{topic}")
+
     def controller(self) -> int | None:
         """The active controller's node id, as any node reports it."""
         for url in self.urls():
@@ -388,7 +399,10 @@ class Family:
     cluster: Any
     failover_column: str
     consume_columns: tuple[str, ...]
+    work: Path
+    min_free_gib: float
     topics_made: set[str] = field(default_factory=set)
+    cells_run: int = 0
 
     def spec(self, column: str, action: str, topic: str, **extra: Any) -> dict[str, Any]:
         spec = {
@@ -446,6 +460,29 @@ def ensure_topic(fam: Family, topic: str) -> None:
     fam.topics_made.add(topic)
 
 
+def drop_topic(fam: Family, topic: str) -> None:
+    """Delete a cell's topic, so its data leaves the disk before the next cell."""
+    if fam.name == "lograft":
+        fam.cluster.delete(topic)
+    else:
+        run_load(fam.python, fam.spec(fam.columns[0], "delete", topic), 60)
+    fam.topics_made.discard(topic)
+
+
+def check_free_space(path: Path, min_free_gib: float) -> None:
+    """Stop before a cell when the disk under the work directory runs low.
+
+    Every produce cell writes its records three times (RF 3); a full disk
+    stalls the nodes and fails the run at an arbitrary cell (it did: Kafka's
+    data of three rounds, 50 GiB, was still on disk when lograft ran)."""
+    free_gib = shutil.disk_usage(path).free / 2**30
+    if free_gib < min_free_gib:
+        raise SystemExit(
+            f"only {free_gib:.1f} GiB free under {path} (--min-free-gib {min_free_gib:g}): "
+            "free some space or lower --consume-mib / --seconds"
+        )
+
+
 @dataclass
 class Results:
     """Every round's figure per (row, column), and the rows in their order."""
@@ -467,7 +504,11 @@ class Results:
 def produce_cell(
     fam: Family, column: str, size: int, producers: int, seconds: float, res: Results
 ) -> None:
-    topic = "bench-produce"
+    # A topic per cell, deleted after it: the cells' records would otherwise
+    # pile up on disk for the whole run (tens of GiB at 1 KiB values).
+    fam.cells_run += 1
+    topic = f"bench-produce-{fam.cells_run}"
+    check_free_space(fam.work, fam.min_free_gib)
     ensure_topic(fam, topic)
     spec = fam.spec(column, "produce", topic, seconds=seconds, value_bytes=size)
     pids = fam.cluster.pids()
@@ -492,6 +533,7 @@ def produce_cell(
     for out in outs:
         for error, requests in out.get("errors", {}).items():
             progress(f"    {requests} request(s) failed: {error}")
+    drop_topic(fam, topic)
 
 
 def note_rss(res: Results, column: str, outs: list[dict[str, Any]]) -> None:
@@ -680,6 +722,8 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             kafka_local.KafkaCluster(work / "kafka", java, PARTITIONS),
             failover_column="Kafka",
             consume_columns=("Kafka",),
+            work=work,
+            min_free_gib=args.min_free_gib,
         )
     if "nats" in args.systems:
         yield Family(
@@ -689,6 +733,8 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             NatsCluster(work / "nats", ensure_nats_server()),
             failover_column="NATS",
             consume_columns=("NATS",),
+            work=work,
+            min_free_gib=args.min_free_gib,
         )
     if "lograft" in args.systems:
         yield Family(
@@ -698,6 +744,8 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             LograftCluster(),
             failover_column="lograft",
             consume_columns=("lograft",),
+            work=work,
+            min_free_gib=args.min_free_gib,
         )
 
 
@@ -771,6 +819,12 @@ def parse_args() -> argparse.Namespace:
         help="kill partition 0's leader (default), or (lograft) the leader of a partition "
         "led by the active controller's node, so that a Raft election comes first",
     )
+    ap.add_argument(
+        "--min-free-gib",
+        type=float,
+        default=MIN_FREE_GIB,
+        help=f"stop before a produce cell when less disk is free, GiB ({MIN_FREE_GIB:g})",
+    )
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     return ap.parse_args()
@@ -793,6 +847,8 @@ def main() -> int:
                 progress(f"stopping {fam.name}")
                 fam.cluster.stop()
                 REAPER.stops.remove(fam.cluster.stop)
+                if not args.keep:  # its data leaves the disk before the next system runs
+                    shutil.rmtree(work / fam.name.lower(), ignore_errors=True)
         section = report(args, res, loads, versions(tools_py), time.monotonic() - t0)
     except KeyboardInterrupt:
         progress("interrupted: stopping everything started")

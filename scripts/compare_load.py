@@ -219,6 +219,15 @@ def kafka_create(spec: dict) -> dict:
     return {}
 
 
+def kafka_delete(spec: dict) -> dict:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": spec["bootstrap"]})
+    for future in admin.delete_topics([spec["topic"]]).values():
+        future.result(60)
+    return {}
+
+
 # -- NATS JetStream (nats-py) ------------------------------------------------------------
 
 # Async publishes a NATS producer keeps in flight (nats-py has no linger: this
@@ -360,6 +369,13 @@ async def nats_create(spec: dict) -> dict:
             storage=StorageType.FILE,
         )
     )
+    await nc.close()
+    return {}
+
+
+async def nats_delete(spec: dict) -> dict:
+    nc = await nats_connect(spec)
+    await nc.jetstream().delete_stream(spec["stream"])
     await nc.close()
     return {}
 
@@ -550,12 +566,14 @@ ACTIONS: dict[tuple[str, str], Callable[[dict], Any]] = {
     ("kafka", "failover"): kafka_failover,
     ("kafka", "leader"): kafka_leader,
     ("kafka", "create"): kafka_create,
+    ("kafka", "delete"): kafka_delete,
     ("nats", "produce"): nats_produce,
     ("nats", "consume"): nats_consume,
     ("nats", "latency"): nats_latency,
     ("nats", "failover"): nats_failover,
     ("nats", "leader"): nats_leader,
     ("nats", "create"): nats_create,
+    ("nats", "delete"): nats_delete,
     ("lograft", "produce"): lograft_produce,
     ("lograft", "consume"): lograft_consume,
     ("lograft", "latency"): lograft_latency,

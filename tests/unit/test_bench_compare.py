@@ -80,3 +80,12 @@ def test_table_has_medians_ranges_and_ratios():
     assert lines[0] == "| figure | Kafka | NATS | lograft | lograft ÷ Kafka |"
     assert lines[2] == "| produce, records/s | 200k (150k-250k) | — | 50k | 0.25 |"
     assert lines[3] == "| latency p99 ms | 12 (10-300) | — | lost (6-lost) | — |"
+
+
+def test_a_cell_is_not_started_on_a_nearly_full_disk(tmp_path):
+    import pytest
+    from bench_compare import check_free_space
+
+    check_free_space(tmp_path, 0.0)  # any disk has room for nothing more
+    with pytest.raises(SystemExit, match="GiB free under"):
+        check_free_space(tmp_path, 1e9)  # no disk here has an exbibyte free
