@@ -101,6 +101,8 @@ APPLY_REFRESH_ROUNDS_MAX = 10
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 10_000
 # /readyz names at most this many failed replicas (and counts them all).
 READY_FAILED_REPLICAS_SHOWN = 20
+# The node process's exit status when its metadata quorum (Raft) halted.
+EXIT_QUORUM_HALTED = 3
 
 
 def broker_unready(failed: dict[str, str], apply_error: str | None) -> dict[str, Any]:
@@ -789,10 +791,39 @@ async def run_node(config: NodeConfig) -> int:
         log.exception("node %d failed to start", config.node_id)
         await node.stop()
         return 1
-    await stop.wait()
-    log.info("node %d stopping", config.node_id)
+    halted = await until_stopped(stop, node.raft)
+    if halted is not None:
+        log.critical(
+            "node %d: the metadata quorum halted (%r): stopping the node, exit status %d; "
+            "restart it once the cause is fixed (a full disk: free space first)",
+            config.node_id,
+            halted,
+            EXIT_QUORUM_HALTED,
+        )
+    else:
+        log.info("node %d stopping", config.node_id)
     await node.stop()
-    return 0
+    return 0 if halted is None else EXIT_QUORUM_HALTED
+
+
+async def until_stopped(stop: asyncio.Event, raft: RaftAdapter) -> BaseException | None:
+    """Wait for a stop signal or for the node's Raft to halt, whichever comes first:
+    None for the signal, the quorum's failure for a halt.
+
+    A node whose Raft halted (its journal unwritable, say, on a full disk) can
+    no longer follow the metadata; serving on would answer from a stale image
+    and keep a voter's place in the quorum unusable. Kafka halts the process on
+    a metadata log write failure too. Exiting lets a supervisor restart it."""
+    stopping = asyncio.ensure_future(stop.wait())
+    halting = asyncio.ensure_future(raft.wait_halted())
+    try:
+        await asyncio.wait({stopping, halting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        halting.cancel()
+    if halting.done() and not halting.cancelled():
+        return halting.result()
+    return None
 
 
 def run_node_process(config: NodeConfig) -> int:

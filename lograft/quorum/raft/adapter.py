@@ -172,6 +172,9 @@ class RaftAdapter:
         self._waiter_seq = itertools.count()
         self._subscriptions: set[AppliedSubscription] = set()
         self._failure: BaseException | None = None
+        # Set on the loop when the Raft thread halts while running (a journal
+        # write failed, the state machine failed): the node stops on it.
+        self._halted = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -210,6 +213,16 @@ class RaftAdapter:
             )
         self._transition(AdapterState.RUNNING)
         self._applied = max(self._applied, self._core.applied_offset)
+
+    async def wait_halted(self) -> BaseException:
+        """Wait until the Raft thread halts on a failure; that failure.
+
+        A halted voter or observer can neither follow nor change the metadata
+        again in this process (its journal may be unwritable), so the node
+        stops on it rather than serving on with stale metadata."""
+        await self._halted.wait()
+        # _on_core_failed sets the failure before the event, on this loop.
+        return self._failure or RaftStoppedError("Raft node halted", node_id=self.node_id)
 
     async def stop(self) -> None:
         """Stop ticking, close sockets and files; fail everything still pending. Idempotent."""
@@ -454,6 +467,7 @@ class RaftAdapter:
 
     def _on_core_failed(self, error: BaseException) -> None:
         self._failure = error
+        self._halted.set()
         if self._state in (AdapterState.STARTING, AdapterState.RUNNING, AdapterState.STOPPING):
             self._transition(AdapterState.FAILED)
         self._fail_everything(

@@ -172,6 +172,9 @@ async def test_state_machine_failure_halts_node(tmp_path: Path) -> None:
         with pytest.raises(RaftStoppedError):
             await adapter.append(b"poison")
         await eventually_async(lambda: adapter.state is AdapterState.FAILED, 5, "fail-stop")
+        # The node waits on this to stop itself (node/server.py `until_stopped`).
+        halted = await asyncio.wait_for(adapter.wait_halted(), 5)
+        assert "poison" in repr(halted)
         status = await adapter.status()
         assert status.role is RaftRole.STOPPED and "poison" in (status.failure or "")
         with pytest.raises(RaftStoppedError):
