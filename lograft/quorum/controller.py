@@ -15,7 +15,8 @@ Contract for the runtime that drives these (the Raft leader's event loop):
   former Raft leader's broker dated from its last Raft message).
 - Periodically: `fence_expired_brokers` and `elect_after_report_wait` every
   `fence_check_interval_ms`, `balance_preferred_leaders` every
-  `leader_imbalance_check_interval_ms`.
+  `leader_imbalance_check_interval_ms` and when `BalanceSchedule` says a
+  metadata change brought it forward.
 """
 
 from __future__ import annotations

@@ -55,6 +55,14 @@ class ControllerConfig(Record):
     # Kafka checks every 300 s; a small cluster recovers balance sooner with 30 s,
     # and the check is one pass over the image.
     leader_imbalance_check_interval_ms: Positive = 30_000
+    # The same check also runs after any metadata change (a restarted broker
+    # back in the ISR of partitions it prefers is one), so that it leads them
+    # again seconds after it caught up, not up to a whole check interval
+    # later with every request to it forwarded; at most once per this
+    # interval, so a broker that keeps dropping out and catching up moves
+    # leaderships at most this often. Redpanda rebalances soon after a node
+    # returns; Kafka waits for its periodic check.
+    leader_balance_min_interval_ms: Positive = 5_000
     # Bounds one rebalance batch; the next round moves the rest.
     preferred_elections_per_round_max: Positive = 1_000
     # Kafka's block size for producer-id allocation.

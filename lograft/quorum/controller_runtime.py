@@ -19,7 +19,8 @@ batch on every node; the lock below is what makes every batch valid.
 Periodic duties while active: fence brokers whose session expired and end
 the waits for log end reports of unclean elections (both every
 `fence_check_interval_ms`), and move leadership back to preferred replicas
-(`leader_imbalance_check_interval_ms`).
+(`leader_imbalance_check_interval_ms`, and sooner after a metadata change,
+at most once per `leader_balance_min_interval_ms`: leader_balance.py).
 
 Threads: a node runs the runtime on the controller's own thread and event
 loop (lograft/node/controller_thread.py), so that the node's busy main loop
@@ -49,6 +50,7 @@ from lograft.quorum.controller import (
     sessions_after_failover,
 )
 from lograft.quorum.image import MetadataImage
+from lograft.quorum.leader_balance import BalanceSchedule
 from lograft.quorum.metadata_store import MetadataStore
 from lograft.quorum.raft.adapter import RaftAdapter
 from lograft.quorum.records import encode_batch
@@ -283,7 +285,8 @@ class ControllerRuntime:
         return fence_expired_brokers(image, sessions, now, self.config)
 
     async def _run(self) -> None:
-        next_fence = next_balance = 0
+        next_fence = 0
+        balance = BalanceSchedule()
         while True:
             await asyncio.sleep(LEADERSHIP_CHECK_INTERVAL_MS / 1000)  # periodic duty loop
             try:
@@ -304,8 +307,9 @@ class ControllerRuntime:
                     await self._periodic(
                         lambda img, s, t: elect_after_report_wait(img, s, t, self.config)
                     )
-                if now >= next_balance:
-                    next_balance = now + self.config.leader_imbalance_check_interval_ms
+                offset = self.store.image.offset
+                if balance.due(now, offset, self.config):
+                    balance.checked(now, offset, self.config)
                     await self._periodic(
                         lambda img, _s, _t: balance_preferred_leaders(img, self.config)
                     )

@@ -6,11 +6,21 @@ imbalance ratio is the share of the partitions it is the preferred leader of
 `leader_imbalance_ratio_max` (Kafka's leader.imbalance.per.broker.percentage),
 each of those partitions whose preferred replica is in the ISR and usable gets
 it back as leader. Moves happen only to in-sync replicas, so they are clean.
+
+When the check runs (`BalanceSchedule`): every
+`leader_imbalance_check_interval_ms`, and sooner once the metadata changed
+since the last check (a broker back in the ISR of partitions it prefers is
+such a change), but never twice within `leader_balance_min_interval_ms`. An
+unchanged image gives the same answer, so an idle cluster checks only
+periodically; the check's own moves change the image, and the check after
+them finds nothing left to move, so each change costs at most two passes
+over the image.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.election import preferred_leader_change
@@ -46,6 +56,33 @@ def balance_preferred_leaders(
             break
     moved = tuple((c.topic_id, c.partition) for c in changes)
     return ControllerResult(tuple(changes), moved)
+
+
+@dataclass(slots=True)
+class BalanceSchedule:
+    """When the next preferred-leader check is due (module doc); times in ms
+    of the caller's clock, passed in."""
+
+    # The periodic check: due at or after this.
+    periodic_due_ms: int = 0
+    # The last check, and the image offset it looked at (None: none yet).
+    last_ms: int | None = None
+    checked_offset: int | None = None
+
+    def due(self, now_ms: int, image_offset: int, config: ControllerConfig) -> bool:
+        if now_ms >= self.periodic_due_ms:
+            return True
+        if image_offset == self.checked_offset:
+            return False
+        return (
+            self.last_ms is None or now_ms - self.last_ms >= config.leader_balance_min_interval_ms
+        )
+
+    def checked(self, now_ms: int, image_offset: int, config: ControllerConfig) -> None:
+        """A check ran at `now_ms` on the image at `image_offset`."""
+        self.periodic_due_ms = now_ms + config.leader_imbalance_check_interval_ms
+        self.last_ms = now_ms
+        self.checked_offset = image_offset
 
 
 def _partitions_of(image: MetadataImage, preferred_leaders: set[int]) -> list[PartitionState]:

@@ -462,3 +462,31 @@ def test_preferred_leader_returns_and_every_replica_keeps_up(lograft_cluster: Fa
     doc = observer.topic("balance")
     assert doc is not None and second in doc["partitions"][0]["isr"], doc
     assert doc["partitions"][0]["high_watermark"] == 6, doc
+
+
+def test_a_restarted_preferred_leader_leads_again_without_waiting_for_the_periodic_check(
+    lograft_cluster: Factory,
+) -> None:
+    """The periodic check is 10 minutes away: only the check a metadata change
+    brings forward (the restarted broker back in the ISR, at most once per
+    leader_balance_min_interval_ms) can give it its leadership back."""
+    cluster = lograft_cluster(
+        controller={
+            "leader_imbalance_check_interval_ms": 600_000,
+            "leader_balance_min_interval_ms": 1_000,
+        }
+    )
+    cluster.start()
+    controller = cluster.active_controller()
+    created = cluster.create_topic("back", partitions=1, replication_factor=3, via=controller)
+    first, second, _third = created["partitions"][0]["replicas"]
+    produce(controller, "back", 0, ["a"])
+    preferred = cluster[first]
+    observer = next(n for n in cluster if n is not preferred)
+    preferred.kill()
+    cluster.eventually(lambda: led_by(observer, "back", second) == [0], 15, "the second to lead")
+    preferred.start()
+    preferred.wait_ready()
+    cluster.eventually(
+        lambda: led_by(observer, "back", first) == [0], 20, "the preferred replica to lead again"
+    )

@@ -4,7 +4,11 @@ from collections import Counter
 
 from lograft.quorum.alter_partition import AlterPartitionRequest, alter_partition
 from lograft.quorum.controller_config import ControllerConfig
-from lograft.quorum.leader_balance import balance_preferred_leaders, imbalance_ratios
+from lograft.quorum.leader_balance import (
+    BalanceSchedule,
+    balance_preferred_leaders,
+    imbalance_ratios,
+)
 
 from .metadata_cluster import Cluster, cluster_of
 
@@ -85,3 +89,53 @@ def test_moves_per_round_are_bounded():
         rounds += 1
     assert rounds == 4  # 10 partitions prefer broker 0: 3 + 3 + 3 + 1
     assert all(p.leader == p.preferred_leader for p in cluster.image.all_partitions())
+
+
+def test_a_rejoined_broker_gets_its_leaderships_back_without_the_periodic_check():
+    """The schedule the controller runtime keeps: after the periodic check, a
+    broker bounced and back in its ISRs changes the image, and the check runs
+    again one minimum interval after the last one, not a whole period later;
+    once its moves are applied, one more check finds nothing and then only
+    the periodic one is due."""
+    config = ControllerConfig(
+        leader_imbalance_check_interval_ms=30_000, leader_balance_min_interval_ms=5_000
+    )
+    cluster = cluster_of(range(3))
+    cluster.create("t", 9, 3)
+    schedule = BalanceSchedule()
+    now = 1_000_000
+    assert schedule.due(now, cluster.image.offset, config)  # the first check: at once
+    schedule.checked(now, cluster.image.offset, config)
+    assert balance_preferred_leaders(cluster.image, config).records == ()
+    bounce(cluster, 0)
+    rejoin_isrs(cluster, 0)
+    # Changed, but within the minimum interval of the last check.
+    assert not schedule.due(now + 4_999, cluster.image.offset, config)
+    assert schedule.due(now + 5_000, cluster.image.offset, config)
+    now += 5_000
+    schedule.checked(now, cluster.image.offset, config)
+    moved = cluster.apply(balance_preferred_leaders(cluster.image, config))
+    assert len(moved) == 3
+    assert all(p.leader == p.preferred_leader for p in cluster.image.all_partitions())
+    # Its own moves changed the image: one more check, which moves nothing...
+    assert schedule.due(now + 5_000, cluster.image.offset, config)
+    now += 5_000
+    schedule.checked(now, cluster.image.offset, config)
+    assert balance_preferred_leaders(cluster.image, config).records == ()
+    # ... and an unchanged image waits for the periodic check.
+    assert not schedule.due(now + 29_999, cluster.image.offset, config)
+    assert schedule.due(now + 30_000, cluster.image.offset, config)
+
+
+def test_a_broker_that_keeps_bouncing_moves_leaderships_at_most_once_per_minimum_interval():
+    config = ControllerConfig(
+        leader_imbalance_check_interval_ms=30_000, leader_balance_min_interval_ms=5_000
+    )
+    schedule = BalanceSchedule()
+    checks = []
+    # the runtime's duty tick; the image changes at each
+    for offset, now in enumerate(range(0, 20_000, 50), start=1):
+        if schedule.due(now, offset, config):
+            schedule.checked(now, offset, config)
+            checks.append(now)
+    assert checks == [0, 5_000, 10_000, 15_000]
