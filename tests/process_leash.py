@@ -64,8 +64,14 @@ def leashed(argv: Sequence[str]) -> list[str]:
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
     for sig in EXIT_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # the teardown runs to its end
+        # The teardown runs to its end. A handler, not SIG_IGN: an ignored
+        # signal stays ignored in every program the teardown would exec.
+        signal.signal(sig, _during_teardown)
     raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping the test run")
+
+
+def _during_teardown(_signum: int, _frame: FrameType | None) -> None:
+    """A second SIGTERM or SIGHUP while the finalizers run: they go on."""
 
 
 def exit_on_signals() -> None:
