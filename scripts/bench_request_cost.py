@@ -29,6 +29,10 @@ Routes (the node's hot paths; each answers 200 or it is an error):
   the answer is its per-partition error, the HTTP path is the same);
 - `forwarded`: `POST /internal/v1/produce` (the forwarded JSON produce form:
   one partition's batch) with the cluster secret;
+- `produce-json`: `POST /v1/topics/bench/records`, bench_compare's JSON
+  produce body (`JSON_RECORDS` keyless records of 100-byte string values,
+  acks=all): its CPU per request is mostly per record, the others' per
+  exchange;
 - `floor-get`, `floor-post`: the bare aiohttp handler.
 
     .venv/bin/python scripts/bench_request_cost.py \\
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -73,9 +78,11 @@ READY_TIMEOUT_S = 60.0
 WARMUP_REQUESTS = 50
 # Waiting for one answer, seconds.
 ANSWER_TIMEOUT_S = 30.0
-NODE_ROUTES = ("produce", "fetch", "replica-fetch", "forwarded")
+NODE_ROUTES = ("produce", "fetch", "replica-fetch", "forwarded", "produce-json")
 FLOOR_ROUTES = ("floor-get", "floor-post")
 FLOOR_ANSWER = b'{"ok":true}'
+# Records per JSON produce request (bench_compare's JSON load sends as many).
+JSON_RECORDS = 500
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -253,6 +260,11 @@ def requests_for(route: str) -> list[bytes]:
         body = encode_request(ProduceRequest(TOPIC, Acks.ALL, [PartitionBatch(0, batch)]))
         headers = {**secret, "Content-Type": "application/vnd.lograft.produce"}
         return [_request("POST", "/internal/v1/produce", headers, body)]
+    if route == "produce-json":
+        records = [{"value": "x" * 100}] * JSON_RECORDS
+        body = json.dumps({"value_format": "string", "records": records}).encode()
+        ct = {"Content-Type": "application/json"}
+        return [_request("POST", f"/v1/topics/{TOPIC}/records", ct, body)]
     if route == "floor-get":
         return [_request("GET", "/floor", {})]
     if route == "floor-post":

@@ -38,7 +38,9 @@ and `.text()` then return it; `request.content` is spent), under three rules
   it is answered `408 REQUEST_BODY_TIMEOUT` and the connection is closed.
   Without it a client that sends its headers and then a byte now and then
   would hold its connection and its share of the budget for as long as it
-  likes.
+  likes. A body already whole when the node starts to read it (a small
+  one arrives with its headers) is read without arming the deadline's
+  timer: its read cannot wait.
 
 Bodies are taken only as they are: a `Content-Encoding` other than
 `identity`, or a `Transfer-Encoding` other than `chunked`, is answered `415
@@ -198,6 +200,10 @@ class RequestBodies:
             if not await held.budget.take(length, self.wait_ms / 1000):
                 raise self._over_budget(request, length)
             held.size = length
+        if request.content.is_eof():
+            # All of it is here already (a small body comes in the headers'
+            # read): reading cannot wait, so no deadline timer is armed.
+            return await self._read(request, held, limit)
         try:
             async with asyncio.timeout(self.read_timeout_ms / 1000):
                 return await self._read(request, held, limit)

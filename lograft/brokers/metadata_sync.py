@@ -84,7 +84,12 @@ class _TopicViews:
         self._by_image: list[tuple[MetadataImage, dict[str, TopicView]]] = []
 
     def get(self, image: MetadataImage, topic: str, build: Callable[[], TopicView]) -> TopicView:
-        views = next((v for img, v in self._by_image if img is image), None)
+        # The newest image first, without a generator: every data request asks.
+        by_image = self._by_image
+        if by_image and by_image[0][0] is image:
+            views: dict[str, TopicView] | None = by_image[0][1]
+        else:
+            views = next((v for img, v in by_image if img is image), None)
         if views is None:
             views = {}
             self._by_image = [(image, views), *self._by_image[: self.IMAGES_MAX - 1]]

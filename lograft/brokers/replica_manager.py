@@ -68,6 +68,7 @@ from typing import Any
 from lograft import power_loss
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.fetch_session_cache import CachedPartition, FetchSession, FetchSessionCache
+from lograft.brokers.future_wait import wait_future
 from lograft.brokers.group_commit import GroupCommitter
 from lograft.brokers.log_work import LogWork, append_in_thread, read_in_thread
 from lograft.brokers.partition import (
@@ -91,7 +92,7 @@ from lograft.errors import (
     StorageError,
     UnknownTopicOrPartitionError,
 )
-from lograft.protocol.batch import iter_batches
+from lograft.protocol.batch import max_producer_id
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     FetchPartitionResponse,
@@ -263,14 +264,9 @@ class _Changes:
         for tp in keys:
             table.setdefault(tp, set()).add(fut)
         try:
-            # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
-            # cancel that lands as the change does. `fut` is this call's own,
-            # so the timeout may cancel it (notify skips done futures).
-            async with asyncio.timeout(timeout_s):
-                await fut
-            return True
-        except TimeoutError:
-            return False
+            # `fut` is this call's own, so the deadline may complete it
+            # (notify skips done futures); future_wait.py says why not wait_for.
+            return await wait_future(fut, timeout_s)
         finally:
             for tp in keys:
                 s = table.get(tp)
@@ -803,22 +799,21 @@ class ReplicaManager:
         if acks is not Acks.ALL:
             return result
         waiter = part.wait_for_high_watermark(result.last_offset + 1)
+        if waiter.done():
+            return result  # the HW is there already (an ISR of one): no timer to arm
         timeout = (timeout_ms or self.settings.produce_timeout_ms) / 1000
-        try:
-            # asyncio.timeout, not wait_for, which on Python 3.11 swallows a
-            # cancel that lands as the HW arrives. A timeout or cancel cancels
-            # the waiter, which the partition then drops from its heap.
-            with remote_wait():
-                async with asyncio.timeout(timeout):
-                    await waiter
-        except TimeoutError:
+        # A timeout or cancel completes the waiter (future_wait.py), which the
+        # partition then skips, and drops from its heap.
+        with remote_wait():
+            confirmed = await wait_future(waiter, timeout)
+        if not confirmed:
             raise RequestTimedOutError(
                 f"{tp}: the in-sync replicas did not confirm offsets {result.first_offset}.."
                 f"{result.last_offset} within {int(timeout * 1000)} ms; the records may or may "
                 "not be committed",
                 first_offset=result.first_offset,
                 last_offset=result.last_offset,
-            ) from None
+            )
         return result
 
     async def _append_as_leader(
@@ -869,7 +864,7 @@ class ReplicaManager:
         if end is None or self.metadata_changed is None:
             return end
         # An unvalidated walk (bounds-checked); the append validates properly.
-        top = max((h.producer_id for _pos, h in iter_batches(data)), default=-1)
+        top = max_producer_id(data)
         if top < end:
             return end
         with contextlib.suppress(TimeoutError):

@@ -60,7 +60,7 @@ from lograft.api.stream.routes import StreamRoutes
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.groups.runtime import GroupCoordinatorRuntime
 from lograft.brokers.groups.topic_deletion import deleted_topics
-from lograft.brokers.metadata_sync import ImageView, hosted_partitions
+from lograft.brokers.metadata_sync import ImageView, TopicView, hosted_partitions
 from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import (
@@ -774,6 +774,11 @@ class _BrokerImageView:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+
+    def topic(self, name: str) -> TopicView | None:
+        # Every data request looks its topic up: named here, not through
+        # __getattr__ (a failed attribute lookup and a new ImageView per call).
+        return ImageView(self.node._broker_image).topic(name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(ImageView(self.node._broker_image), name)

@@ -134,7 +134,9 @@ class RequestMetrics:
         route = UNMATCHED if resource is None else resource.canonical
         method = request.method if request.method in _METHODS else OTHER
         key = (method, route)
-        if response is not None:
+        # Only an error answer (status >= 400) carries a code; asking every
+        # answer's state for one costs a KeyError raised and caught.
+        if response is not None and response.status >= 400:
             code = response.get(ERROR_CODE_KEY)
             if code is not None:
                 ekey = (method, route, code if code in self._codes else OTHER)

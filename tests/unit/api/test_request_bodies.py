@@ -13,6 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from lograft.api import request_bodies
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.http_config import HttpConfig
 from lograft.api.http_server import UNREAD_BODY_DRAIN_MS, HttpServer
@@ -327,6 +328,34 @@ async def test_a_slow_body_is_cut_at_its_deadline_and_the_connection_closed(
     writer.close()
     assert server.faults.counts == {"body-timeout": 1}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_body_whole_on_arrival_arms_no_deadline_timer(
+    server: HttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Counts the body deadlines armed (asyncio's own module is patched: only
+    # the delay tells them from other timeouts); a body still arriving arms one.
+    armed: list[float] = []
+    real_timeout = asyncio.timeout
+
+    def counting_timeout(delay: float | None) -> asyncio.Timeout:
+        if delay == BODY_TIMEOUT_S:
+            armed.append(delay)
+        return real_timeout(delay)
+
+    monkeypatch.setattr(request_bodies.asyncio, "timeout", counting_timeout)
+    reader, writer = await connect(server)
+    writer.write(head("/echo", 10) + b"0123456789")  # one write: whole when read
+    assert (await response(reader))[0] == 200
+    assert armed == []
+    writer.write(head("/echo", 10) + b"01234")
+    await writer.drain()
+    await until(lambda: bool(armed))  # the rest is not there yet: the deadline is armed
+    writer.write(b"56789")
+    status, _, body = await response(reader)
+    assert (status, orjson.loads(body)) == (200, {"bytes": 10})
+    assert armed == [BODY_TIMEOUT_S]
+    writer.close()
 
 
 async def test_a_chunked_body_whose_framing_breaks_ends_at_the_deadline(

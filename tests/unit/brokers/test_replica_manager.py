@@ -6,11 +6,13 @@ import asyncio
 
 import pytest
 
+from lograft.brokers import replica_manager
 from lograft.brokers.partition import Assignment, IsrProposal
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
 from lograft.errors import (
     BrokerNotAvailableError,
     NotEnoughReplicasError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
@@ -100,6 +102,46 @@ async def test_acks_all_returns_once_replicated_everywhere(tmp_path):
             assert _values(c.brokers[b])[:5] == [f"a-{i}".encode() for i in range(5)]
     finally:
         await c.stop()
+
+
+async def test_acks_all_times_out_when_the_isr_does_not_confirm(tmp_path):
+    # Followers cut but still in the ISR (a lag allowance far longer than the test).
+    slow_isr = BrokerSettings(
+        replica_fetch_wait_max_ms=50,
+        replica_fetch_backoff_ms=10,
+        isr_check_interval_ms=20,
+        replica_lag_time_max_ms=600_000,
+        produce_timeout_ms=5_000,
+    )
+    c = Cluster(tmp_path, slow_isr)
+    await c.start()
+    try:
+        leader = c.brokers[1]
+        await leader.produce(TP, _batch("a"), Acks.ALL)
+        c.cut.update({2, 3})
+        with pytest.raises(RequestTimedOutError) as caught:
+            await leader.produce(TP, _batch("b"), Acks.ALL, timeout_ms=50)
+        assert (caught.value.details["first_offset"], caught.value.details["last_offset"]) == (5, 9)
+        # The expired waiter is done, so the partition skips it when the HW moves.
+        assert all(w.future.done() for w in leader.partitions[TP]._waiters)
+    finally:
+        await c.stop()
+
+
+async def test_acks_all_with_an_isr_of_one_arms_no_deadline(tmp_path, monkeypatch):
+    def no_wait(*_args: object) -> None:
+        raise AssertionError("a produce whose HW is already there waited")
+
+    monkeypatch.setattr(replica_manager, "wait_future", no_wait)
+    rm = ReplicaManager(1, tmp_path / "alone", FAST)
+    await rm.start()
+    try:
+        meta = PartitionMeta("topic-id-1", Assignment((1,), (1,), 1, 1, 0))
+        rm.apply_metadata({TP: meta})
+        res = await rm.produce(TP, _batch("a"), Acks.ALL)
+        assert (res.first_offset, rm.partitions[TP].high_watermark) == (0, 5)
+    finally:
+        await rm.stop()
 
 
 async def test_consumer_fetch_long_polls_until_data_is_committed(tmp_path):

@@ -17,11 +17,13 @@ from lograft.protocol.batch import (
     MAGIC_POS,
     Record,
     RecordInput,
+    any_compressed,
     build_batch,
     compute_crc,
     iter_batch_records,
     iter_batches,
     iter_records,
+    max_producer_id,
     parse_header,
     patch_base_offset_and_epoch,
     peek_extent,
@@ -290,3 +292,35 @@ def test_validate_at_a_position_with_available():
     with pytest.raises(CorruptRecordError):
         validate_batch(buf, 7, available=len(data) - 1)
     assert parse_header(buf, 7 + len(data)).records_count == 3
+
+
+# -- header walks that read one field -------------------------------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(CODECS), st.integers(min_value=-1, max_value=INT64_MAX)),
+        max_size=4,
+    ),
+    st.integers(min_value=0, max_value=80),
+)
+@settings(max_examples=60, deadline=None)
+def test_any_compressed_and_max_producer_id_read_what_iter_batches_reads(
+    specs: list[tuple[Compression, int]], cut: int
+) -> None:
+    buf = b"".join(
+        build_batch(
+            [RecordInput(value=b"v" * 30)],
+            timestamp_ms=1,
+            compression=codec,
+            producer_id=pid,
+            producer_epoch=0 if pid >= 0 else -1,
+            base_sequence=0 if pid >= 0 else -1,
+        )
+        for codec, pid in specs
+    )
+    # A torn last batch (or a header cut short) ends both walks as it ends iter_batches'.
+    buf = buf[: max(len(buf) - cut, 0)]
+    headers = [h for _pos, h in iter_batches(buf)]
+    assert any_compressed(buf) == any(h.compression != Compression.NONE for h in headers)
+    assert max_producer_id(buf) == max((h.producer_id for h in headers), default=-1)
