@@ -9,7 +9,10 @@ that was the Raft leader before: its session is dated from the last Raft
 message this node received from it (`RaftAdapter.last_heard_ms`), so a broker
 that died with the former controller is fenced at the first fence check
 instead of one session after the election (see sessions.py for why that is
-safe).
+safe); and when that node's Raft port refused a connection since
+(`RaftAdapter.peer_gone`: its process is gone, which also brought this
+election forward, raft/peer_loss.py), its broker has no session left and the
+first fence check, right after the barrier, fences it.
 
 Requests are served one at a time: handler on the current image, append its
 records as one batch, wait until applied, answer. Two decisions taken against
@@ -253,7 +256,9 @@ class ControllerRuntime:
                 "controller loop stalled for %d ms; giving every broker a fresh session",
                 now - (last or now),
             )
-            self._sessions = sessions_after_failover(self.store.image, now)
+            # A broker proven gone stays gone: that proof is no stall of ours.
+            gone = self._sessions.gone
+            self._sessions = sessions_after_failover(self.store.image, now, gone=gone)
             return True
         return False
 
@@ -326,6 +331,15 @@ class ControllerRuntime:
         if leader is not None and leader != self.raft.node_id:
             self._former_leader = leader
 
+    def _former_leader_gone(self) -> set[int]:
+        """{broker id} of the node that led Raft before this one, if its Raft
+        port refused a connection after its last message (its process is gone)."""
+        former = self._former_leader
+        if former is None or not former.isdigit() or not self.raft.peer_gone(former):
+            return set()
+        log.info("former controller %s is gone (its Raft port refused): its broker too", former)
+        return {int(former)}
+
     def _former_leader_contact(self, now: int) -> dict[int, int]:
         """{broker id: last proven contact} for the broker on the node that
         led Raft before this one, when that node was heard from at all."""
@@ -352,7 +366,8 @@ class ControllerRuntime:
             self.status = ControllerStatus(self.status.activated, self.status.activations + 1)
             now = self.clock()
             contact = self._former_leader_contact(now)
-            self._set_sessions(sessions_after_failover(self.store.image, now, contact))
+            gone = self._former_leader_gone()
+            self._set_sessions(sessions_after_failover(self.store.image, now, contact, gone))
             # Ticks stopped counting while another node was active: that gap
             # is not a stall of this loop.
         log.info(

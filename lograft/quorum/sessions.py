@@ -14,6 +14,16 @@ message, itself longer than a session). Every other broker may have heartbeated 
 controller a moment before it died, so it keeps a full session to find the
 new one; a failover never fences them.
 
+Sooner still: when this node found the former leader's Raft port refusing
+connections after its last message (`RaftAdapter.peer_gone`, raft/peer_loss.py),
+that process is gone, and its broker with it. The new controller then starts
+that broker as `gone`: its session is over at once and the first fence check,
+right after the barrier, fences it (not `broker_session_timeout_ms` after its
+last message, which an early election, a few hundred ms after the kill, would
+still have to wait for). A broker in `gone` that heartbeats after all (it
+cannot, with its process gone; a restarted one registers a new incarnation)
+leaves `gone` at that heartbeat.
+
 Why dating that one broker is safe: fencing only moves partition leadership
 to other in-sync replicas (an acks=all write is on every ISR member, so none
 is lost) and a live broker is unfenced by its next heartbeat. And the node it
@@ -63,6 +73,8 @@ class BrokerSessions:
     # (topic id, partition) -> when (now_ms) this controller first saw it
     # awaiting an unclean election: the wait for reports is counted from it.
     unclean_since: Mapping[tuple[str, int], int] = field(default_factory=_no_waits)
+    # Brokers proven dead (their node's Raft port refused): no session at all.
+    gone: frozenset[int] = frozenset()
 
     @classmethod
     def starting(cls, broker_ids: Iterable[int], now_ms: int) -> BrokerSessions:
@@ -72,7 +84,9 @@ class BrokerSessions:
         times = dict(self.last_heartbeat_ms)
         # max(): a late-delivered heartbeat must not shorten a session.
         times[broker_id] = max(now_ms, times.get(broker_id, now_ms))
-        return replace(self, last_heartbeat_ms=MappingProxyType(times))
+        return replace(
+            self, last_heartbeat_ms=MappingProxyType(times), gone=self.gone - {broker_id}
+        )
 
     def without(self, broker_id: int) -> BrokerSessions:
         times = dict(self.last_heartbeat_ms)
@@ -82,7 +96,10 @@ class BrokerSessions:
             for key, per in self.log_ends.items()
         }
         return replace(
-            self, last_heartbeat_ms=MappingProxyType(times), log_ends=MappingProxyType(ends)
+            self,
+            last_heartbeat_ms=MappingProxyType(times),
+            log_ends=MappingProxyType(ends),
+            gone=self.gone - {broker_id},
         )
 
     def with_log_ends(
@@ -110,17 +127,25 @@ class BrokerSessions:
         return replace(self, unclean_since=MappingProxyType(since))
 
     def alive(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
-        """True while the last heartbeat is at most `session_timeout_ms` old."""
+        """True while the last heartbeat is at most `session_timeout_ms` old
+        and the broker is not known `gone`."""
+        if broker_id in self.gone:
+            return False
         last = self.last_heartbeat_ms.get(broker_id)
         return last is not None and now_ms <= last + session_timeout_ms
 
 
 def sessions_after_failover(
-    image: MetadataImage, now_ms: int, last_contact_ms: Mapping[int, int] | None = None
+    image: MetadataImage,
+    now_ms: int,
+    last_contact_ms: Mapping[int, int] | None = None,
+    gone: Iterable[int] = (),
 ) -> BrokerSessions:
     """Soft state for a newly active controller: every broker's session starts
     now, except those in `last_contact_ms` (broker id -> the last time it was
-    proven alive), which start then (never later than now)."""
+    proven alive), which start then (never later than now), and those `gone`
+    (proven dead), whose session is over."""
     contact = last_contact_ms or {}
     times = {broker_id: min(now_ms, contact.get(broker_id, now_ms)) for broker_id in image.brokers}
-    return BrokerSessions(MappingProxyType(times))
+    dead = frozenset(b for b in gone if b in image.brokers)
+    return BrokerSessions(MappingProxyType(times), gone=dead)

@@ -16,7 +16,7 @@ keeps (a bad value is an `InvalidConfigError` naming the key):
 - Timings obey pysyncobj's own rules (checked here so that the error names our
   key rather than failing an `assert` inside pysyncobj):
   heartbeat * 3 < election min < election max <= connection timeout,
-  heartbeat < leader fallback.
+  heartbeat < leader fallback, early election delay min <= max.
 - Every limit carries its unit last (`append_timeout_ms`, `max_batch_bytes`).
 - A password is required (voters and observers alike): pysyncobj unpickles
   every frame it receives, and only with a password must a frame pass Fernet
@@ -90,6 +90,18 @@ class RaftTuning(Record):
     # metadata). See docs/quorum.md "What is synced to disk".
     journal_fsync: bool = True
 
+    # A follower whose link to the leader dropped probes the leader's Raft
+    # port; refused (the process is gone) and a majority agreeing (pre-vote)
+    # -> an election after a random delay in this range instead of at the
+    # election timeout (early_election.py). The spread keeps the two
+    # survivors of three voters from splitting the vote; a range at or past
+    # election_timeout_min_ms makes the rule moot.
+    early_election_delay_min_ms: Positive = 50
+    early_election_delay_max_ms: Positive = 300
+    # That probe (one non-blocking connect) gives up after this: no answer is
+    # not a refusal, the election timeout stays.
+    peer_probe_timeout_ms: Positive = 500
+
     # Log compaction: a full snapshot is written after this many entries or time.
     log_compaction_min_entries: Annotated[int, Meta(ge=2)] = 5000
     log_compaction_min_time_ms: Positive = 300_000
@@ -125,6 +137,11 @@ class RaftTuning(Record):
                 self.connection_timeout_ms >= self.election_timeout_max_ms,
                 "connection_timeout_ms",
                 "must be at least election_timeout_max_ms",
+            ),
+            (
+                self.early_election_delay_max_ms >= self.early_election_delay_min_ms,
+                "early_election_delay_max_ms",
+                "must be at least early_election_delay_min_ms",
             ),
             (
                 self.leader_fallback_timeout_ms > self.heartbeat_interval_ms,

@@ -48,9 +48,11 @@ from lograft.errors import RaftStartupError, RaftStoppedError
 from lograft.quorum.raft import pause_guard
 from lograft.quorum.raft.config import RaftConfig, parse_address
 from lograft.quorum.raft.durability import DurabilityGate, use_journal_factory
+from lograft.quorum.raft.early_election import EarlyElection
 from lograft.quorum.raft.handshake import HandshakeLimits
 from lograft.quorum.raft.journal import DurableJournal
 from lograft.quorum.raft.peer_contact import PeerContact
+from lograft.quorum.raft.peer_loss import PeerLossWatch
 from lograft.quorum.raft.snapshot import (
     Snapshot,
     as_entry,
@@ -75,6 +77,11 @@ _ENTRY_OVERHEAD_BYTES = 1024
 # pysyncobj's own command queue also holds commands forwarded by followers.
 _COMMAND_QUEUE_FACTOR = 10
 _BIND_RETRY_PERIOD_S = 0.05
+# A follower still hears its leader (early_election.hears_leader: it refuses
+# a pre-vote) while the leader's last append_entries is younger than this
+# share of election_timeout_min_ms: ten heartbeats at the defaults (1000 ms,
+# past the worst Raft-thread pause measured, 798 ms).
+_LEADER_HEARD_SHARE = 0.5
 _PYSYNCOBJ_BIND_RETRIES = 3
 
 
@@ -239,6 +246,17 @@ class RaftCore:
         self.tick_lag = TickLag()
         # When each voter was last heard (peer_contact.py).
         self.peer_contact = PeerContact()
+        # Probes a voter whose link dropped (peer_loss.py); elects soon when
+        # the leader is gone for a majority (early_election.py). Raft thread.
+        self._peer_loss = PeerLossWatch(
+            self.peer_contact, probe_timeout_s=config.peer_probe_timeout_ms / 1000
+        )
+        self._early = EarlyElection(
+            self.peer_contact,
+            delay_min_s=config.early_election_delay_min_ms / 1000,
+            delay_max_s=config.early_election_delay_max_ms / 1000,
+            heard_window_ms=config.election_timeout_min_ms * _LEADER_HEARD_SHARE,
+        )
         self._fatal: BaseException | None = None
         self._journal: DurableJournal | None = None
         self._gate = DurabilityGate(
@@ -406,7 +424,8 @@ class RaftCore:
             max_bytes=cfg.max_handshake_bytes,
             max_connections=cfg.max_handshake_connections,
         )
-        transport = transport_factory(observer_id, handshake, self._gate, self.peer_contact)
+        early = self._early if cfg.voter else None
+        transport = transport_factory(observer_id, handshake, self._gate, self.peer_contact, early)
         try:
             with use_journal_factory(self._open_journal):
                 so = _ReplicatedLog(self, self_node, peers, conf, transport)
@@ -476,8 +495,11 @@ class RaftCore:
             self.tick_lag.record(lag_ms, now)
             started = now
             fallback_s = self._config.leader_fallback_timeout_ms / 1000
+            if self._config.voter:
+                self._watch_peers(so, now)
             if lag_ms > self._config.heartbeat_interval_ms:
-                absorb_own_pause(so, now, fallback_s)
+                # A leader gone for a majority is no pause of ours.
+                absorb_own_pause(so, now, fallback_s, keep_deadline=self._early.pending(so))
             # A pause that begins from here on, before pysyncobj's timer
             # checks, is caught by the checks themselves (pause_guard.py).
             pause_guard.arm(so, now, self._config.heartbeat_interval_ms / 1000, fallback_s)
@@ -499,6 +521,15 @@ class RaftCore:
                 self._stop_requested.wait(tick_s)  # back off one tick
                 continue
             self._after_tick(so)
+
+    def _watch_peers(self, so: _ReplicatedLog, now: float) -> None:
+        """Probe lost voter links, elect early when the leader is gone."""
+        try:
+            self._peer_loss.tick(so, now)
+            self._early.tick(so, now)
+        except Exception:
+            # Only a faster election is lost: the election timeout still holds.
+            log.exception("watching lost Raft links failed on node %s", self._config.node_id)
 
     def _after_tick(self, so: _ReplicatedLog) -> None:
         if self._snapshot_written:
@@ -555,6 +586,7 @@ class RaftCore:
         except Exception:
             log.exception("pysyncobj destroy failed on node %s", self._config.node_id)
         _close_pipe_notifier(so)
+        self._peer_loss.close()
         self._fail_pending_calls()
         if not self._started.done():
             self._started.set_exception(RaftStartupError("Raft thread stopped during start"))
@@ -571,7 +603,9 @@ class RaftCore:
                 fut.set_exception(RaftStoppedError("Raft adapter stopped"))
 
 
-def absorb_own_pause(so: SyncObj, now: float, fallback_s: float) -> None:
+def absorb_own_pause(
+    so: SyncObj, now: float, fallback_s: float, *, keep_deadline: bool = False
+) -> None:
     """After this thread itself was held up, do not blame the other nodes for it.
 
     pysyncobj checks its timers at the start of a tick, before it reads its
@@ -590,10 +624,14 @@ def absorb_own_pause(so: SyncObj, now: float, fallback_s: float) -> None:
       before the check can fire again.
 
     The same rule as the controller's `absorb_stall` for broker sessions.
+    `keep_deadline`: an early election is due because the leader's port
+    refused a connection and a majority agreed it is gone
+    (early_election.py); that is no pause of this thread, so the deadline is
+    left alone, as for a transfer.
     """
     deadline = getattr(so, "_SyncObj__raftElectionDeadline", None)
     transfer = getattr(so, "_SyncObj__transferInProgress", False)
-    if isinstance(deadline, float | int) and deadline != 0 and not transfer:
+    if isinstance(deadline, float | int) and deadline != 0 and not transfer and not keep_deadline:
         fresh = now + so._SyncObj__generateRaftTimeout()
         # float(): the deadline may still be last tick's PauseAwareDeadline,
         # whose comparisons mean something else (pause_guard.py).

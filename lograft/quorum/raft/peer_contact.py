@@ -1,4 +1,5 @@
-"""When this node last received a Raft message from each voter.
+"""When this node last received a Raft message from each voter, and which
+voters' Raft ports were found closed since.
 
 A follower hears from a live leader every `heartbeat_interval_ms` (100 ms),
 so the time of the last message from the former leader bounds when that
@@ -7,6 +8,17 @@ broker session of the node that was the Raft leader before it
 (`controller_runtime`, `sessions.sessions_after_failover`): a broker that died
 with the former controller is then fenced as soon as its real session has
 lapsed, instead of one whole session after the election.
+
+A refusal (`refused`, set by `peer_loss.PeerLossWatch` when a probe of a
+voter's Raft port after its link dropped met ECONNREFUSED) is stronger: that
+node's process is gone, so its broker, in the same process, is gone too. It
+counts only while nothing has been received from the voter since
+(`refused_since_heard`): a restarted node is alive again at its first message.
+
+The time of the last `append_entries` from each voter is kept apart
+(`last_appended_ms`): only a leader sends those, so it says whether this
+follower still hears from its leader (early_election.py, the pre-vote), which
+the keepalives every voter sends cannot say.
 
 Times are milliseconds of `time.monotonic_ns() // 1_000_000`, the clock the
 controller runtime reads. A message counts when the Raft thread reads it, not
@@ -29,10 +41,32 @@ class PeerContact:
 
     def __init__(self) -> None:
         self._last_ms: dict[str, int] = {}
+        self._appended_ms: dict[str, int] = {}
+        self._refused_ms: dict[str, int] = {}
 
     def heard(self, peer_id: str, now_ms: int | None = None) -> None:
         self._last_ms[peer_id] = monotonic_ms() if now_ms is None else now_ms
 
+    def appended(self, peer_id: str, now_ms: int | None = None) -> None:
+        """`peer_id` sent an append_entries (it believes it leads)."""
+        self._appended_ms[peer_id] = monotonic_ms() if now_ms is None else now_ms
+
+    def refused(self, peer_id: str, now_ms: int | None = None) -> None:
+        """A connect to `peer_id`'s Raft port was refused: nothing listens there."""
+        self._refused_ms[peer_id] = monotonic_ms() if now_ms is None else now_ms
+
     def last_heard_ms(self, peer_id: str) -> int | None:
         """None if nothing was received from `peer_id` since this process started."""
         return self._last_ms.get(peer_id)
+
+    def last_appended_ms(self, peer_id: str) -> int | None:
+        """None if `peer_id` sent no append_entries since this process started."""
+        return self._appended_ms.get(peer_id)
+
+    def refused_since_heard(self, peer_id: str) -> bool:
+        """`peer_id`'s Raft port refused a connect after its last message here."""
+        refused = self._refused_ms.get(peer_id)
+        if refused is None:
+            return False
+        heard = self._last_ms.get(peer_id)
+        return heard is None or refused >= heard

@@ -30,6 +30,10 @@ voter ids never contain ':' (see raft_config), observer ids always do.
 
 Strangers: an accepted connection is bounded until its peer has proven the
 password (size, age, how many at once); see raft_handshake.
+
+Every message of a voter is recorded in `PeerContact` (when it was heard;
+for `append_entries`, that it led), and the pre-vote of an early election is
+answered here, never reaching pysyncobj (early_election.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from pysyncobj.transport import TCPTransport
 from lograft.quorum.raft.append_guard import journal_entry_at, keep_matching_tail
 from lograft.quorum.raft.config import parse_address
 from lograft.quorum.raft.durability import DurabilityGate
+from lograft.quorum.raft.early_election import PREVOTE_OK_TYPE, PREVOTE_TYPE, EarlyElection
 from lograft.quorum.raft.handshake import (
     HandshakeLimits,
     authenticated,
@@ -109,11 +114,13 @@ class PeerTCPTransport(TCPTransport):
         observer_id: str | None = None,
         gate: DurabilityGate | None = None,
         contact: PeerContact | None = None,
+        early: EarlyElection | None = None,
     ) -> None:
         if selfNode is None and observer_id is None:
             raise ValueError("an observer transport needs observer_id")
         self._observer_id = observer_id
         self._contact = contact
+        self._early = early
         self._handshake = handshake
         self._gate = gate
         super().__init__(syncObj, selfNode, otherNodes)
@@ -126,6 +133,8 @@ class PeerTCPTransport(TCPTransport):
             gate.attach_sender(super().send)
             # Runs after the tick's own work, before it polls: the group commit.
             syncObj.addOnTickCallback(gate.release)
+        if early is not None:
+            early.attach_sender(self.send)
 
     def send(self, node: Node, message: Any) -> bool:
         # Every Raft message pysyncobj sends passes here: one that reflects
@@ -213,9 +222,23 @@ class PeerTCPTransport(TCPTransport):
             self._contact.heard(node.id)
         if message == KEEPALIVE:
             return  # its arrival refreshed the connection's read time: all it is for
-        if isinstance(message, dict) and message.get("type") == "append_entries":
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in (PREVOTE_TYPE, PREVOTE_OK_TYPE):
+            self._on_prevote(node, kind, message)
+            return  # ours alone: pysyncobj never sees a pre-vote
+        if kind == "append_entries":
+            if self._contact is not None and isinstance(node, PeerNode):
+                self._contact.appended(node.id)
             message = self._guard_append(message)
         super()._onMessageReceived(node, message)
+
+    def _on_prevote(self, node: Node, kind: str, message: dict[str, Any]) -> None:
+        if self._early is None or not isinstance(node, PeerNode):
+            return
+        if kind == PREVOTE_TYPE:
+            self._early.on_prevote(self._syncObj, node, message)
+        else:
+            self._early.on_prevote_ok(self._syncObj, node, message, monotonic_time())
 
     def _guard_append(self, message: dict[str, Any]) -> dict[str, Any]:
         """See append_guard: no truncation of entries matching the leader's."""
@@ -270,9 +293,16 @@ def transport_factory(
     handshake: HandshakeLimits,
     gate: DurabilityGate | None = None,
     contact: PeerContact | None = None,
+    early: EarlyElection | None = None,
 ) -> Any:
     """The `transportClass` callable SyncObj expects, bound to our observer id,
-    limits, gate and the record of when each voter was last heard."""
+    limits, gate, the record of when each voter was last heard, and the
+    early election's pre-vote."""
     return functools.partial(
-        PeerTCPTransport, observer_id=observer_id, handshake=handshake, gate=gate, contact=contact
+        PeerTCPTransport,
+        observer_id=observer_id,
+        handshake=handshake,
+        gate=gate,
+        contact=contact,
+        early=early,
     )

@@ -43,6 +43,9 @@ class _Raft:
     def last_heard_ms(self, peer_id: str) -> int | None:
         return self.contact.last_heard_ms(peer_id)
 
+    def peer_gone(self, peer_id: str) -> bool:
+        return self.contact.refused_since_heard(peer_id)
+
     async def append(self, batch: bytes, *, timeout_ms: int | None = None) -> int:
         offset = self.store.image.offset + 1
         self.store.apply(offset, batch)
@@ -102,6 +105,44 @@ def test_sessions_after_failover_dates_only_the_named_brokers():
         1: 5_000,
         2: 5_000,
     }
+
+
+def test_a_gone_broker_has_no_session_until_it_heartbeats():
+    cluster = cluster_of(range(3))
+    s = sessions_after_failover(cluster.image, 5_000, {0: 4_900}, gone=[0, 7])
+    assert s.gone == {0}, "an unregistered id is ignored"
+    assert not s.alive(0, 5_000, SESSION), "gone: no session, however recent its contact"
+    assert s.alive(1, 5_000, SESSION)
+    assert s.heartbeat(0, 5_001).alive(0, 5_001, SESSION), "a heartbeat proves it alive"
+    assert not s.without(0).gone
+
+
+async def test_a_former_controller_whose_port_refused_is_fenced_right_after_the_barrier():
+    """An early election (raft/peer_loss.py) comes a few hundred ms after the
+    kill, long before the dead broker's session would lapse: a refused Raft
+    port proves its process gone, so the first fence check fences it."""
+    rt, raft, clock, topic_id = _setup()
+    raft.contact.heard("0", KILLED_AT)
+    rt._note_leader()
+    raft.contact.refused("0", KILLED_AT + 5)
+    clock.now = KILLED_AT + 300
+    raft.elected()
+    await rt._activate()
+    await rt._periodic(rt._fence)
+    assert _fenced(rt) == {0}, "broker 0 fenced 300 ms after its last message, the others not"
+    assert 0 not in _leaders(rt, topic_id)
+
+
+async def test_a_former_controller_heard_after_its_refusal_is_not_gone():
+    rt, raft, clock, _ = _setup()
+    raft.contact.refused("0", KILLED_AT - 50)
+    raft.contact.heard("0", KILLED_AT)  # it came back (restarted) and spoke
+    rt._note_leader()
+    clock.now = KILLED_AT + 300
+    raft.elected()
+    await rt._activate()
+    await rt._periodic(rt._fence)
+    assert _fenced(rt) == set()
 
 
 async def test_a_broker_that_died_with_the_former_controller_is_fenced_at_the_first_check():

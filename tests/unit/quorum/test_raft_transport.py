@@ -16,6 +16,7 @@ from pysyncobj.poller import createPoller
 from pysyncobj.transport import TCPTransport
 
 from lograft.errors import NotControllerError
+from lograft.quorum.raft.early_election import PREVOTE_OK_TYPE, PREVOTE_TYPE, EarlyElection
 from lograft.quorum.raft.handshake import HandshakeLimits
 from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.raft.status import RaftStatus
@@ -299,5 +300,47 @@ def test_keepalives_go_to_connected_voters_and_are_swallowed() -> None:
         assert delivered == [], "a keepalive is not a Raft message"
         transport._onMessageReceived(node, {"type": "x"})
         assert delivered == [{"type": "x"}]
+    finally:
+        transport.destroy()
+
+
+def test_prevotes_are_answered_by_the_transport_and_votes_left_to_pysyncobj() -> None:
+    """The pre-vote lives in the transport: pysyncobj never sees one; a real
+    request_vote always reaches pysyncobj, leader heard or not."""
+    contact = PeerContact()
+    early = EarlyElection(contact, delay_min_s=0.05, delay_max_s=0.3, heard_window_ms=2000)
+    leader, candidate = PeerNode("1", "127.0.0.1:1000"), PeerNode("3", "127.0.0.1:1001")
+    so = FakeSyncObj()
+    transport = PeerTCPTransport(
+        so,
+        PeerNode("2", "127.0.0.1:1"),
+        [leader, candidate],
+        handshake=HANDSHAKE,
+        contact=contact,
+        early=early,
+    )
+    delivered: list[Any] = []
+    transport.setOnMessageReceivedCallback(lambda node, message: delivered.append(message))
+    sent: list[tuple[str, Any]] = []
+    early.attach_sender(lambda node, message: sent.append((node.id, message)))
+    connected = {leader, candidate}
+    so._SyncObj__raftState = 0  # a follower
+    so._SyncObj__raftLog = [(b"", 5, 2)]
+    so._getLeader = lambda: leader
+    so.isNodeConnected = lambda node: node in connected
+    vote = {"type": "request_vote", "term": 3, "last_log_index": 5, "last_log_term": 2}
+    prevote = {"type": PREVOTE_TYPE, "leader": "1", "last_log_index": 5, "last_log_term": 2}
+    try:
+        transport._onMessageReceived(leader, {"type": "append_entries", "term": 2})
+        assert contact.last_appended_ms("1") is not None
+        delivered.clear()
+        transport._onMessageReceived(candidate, prevote)
+        transport._onMessageReceived(candidate, vote)
+        assert delivered == [vote], "the vote is pysyncobj's, the pre-vote is not"
+        assert sent == [] and early.prevotes_refused == 1, "the leader is heard: refused"
+        connected.discard(leader)  # its link closed
+        transport._onMessageReceived(candidate, prevote)
+        assert sent == [("3", {"type": PREVOTE_OK_TYPE, "leader": "1"})]
+        assert delivered == [vote]
     finally:
         transport.destroy()
