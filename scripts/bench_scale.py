@@ -21,7 +21,8 @@ cluster (configs from scripts/local_cluster.py, its own ports):
    omission corrected, as wrk2 does), over the requests due after the
    warm-up (the first min(5, measure-s / 3) s, when CPU is not sampled
    either);
-6. stop the nodes by pid (SIGTERM, SIGKILL after a grace period).
+6. stop the nodes by pid (SIGTERM, SIGKILL after a grace period), and report how
+   long each took to exit.
 
 The table at the end gives, per node, idle and loaded CPU and RSS, and the RSS
 per hosted replica: (RSS - baseline) / N, and between the two smallest and
@@ -279,18 +280,31 @@ class Cluster:
         if not local_cluster.wait_ready(self.directory, self.base, NODES):
             raise RuntimeError("the cluster did not become ready")
 
-    def stop(self) -> None:
-        """SIGTERM each node we started (by pid), SIGKILL after a grace period."""
+    def stop(self, exited_s: dict[int, float | None] | None = None) -> None:
+        """SIGTERM each node we started (by pid), SIGKILL after a grace period.
+        `exited_s` gets, per node, the seconds from SIGTERM to its exit (None:
+        it was killed)."""
+        start = time.monotonic()
         for pid in self.pids.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for n, pid in self.pids.items():
-            while time.monotonic() < deadline and local_cluster.pid_of(self.directory, n):
-                time.sleep(0.1)  # polling process exit with a deadline
-            if local_cluster.pid_of(self.directory, n) is not None:
-                print(f"node {n} (pid {pid}) did not stop; SIGKILL", file=sys.stderr)
-                os.kill(pid, signal.SIGKILL)
+        deadline = start + STOP_GRACE_S
+        waiting = dict(self.pids)
+        while waiting and time.monotonic() < deadline:
+            for n in [n for n in waiting if local_cluster.pid_of(self.directory, n) is None]:
+                del waiting[n]
+                if exited_s is not None:
+                    exited_s[n] = time.monotonic() - start
+            time.sleep(0.1)  # polling process exit with a deadline
+        for n, pid in waiting.items():
+            if local_cluster.pid_of(self.directory, n) is None:
+                if exited_s is not None:
+                    exited_s[n] = time.monotonic() - start
+                continue
+            print(f"node {n} (pid {pid}) did not stop; SIGKILL", file=sys.stderr)
+            os.kill(pid, signal.SIGKILL)
+            if exited_s is not None:
+                exited_s[n] = None
         self.pids.clear()
 
     def request(self, method: str, url: str, body: Any = None, timeout: float = 120) -> Any:
@@ -496,11 +510,15 @@ class RunResult:
     settle: Incidents  # from full ISR to the idle window
     during_idle: Incidents
     during_load: Incidents
+    # Per node, seconds from SIGTERM to exit after the load (None: killed
+    # after STOP_GRACE_S); filled in when the cluster stops.
+    exited_s: dict[int, float | None] = field(default_factory=dict)
 
 
 def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-scale-{partitions}-", dir=args.dir))
     cluster = Cluster(workdir, base_port, dict(args.controller))
+    exited_s: dict[int, float | None] = {}
     print(f"\n== {partitions} partitions (RF 3), cluster in {workdir}", file=sys.stderr)
     try:
         cluster.start()
@@ -552,6 +570,7 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
             before_idle - at_full_isr,
             after_idle - before_idle,
             after_load - after_idle,
+            exited_s,
         )
     except BaseException:
         for n in NODES:
@@ -559,7 +578,7 @@ def run(partitions: int, args: argparse.Namespace, base_port: int) -> RunResult:
             local_cluster.tail(workdir / f"node-{n}.log", 20)
         raise
     finally:
-        cluster.stop()
+        cluster.stop(exited_s)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -650,6 +669,19 @@ def report(results: list[RunResult], args: argparse.Namespace) -> str:
             f"elected: settling {r.settle.fencings} / {r.settle.elections}, "
             f"idle window {r.during_idle.fencings} / {r.during_idle.elections}, "
             f"load {r.during_load.fencings} / {r.during_load.elections}"
+        )
+    for r in results:
+        lines.append(
+            f"{r.partitions} partitions: stop after the load, seconds from SIGTERM to exit: "
+            + ", ".join(
+                f"node {n} "
+                + (
+                    f"{s:.1f}"
+                    if (s := r.exited_s.get(n)) is not None
+                    else f"killed at {STOP_GRACE_S}"
+                )
+                for n in NODES
+            )
         )
     if len(results) >= 2:
         small, large = results[0], results[-1]

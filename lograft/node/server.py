@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -522,7 +523,14 @@ class Node:
     async def stop(self) -> None:
         try:
             if self.agent is not None:
-                await self.agent.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+                started = time.monotonic()
+                agreed = await self.agent.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+                log.info(
+                    "node %d: controlled shutdown %s after %.1f s",
+                    self.config.node_id,
+                    "agreed" if agreed else "not agreed",
+                    time.monotonic() - started,
+                )
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
