@@ -66,8 +66,8 @@ from lograft.errors import (
 )
 from lograft.protocol.batch import (
     RecordInput,
+    batches_span,
     build_batch,
-    iter_batches,
 )
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
@@ -440,19 +440,12 @@ class DataRoutes:
         log_start: int,
         offset: int,
     ) -> web.StreamResponse:
-        def last_offset() -> tuple[int, int]:
-            """The offset after the batches, and the records they hold."""
-            next_offset = offset
-            records = 0
-            for _pos, h in iter_batches(data):
-                next_offset = max(next_offset, h.next_offset)
-                records += h.records_count
-            return next_offset, records
-
-        # 50 MiB of small batches is ~800,000 headers to walk.
-        next_offset, records = await self.work.run(
-            last_offset, inline=len(data) <= INLINE_BYTES_MAX
+        # The offset after the batches, and the records they hold. 50 MiB of
+        # small batches is ~800,000 headers to walk.
+        span_end, records = await self.work.run(
+            functools.partial(batches_span, data), inline=len(data) <= INLINE_BYTES_MAX
         )
+        next_offset = max(offset, span_end)
         stats = self.replicas.stats
         if stats is not None:
             stats.topic(tp.topic).records_out += records

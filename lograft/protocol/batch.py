@@ -89,6 +89,8 @@ EXTENT = struct.Struct(">qi11xi")
 # field of each header (every produce request walks its batches for them).
 _LENGTH_ATTRIBUTES = struct.Struct(">8xi9xh")
 _LENGTH_PRODUCER_ID = struct.Struct(">8xi31xq")
+# baseOffset, batchLength, lastOffsetDelta and recordsCount.
+_EXTENT_RECORDS = struct.Struct(">qi11xi30xi")
 # The first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch): an
 # append writes these anew and bytes 16..end of the batch as they came.
 PATCHED_PREFIX = struct.Struct(">qii")
@@ -776,6 +778,25 @@ def any_compressed(buf: bytes | bytearray | memoryview) -> bool:
             return True
         pos += size
     return False
+
+
+def batches_span(buf: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """The offset after the last of the batches `iter_batches` walks in `buf`
+    (-1 when there is none) and the records they hold, read as
+    `any_compressed` reads: a fetch answer's next offset and record count
+    without a header tuple per batch (a 1 MiB answer of small batches has
+    thousands)."""
+    unpack = _EXTENT_RECORDS.unpack_from
+    next_offset, records, pos, stop = -1, 0, 0, len(buf)
+    while stop - pos >= HEADER_SIZE:
+        base, length, last_delta, count = unpack(buf, pos)
+        size = length + LOG_OVERHEAD
+        if length < BATCH_LENGTH_MIN or pos + size > stop:
+            break
+        next_offset = max(next_offset, base + last_delta + 1)
+        records += count
+        pos += size
+    return next_offset, records
 
 
 def max_producer_id(buf: bytes | bytearray | memoryview) -> int:

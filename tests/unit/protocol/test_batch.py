@@ -18,6 +18,7 @@ from lograft.protocol.batch import (
     Record,
     RecordInput,
     any_compressed,
+    batches_span,
     build_batch,
     compute_crc,
     iter_batch_records,
@@ -305,22 +306,25 @@ def test_validate_at_a_position_with_available():
     st.integers(min_value=0, max_value=80),
 )
 @settings(max_examples=60, deadline=None)
-def test_any_compressed_and_max_producer_id_read_what_iter_batches_reads(
+def test_header_field_walks_read_what_iter_batches_reads(
     specs: list[tuple[Compression, int]], cut: int
 ) -> None:
     buf = b"".join(
         build_batch(
-            [RecordInput(value=b"v" * 30)],
+            [RecordInput(value=b"v" * 30)] * (1 + i % 3),
             timestamp_ms=1,
+            base_offset=1000 - 7 * i,  # not increasing: the span is the largest end
             compression=codec,
             producer_id=pid,
             producer_epoch=0 if pid >= 0 else -1,
             base_sequence=0 if pid >= 0 else -1,
         )
-        for codec, pid in specs
+        for i, (codec, pid) in enumerate(specs)
     )
     # A torn last batch (or a header cut short) ends both walks as it ends iter_batches'.
     buf = buf[: max(len(buf) - cut, 0)]
     headers = [h for _pos, h in iter_batches(buf)]
     assert any_compressed(buf) == any(h.compression != Compression.NONE for h in headers)
     assert max_producer_id(buf) == max((h.producer_id for h in headers), default=-1)
+    ends = [h.next_offset for h in headers]
+    assert batches_span(buf) == (max(ends, default=-1), sum(h.records_count for h in headers))
