@@ -66,6 +66,7 @@ from lograft.protocol.batch import (
     HEADER,
     LOG_OVERHEAD,
     BatchHeader,
+    check_batch_sizes,
     count_batches,
     validate_batch,
 )
@@ -74,7 +75,7 @@ from lograft.protocol.fetch_wire import EpochEndOffset, PartitionFetch
 from lograft.protocol.produce_wire import Acks, AppendResult
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import FlushPolicy, TimestampType
-from lograft.storage.log import AppendInfo, Log
+from lograft.storage.log import AppendInfo, CheckedAppend, Log
 from lograft.storage.produce_rules import RecordRules, TimestampBounds, check_producer_header
 
 
@@ -145,6 +146,9 @@ class AppendPlan:
     payload: bytes
     validate_records: bool
     rules: RecordRules | None
+    # The payload's own check (`check_records`), when the payload is the
+    # checked bytes: the log then checks only the batches' sizes again.
+    checked: CheckedAppend | None = None
 
     @property
     def fresh(self) -> list[tuple[bytes, BatchHeader]]:
@@ -308,7 +312,7 @@ class Partition:
         *,
         validate_records: bool = True,
         producer_id_end: int | None = None,
-        records_checked: bool = False,
+        checked: CheckedAppend | None = None,
     ) -> AppendResult:
         """Append producer batches as leader, all or nothing: every batch of the
         request is checked (structure, CRC, size, the client rules of
@@ -317,8 +321,9 @@ class Partition:
         Idempotent batches that repeat one of the producer's last five are not
         written again and get their original offsets back. `producer_id_end`
         is the first producer id the cluster has not allocated (None: not
-        checked). `records_checked`: `check_records(data, ...)` passed just
-        before (in a worker thread): the records are not walked again.
+        checked). `checked`: what `check_records(data, ...)` returned just
+        before (in a worker thread): the records are not walked again, nor
+        the batches' structure and CRC when `data` is the checked object.
 
         The three steps in one: the replica manager runs them apart, the
         write in a worker thread when it is costly."""
@@ -327,7 +332,7 @@ class Partition:
             acks,
             validate_records=validate_records,
             producer_id_end=producer_id_end,
-            records_checked=records_checked,
+            checked=checked,
         )
         return self.finish_append(plan, self.write_append(plan))
 
@@ -338,7 +343,7 @@ class Partition:
         *,
         validate_records: bool = True,
         producer_id_end: int | None = None,
-        records_checked: bool = False,
+        checked: CheckedAppend | None = None,
     ) -> AppendPlan:
         """`append_records`' checks, on the loop; writes nothing. Raises what
         the append would refuse with."""
@@ -354,22 +359,27 @@ class Partition:
             )
         batches = list(
             _split_batches(
-                data, self.log.config.max_message_bytes, self.settings.produce_batches_max
+                data,
+                self.log.config.max_message_bytes,
+                self.settings.produce_batches_max,
+                None if checked is None else checked.headers_of(data),
             )
         )
         for index, (_chunk, h) in enumerate(batches):
             check_producer_header(h, index, producer_id_end=producer_id_end)
         verdicts = self._producer_verdicts(batches)
         fresh = [c for (c, _h), v in zip(batches, verdicts, strict=True) if v is None]
+        whole = len(fresh) == len(batches)
         return AppendPlan(
             leader_epoch=self.leader_epoch,
             batches=batches,
             verdicts=verdicts,
             # One append of every new batch: the log validates them all
             # (records included) before it writes any.
-            payload=data if len(fresh) == len(batches) else b"".join(fresh),
-            validate_records=validate_records and not records_checked,
-            rules=None if records_checked else self._record_rules(),
+            payload=data if whole else b"".join(fresh),
+            validate_records=validate_records and checked is None,
+            rules=None if checked is not None else self._record_rules(),
+            checked=checked if whole else None,
         )
 
     def write_append(self, plan: AppendPlan) -> AppendInfo | None:
@@ -387,6 +397,7 @@ class Partition:
                 leader_epoch=plan.leader_epoch,
                 validate_records=plan.validate_records,
                 rules=plan.rules,
+                checked=plan.checked,
             )
 
     def finish_append(self, plan: AppendPlan, info: AppendInfo | None) -> AppendResult:
@@ -421,11 +432,12 @@ class Partition:
             self.on_isr_input(self)  # the leader's log end moved past its followers
         return AppendResult(spans[0][0], spans[-1][1], append_time, info is None)
 
-    def check_records(self, data: bytes, budget: DecompressionBudget) -> None:
+    def check_records(self, data: bytes, budget: DecompressionBudget) -> CheckedAppend:
         """The record checks `append_records` makes (sizes, every record
         decompressed within `budget`, the client rules on records), writing
-        nothing. Reads only configs and the clock: safe in a worker thread."""
-        self.log.check_append(data, rules=self._record_rules(), budget=budget)
+        nothing; what passed, for the append (`checked`). Reads only configs
+        and the clock: safe in a worker thread."""
+        return self.log.check_append(data, rules=self._record_rules(), budget=budget)
 
     def _record_rules(self) -> RecordRules:
         """The client rules on records for this topic's configs, now."""
@@ -815,11 +827,24 @@ def check_batch_count(data: bytes, batches_max: int) -> None:
 
 
 def _split_batches(
-    data: bytes, max_bytes: int, batches_max: int
+    data: bytes,
+    max_bytes: int,
+    batches_max: int,
+    checked: tuple[tuple[int, BatchHeader], ...] | None = None,
 ) -> Iterator[tuple[bytes, BatchHeader]]:
-    """Each batch of a request, validated (structure and CRC) and sliced."""
+    """Each batch of a request, validated (structure and CRC) and sliced;
+    `checked`: `data`'s headers as its check read them (`CheckedAppend`),
+    only held to `max_bytes` again."""
     check_batch_count(data, batches_max)
     view = memoryview(data)
+    if checked is not None:
+        check_batch_sizes(checked, max_bytes)
+        if len(checked) == 1 and type(data) is bytes:
+            yield data, checked[0][1]  # the one batch: not a copy (below)
+            return
+        for pos, h in checked:
+            yield bytes(view[pos : pos + h.size]), h
+        return
     pos = 0
     while pos < len(data):
         h = validate_batch(data, pos, max_batch_bytes=max_bytes)

@@ -64,6 +64,7 @@ from lograft.protocol.produce_wire import (
     ProduceRequest,
 )
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.storage.log import CheckedAppend
 
 T = TypeVar("T")
 
@@ -244,8 +245,8 @@ class ProduceRouter:
             check = functools.partial(
                 self.replicas.partition(tp).check_records, data, self.produce_budget()
             )
-            await self.work.run(check, inline=not self.work.worth_a_thread(data))
-            return await self.replicas.produce(tp, data, acks, records_checked=True)
+            checked = await self.work.run(check, inline=not self.work.worth_a_thread(data))
+            return await self.replicas.produce(tp, data, acks, checked=checked)
         except LograftError as exc:
             return exc
 
@@ -317,14 +318,15 @@ class ProduceRouter:
         check = functools.partial(
             self.check_batches, self.replicas.partition(tp), data, self.produce_budget()
         )
-        await self.work.run(check, inline=not self.work.worth_a_thread(data))
-        return await self.replicas.produce(tp, data, acks, records_checked=True)
+        checked = await self.work.run(check, inline=not self.work.worth_a_thread(data))
+        return await self.replicas.produce(tp, data, acks, checked=checked)
 
     async def _check_partitions(
         self, view: TopicView, parts: list[PartitionBatch]
-    ) -> dict[int, LograftError | None]:
+    ) -> dict[int, LograftError | CheckedAppend | None]:
         """Each partition's batches checked as append_raw checks them, sharing
-        one request's budget, in one job; per partition, its refusal or None."""
+        one request's budget, in one job; per partition, its refusal, what
+        passed, or None (not hosted here: refused by the append)."""
         hosted = {
             b.partition: part
             for b in parts
@@ -332,13 +334,13 @@ class ProduceRouter:
         }
         budget = self.produce_budget()
 
-        def check_all() -> dict[int, LograftError | None]:
-            out: dict[int, LograftError | None] = {}
+        def check_all() -> dict[int, LograftError | CheckedAppend | None]:
+            out: dict[int, LograftError | CheckedAppend | None] = {}
             for b in parts:
                 try:
-                    if b.partition in hosted:  # else refused below, as append_raw would
-                        self.check_batches(hosted[b.partition], b.data, budget)
-                    out[b.partition] = None
+                    out[b.partition] = None  # not hosted: refused below, as append_raw would
+                    if b.partition in hosted:
+                        out[b.partition] = self.check_batches(hosted[b.partition], b.data, budget)
                 except LograftError as exc:
                     out[b.partition] = exc
             return out
@@ -347,14 +349,18 @@ class ProduceRouter:
         return await self.work.run(check_all, inline=inline)
 
     async def _append_as_leader(
-        self, view: TopicView, batch: PartitionBatch, acks: Acks, refused: LograftError | None
+        self,
+        view: TopicView,
+        batch: PartitionBatch,
+        acks: Acks,
+        check: LograftError | CheckedAppend | None,
     ) -> PartitionOutcome:
         try:
             tp = partition_of(view, batch.partition)
             self.require_local_leader(view, tp)
-            if refused is not None:
-                return refused
-            return await self.replicas.produce(tp, batch.data, acks, records_checked=True)
+            if isinstance(check, LograftError):
+                return check
+            return await self.replicas.produce(tp, batch.data, acks, checked=check)
         except LograftError as exc:
             return exc
 
@@ -363,13 +369,15 @@ class ProduceRouter:
             self.produce_decompressed_bytes_max, "produce_decompressed_bytes_max"
         )
 
-    def check_batches(self, part: Partition, data: bytes, budget: DecompressionBudget) -> None:
+    def check_batches(
+        self, part: Partition, data: bytes, budget: DecompressionBudget
+    ) -> CheckedAppend:
         """Every batch and record of a produce, as the leader's append checks
         them (structure, CRC, sizes, the client rules on records, every record
         decompressed within `budget`), before anything is appended."""
         # Before anything else: a body of tiny batches would be walked whole.
         check_batch_count(data, self.replicas.settings.produce_batches_max)
-        part.check_records(data, budget)
+        return part.check_records(data, budget)
 
 
 def _unreachable(leader: int, tp: TopicPartition, exc: PeerUnreachableError) -> LograftError:

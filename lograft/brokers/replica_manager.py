@@ -107,7 +107,7 @@ from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage import checkpoint
 from lograft.storage.config import LogConfig, config_keys
 from lograft.storage.handles import FilePool
-from lograft.storage.log import Clock, Log, wall_clock_ms
+from lograft.storage.log import CheckedAppend, Clock, Log, wall_clock_ms
 from lograft.storage.maintenance import LogMaintainer
 from lograft.typed import Positive, Record
 
@@ -777,18 +777,18 @@ class ReplicaManager:
         acks: Acks,
         *,
         timeout_ms: int | None = None,
-        records_checked: bool = False,
+        checked: CheckedAppend | None = None,
     ) -> AppendResult:
-        """Append as leader; acks=all waits for the ISR. `records_checked`: the
-        caller already made the record checks of the append, off the event
-        loop (`Partition.check_records`); only structure, CRC and the batch
-        headers are checked again here."""
+        """Append as leader; acks=all waits for the ISR. `checked`: what the
+        caller's record checks of `data` returned (`Partition.check_records`,
+        off the event loop); only the batch headers' producer rules and the
+        batches' sizes are checked again here."""
         if self.stats is None:
-            return await self._produce(tp, data, acks, timeout_ms, records_checked)
+            return await self._produce(tp, data, acks, timeout_ms, checked)
         topic = self.stats.topic(tp.topic)
         topic.produce_requests += 1
         try:
-            result = await self._produce(tp, data, acks, timeout_ms, records_checked)
+            result = await self._produce(tp, data, acks, timeout_ms, checked)
         except BaseException:
             topic.produce_failed += 1
             raise
@@ -800,16 +800,14 @@ class ReplicaManager:
         data: bytes,
         acks: Acks,
         timeout_ms: int | None,
-        records_checked: bool,
+        checked: CheckedAppend | None,
     ) -> AppendResult:
         # Refuse at once what no wait below could help (and walk no more than
         # produce_batches_max headers looking for producer ids).
         self.partition(tp)
         check_batch_count(data, self.settings.produce_batches_max)
         id_end = await self._producer_id_end_for(data)
-        part, result, hw_before = await self._append_as_leader(
-            tp, data, acks, id_end, records_checked
-        )
+        part, result, hw_before = await self._append_as_leader(tp, data, acks, id_end, checked)
         if self.stats is not None and not result.duplicate:
             topic = self.stats.topic(tp.topic)
             topic.bytes_in += len(data)
@@ -843,7 +841,7 @@ class ReplicaManager:
         data: bytes,
         acks: Acks,
         id_end: int | None,
-        records_checked: bool,
+        checked: CheckedAppend | None,
     ) -> tuple[Partition, AppendResult, int]:
         """`Partition.append_records` with its write in a storage thread when
         `append_in_thread` says so, in the partition's append lane; with the
@@ -854,9 +852,7 @@ class ReplicaManager:
             async with part.append_lane:
                 if self.partitions.get(tp) is not part:
                     continue  # replaced while this append waited its turn
-                plan = part.prepare_append(
-                    data, acks, producer_id_end=id_end, records_checked=records_checked
-                )
+                plan = part.prepare_append(data, acks, producer_id_end=id_end, checked=checked)
                 # Before the log end moves: idle followers caught up at it are
                 # recorded as of their sessions' last fetch.
                 self._refresh_follower_states(part)

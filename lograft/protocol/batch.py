@@ -437,6 +437,18 @@ def validate_batch(
     return header
 
 
+def check_batch_sizes(headers: Sequence[tuple[int, BatchHeader]], max_batch_bytes: int) -> None:
+    """`validate_batch`'s size bound, for batches it passed under another
+    bound (a config that changed since): RecordTooLargeError past it."""
+    for _pos, header in headers:
+        if header.size > max_batch_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {header.size} bytes exceeds max_message_bytes={max_batch_bytes}",
+                size=header.size,
+                limit=max_batch_bytes,
+            )
+
+
 def iter_batch_records(
     buf: bytes | bytearray | memoryview, pos: int = 0, header: BatchHeader | None = None
 ) -> Iterator[Record]:

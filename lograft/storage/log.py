@@ -57,6 +57,7 @@ from lograft.protocol.batch import (
     PATCHED_PREFIX,
     PATCHED_PREFIX_SIZE,
     BatchHeader,
+    check_batch_sizes,
     iter_batch_records,
     patch_base_offset_and_epoch,
     set_log_append_time,
@@ -93,6 +94,22 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedAppend:
+    """Bytes `Log.check_append` passed, with the headers it read. An append of
+    these very bytes (the same object: `bytes` cannot change) need not walk
+    their structure and CRC again: a produce was checked that way three times
+    on its way to the log (~12 us for a batch of 500 records of 100 B, ~46 us
+    of 1 KiB, per pass)."""
+
+    data: bytes
+    headers: tuple[tuple[int, BatchHeader], ...]
+
+    def headers_of(self, data: bytes | bytearray) -> tuple[tuple[int, BatchHeader], ...] | None:
+        """The headers when `data` is the checked object itself, else None."""
+        return self.headers if data is self.data else None
 
 
 class AppendInfo(NamedTuple):
@@ -365,19 +382,28 @@ class Log:
         leader_epoch: int,
         validate_records: bool = True,
         rules: RecordRules | None = None,
+        checked: CheckedAppend | None = None,
     ) -> AppendInfo:
         """Append producer batches as leader: assign offsets from the LEO and
         stamp `leader_epoch`. All batches are validated before anything is
         written; one bad batch rejects the whole call. `rules` adds the
         client rules on records (timestamps, keys: produce_rules.py) to the
-        walk of every record, which they imply."""
+        walk of every record, which they imply. `checked`: what
+        `check_append` returned for `data` (this object): its batches were
+        validated then, so only their sizes are held again to
+        `max_message_bytes` as it is now."""
         # The bytes validated must be the bytes written. A bytearray could
         # change in between, so it is copied once; bytes are immutable and
         # are written as they are, behind each batch's patched first 16 bytes.
         data = data if isinstance(data, bytes) else bytes(data)
-        headers = self._validate_all(
-            data, contiguous=True, deep=validate_records or rules is not None, rules=rules
-        )
+        known = None if checked is None else checked.headers_of(data)
+        if known is not None:
+            headers = list(known)
+            check_batch_sizes(headers, self.config.max_message_bytes)
+        else:
+            headers = self._validate_all(
+                data, contiguous=True, deep=validate_records or rules is not None, rules=rules
+            )
         with self._lock:
             self._check_open()
             now = self.clock()
@@ -401,13 +427,15 @@ class Log:
 
     def check_append(
         self, data: bytes, *, rules: RecordRules | None, budget: DecompressionBudget
-    ) -> None:
+    ) -> CheckedAppend:
         """Every check `append(data, rules=rules)` makes, writing nothing, with
         compressed batches inflating within `budget`. Reads only the config:
         safe in a worker thread, so that the walk of every (decompressed)
         record need not hold the event loop; `append(validate_records=False)`
-        then checks only structure and CRC again."""
-        self._validate_all(data, contiguous=True, deep=True, rules=rules, budget=budget)
+        then checks only structure and CRC again, or only the batches' sizes
+        when given what this returns (`checked`)."""
+        headers = self._validate_all(data, contiguous=True, deep=True, rules=rules, budget=budget)
+        return CheckedAppend(data, tuple(headers))
 
     def append_as_follower(self, data: bytes | bytearray) -> AppendInfo:
         """Append batches copied from the leader, keeping their offsets and
@@ -1073,6 +1101,7 @@ def _index_looks_sane(seg: LogSegment) -> bool:
 __all__ = [
     "LOG_OVERHEAD",
     "AppendInfo",
+    "CheckedAppend",
     "CorruptRecordError",
     "Log",
     "RecoveryReport",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lograft.brokers import partition as partition_module
 from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.errors import (
     CorruptRecordError,
@@ -22,8 +23,10 @@ from lograft.errors import (
     RecordTooLargeError,
 )
 from lograft.protocol.batch import RecordInput, build_batch, iter_records
+from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.storage import log as log_module
 from lograft.storage.config import LogConfig
 from lograft.storage.log import Log
 
@@ -143,3 +146,25 @@ def test_a_request_of_one_batch_is_checked_and_planned_without_a_copy(leader: Pa
         leader.prepare_append(corrupt(one), Acks.LEADER)  # still checked (CRC)
     leader.append_records(one, Acks.LEADER)
     assert values(leader) == [b"a0", b"a1"]
+
+
+def test_checked_batches_are_planned_and_written_on_their_check(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    budget = DecompressionBudget(1 << 20, "produce_decompressed_bytes_max")
+    two = batch("a") + batch("b")
+    checked = leader.check_records(two, budget)
+    monkeypatch.setattr(partition_module, "validate_batch", _no_walk)
+    monkeypatch.setattr(log_module, "validate_batches", _no_walk)
+    res = leader.append_records(two, Acks.LEADER, checked=checked)
+    monkeypatch.undo()
+    assert (res.first_offset, res.last_offset) == (0, 3)
+    assert values(leader) == [b"a0", b"a1", b"b0", b"b1"]
+    # A check of other bytes is no check of these: they are validated.
+    with pytest.raises(CorruptRecordError):
+        leader.append_records(corrupt(two), Acks.LEADER, checked=checked)
+    assert values(leader) == [b"a0", b"a1", b"b0", b"b1"]
+
+
+def _no_walk(*_args: object, **_kwargs: object) -> None:
+    raise AssertionError("checked batches were validated again")

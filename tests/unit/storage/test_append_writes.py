@@ -16,6 +16,7 @@ import random
 
 import pytest
 
+from lograft.errors import CorruptRecordError, RecordTooLargeError
 from lograft.protocol.batch import (
     LEADER_EPOCH_POS,
     RecordInput,
@@ -23,6 +24,8 @@ from lograft.protocol.batch import (
     iter_batches,
     validate_batch,
 )
+from lograft.protocol.compression import DecompressionBudget
+from lograft.storage import log as log_module
 from lograft.storage import segment as segment_module
 from lograft.storage.config import LogConfig, TimestampType
 from lograft.storage.handles import FilePool
@@ -176,4 +179,50 @@ def test_log_append_time_batches_are_copied_and_checksummed_again(tmp_path):
         assert h.is_log_append_time
         assert h.max_timestamp == clock.now
         assert h.partition_leader_epoch == 7
+    log.close()
+
+
+# -- an append of bytes checked before (check_append) -------------------------------------
+
+BUDGET = DecompressionBudget(1 << 20, "produce_decompressed_bytes_max")
+
+
+def test_checked_bytes_are_not_validated_again_but_written_the_same(tmp_path, monkeypatch):
+    rnd = random.Random(7)
+    log = _log(tmp_path)
+    request = _request(rnd, 3)
+    checked = log.check_append(request, rules=None, budget=BUDGET)
+
+    def no_second_walk(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("checked bytes were validated again")
+
+    monkeypatch.setattr(log_module, "validate_batches", no_second_walk)
+    info = log.append(request, leader_epoch=2, validate_records=False, checked=checked)
+    monkeypatch.undo()
+    assert log.active_segment.log_path.read_bytes() == _patched(request, info.first_offset, 2)
+    log.close()
+
+
+def test_a_check_of_other_bytes_is_not_trusted(tmp_path):
+    rnd = random.Random(8)
+    log = _log(tmp_path)
+    request = _request(rnd, 2)
+    checked = log.check_append(request, rules=None, budget=BUDGET)
+    corrupt = bytearray(request)
+    corrupt[-1] ^= 0xFF  # inside the CRC
+    with pytest.raises(CorruptRecordError):
+        log.append(bytes(corrupt), leader_epoch=1, validate_records=False, checked=checked)
+    assert log.log_end_offset == 0
+    log.close()
+
+
+def test_checked_bytes_are_held_to_the_batch_size_limit_as_it_is_now(tmp_path):
+    rnd = random.Random(9)
+    log = _log(tmp_path)
+    request = _request(rnd, 1, value_size=400)
+    checked = log.check_append(request, rules=None, budget=BUDGET)
+    log.update_config(LogConfig(max_message_bytes=len(request) - 1))
+    with pytest.raises(RecordTooLargeError):
+        log.append(request, leader_epoch=1, validate_records=False, checked=checked)
+    assert log.log_end_offset == 0
     log.close()
