@@ -250,6 +250,11 @@ class Sender:
         headers = {"Content-Type": BATCH_CONTENT_TYPE}
         attempt = 0
         redirected = False
+        # The error of the attempt before, for the timeout's message: a
+        # back-off can end a fraction of a millisecond before the deadline
+        # (asyncio wakes timers up to its clock resolution early), and the
+        # timeout then comes here, not from the back-off.
+        last_error: LograftError | None = None
         while True:
             url_or_error = await self._leader_url(tp)
             if isinstance(url_or_error, LograftError):
@@ -257,7 +262,7 @@ class Sender:
             else:
                 remaining_ms = int((deadline - loop.time()) * 1000)
                 if remaining_ms <= 0:
-                    raise self._timeout(batch, None)
+                    raise self._timeout(batch, last_error)
                 self.stats.requests += 1
                 if batch.attempts:
                     self.stats.retries += 1
@@ -286,6 +291,7 @@ class Sender:
                         batch.maybe_appended = True  # appended, not confirmed by the ISR
                 finally:
                     self._off_the_wire(leader)
+            last_error = error
             if not error.retriable:
                 raise error
             if isinstance(error, STALE_METADATA_ERRORS):
