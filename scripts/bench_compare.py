@@ -419,22 +419,43 @@ class Family:
         return spec
 
 
+# Where each running load process writes its result (by pid).
+RESULT_FILES: dict[int, Path] = {}
+
+
 def start_load(python: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
-    return REAPER.add(
+    """A load process; its stdout says when it is ready, its result goes to a
+    file (a result read from the pipe, 105 KB of failover pairs, came back cut
+    at 64 KiB twice, with the process's exit status 0)."""
+    fd, name = tempfile.mkstemp(prefix="lograft-load-", suffix=".json")
+    os.close(fd)
+    proc = REAPER.add(
         subprocess.Popen(
-            [python, str(LOAD), json.dumps(spec)],
+            [python, str(LOAD), json.dumps({**spec, "result_file": name})],
             stdout=subprocess.PIPE,
             text=True,
             cwd=SCRIPTS,
         )
     )
+    RESULT_FILES[proc.pid] = Path(name)
+    return proc
 
 
 def finish_load(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
-    out, _ = proc.communicate(timeout=timeout_s)
-    if proc.returncode != 0:
-        raise RuntimeError(f"a load process failed ({proc.returncode}): {proc.args}")
-    return json.loads(out.strip().splitlines()[-1])
+    path = RESULT_FILES.pop(proc.pid)
+    try:
+        proc.communicate(timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a load process failed ({proc.returncode}): {proc.args}")
+        text = path.read_text()
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise RuntimeError(
+                f"a load process's result is not JSON ({len(text)} chars): {exc}"
+            ) from exc
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def run_load(python: str, spec: dict[str, Any], timeout_s: float = LOAD_GRACE_S) -> dict[str, Any]:
