@@ -56,8 +56,10 @@ class CachedPartition:
     log_end_offset: int = -1
     leader_epoch: int = -1
     # At that evaluation the follower was at the leader's log end with no
-    # error: while nothing moves, each later fetch of the session finds it
-    # caught up again (the ISR refresh records that without a fetch pass).
+    # error, and it has not sent another fetch state since: while nothing
+    # moves, each later fetch of the session finds it caught up again (the
+    # ISR refresh records that without a fetch pass, and a high watermark
+    # move is answered without a full serve).
     caught_up: bool = False
 
 
@@ -223,6 +225,9 @@ class FetchSessionCache:
                 self._size += 1
             else:
                 cached.fetch = fetch
+                # Decided for the fetch state it replaces: re-decided when
+                # this one is served.
+                cached.caught_up = False
         if len(session.partitions) > self.partitions_max:
             self._remove(session)
             raise FetchSessionIdNotFoundError(

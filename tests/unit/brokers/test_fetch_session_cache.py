@@ -249,3 +249,50 @@ async def test_a_high_watermark_move_alone_does_not_wake_a_session_but_is_answer
         assert rounds == 2  # the deadline's round over what was marked
     finally:
         await c.stop()
+
+
+async def test_a_high_watermark_move_for_a_follower_at_the_log_end_skips_the_full_serve(tmp_path):
+    """The HW news of a partition whose follower is at the log end and whose
+    leader state did not otherwise move is worked out without the full
+    per-partition serve (fetch decision, read); anything else that moved is
+    served in full. Followers 2 and 3 hand-driven."""
+    c = Cluster(
+        tmp_path, BrokerSettings(replica_fetch_wait_max_ms=50, replica_lag_time_max_ms=60_000)
+    )
+    await c.start()
+    try:
+        leader = c.brokers[1]
+        await c.brokers[2].fetcher.stop()
+        await c.brokers[3].fetcher.stop()
+        await leader.produce(TP, _batch("a"), Acks.LEADER)
+        full = await _ask(leader, _request({TP: PartitionFetch(5, 1, 1)}, wait_ms=0))
+        sid = full.session_id
+        assert sid != 0 and [p.log_end_offset for p in full.partitions] == [5]
+        part = leader.partitions[TP]
+        served: list[int] = []
+        serve = part.serve_follower_fetch
+
+        def counted(follower: int, request: PartitionFetch, now_ms: int) -> object:
+            served.append(follower)
+            return serve(follower, request, now_ms)
+
+        part.serve_follower_fetch = counted  # type: ignore[method-assign]
+        # Follower 3 reaches the log end: the HW moves to 5.
+        await _ask(leader, _request({TP: PartitionFetch(5, 1, 1)}, epoch=-1, replica=3, wait_ms=0))
+        assert part.high_watermark == 5 and served == [3]
+        moved = await _ask(leader, _request({}, session_id=sid, epoch=1, wait_ms=0))
+        assert [(p.high_watermark, p.log_end_offset, p.data) for p in moved.partitions] == [
+            (5, 5, b"")
+        ]
+        assert served == [3]  # follower 2's HW news without a serve
+        assert part.tracker.state(2).leo == 5
+        # An append moved the log end: served in full, with the data.
+        await leader.produce(TP, _batch("b"), Acks.LEADER)
+        got = await _ask(leader, _request({}, session_id=sid, epoch=2, wait_ms=0))
+        assert [(p.log_end_offset, len(p.data) > 0) for p in got.partitions] == [(10, True)]
+        assert served == [3, 2]
+        # A new fetch state named by the follower is served in full too.
+        await _ask(leader, _request({TP: PartitionFetch(10, 1, 1)}, session_id=sid, epoch=3))
+        assert served == [3, 2, 2]
+    finally:
+        await c.stop()
