@@ -125,6 +125,16 @@ def maven_jars(
     return sorted(libs.glob("*.jar"))
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id, as Kafka's Uuid.randomUuid makes one: never
+    starting with "-", which kafka-storage's argument parser would read as an
+    option (one run in 64 failed with "--cluster-id/-t: expected one argument")."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaBroker:
     """One Kafka node in KRaft combined mode (broker and controller) on 127.0.0.1."""
 
@@ -189,7 +199,7 @@ class KafkaBroker:
     def start(self, timeout_s: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         props = self._properties()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         formatted = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
             capture_output=True,
@@ -298,7 +308,7 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 120.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         for n in self.NODES:
             props = self._properties(n)
             formatted = subprocess.run(

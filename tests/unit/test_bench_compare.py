@@ -89,3 +89,10 @@ def test_a_cell_is_not_started_on_a_nearly_full_disk(tmp_path):
     check_free_space(tmp_path, 0.0)  # any disk has room for nothing more
     with pytest.raises(SystemExit, match="GiB free under"):
         check_free_space(tmp_path, 1e9)  # no disk here has an exbibyte free
+
+
+def test_a_kafka_cluster_id_never_reads_as_an_option():
+    from kafka_local import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # about 31 would start with "-" unfiltered
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
