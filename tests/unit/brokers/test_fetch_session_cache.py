@@ -203,18 +203,29 @@ async def test_idle_sessions_keep_followers_in_the_isr(tmp_path):
         await c.stop()
 
 
-async def test_a_high_watermark_move_alone_does_not_wake_a_session_but_is_answered(tmp_path):
-    """Another follower's fetch that moves the HW marks a waiting session
-    without waking it (only data can end its long-poll); its answer at the
-    deadline still carries the new HW. Followers 2 and 3 hand-driven."""
+async def _hand_driven_followers(tmp_path) -> Cluster:
+    """A started cluster whose followers 2 and 3 fetch only when a test asks
+    (their fetchers stopped); the caller stops it."""
     c = Cluster(
         tmp_path, BrokerSettings(replica_fetch_wait_max_ms=50, replica_lag_time_max_ms=60_000)
     )
     await c.start()
     try:
-        leader = c.brokers[1]
         await c.brokers[2].fetcher.stop()
         await c.brokers[3].fetcher.stop()
+    except BaseException:
+        await c.stop()
+        raise
+    return c
+
+
+async def test_a_high_watermark_move_alone_does_not_wake_a_session_but_is_answered(tmp_path):
+    """Another follower's fetch that moves the HW marks a waiting session
+    without waking it (only data can end its long-poll); its answer at the
+    deadline still carries the new HW. Followers 2 and 3 hand-driven."""
+    c = await _hand_driven_followers(tmp_path)
+    try:
+        leader = c.brokers[1]
         await leader.produce(TP, _batch("a"), Acks.LEADER)
         await leader.produce(TP, _batch("b"), Acks.LEADER)
         full = await _ask(leader, _request({TP: PartitionFetch(0, -1, 1)}))
@@ -256,14 +267,9 @@ async def test_a_high_watermark_move_for_a_follower_at_the_log_end_skips_the_ful
     leader state did not otherwise move is worked out without the full
     per-partition serve (fetch decision, read); anything else that moved is
     served in full. Followers 2 and 3 hand-driven."""
-    c = Cluster(
-        tmp_path, BrokerSettings(replica_fetch_wait_max_ms=50, replica_lag_time_max_ms=60_000)
-    )
-    await c.start()
+    c = await _hand_driven_followers(tmp_path)
     try:
         leader = c.brokers[1]
-        await c.brokers[2].fetcher.stop()
-        await c.brokers[3].fetcher.stop()
         await leader.produce(TP, _batch("a"), Acks.LEADER)
         full = await _ask(leader, _request({TP: PartitionFetch(5, 1, 1)}, wait_ms=0))
         sid = full.session_id

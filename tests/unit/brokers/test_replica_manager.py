@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from lograft.brokers import replica_manager
@@ -106,13 +107,7 @@ async def test_acks_all_returns_once_replicated_everywhere(tmp_path):
 
 async def test_acks_all_times_out_when_the_isr_does_not_confirm(tmp_path):
     # Followers cut but still in the ISR (a lag allowance far longer than the test).
-    slow_isr = BrokerSettings(
-        replica_fetch_wait_max_ms=50,
-        replica_fetch_backoff_ms=10,
-        isr_check_interval_ms=20,
-        replica_lag_time_max_ms=600_000,
-        produce_timeout_ms=5_000,
-    )
+    slow_isr = msgspec.structs.replace(FAST, replica_lag_time_max_ms=600_000)
     c = Cluster(tmp_path, slow_isr)
     await c.start()
     try:
