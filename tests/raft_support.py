@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -76,18 +77,29 @@ class ListStateMachine:
 # yet bound must never be picked again for another (two Raft members, or a
 # member and a test's forwarder, once raced for one and failed to bind).
 _allocated: set[int] = set()
+# Where test servers listen: below Linux's ephemeral range (32768-60999 by
+# default), so no process's outgoing connection can take a port between the
+# pick and the server's bind, as one picked by bind(0), inside that range,
+# could. Below scripts/loopback_ports.py's range (21000-32000, benchmarks).
+TEST_PORT_RANGE = (12_000, 21_000)
+_pick = random.Random()
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago and that this run never handed out."""
-    for _ in range(100):
+    """A port on 127.0.0.1 in TEST_PORT_RANGE that was free a moment ago and
+    that this run never handed out."""
+    for _ in range(1000):
+        port = _pick.randrange(*TEST_PORT_RANGE)
+        if port in _allocated:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _allocated:
-            _allocated.add(port)
-            return port
-    raise RuntimeError("no free port found")
+            try:  # no SO_REUSEADDR: a port some connection still holds is passed over
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _allocated.add(port)
+        return port
+    raise RuntimeError(f"no free port found in {TEST_PORT_RANGE}")
 
 
 def eventually(
