@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 
 
 class TcpForwarder:
@@ -39,10 +40,18 @@ class TcpForwarder:
 
     async def cut(self) -> None:
         """Refuse new connections and reset the live ones."""
+        await self.stop_listening()
+        await self.reset()
+
+    async def stop_listening(self) -> None:
+        """Refuse new connections; the live ones go on."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+
+    async def reset(self) -> None:
+        """Reset the live connections."""
         for writer in list(self._writers):
             transport = writer.transport
             transport.abort()
@@ -94,3 +103,15 @@ class TcpForwarder:
             # Half-closes look like a dead peer to pysyncobj anyway; close both.
             with contextlib.suppress(Exception):
                 writer.transport.abort()
+
+
+async def cut_together(forwarders: Iterable[TcpForwarder]) -> None:
+    """Cut several forwarders as one event, as a killed process's ports are:
+    all stop listening before any live connection is reset. Cut one by one,
+    a node whose link through the first was reset could probe the second
+    while it still listened, and see its peer alive."""
+    cut = list(forwarders)
+    for fwd in cut:
+        await fwd.stop_listening()
+    for fwd in cut:
+        await fwd.reset()

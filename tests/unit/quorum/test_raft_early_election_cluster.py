@@ -18,7 +18,7 @@ import pytest
 from lograft.quorum.raft.early_election import EarlyElection
 from tests.raft_support import eventually_async, free_port
 from tests.unit.quorum.raft_inproc import InProcessCluster, Member
-from tests.unit.quorum.tcp_forwarder import TcpForwarder
+from tests.unit.quorum.tcp_forwarder import TcpForwarder, cut_together
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -56,8 +56,8 @@ async def test_a_stopped_leader_is_replaced_early_and_a_cut_link_elects_nobody_e
         term = leader.adapter.counters().term
 
         # Cut the leader <-> cut_off link both ways: its forwarders refuse.
-        for pair in ((leader.node_id, cut_off.node_id), (cut_off.node_id, leader.node_id)):
-            await forwarders[pair].cut()
+        link = ((leader.node_id, cut_off.node_id), (cut_off.node_id, leader.node_id))
+        await cut_together(forwarders[pair] for pair in link)
         await eventually_async(
             lambda: early(other).prevotes_refused >= 1,
             10,
@@ -79,9 +79,7 @@ async def test_a_stopped_leader_is_replaced_early_and_a_cut_link_elects_nobody_e
         # stops: both survivors agree it is gone, one elects early.
         survivors = cluster.followers(leader)
         stopped_at = time.monotonic()
-        for (a, b), fwd in forwarders.items():
-            if leader.node_id in (a, b):
-                await fwd.cut()
+        await cut_together(fwd for (a, b), fwd in forwarders.items() if leader.node_id in (a, b))
         await cluster.stop_member(leader.node_id)
         new = await cluster.leader(timeout_s=EARLY_BOUND_S)
         took_s = time.monotonic() - stopped_at
