@@ -32,9 +32,12 @@ Workloads (--only picks some; all by default):
   failover  SIGKILL of partition 0's leader (the stream's, for NATS) while a
             producer writes to it: seconds from the kill to the first ack of a
             record sent after it; median of --failovers kills per round. With
-            --failover-kill controller (lograft), the leader of a partition
-            led by the active controller's node instead (a Raft election
-            first); each kill says whether it hit the active controller
+            --failover-kill controller (lograft), the producer writes every
+            partition in turn and the node killed is the one that is the
+            active controller at the kill (a Raft election first), timed on
+            the partitions it leads then (partition 0's leader if it leads
+            none); each kill says which node and partitions it hit and
+            whether that node was the active controller
 
 Disk: each produce cell writes to a topic of its own, deleted after the cell,
 and a system's data directory is removed when it stops (unless --keep); a cell
@@ -377,14 +380,6 @@ class LograftCluster:
                 return {"leader": part["leader"], "isr": len(part["isr"])}
         raise RuntimeError(f"no node answered for {topic}")
 
-    def partition_led_by_controller(self, topic: str) -> int | None:
-        """A partition of `topic` whose leader is the active controller's node."""
-        controller = self.controller()
-        for partition in range(PARTITIONS):
-            if self.leader(topic, partition)["leader"] == controller:
-                return partition
-        return None
-
 
 # -- running loads --------------------------------------------------------------------------
 
@@ -634,33 +629,44 @@ def wait_rejoined(fam: Family, topic: str) -> None:
     raise RuntimeError(f"{fam.name}: the killed node did not rejoin in {REJOIN_TIMEOUT_S} s")
 
 
-def failover_partition(fam: Family, topic: str, kill: str) -> int:
-    """Partition 0, or with `--failover-kill controller` (lograft) one led by
-    the active controller's node (0 if none is: printed)."""
-    if kill != "controller" or fam.name != "lograft":
-        return 0
-    partition = fam.cluster.partition_led_by_controller(topic)
-    if partition is None:
-        progress("  no partition is led by the active controller: killing partition 0's leader")
-        return 0
-    return partition
+def pick_at_kill(fam: Family, topic: str, kill: str, partition: int | None) -> tuple[int, set[int]]:
+    """The node to kill and the partitions whose writes time the failover.
+
+    `--failover-kill leader` (and Kafka, NATS): partition 0's leader. With
+    `--failover-kill controller` (lograft, the load writing every partition
+    in turn) the victim is read at the kill, not before the load: Raft
+    leadership and partition leadership both move back to their preferred
+    nodes within seconds of a restart, so a partition picked earlier was
+    seldom still led by the controller when the kill came. The active
+    controller's node, timed on the partitions it leads then; when it leads
+    none, partition 0's leader (printed)."""
+    if partition is not None:
+        return node_of(fam, leader_of(fam, topic)["leader"]), {partition}
+    controller = fam.cluster.controller()
+    leaders = {p: fam.cluster.leader(topic, p)["leader"] for p in range(PARTITIONS)}
+    led = {p for p, leader in leaders.items() if leader == controller}
+    if controller is None or not led:
+        progress(
+            f"  node {controller} (the active controller) leads no partition of {topic}: "
+            "killing partition 0's leader"
+        )
+        return node_of(fam, leaders[0]), {0}
+    return node_of(fam, controller), led
 
 
 def failover_once(fam: Family, column: str, kill: str = "leader") -> float | None:
     topic = "bench-failover"
     ensure_topic(fam, topic)
     wait_rejoined(fam, topic)
-    partition = failover_partition(fam, topic, kill)
+    # None: every partition in turn, the victim chosen at the kill.
+    partition = None if kill == "controller" and fam.name == "lograft" else 0
     spec = fam.spec(column, "failover", topic, seconds=FAILOVER_RUN_S, partition=partition)
     proc = start_load(fam.python, spec)
     assert proc.stdout is not None
     if "ready" not in proc.stdout.readline():  # its first record is acknowledged
         raise RuntimeError(f"{column}: the failover producer did not start")
     time.sleep(FAILOVER_KILL_AFTER_S)  # let the producer write a while before the kill
-    if fam.name == "lograft":
-        node = node_of(fam, fam.cluster.leader(topic, partition)["leader"])
-    else:
-        node = node_of(fam, leader_of(fam, topic)["leader"])
+    node, timed = pick_at_kill(fam, topic, kill, partition)
     # lograft: a kill of the active controller's node waits for a Raft election too.
     controller = getattr(fam.cluster, "controller", lambda: None)()
     killed_at = time.time()
@@ -670,10 +676,11 @@ def failover_once(fam: Family, column: str, kill: str = "leader") -> float | Non
     # The next kill, or the next round's first cell, must not meet a node
     # still starting: a JSON produce did (refused, or one failed request).
     wait_rejoined(fam, topic)
-    took = failover_seconds([tuple(p) for p in out["pairs"]], killed_at)
+    # lograft's pairs name their partition third; Kafka's and NATS's write one.
+    took = failover_seconds(out["pairs"], killed_at, timed)
     role = "leader, also the active controller" if controller == node else "leader"
     progress(
-        f"  {column}: killed node {node} ({role}): "
+        f"  {column}: killed node {node} ({role}) of partitions {sorted(timed)}: "
         + (f"first ack after {took:.2f} s" if took is not None else "no ack after the kill")
     )
     return took

@@ -505,22 +505,30 @@ def lograft_latency(spec: dict) -> dict:
 
 
 def lograft_failover(spec: dict) -> dict:
-    pairs: list[tuple[float, float]] = []
+    """Sequential acks=all sends to `partition`, or with partition None to
+    every partition in turn (the harness picks the victim at the kill and
+    counts only the partitions it led): (sent, acked, partition) triples."""
+    pairs: list[tuple[float, float, int]] = []
+    chosen = spec.get("partition", 0)
+    partitions = list(range(spec["partitions"])) if chosen is None else [chosen]
+    turn = 0
     with lograft_producer(spec, linger_ms=0) as p:
         end = time.time() + spec["seconds"]
         while time.time() < end:
+            partition = partitions[turn % len(partitions)]
             sent = time.time()
             try:
-                p.send(spec["topic"], b"f", partition=spec.get("partition", 0)).get(30)
-                pairs.append((sent, time.time()))
+                p.send(spec["topic"], b"f", partition=partition).get(30)
+                pairs.append((sent, time.time(), partition))
                 say_ready(pairs)
+                turn += 1
             except Exception:
                 time.sleep(0.01)
             time.sleep(max(0.0, sent + 1 / FAILOVER_RATE - time.time()))
     return {"pairs": pairs}
 
 
-def say_ready(pairs: list[tuple[float, float]]) -> None:
+def say_ready(pairs: list[Any]) -> None:
     """One line on stdout once the first record is acknowledged: the harness
     kills the leader only after it (a process start takes seconds under load)."""
     if len(pairs) == 1:

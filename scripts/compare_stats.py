@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -32,12 +32,22 @@ def latencies_from_schedule(
     return [received.get(i, math.inf) - (start + i / rate) for i in range(count)]
 
 
-def failover_seconds(pairs: Sequence[tuple[float, float]], killed_at: float) -> float | None:
+def failover_seconds(
+    pairs: Sequence[Sequence[float]],
+    killed_at: float,
+    partitions: Collection[int] | None = None,
+) -> float | None:
     """From (sent, acked) wall-clock pairs of a producer's records: seconds from
     the kill to the first ack of a record sent at or after it (records in flight
     at the kill may be acked by the old leader's last breath; they do not count).
-    None when no record sent after the kill was acked."""
-    acks = [acked for sent, acked in pairs if sent >= killed_at]
+    A third item names the record's partition: with `partitions` given, only
+    those records count (the ones the killed node led). None when no record
+    sent after the kill was acked."""
+    acks = [
+        p[1]
+        for p in pairs
+        if p[0] >= killed_at and (partitions is None or len(p) < 3 or p[2] in partitions)
+    ]
     return min(acks) - killed_at if acks else None
 
 

@@ -9,10 +9,11 @@ that was the Raft leader before: its session is dated from the last Raft
 message this node received from it (`RaftAdapter.last_heard_ms`), so a broker
 that died with the former controller is fenced at the first fence check
 instead of one session after the election (see sessions.py for why that is
-safe); and when that node's Raft port refused a connection since
-(`RaftAdapter.peer_gone`: its process is gone, which also brought this
-election forward, raft/peer_loss.py), its broker has no session left and the
-first fence check, right after the barrier, fences it.
+safe); and every voter whose Raft port refused a connection after its last
+message (`RaftAdapter.refused_peers`: its process is gone, which also
+brought this election forward, raft/peer_loss.py) has its broker's session
+dated no later than the refusal, so the first fence check, right after the
+barrier, fences it.
 
 Requests are served one at a time: handler on the current image, append its
 records as one batch, wait until applied, answer. Two decisions taken against
@@ -21,7 +22,9 @@ batch on every node; the lock below is what makes every batch valid.
 
 Periodic duties while active: fence brokers whose session expired and end
 the waits for log end reports of unclean elections (both every
-`fence_check_interval_ms`), and move leadership back to preferred replicas
+`fence_check_interval_ms`, and the fence at the next duty tick, 50 ms, when
+the refusals copied into the sessions every tick prove an unfenced broker
+gone: sessions.py), and move leadership back to preferred replicas
 (`leader_imbalance_check_interval_ms`, and sooner after a metadata change,
 at most once per `leader_balance_min_interval_ms`: leader_balance.py).
 
@@ -257,8 +260,11 @@ class ControllerRuntime:
                 now - (last or now),
             )
             # A broker proven gone stays gone: that proof is no stall of ours.
-            gone = self._sessions.gone
-            self._sessions = sessions_after_failover(self.store.image, now, gone=gone)
+            # (A refused broker that heartbeated since is not proven gone and
+            # gets its fresh session like any other.)
+            old = self._sessions
+            gone = {b: t for b, t in old.refused_ms.items() if old.proven_gone(b)}
+            self._sessions = sessions_after_failover(self.store.image, now, refused_ms=gone)
             return True
         return False
 
@@ -306,6 +312,8 @@ class ControllerRuntime:
                 now = self.clock()
                 if self.absorb_stall(now):
                     next_fence = now + self.config.fence_check_interval_ms
+                if self._note_refusals():
+                    next_fence = now  # a broker proven gone: fence it at this tick
                 if now >= next_fence:
                     next_fence = now + self.config.fence_check_interval_ms
                     await self._periodic(self._fence)
@@ -331,14 +339,25 @@ class ControllerRuntime:
         if leader is not None and leader != self.raft.node_id:
             self._former_leader = leader
 
-    def _former_leader_gone(self) -> set[int]:
-        """{broker id} of the node that led Raft before this one, if its Raft
-        port refused a connection after its last message (its process is gone)."""
-        former = self._former_leader
-        if former is None or not former.isdigit() or not self.raft.peer_gone(former):
-            return set()
-        log.info("former controller %s is gone (its Raft port refused): its broker too", former)
-        return {int(former)}
+    def _refusals(self) -> dict[int, int]:
+        """{broker id: monotonic ms} of the voters whose Raft port refused a
+        connection after their last message here (their process is gone)."""
+        return {int(p): t for p, t in self.raft.refused_peers().items() if p.isdigit()}
+
+    def _note_refusals(self) -> bool:
+        """Copy the refusals into the sessions; True when one proves an
+        unfenced broker gone (its fence is due now, not at the next check)."""
+        if self._sessions is None:
+            return False
+        sessions = self._sessions.with_refusals(self._refusals())
+        if sessions is not self._sessions and sessions.refused_ms:
+            log.info("Raft ports refused (broker id: monotonic ms): %s", dict(sessions.refused_ms))
+        self._sessions = sessions
+        return any(
+            sessions.proven_gone(b)
+            for b in sessions.refused_ms
+            if b in self.store.image.brokers and not self.store.image.brokers[b].fenced
+        )
 
     def _former_leader_contact(self, now: int) -> dict[int, int]:
         """{broker id: last proven contact} for the broker on the node that
@@ -366,8 +385,10 @@ class ControllerRuntime:
             self.status = ControllerStatus(self.status.activated, self.status.activations + 1)
             now = self.clock()
             contact = self._former_leader_contact(now)
-            gone = self._former_leader_gone()
-            self._set_sessions(sessions_after_failover(self.store.image, now, contact, gone))
+            refused = self._refusals()
+            if refused:
+                log.info("voters %s refused on their Raft port: their brokers are gone", refused)
+            self._set_sessions(sessions_after_failover(self.store.image, now, contact, refused))
             # Ticks stopped counting while another node was active: that gap
             # is not a stall of this loop.
         log.info(

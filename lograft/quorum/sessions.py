@@ -14,15 +14,22 @@ message, itself longer than a session). Every other broker may have heartbeated 
 controller a moment before it died, so it keeps a full session to find the
 new one; a failover never fences them.
 
-Sooner still: when this node found the former leader's Raft port refusing
-connections after its last message (`RaftAdapter.peer_gone`, raft/peer_loss.py),
-that process is gone, and its broker with it. The new controller then starts
-that broker as `gone`: its session is over at once and the first fence check,
-right after the barrier, fences it (not `broker_session_timeout_ms` after its
-last message, which an early election, a few hundred ms after the kill, would
-still have to wait for). A broker in `gone` that heartbeats after all (it
-cannot, with its process gone; a restarted one registers a new incarnation)
-leaves `gone` at that heartbeat.
+Sooner still, one rule for every voter: a broker whose node's Raft port
+refused a connection after its last Raft message (raft/peer_loss.py probes
+a voter's port when its link drops; `RaftAdapter.refused_peers`) is *proven
+gone* while no heartbeat of it arrived after that refusal: its session is
+over at once and the next fence check fences it, not
+`broker_session_timeout_ms` after its last heartbeat. The active controller
+copies the refusals into `refused_ms` every duty tick and runs the fence
+check at the tick that finds such a broker unfenced; a new controller starts
+from them (`sessions_after_failover` dates a refused broker's session no
+later than its refusal, so the first fence check after the barrier fences
+it). A heartbeat after the refusal ends the proof: a restarted broker
+(which also speaks Raft again, dropping the refusal) or a live one whose
+Raft port only looked closed (a proxy that refuses while the process
+lives) keeps its session, and a broker fenced that way is unfenced by its
+next heartbeat as after any fence. Brokers whose node is not a voter
+(never probed) keep the session timeout alone.
 
 Why dating that one broker is safe: fencing only moves partition leadership
 to other in-sync replicas (an acks=all write is on every ISR member, so none
@@ -41,7 +48,11 @@ reports again every heartbeat interval for as long as such a partition stays
 offline, so a new active controller has them again within one interval (and
 starts the wait for reports afresh).
 
-Times are milliseconds from a monotonic clock read by the caller.
+Times are milliseconds from a monotonic clock read by the caller; the
+refusals' times come from the Raft thread's reading of the same clock
+(`time.monotonic_ns() // 1_000_000`, raft/peer_contact.py), so they compare
+with heartbeat times only when the caller reads that clock (the runtime's
+default).
 """
 
 from __future__ import annotations
@@ -73,8 +84,9 @@ class BrokerSessions:
     # (topic id, partition) -> when (now_ms) this controller first saw it
     # awaiting an unclean election: the wait for reports is counted from it.
     unclean_since: Mapping[tuple[str, int], int] = field(default_factory=_no_waits)
-    # Brokers proven dead (their node's Raft port refused): no session at all.
-    gone: frozenset[int] = frozenset()
+    # Broker id -> when its node's Raft port refused a connection after its
+    # last Raft message (monotonic ms, the clock heartbeats are read with).
+    refused_ms: Mapping[int, int] = field(default_factory=_no_sessions)
 
     @classmethod
     def starting(cls, broker_ids: Iterable[int], now_ms: int) -> BrokerSessions:
@@ -84,9 +96,7 @@ class BrokerSessions:
         times = dict(self.last_heartbeat_ms)
         # max(): a late-delivered heartbeat must not shorten a session.
         times[broker_id] = max(now_ms, times.get(broker_id, now_ms))
-        return replace(
-            self, last_heartbeat_ms=MappingProxyType(times), gone=self.gone - {broker_id}
-        )
+        return replace(self, last_heartbeat_ms=MappingProxyType(times))
 
     def without(self, broker_id: int) -> BrokerSessions:
         times = dict(self.last_heartbeat_ms)
@@ -99,8 +109,25 @@ class BrokerSessions:
             self,
             last_heartbeat_ms=MappingProxyType(times),
             log_ends=MappingProxyType(ends),
-            gone=self.gone - {broker_id},
+            refused_ms=MappingProxyType(
+                {b: t for b, t in self.refused_ms.items() if b != broker_id}
+            ),
         )
+
+    def with_refusals(self, refused_ms: Mapping[int, int]) -> BrokerSessions:
+        """The refusals now known (broker id -> when its Raft port refused);
+        those no longer known (the voter spoke again) forgotten."""
+        if dict(refused_ms) == dict(self.refused_ms):
+            return self
+        return replace(self, refused_ms=MappingProxyType(dict(refused_ms)))
+
+    def proven_gone(self, broker_id: int) -> bool:
+        """Its node's Raft port refused, and no heartbeat arrived since."""
+        refused = self.refused_ms.get(broker_id)
+        if refused is None:
+            return False
+        last = self.last_heartbeat_ms.get(broker_id)
+        return last is None or last <= refused
 
     def with_log_ends(
         self, broker_id: int, ends: Mapping[tuple[str, int], LogEnd], keep: set[tuple[str, int]]
@@ -128,8 +155,8 @@ class BrokerSessions:
 
     def alive(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
         """True while the last heartbeat is at most `session_timeout_ms` old
-        and the broker is not known `gone`."""
-        if broker_id in self.gone:
+        and the broker is not `proven_gone`."""
+        if self.proven_gone(broker_id):
             return False
         last = self.last_heartbeat_ms.get(broker_id)
         return last is not None and now_ms <= last + session_timeout_ms
@@ -139,13 +166,18 @@ def sessions_after_failover(
     image: MetadataImage,
     now_ms: int,
     last_contact_ms: Mapping[int, int] | None = None,
-    gone: Iterable[int] = (),
+    refused_ms: Mapping[int, int] | None = None,
 ) -> BrokerSessions:
     """Soft state for a newly active controller: every broker's session starts
     now, except those in `last_contact_ms` (broker id -> the last time it was
-    proven alive), which start then (never later than now), and those `gone`
-    (proven dead), whose session is over."""
+    proven alive), which start then, and those in `refused_ms` (broker id ->
+    when its node's Raft port refused), which start no later than the
+    refusal, so they are `proven_gone` (nothing of theirs is heard after it).
+    Never later than now; ids not registered are ignored."""
     contact = last_contact_ms or {}
-    times = {broker_id: min(now_ms, contact.get(broker_id, now_ms)) for broker_id in image.brokers}
-    dead = frozenset(b for b in gone if b in image.brokers)
-    return BrokerSessions(MappingProxyType(times), gone=dead)
+    refused = {b: t for b, t in (refused_ms or {}).items() if b in image.brokers}
+    times = {
+        broker_id: min(now_ms, contact.get(broker_id, now_ms), refused.get(broker_id, now_ms))
+        for broker_id in image.brokers
+    }
+    return BrokerSessions(MappingProxyType(times), refused_ms=MappingProxyType(refused))

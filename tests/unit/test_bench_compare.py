@@ -53,6 +53,14 @@ def test_failover_is_the_first_ack_of_a_record_sent_after_the_kill():
     assert failover_seconds([(9.0, 9.1)], 10.0) is None
 
 
+def test_failover_counts_only_the_killed_nodes_partitions():
+    # (sent, acked, partition): partition 1 was not led by the killed node.
+    triples = [(10.1, 10.15, 1), (10.2, 11.3, 0), (10.3, 11.2, 2), (11.4, 11.5, 1)]
+    assert failover_seconds(triples, 10.0, {0, 2}) == 11.2 - 10.0
+    assert failover_seconds(triples, 10.0, {0}) == 11.3 - 10.0
+    assert failover_seconds(triples, 10.0) == 10.15 - 10.0
+
+
 def test_spread_and_ratio():
     s = Spread.of([3.0, 1.0, 2.0])
     assert s == Spread(2.0, 1.0, 3.0)

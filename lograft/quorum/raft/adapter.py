@@ -417,10 +417,11 @@ class RaftAdapter:
         this process started (peer_contact.py)."""
         return self._core.peer_contact.last_heard_ms(peer_id)
 
-    def peer_gone(self, peer_id: str) -> bool:
-        """Voter `peer_id`'s Raft port refused a connection after its last
-        message here: its process is gone (peer_contact.py, peer_loss.py)."""
-        return self._core.peer_contact.refused_since_heard(peer_id)
+    def refused_peers(self) -> dict[str, int]:
+        """{voter id: monotonic ms} of the voters whose Raft port refused a
+        connection after their last message here: their process is gone
+        (peer_contact.py, peer_loss.py)."""
+        return self._core.peer_contact.refusals()
 
     async def status(self) -> RaftStatus:
         """Self id, role, leader, term, commit index, last applied, voters' connections."""

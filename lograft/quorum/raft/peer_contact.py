@@ -13,7 +13,10 @@ A refusal (`refused`, set by `peer_loss.PeerLossWatch` when a probe of a
 voter's Raft port after its link dropped met ECONNREFUSED) is stronger: that
 node's process is gone, so its broker, in the same process, is gone too. It
 counts only while nothing has been received from the voter since
-(`refused_since_heard`): a restarted node is alive again at its first message.
+(`refused_since_heard`, `refusals`): a restarted node is alive again at its
+first message. The active controller reads `refusals` every duty tick and
+fences such a voter's broker unless it heartbeated after the refusal
+(sessions.py); a new controller reads it at the takeover.
 
 The time of the last `append_entries` from each voter is kept apart
 (`last_appended_ms`): only a leader sends those, so it says whether this
@@ -70,3 +73,10 @@ class PeerContact:
             return False
         heard = self._last_ms.get(peer_id)
         return heard is None or refused >= heard
+
+    def refusals(self) -> dict[str, int]:
+        """{voter id: when its port refused} for every voter refused after its
+        last message here. Read from other threads: dict() copies each map in
+        one step under the GIL (str keys, int values: no Python code runs)."""
+        refused, heard = dict(self._refused_ms), dict(self._last_ms)
+        return {peer: at for peer, at in refused.items() if peer not in heard or at >= heard[peer]}

@@ -13,8 +13,10 @@ RST at once, on loopback and on a real network). It is recorded in
 
 - `early_election.EarlyElection`: a follower whose leader is gone elects
   soon instead of at its election timeout;
-- the controller: the former leader's broker, gone with its process, is
-  fenced right after the takeover (`RaftAdapter.peer_gone`, sessions.py).
+- the active controller: that voter's broker, gone with its process, is
+  fenced at the next duty tick unless it heartbeated after the refusal, and
+  a new controller fences the former leader's right after the takeover
+  (`RaftAdapter.refused_peers`, sessions.py).
 
 Every other outcome (the probe connects, times out, fails otherwise) and a
 link that goes silent without closing are ambiguous: nothing is recorded,

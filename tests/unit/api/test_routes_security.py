@@ -31,6 +31,9 @@ class AppliedRaft:
     is_leader = True
     leader_id = "1"
 
+    def refused_peers(self) -> dict[str, int]:
+        return {}  # no voter's Raft port refused
+
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
         self.offset = 0

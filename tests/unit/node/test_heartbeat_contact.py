@@ -25,6 +25,9 @@ class SlowRaft:
     is_leader = True
     leader_id = "1"
 
+    def refused_peers(self) -> dict[str, int]:
+        return {}  # no voter's Raft port refused
+
     def __init__(self) -> None:
         self.release = asyncio.Event()
 

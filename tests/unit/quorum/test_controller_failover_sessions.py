@@ -43,8 +43,8 @@ class _Raft:
     def last_heard_ms(self, peer_id: str) -> int | None:
         return self.contact.last_heard_ms(peer_id)
 
-    def peer_gone(self, peer_id: str) -> bool:
-        return self.contact.refused_since_heard(peer_id)
+    def refused_peers(self) -> dict[str, int]:
+        return self.contact.refusals()
 
     async def append(self, batch: bytes, *, timeout_ms: int | None = None) -> int:
         offset = self.store.image.offset + 1
@@ -107,14 +107,21 @@ def test_sessions_after_failover_dates_only_the_named_brokers():
     }
 
 
-def test_a_gone_broker_has_no_session_until_it_heartbeats():
+def test_a_refused_broker_has_no_session_until_it_heartbeats():
     cluster = cluster_of(range(3))
-    s = sessions_after_failover(cluster.image, 5_000, {0: 4_900}, gone=[0, 7])
-    assert s.gone == {0}, "an unregistered id is ignored"
+    s = sessions_after_failover(cluster.image, 5_000, {0: 4_900}, {0: 4_950, 7: 1})
+    assert dict(s.refused_ms) == {0: 4_950}, "an unregistered id is ignored"
     assert not s.alive(0, 5_000, SESSION), "gone: no session, however recent its contact"
     assert s.alive(1, 5_000, SESSION)
     assert s.heartbeat(0, 5_001).alive(0, 5_001, SESSION), "a heartbeat proves it alive"
-    assert not s.without(0).gone
+    assert not s.without(0).refused_ms
+
+
+def test_a_refused_broker_never_heard_from_starts_at_its_refusal():
+    cluster = cluster_of(range(3))
+    s = sessions_after_failover(cluster.image, 5_000, refused_ms={2: 4_000})
+    assert s.last_heartbeat_ms[2] == 4_000
+    assert s.proven_gone(2) and not s.alive(2, 5_000, SESSION)
 
 
 async def test_a_former_controller_whose_port_refused_is_fenced_right_after_the_barrier():

@@ -38,6 +38,9 @@ class _Raft:
     is_leader = True
     leader_id = "0"
 
+    def refused_peers(self) -> dict[str, int]:
+        return {}  # no voter's Raft port refused
+
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
         self.pending: list[tuple[bytes, asyncio.Future[int]]] = []

@@ -19,6 +19,9 @@ class _Raft:
     is_leader = True
     leader_id = "1"
 
+    def refused_peers(self) -> dict[str, int]:
+        return {}  # no voter's Raft port refused
+
 
 def _runtime() -> ControllerRuntime:
     store = MetadataStore()
