@@ -19,7 +19,15 @@ every Raft tick on a voter, does:
   forward to a random point `early_election_delay_min_ms` .. `_max_ms` from
   now (never later than it was). The survivors of a three-voter quorum draw
   different delays, so one asks first and the other, not yet a candidate,
-  votes for it. If that election fails, the normal timeouts apply.
+  votes for it;
+- a candidate whose early election has not won by its first tick as a
+  candidate gets one more short deadline, a new random point in the same
+  range, instead of pysyncobj's election timeout. Two survivors can both
+  stand when the first one's vote request is late by more than the gap
+  between their delays (a loaded machine: 2 of 25 runs of the three-voter
+  test with two busy loops on two cores): each votes for itself and refuses
+  the other, a split vote that would otherwise wait a whole election
+  timeout. After that one retry, the normal timeouts apply.
 
 Why the pre-vote: a closed proxy in front of a live leader refuses too (a
 flapping link in the chaos suite). Without it a voter cut off from its
@@ -55,7 +63,7 @@ PREVOTE_TYPE = "lograft_prevote"
 PREVOTE_OK_TYPE = "lograft_prevote_ok"
 
 # pysyncobj's _RAFT_STATE values.
-_FOLLOWER, _LEADER = 0, 2
+_FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 
 Sender = Callable[[Any, Any], Any]
 
@@ -102,22 +110,30 @@ class EarlyElection:
         self._asked_for: str | None = None
         self._grants: set[str] = set()
         self._armed_for: str | None = None
+        # The lost leader whose early election was given its one retry.
+        self._retried_for: str | None = None
         # The deadline set here, while pysyncobj still holds it (see `pending`).
         self._early_deadline_s: float | None = None
-        # Counters for tests and logs: pre-votes asked for, refused here, and
-        # elections brought forward.
+        # Counters for tests and logs: pre-votes asked for, refused here,
+        # elections brought forward, and early retries set for a candidate.
         self.prevotes_asked = 0
         self.prevotes_refused = 0
         self.elections_brought_forward = 0
+        self.retries_set = 0
 
     def attach_sender(self, send: Sender) -> None:
         self._send = send
 
     def tick(self, so: Any, now_s: float) -> None:
-        """Put a newly lost leader's loss to the other voters."""
+        """Put a newly lost leader's loss to the other voters; retry a split
+        early election once."""
+        if getattr(so, "_SyncObj__raftState", None) == _CANDIDATE:
+            self._retry_once(so, now_s)
+            return
         leader = self._lost_leader(so)
         if leader is None:
-            self._asked_for, self._armed_for = None, None  # the loss is over
+            # The loss is over (a leader is known, or none was lost).
+            self._asked_for, self._armed_for, self._retried_for = None, None, None
             return
         leader_id = str(leader.id)
         if self._asked_for == leader_id:
@@ -188,20 +204,39 @@ class EarlyElection:
             return None
         return leader if self._contact.refused_since_heard(str(leader.id)) else None
 
+    def _retry_once(self, so: Any, now_s: float) -> None:
+        """This candidate stands in an early election (armed for the current
+        loss): if it loses the vote, stand again after a short random delay,
+        once per loss, rather than after pysyncobj's election timeout."""
+        armed = self._armed_for
+        if armed is None or self._retried_for == armed:
+            return
+        self._retried_for = armed
+        if self._bring_forward(so, now_s):
+            self.retries_set += 1
+            log.debug("early Raft election (lost leader %s): one early retry if it splits", armed)
+
+    def _bring_forward(self, so: Any, now_s: float) -> bool:
+        """Set the election deadline to a random point in the early range
+        from now, unless it is due sooner anyway."""
+        deadline = getattr(so, "_SyncObj__raftElectionDeadline", None)
+        early = now_s + self._rng.uniform(self._delay_min_s, self._delay_max_s)
+        if isinstance(deadline, float | int) and float(deadline) <= early:
+            return False
+        so._SyncObj__raftElectionDeadline = early
+        self._early_deadline_s = early
+        return True
+
     def _maybe_arm(self, so: Any, now_s: float) -> None:
         voters = len(getattr(so, "_SyncObj__otherNodes", ())) + 1
         if (len(self._grants) + 1) * 2 <= voters or self._armed_for == self._asked_for:
             return
         self._armed_for = self._asked_for
-        deadline = getattr(so, "_SyncObj__raftElectionDeadline", None)
-        early = now_s + self._rng.uniform(self._delay_min_s, self._delay_max_s)
-        if isinstance(deadline, float | int) and float(deadline) <= early:
+        if not self._bring_forward(so, now_s):
             return  # due sooner anyway
-        so._SyncObj__raftElectionDeadline = early
-        self._early_deadline_s = early
         self.elections_brought_forward += 1
         log.info(
             "Raft leader %s is gone for a majority: election in %d ms, not at the timeout",
             self._asked_for,
-            (early - now_s) * 1000,
+            (float(so._SyncObj__raftElectionDeadline) - now_s) * 1000,
         )

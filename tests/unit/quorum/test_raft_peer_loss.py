@@ -192,6 +192,39 @@ def test_refused_leader_prevote_granted_brings_the_election_forward_once(
     assert v.deadline == now + 1 + TIMEOUT_S
 
 
+def test_a_split_early_election_is_retried_early_once(closed_port: int) -> None:
+    """Both survivors stood (the first one's vote request came late) and each
+    voted for itself: the candidate stands again after a short random delay,
+    not after the election timeout; once per loss."""
+    v = Voter(closed_port)
+    now = v.lose_leader()
+    v.early.on_prevote_ok(v.so, v.other, {"type": PREVOTE_OK_TYPE, "leader": "1"}, now)
+    assert v.early.elections_brought_forward == 1
+    # The early deadline fired: pysyncobj made it a candidate with a fresh timeout.
+    v.so._SyncObj__raftState = CANDIDATE
+    v.so._SyncObj__raftElectionDeadline = now + TIMEOUT_S
+    v.tick(now)
+    retry = v.deadline
+    assert now + DELAY_MIN_S <= retry <= now + DELAY_MAX_S
+    assert v.early.pending(v.so) and v.early.retries_set == 1
+    v.tick(now + 0.01)
+    assert v.deadline == retry, "set once, not pushed on at every tick"
+    # The retry split too: pysyncobj's own timeout applies from here.
+    v.so._SyncObj__raftElectionDeadline = now + 1 + TIMEOUT_S
+    v.tick(now + 1)
+    assert v.deadline == now + 1 + TIMEOUT_S and v.early.retries_set == 1
+
+
+def test_a_candidate_without_an_early_election_keeps_its_timeout(closed_port: int) -> None:
+    """A candidate at pysyncobj's own timeout (no majority lost the leader) gets no retry."""
+    v = Voter(closed_port)
+    v.lose_leader()  # asked, nobody granted
+    v.so._SyncObj__raftState = CANDIDATE
+    before = v.deadline
+    v.tick(time.monotonic())
+    assert v.deadline == before and v.early.retries_set == 0
+
+
 def test_refused_leader_without_a_majority_keeps_the_timeout(closed_port: int) -> None:
     """The other voter still hears the leader (only this link was cut, a
     closed proxy refuses too): no answer, no early election."""
