@@ -49,7 +49,8 @@ T = TypeVar("T")
 CONTROLLER_THREAD_START_TIMEOUT_S = 30.0
 # How often the controller loop's lag is published for /healthz, s.
 LOOP_LAG_PUBLISH_INTERVAL_S = 0.5
-# The controller loop's lag probe wakes this often, ms. Its stalls matter at
+# The controller loop's lag probe wakes this often while that loop works, ms
+# (node/loop_lag.py: it backs off while the loop idles). Its stalls matter at
 # hundreds of ms (a broker heartbeat interval, absorb_stall in
 # controller_runtime.py), so 50 ms resolution is enough; the main loop's 20 ms
 # probe woke this otherwise idle loop 50 times a second (issue 14).

@@ -64,7 +64,8 @@ class NodeCollector:
         snap = self.loop_lag.snapshot()
         family = HistogramMetricFamily(
             "lograft_event_loop_lag_seconds",
-            "How late the event loop ran a 20 ms timer (node/loop_lag.py)",
+            "How late the event loop ran a 20 ms timer, backed off to 320 ms when idle"
+            " (node/loop_lag.py)",
         )
         family.add_metric([], list(snap.buckets), snap.total)
         yield family

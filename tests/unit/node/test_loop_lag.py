@@ -86,3 +86,47 @@ def test_the_controller_loop_probe_wakes_less_often_than_the_main_loop_probe():
 
     assert LoopLagProbe().interval_ms == loop_lag.INTERVAL_MS
     assert controller_thread.CONTROLLER_LOOP_LAG_INTERVAL_MS > loop_lag.INTERVAL_MS
+
+
+def test_the_probe_backs_off_while_idle_and_returns_when_busy_or_late():
+    base, top = loop_lag.INTERVAL_MS, loop_lag.IDLE_INTERVAL_MS_MAX
+    idle = loop_lag.IDLE_CPU_FRACTION / 2
+    assert loop_lag.next_interval_ms(base, base, top, idle, 0.0) == 2 * base
+    assert loop_lag.next_interval_ms(top, base, top, idle, 0.0) == top, "never past the top"
+    assert loop_lag.next_interval_ms(top, base, top, loop_lag.IDLE_CPU_FRACTION, 0.0) == base
+    assert loop_lag.next_interval_ms(top, base, top, 0.0, base) == base, "a late wake is a stall"
+    assert loop_lag.next_interval_ms(50, 50, 20, idle, 0.0) == 50, "a top below the base"
+
+
+async def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_an_idle_loop_is_probed_less_often_and_a_busy_one_at_the_interval():
+    probe = LoopLagProbe(interval_ms=5, idle_interval_ms_max=40)
+    task = asyncio.create_task(probe.run())
+    busy = True
+
+    async def work() -> None:
+        # CPU on this loop's thread in 1 ms slices: busy, with no long stall.
+        while busy:
+            spin_until = time.thread_time() + 0.001
+            while time.thread_time() < spin_until:
+                pass
+            await asyncio.sleep(0)
+
+    try:
+        await _until(lambda: probe.current_interval_ms == 40)
+        assert probe.snapshot()["interval_ms"] == 40
+        worker = asyncio.create_task(work())
+        await _until(lambda: probe.current_interval_ms == 5)
+        busy = False
+        await worker
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
