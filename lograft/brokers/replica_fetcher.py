@@ -440,9 +440,7 @@ class ReplicaFetcher:
             todo.append((part, r))
         if not todo:
             return False
-        outcomes = await self._work.run(
-            functools.partial(_apply_each, todo), inline=not _costly(todo)
-        )
+        outcomes = await self._apply_all(todo)
         # flush_policy = group_commit: the next fetch reports what is
         # fsynced, so it goes once what was just appended is (all of this
         # answer's partitions' commits at once).
@@ -471,26 +469,66 @@ class ReplicaFetcher:
             self._retry_at[part.tp] = retry_at
         return progressed
 
+    async def _apply_all(
+        self, todo: list[tuple[Partition, FetchPartitionResponse]]
+    ) -> list[Exception | None]:
+        """Apply each answer (`_apply_each`); per partition, what it raised or None.
 
-def _costly(todo: Sequence[tuple[Partition, FetchPartitionResponse]]) -> bool:
-    """Whether applying these answers belongs in a storage thread: a
-    truncation or a restart of a log (both rewrite checkpoints and walk the
-    log's batch headers), an append `append_in_thread` sends there, one that
-    writes the leader-epoch checkpoint first (two fsyncs: each partition's
-    first batch of a new leader epoch, which after a leadership change is
-    every partition of the answer), or more than INLINE_BYTES_MAX bytes in
-    all."""
-    nbytes = 0
-    for part, r in todo:
-        if r.diverging is not None or r.log_start_offset > part.log.log_end_offset:
-            return True
-        if r.data and (
-            append_in_thread(part.log.config, len(r.data))
-            or part.fetched_data_writes_epochs(r.data)
-        ):
-            return True
-        nbytes += len(r.data)
-    return nbytes > INLINE_BYTES_MAX
+        A partition whose apply is slow on its own (`_slow`: fsyncs or a walk
+        of its log) gets a storage job of its own when there are several, so
+        they run side by side on the `storage_threads_max` threads; the
+        others go together in one job, inline while small. One job for all
+        (as before) fsynced one partition after another while the session
+        waited: each follower's first batch of a new leader epoch writes
+        that partition's epoch checkpoint (two fsyncs, 15-20 ms on the
+        shared VM), so after a leadership change, or while fresh partitions
+        take their first records (`scripts/bench_scale.py`'s first 10 s),
+        the answers, and the acks=all produces waiting on the next fetch,
+        queued behind their sum."""
+        slow = [i for i, (part, r) in enumerate(todo) if _slow(part, r)]
+        if len(slow) < 2:
+            inline = not slow and _inline_bytes(todo)
+            return await self._work.run(functools.partial(_apply_each, todo), inline=inline)
+        slow_set = set(slow)
+        rest = [i for i in range(len(todo)) if i not in slow_set]
+        groups = [[i] for i in slow]
+        if rest:
+            groups.append(rest)
+        results = await asyncio.gather(
+            *(
+                self._work.run(
+                    functools.partial(_apply_each, [todo[i] for i in group]),
+                    # The last group (the others) holds no slow partition.
+                    inline=group is rest and _inline_bytes([todo[i] for i in group]),
+                )
+                for group in groups
+            )
+        )
+        outcomes: list[Exception | None] = [None] * len(todo)
+        for group, result in zip(groups, results, strict=True):
+            for i, outcome in zip(group, result, strict=True):
+                outcomes[i] = outcome
+        return outcomes
+
+
+def _slow(part: Partition, r: FetchPartitionResponse) -> bool:
+    """Whether applying `r` to `part` belongs in a storage thread on its own
+    account: a truncation or a restart of the log (both rewrite checkpoints
+    and walk the log's batch headers), an append `append_in_thread` sends
+    there, or one that writes the leader-epoch checkpoint first (two fsyncs:
+    each partition's first batch of a new leader epoch, which after a
+    leadership change is every partition of the answer)."""
+    if r.diverging is not None or r.log_start_offset > part.log.log_end_offset:
+        return True
+    return bool(r.data) and (
+        append_in_thread(part.log.config, len(r.data)) or part.fetched_data_writes_epochs(r.data)
+    )
+
+
+def _inline_bytes(todo: Sequence[tuple[Partition, FetchPartitionResponse]]) -> bool:
+    """Whether these answers bring at most INLINE_BYTES_MAX bytes in all (so
+    appending them, none `_slow`, costs the loop less than a thread hop)."""
+    return sum(len(r.data) for _part, r in todo) <= INLINE_BYTES_MAX
 
 
 def _apply_each(

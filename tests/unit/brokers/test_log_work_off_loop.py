@@ -204,6 +204,42 @@ async def test_a_large_follower_append_runs_off_the_loop(rm):
         await rm.stop()
 
 
+async def test_first_batches_of_a_new_epoch_on_several_partitions_are_applied_side_by_side(rm):
+    """Each writes its partition's epoch checkpoint (two fsyncs): one job per
+    partition, so they run on the storage threads together, not one after
+    another in one job (before: the barrier below broke after its timeout
+    and both applies failed)."""
+    other = TopicPartition("t", 1)
+    rm.apply_metadata(
+        {tp: meta(leader=2, replicas=(1, 2)) for tp in (TP, other)},
+    )
+    try:
+        both = threading.Barrier(2, timeout=5)
+        threads: list[str] = []
+        for tp in (TP, other):
+            part_log = rm.partitions[tp].log
+            real = part_log.append_as_follower
+
+            def meet(data: bytes, _real: Callable[[bytes], Any] = real) -> Any:
+                threads.append(threading.current_thread().name)
+                both.wait()  # both partitions' appends under way at once
+                return _real(data)
+
+            part_log.append_as_follower = meet  # type: ignore[method-assign]
+        answers = [
+            FetchPartitionResponse("t", n, 1, 0, 1, batch(1024, partition_leader_epoch=0))
+            for n in (0, 1)
+        ]
+        assert await rm.fetcher._apply_responses(answers)
+        assert on_storage_thread(threads) and len(set(threads)) == 2
+        for tp in (TP, other):
+            part = rm.partitions[tp]
+            assert part.log.epochs.entries() == [(0, 0)]
+            assert (part.log.log_end_offset, part.high_watermark) == (1, 1)
+    finally:
+        await rm.stop()
+
+
 async def test_offloaded_appends_of_one_partition_keep_their_order(rm):
     """Ten idempotent batches of one producer, produced at once, each write
     in a thread (fsync): each must find the one before it in the producer
