@@ -39,8 +39,9 @@ INTERVAL_MS = 20
 # The longest sleep it backs off to while the loop idles, ms.
 IDLE_INTERVAL_MS_MAX = 320
 # Below this share of a core (0-1) used by the loop's thread over a sleep, the
-# loop counts as idle: an idle 2,000-partition node's loop uses 1-3 %, one
-# answering bench_stall.py's 200 /healthz polls a second over 5 %.
+# loop counts as idle: an idle 2,000-partition node's event-loop thread uses
+# 0.8-1.6 % of a core, one under scripts/bench_scale.py's load 15-22 %
+# (docs/benchmarks.md, "Scale: 2,000 partitions").
 IDLE_CPU_FRACTION = 0.04
 WINDOW_S = 10
 WARN_MS = 1000
