@@ -14,7 +14,10 @@ three-node cluster (bench_compare's: 3 partitions, RF 3, min ISR 2,
 acks=all), and prints, over `--seconds` after a warm-up, the records/s it
 reached, the three nodes' CPU seconds (user + system, from /proc) per second
 and per record, request latency (p50, p90) and how many requests started
-late (the cluster did not keep up with the rate).
+late (the cluster did not keep up with the rate); then the same per record and
+per request less the idle cluster's CPU (measured for `--idle-s` before the
+load): at a rate far below full speed the fixed per-second costs would
+otherwise outweigh what the records cost.
 
 Run it alternately with two trees to compare them: the nodes run the code
 of the tree the interpreter imports, e.g. another checkout through
@@ -47,6 +50,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK_HZ
 
 
+def idle_cpu_share(pids: list[int | None], seconds: float) -> float:
+    """The nodes' CPU while nothing is sent (Raft ticks, heartbeats, replica
+    long-polls), CPU-s per s: what the load's figure is measured above."""
+    cpu0, wall0 = sum(cpu_seconds(p) for p in pids if p is not None), time.perf_counter()
+    time.sleep(seconds)  # measuring an interval, not waiting for a condition
+    cpu1 = sum(cpu_seconds(p) for p in pids if p is not None)
+    return (cpu1 - cpu0) / (time.perf_counter() - wall0)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -54,6 +66,12 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=40.0, help="requests per second")
     p.add_argument("--seconds", type=float, default=15.0, help="measured window, s")
     p.add_argument("--warm-s", type=float, default=3.0, help="untimed warm-up at the rate, s")
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=5.0,
+        help="the idle cluster's CPU is measured this long before the load (subtracted), s",
+    )
     p.add_argument(
         "--value-bytes", type=int, default=VALUE_BYTES, help="bytes of each record's value"
     )
@@ -68,6 +86,9 @@ def main() -> int:
         cluster,
         failover_column="lograft",
         consume_columns=("lograft",),
+        # Only bench_compare's produce cells check free space: a paced run is small.
+        work=cluster.inner.dir,
+        min_free_gib=bc.MIN_FREE_GIB,
     )
     bc.REAPER.stops.append(cluster.stop)
     try:
@@ -105,6 +126,7 @@ def main() -> int:
                 due += 1 / args.rate
             return latencies, late, time.perf_counter() - start
 
+        idle = idle_cpu_share(pids, args.idle_s)
         paced(args.warm_s)
         before = sum(cpu_seconds(pid) for pid in pids if pid is not None)
         latencies, late, elapsed = paced(args.seconds)
@@ -117,6 +139,11 @@ def main() -> int:
             f"{latencies[len(latencies) // 2] * 1e3:.1f} ms, p90 "
             f"{latencies[int(len(latencies) * 0.9)] * 1e3:.1f} ms; {late} of "
             f"{len(latencies)} requests started late; load {bc.load_avg()}"
+        )
+        busy = cpu - idle * elapsed
+        print(
+            f"less the idle cluster's {idle:.3f} s/s: {busy / records * 1e6:.2f} us per record, "
+            f"{busy / len(latencies) * 1e6:.0f} us per request"
         )
     finally:
         bc.REAPER.close()

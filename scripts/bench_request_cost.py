@@ -33,11 +33,14 @@ Routes (the node's hot paths; each answers 200 or it is an error):
   produce body (`JSON_RECORDS` keyless records of 100-byte string values,
   acks=all): its CPU per request is mostly per record, the others' per
   exchange;
+- `produce-json-1k`: the same with 1,024-byte values (bench_compare's
+  1 KiB JSON load);
 - `floor-get`, `floor-post`: the bare aiohttp handler.
 
     .venv/bin/python scripts/bench_request_cost.py \\
         --tree main=/work/main/.venv/bin/python --tree mine=.venv/bin/python \\
-        [--tree mine@uvloop=.venv/bin/python] [--requests 2000] [--rounds 3]
+        [--tree mine@uvloop=.venv/bin/python] [--requests 2000] [--rounds 3] \\
+        [--routes produce-json produce-json-1k]
 """
 
 from __future__ import annotations
@@ -78,11 +81,13 @@ READY_TIMEOUT_S = 60.0
 WARMUP_REQUESTS = 50
 # Waiting for one answer, seconds.
 ANSWER_TIMEOUT_S = 30.0
-NODE_ROUTES = ("produce", "fetch", "replica-fetch", "forwarded", "produce-json")
+NODE_ROUTES = ("produce", "fetch", "replica-fetch", "forwarded", "produce-json", "produce-json-1k")
 FLOOR_ROUTES = ("floor-get", "floor-post")
 FLOOR_ANSWER = b'{"ok":true}'
 # Records per JSON produce request (bench_compare's JSON load sends as many).
 JSON_RECORDS = 500
+# Value bytes of each JSON produce route's records.
+JSON_VALUE_BYTES = {"produce-json": 100, "produce-json-1k": 1024}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -103,6 +108,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=2.0,
         help="how long each server's idle CPU is measured per round (subtracted)",
+    )
+    ap.add_argument(
+        "--routes",
+        nargs="+",
+        choices=NODE_ROUTES,
+        default=list(NODE_ROUTES),
+        help="the node routes to measure (default: all; the floor's always)",
     )
     ap.add_argument("--floor-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -136,6 +148,7 @@ class Server:
     port: int
     proc: subprocess.Popen[bytes]
     routes: tuple[str, ...]
+    node: bool = True  # False: the bare aiohttp floor
     cpu_us: dict[str, list[float]] = field(default_factory=dict)
 
     def cpu_s(self) -> float:
@@ -159,7 +172,13 @@ class Server:
             self.proc.wait()
 
 
-def start_node(name: str, python: str, workdir: Path, event_loop: str | None = None) -> Server:
+def start_node(
+    name: str,
+    python: str,
+    workdir: Path,
+    event_loop: str | None = None,
+    routes: tuple[str, ...] = NODE_ROUTES,
+) -> Server:
     http_port, raft_port, controller_port = free_ports(3)
     spec = NodeSpec(
         node_id=1,
@@ -185,7 +204,7 @@ def start_node(name: str, python: str, workdir: Path, event_loop: str | None = N
             env=env,
             start_new_session=True,
         )
-    return Server(name, http_port, proc, NODE_ROUTES)
+    return Server(name, http_port, proc, routes)
 
 
 def start_floor(workdir: Path) -> Server:
@@ -198,7 +217,7 @@ def start_floor(workdir: Path) -> Server:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    return Server("aiohttp", port, proc, FLOOR_ROUTES)
+    return Server("aiohttp", port, proc, FLOOR_ROUTES, node=False)
 
 
 def wait_ready(server: Server, path: str) -> None:
@@ -260,8 +279,8 @@ def requests_for(route: str) -> list[bytes]:
         body = encode_request(ProduceRequest(TOPIC, Acks.ALL, [PartitionBatch(0, batch)]))
         headers = {**secret, "Content-Type": "application/vnd.lograft.produce"}
         return [_request("POST", "/internal/v1/produce", headers, body)]
-    if route == "produce-json":
-        records = [{"value": "x" * 100}] * JSON_RECORDS
+    if route in JSON_VALUE_BYTES:
+        records = [{"value": "x" * JSON_VALUE_BYTES[route]}] * JSON_RECORDS
         body = json.dumps({"value_format": "string", "records": records}).encode()
         ct = {"Content-Type": "application/json"}
         return [_request("POST", f"/v1/topics/{TOPIC}/records", ct, body)]
@@ -345,11 +364,11 @@ def main(argv: list[str] | None = None) -> int:
                 workdir = Path(tmp) / name
                 workdir.mkdir()
                 log(f"starting a node of {name} ({python}) in {workdir}")
-                servers.append(start_node(name, python, workdir, loop))
+                servers.append(start_node(name, python, workdir, loop, tuple(args.routes)))
             servers.append(start_floor(Path(tmp)))
             for server in servers:
-                wait_ready(server, "/readyz" if server.routes == NODE_ROUTES else "/floor")
-                if server.routes == NODE_ROUTES:
+                wait_ready(server, "/readyz" if server.node else "/floor")
+                if server.node:
                     create_topic(server)
             loads = run_rounds(servers, args)
             report(servers, args, loads)
@@ -380,7 +399,7 @@ def run_rounds(servers: list[Server], args: argparse.Namespace) -> list[str]:
 
 
 def report(servers: list[Server], args: argparse.Namespace, loads: list[str]) -> None:
-    floor = next(s for s in servers if s.routes == FLOOR_ROUTES)
+    floor = next(s for s in servers if not s.node)
     floor_get = statistics.median(floor.cpu_us["floor-get"])
     floor_post = statistics.median(floor.cpu_us["floor-post"])
     print(f"# {machine()}")
@@ -389,13 +408,13 @@ def report(servers: list[Server], args: argparse.Namespace, loads: list[str]) ->
         f"alternating), {args.connections} connection(s); loadavg per round: {' | '.join(loads)}"
     )
     print(f"# floor (bare aiohttp): GET {floor_get:.0f} us, POST {floor_post:.0f} us CPU/request")
-    nodes = [s for s in servers if s.routes == NODE_ROUTES]
+    nodes = [s for s in servers if s.node]
     print(
         f"{'route':<14}"
         + "".join(f"{s.name + ' us':>12}{'x floor':>9}" for s in nodes)
         + "".join(f"{'/' + nodes[0].name:>10}" for _ in nodes[1:])
     )
-    for route in NODE_ROUTES:
+    for route in nodes[0].routes:
         base = floor_get if route == "fetch" else floor_post
         cells = ""
         medians = [statistics.median(s.cpu_us[route]) for s in nodes]

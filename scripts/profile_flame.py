@@ -271,6 +271,8 @@ def main() -> int:
         cluster,
         failover_column="lograft",
         consume_columns=("lograft",),
+        work=cluster.inner.dir,
+        min_free_gib=bc.MIN_FREE_GIB,
     )
     bc.REAPER.stops.append(cluster.stop)
     try:

@@ -30,7 +30,13 @@ from typing import Any, Literal, overload
 import msgspec
 
 from lograft.api.request_shapes import ProduceBody
-from lograft.protocol.plain_batch import Column, attribute_columns, build_plain_batch, texts_only
+from lograft.protocol.plain_batch import (
+    BuiltBatch,
+    Column,
+    attribute_columns,
+    build_plain_batch,
+    texts_only,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +54,9 @@ class PlainColumns:
     def __len__(self) -> int:
         return len(self.values)
 
-    def batch(self, indices: Sequence[int], now_ms: int) -> bytes:
-        """One batch of the records at `indices`, in that order."""
+    def batch(self, indices: Sequence[int], now_ms: int) -> BuiltBatch:
+        """One batch of the records at `indices`, in that order, with its
+        encoder's account of them."""
         if len(indices) == len(self.values):  # every record, in order: no copies
             return build_plain_batch(self.values, self.keys, self.timestamps, timestamp_ms=now_ms)
         keys, timestamps = self.keys, self.timestamps

@@ -256,13 +256,19 @@ class RequestQuota:
         return ThrottlingQuotaExceededError(message, **details)
 
 
-_REQUEST_QUOTA_KEY = web.RequestKey("lograft.request_quota", RequestQuota)
+# The request served with quotas in this task, and its dealings. A context
+# variable, not a key of the request: looking a missing key up in a request
+# (no quota set, nearly every request) raised and caught a KeyError, twice
+# per produce.
+_REQUEST_QUOTA: contextvars.ContextVar[tuple[web.Request, RequestQuota] | None] = (
+    contextvars.ContextVar("lograft.request_quota", default=None)
+)
 
 
 def request_quota(request: web.Request) -> RequestQuota | None:
     """The request's quota dealings; None when no quota is enforced for it."""
-    found = request.get(_REQUEST_QUOTA_KEY)
-    return found if isinstance(found, RequestQuota) else None
+    found = _REQUEST_QUOTA.get()
+    return found[1] if found is not None and found[0] is request else None
 
 
 def throttle_headers(ms: int) -> dict[str, str]:
@@ -276,7 +282,7 @@ async def serve_with_quotas(
     caller checked `gate.any_active` after `gate.sync()`)."""
     caller = caller_of(request)
     rq = RequestQuota(gate, caller.user, caller.client_id)
-    request[_REQUEST_QUOTA_KEY] = rq
+    serving = _REQUEST_QUOTA.set((request, rq))
     token: contextvars.Token[list[float] | None] | None = None
     try:
         if gate.active(QuotaKey.REQUEST_PERCENTAGE):
@@ -296,6 +302,7 @@ async def serve_with_quotas(
     finally:
         if token is not None:
             _WORK_TIME.reset(token)
+        _REQUEST_QUOTA.reset(serving)
     ms = rq.settle()
     if ms > 0 and not rq.waited and not response.prepared:
         response.headers[THROTTLE_HEADER] = str(ms)

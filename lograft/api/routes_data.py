@@ -70,6 +70,7 @@ from lograft.protocol.batch import (
     build_batch,
 )
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
+from lograft.protocol.plain_batch import BuiltBatch
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
     Acks,
@@ -118,12 +119,13 @@ class DataLimits:
 @dataclass(frozen=True, slots=True)
 class PreparedProduce:
     """A JSON produce ready to append: a batch per partition, and which of
-    the body's records (by index) each batch holds, in batch order."""
+    the body's records (by index) each batch holds, in batch order. A batch
+    of plain records comes with its encoder's account of them (`BuiltBatch`)."""
 
     acks: str | None
     count: int
     groups: dict[int, Sequence[int]]
-    batches: dict[int, bytes]
+    batches: dict[int, bytes | BuiltBatch]
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -253,7 +255,9 @@ class DataRoutes:
         columns = plain_columns(doc)
         if columns is not None:
             groups = self._partition_records(view, columns.partitions, columns.keys, len(columns))
-            batches = {p: columns.batch(indices, now_ms) for p, indices in groups.items()}
+            batches: dict[int, bytes | BuiltBatch] = {
+                p: columns.batch(indices, now_ms) for p, indices in groups.items()
+            }
         else:
             records = parse_records(doc)
             groups = self._partition_records(

@@ -73,6 +73,7 @@ from lograft.protocol.batch import (
 from lograft.protocol.compression import DecompressionBudget
 from lograft.protocol.fetch_wire import EpochEndOffset, PartitionFetch
 from lograft.protocol.produce_wire import Acks, AppendResult
+from lograft.protocol.record_scan import RecordsSummary
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.storage.config import FlushPolicy, TimestampType
 from lograft.storage.log import AppendInfo, CheckedAppend, Log
@@ -438,6 +439,14 @@ class Partition:
         nothing; what passed, for the append (`checked`). Reads only configs
         and the clock: safe in a worker thread."""
         return self.log.check_append(data, rules=self._record_rules(), budget=budget)
+
+    def check_built(
+        self, data: bytes, summary: RecordsSummary, budget: DecompressionBudget
+    ) -> CheckedAppend:
+        """`check_records` for a batch this process encoded itself, with its
+        encoder's account of its records (`Log.check_built`): the same
+        size and record rules, without walking its bytes again."""
+        return self.log.check_built(data, summary, rules=self._record_rules(), budget=budget)
 
     def _record_rules(self) -> RecordRules:
         """The client rules on records for this topic's configs, now."""

@@ -56,6 +56,7 @@ from lograft.errors import (
     PeerUnreachableError,
 )
 from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.plain_batch import BuiltBatch
 from lograft.protocol.produce_wire import (
     Acks,
     AppendResult,
@@ -197,10 +198,12 @@ class ProduceRouter:
     # -- a produce accepted here ---------------------------------------------------------
 
     async def produce(
-        self, view: TopicView, batches: dict[int, bytes], acks: Acks
+        self, view: TopicView, batches: dict[int, bytes | BuiltBatch], acks: Acks
     ) -> dict[int, PartitionOutcome]:
         """Every partition's outcome: each leader gets its partitions in one
-        request (this broker in process), all concurrently."""
+        request (this broker in process), all concurrently. A batch built
+        here (`BuiltBatch`) keeps its encoder's account of its records for
+        this broker's own check; one sent to another leader is walked there."""
         outcomes: dict[int, PartitionOutcome] = {}
         by_leader: dict[int, list[PartitionBatch]] = defaultdict(list)
         calls: list[Awaitable[dict[int, PartitionOutcome]]] = []
@@ -208,6 +211,8 @@ class ProduceRouter:
             leader = view.partitions[p].leader
             if leader < 0:
                 outcomes[p] = self.not_leader(view, TopicPartition(view.name, p))
+            elif isinstance(data, BuiltBatch):
+                by_leader[leader].append(PartitionBatch(p, data.data, data.summary))
             else:
                 by_leader[leader].append(PartitionBatch(p, data))
         for leader, parts in by_leader.items():
@@ -225,27 +230,27 @@ class ProduceRouter:
         transport's in-process `forward_produce`): each partition's outcome,
         in request order, all concurrently."""
         if len(req.partitions) == 1:  # the usual case: no gather
-            b = req.partitions[0]
-            return [
-                await self._produce_local(TopicPartition(view.name, b.partition), b.data, req.acks)
-            ]
+            return [await self._produce_local(view.name, req.partitions[0], req.acks)]
         return list(
             await asyncio.gather(
-                *(
-                    self._produce_local(TopicPartition(view.name, b.partition), b.data, req.acks)
-                    for b in req.partitions
-                )
+                *(self._produce_local(view.name, b, req.acks) for b in req.partitions)
             )
         )
 
-    async def _produce_local(self, tp: TopicPartition, data: bytes, acks: Acks) -> PartitionOutcome:
+    async def _produce_local(
+        self, topic: str, batch: PartitionBatch, acks: Acks
+    ) -> PartitionOutcome:
+        tp, data = TopicPartition(topic, batch.partition), batch.data
         try:
-            # A batch built here from the request's JSON: its records are
-            # walked (and judged by the topic's rules) off the loop all the same.
-            check = functools.partial(
-                self.replicas.partition(tp).check_records, data, self.produce_budget()
-            )
-            checked = await self.work.run(check, inline=not self.work.worth_a_thread(data))
+            part = self.replicas.partition(tp)
+            if batch.built is not None:
+                # Encoded here from the request's checked fields: judged by
+                # the topic's rules from its encoder's account (a few us, on
+                # the loop), not walked again.
+                checked = part.check_built(data, batch.built, self.produce_budget())
+            else:
+                check = functools.partial(part.check_records, data, self.produce_budget())
+                checked = await self.work.run(check, inline=not self.work.worth_a_thread(data))
             return await self.replicas.produce(tp, data, acks, checked=checked)
         except LograftError as exc:
             return exc

@@ -80,6 +80,7 @@ from lograft.node.event_loop import run_on, running_loop_name
 from lograft.node.fd_limit import OTHER_DESCRIPTORS, ensure_fd_limit
 from lograft.node.log_end_reporter import LogEndReporter
 from lograft.node.loop_lag import LoopLagProbe
+from lograft.node.malloc_tuning import tune_malloc
 from lograft.node.metadata_catch_up import MetadataCatchUp
 from lograft.node.offsets_topic import create_offsets_topic, offsets_topic_request
 from lograft.node.peer_client import PeerClient
@@ -840,7 +841,9 @@ async def until_stopped(stop: asyncio.Event, raft: RaftAdapter) -> BaseException
 
 
 def run_node_process(config: NodeConfig) -> int:
-    """`run_node` on a new event loop of the kind `config.event_loop`."""
+    """`run_node` on a new event loop of the kind `config.event_loop`, with
+    glibc's malloc keeping large buffers for reuse (node/malloc_tuning.py)."""
+    tune_malloc()
     return run_on(config.event_loop, run_node(config))
 
 

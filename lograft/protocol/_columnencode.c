@@ -1,5 +1,5 @@
 /*
- * _columnencode: encode the records section of a RecordBatch v2 from
+ * _columnencode: encode a RecordBatch v2 (header and records) from
  * columns (a list of values, optionally a list of keys and a list of
  * timestamps), for records without headers.
  *
@@ -16,7 +16,8 @@
  * the same bytes batch.encode_records gives for RecordInput(value, key, (),
  * timestamp) (the unit tests compare them). Two passes: the first sizes
  * every record and checks every item's type, the second writes into one
- * bytes object of exactly that size. The columns are lists this module
+ * bytes object of exactly that size, after room for the batch header, which
+ * is then written in front, with its CRC. The columns are lists this module
  * reads without calling Python code, so nothing changes between the passes;
  * the second still checks every write against the room left.
  *
@@ -117,7 +118,7 @@ put_record(writer *w, Py_ssize_t i, int64_t ts_delta, PyObject *key, PyObject *v
 /* One pass over the columns: sizes (w->start NULL) or writes. */
 static int
 encode_pass(writer *w, PyObject *values, PyObject *keys, PyObject *timestamps, int64_t default_ts,
-            int64_t *base_ts, int64_t *max_ts)
+            int64_t *base_ts, int64_t *min_ts, int64_t *max_ts)
 {
     Py_ssize_t n = PyList_GET_SIZE(values);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -127,6 +128,7 @@ encode_pass(writer *w, PyObject *values, PyObject *keys, PyObject *timestamps, i
         }
         if (i == 0) {
             *base_ts = ts;
+            *min_ts = ts;
             *max_ts = ts;
         }
         if ((*base_ts < 0 && ts > INT64_MAX + *base_ts) ||
@@ -136,6 +138,9 @@ encode_pass(writer *w, PyObject *values, PyObject *keys, PyObject *timestamps, i
         }
         if (ts > *max_ts) {
             *max_ts = ts;
+        }
+        if (ts < *min_ts) {
+            *min_ts = ts;
         }
         PyObject *key = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
         PyObject *value = PyList_GET_ITEM(values, i);
@@ -187,23 +192,117 @@ same_length(PyObject *column, Py_ssize_t n, const char *name)
     return 0;
 }
 
-PyDoc_STRVAR(encode_columns_doc,
-"encode_columns(values, keys, timestamps, default_timestamp, /) -> (body, base_ts, max_ts)\n\n"
-"The records section (uncompressed) of a RecordBatch v2 holding one record\n"
-"per item of `values` (a list of str, bytes or None), without headers, with\n"
-"offset deltas 0..n-1. `keys` is a list of the same length (str, bytes or\n"
-"None) or None for no keys; `timestamps` a list of int or None (None: the\n"
-"default) or None for the default everywhere. A str is written as UTF-8.\n"
-"Returns the bytes, the first record's timestamp and the largest one.");
+/* The RecordBatch v2 header (batch.HEADER, ">qiibIhiqqqhii"): where each
+ * field this module writes starts, and its size. */
+#define BATCH_HEADER_SIZE 61
+#define BATCH_LOG_OVERHEAD 12
+#define BATCH_LENGTH_POS 8
+#define BATCH_LEADER_EPOCH_POS 12
+#define BATCH_MAGIC_POS 16
+#define BATCH_CRC_POS 17
+#define BATCH_CRC_START 21 /* the CRC covers attributes to the end */
+#define BATCH_LAST_OFFSET_DELTA_POS 23
+#define BATCH_BASE_TIMESTAMP_POS 27
+#define BATCH_MAX_TIMESTAMP_POS 35
+#define BATCH_PRODUCER_ID_POS 43
+#define BATCH_PRODUCER_EPOCH_POS 51
+#define BATCH_BASE_SEQUENCE_POS 53
+#define BATCH_RECORDS_COUNT_POS 57
+#define BATCH_MAGIC 2
+
+static void
+put_be(unsigned char *p, uint64_t v, int size)
+{
+    for (int i = size - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+/* The CRC-32C of the batch's covered bytes, by `crc_fn` (crc32c.crc32c: the
+ * hardware-assisted one the rest of the protocol uses) on a view of them. */
+static int
+batch_crc(PyObject *crc_fn, PyObject *batch, Py_ssize_t size, uint32_t *crc)
+{
+    PyObject *whole = PyMemoryView_FromObject(batch);
+    if (whole == NULL) {
+        return -1;
+    }
+    PyObject *covered = PySequence_GetSlice(whole, BATCH_CRC_START, size);
+    Py_DECREF(whole);
+    if (covered == NULL) {
+        return -1;
+    }
+    PyObject *got = PyObject_CallOneArg(crc_fn, covered);
+    Py_DECREF(covered);
+    if (got == NULL) {
+        return -1;
+    }
+    unsigned long value = PyLong_AsUnsignedLong(got);
+    Py_DECREF(got);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the CRC function answered more than 32 bits");
+        return -1;
+    }
+    *crc = (uint32_t)value;
+    return 0;
+}
+
+static void
+put_header(unsigned char *h, Py_ssize_t size, Py_ssize_t n, int64_t base_ts, int64_t max_ts)
+{
+    memset(h, 0, BATCH_HEADER_SIZE); /* baseOffset 0 (the leader sets it), attributes 0 */
+    put_be(h + BATCH_LENGTH_POS, (uint64_t)(size - BATCH_LOG_OVERHEAD), 4);
+    put_be(h + BATCH_LEADER_EPOCH_POS, (uint64_t)-1, 4);
+    h[BATCH_MAGIC_POS] = BATCH_MAGIC;
+    put_be(h + BATCH_LAST_OFFSET_DELTA_POS, (uint64_t)(n - 1), 4);
+    put_be(h + BATCH_BASE_TIMESTAMP_POS, (uint64_t)base_ts, 8);
+    put_be(h + BATCH_MAX_TIMESTAMP_POS, (uint64_t)max_ts, 8);
+    put_be(h + BATCH_PRODUCER_ID_POS, (uint64_t)-1, 8);
+    put_be(h + BATCH_PRODUCER_EPOCH_POS, (uint64_t)-1, 2);
+    put_be(h + BATCH_BASE_SEQUENCE_POS, (uint64_t)-1, 4);
+    put_be(h + BATCH_RECORDS_COUNT_POS, (uint64_t)n, 4);
+}
+
+static Py_ssize_t
+null_count(PyObject *keys, Py_ssize_t n)
+{
+    if (keys == Py_None) {
+        return n;
+    }
+    Py_ssize_t nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        nulls += PyList_GET_ITEM(keys, i) == Py_None;
+    }
+    return nulls;
+}
+
+PyDoc_STRVAR(encode_batch_doc,
+"encode_batch(values, keys, timestamps, default_timestamp, crc32c, /)\n"
+"    -> (batch, ts_delta_min, ts_delta_max, null_keys)\n\n"
+"A whole RecordBatch v2 (uncompressed, CreateTime, no producer id, base\n"
+"offset 0, partition leader epoch -1) holding one record per item of\n"
+"`values` (a list of str, bytes or None), without headers, with offset\n"
+"deltas 0..n-1: what plain_batch.build_plain_batch returns, in one bytes\n"
+"object (the header written in front of the records, not joined to them:\n"
+"a second copy of a 512 KiB batch cost more than encoding it). `keys` is a\n"
+"list of the same length (str, bytes or None) or None for no keys;\n"
+"`timestamps` a list of int or None (None: the default) or None for the\n"
+"default everywhere. A str is written as UTF-8. `crc32c(view)` computes the\n"
+"CRC. Also what a record scan of the batch would report: the smallest and\n"
+"largest timestamp delta and the count of null keys.");
 
 static PyObject *
-columnencode_encode_columns(PyObject *self, PyObject *args)
+columnencode_encode_batch(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *values, *keys, *timestamps;
+    PyObject *values, *keys, *timestamps, *crc_fn;
     long long default_ts;
-    if (!PyArg_ParseTuple(args, "O!OOL:encode_columns", &PyList_Type, &values, &keys,
-                          &timestamps, &default_ts)) {
+    if (!PyArg_ParseTuple(args, "O!OOLO:encode_batch", &PyList_Type, &values, &keys, &timestamps,
+                          &default_ts, &crc_fn)) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(values);
@@ -214,23 +313,38 @@ columnencode_encode_columns(PyObject *self, PyObject *args)
     if (same_length(keys, n, "keys") < 0 || same_length(timestamps, n, "timestamps") < 0) {
         return NULL;
     }
-    int64_t base_ts = default_ts, max_ts = default_ts;
-    writer sizer = {NULL, 0, 0};
-    if (encode_pass(&sizer, values, keys, timestamps, default_ts, &base_ts, &max_ts) < 0) {
+    int64_t base_ts = default_ts, min_ts = default_ts, max_ts = default_ts;
+    writer sizer = {NULL, BATCH_HEADER_SIZE, 0};
+    if (encode_pass(&sizer, values, keys, timestamps, default_ts, &base_ts, &min_ts, &max_ts) <
+        0) {
         return NULL;
     }
-    PyObject *body = PyBytes_FromStringAndSize(NULL, sizer.pos);
-    if (body == NULL) {
+    if (sizer.pos - BATCH_LOG_OVERHEAD > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a batch exceeds the int32 batchLength");
         return NULL;
     }
-    writer w = {PyBytes_AS_STRING(body), 0, sizer.pos};
-    if (encode_pass(&w, values, keys, timestamps, default_ts, &base_ts, &max_ts) < 0 ||
+    PyObject *batch = PyBytes_FromStringAndSize(NULL, sizer.pos);
+    if (batch == NULL) {
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(batch);
+    writer w = {(char *)start, BATCH_HEADER_SIZE, sizer.pos};
+    uint32_t crc;
+    if (encode_pass(&w, values, keys, timestamps, default_ts, &base_ts, &min_ts, &max_ts) < 0 ||
         (w.pos != w.size && room_lost() < 0)) {
-        Py_DECREF(body);
+        Py_DECREF(batch);
         return NULL;
     }
-    PyObject *result = Py_BuildValue("(OLL)", body, (long long)base_ts, (long long)max_ts);
-    Py_DECREF(body);
+    put_header(start, w.size, n, base_ts, max_ts);
+    /* No one else holds `batch` yet: the CRC is written into it in place. */
+    if (batch_crc(crc_fn, batch, w.size, &crc) < 0) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    put_be(start + BATCH_CRC_POS, crc, 4);
+    PyObject *result = Py_BuildValue("(OLLn)", batch, (long long)(min_ts - base_ts),
+                                     (long long)(max_ts - base_ts), null_count(keys, n));
+    Py_DECREF(batch);
     return result;
 }
 
@@ -382,7 +496,7 @@ columnencode_texts_only(PyObject *self, PyObject *column)
 }
 
 static PyMethodDef columnencode_methods[] = {
-    {"encode_columns", columnencode_encode_columns, METH_VARARGS, encode_columns_doc},
+    {"encode_batch", columnencode_encode_batch, METH_VARARGS, encode_batch_doc},
     {"attribute_columns", columnencode_attribute_columns, METH_VARARGS, attribute_columns_doc},
     {"texts_only", columnencode_texts_only, METH_O, texts_only_doc},
     {NULL, NULL, 0, NULL},
@@ -390,7 +504,7 @@ static PyMethodDef columnencode_methods[] = {
 
 /* Bumped whenever the module's functions, their arguments or answers change:
  * plain_batch.py ignores a module built from an older source. */
-#define COLUMNENCODE_ABI 2
+#define COLUMNENCODE_ABI 3
 
 static int
 columnencode_exec(PyObject *module)

@@ -380,6 +380,16 @@ def compute_crc(
     return _crc32c.crc32c(mv[pos + CRC_START : end])
 
 
+def check_batch_size(size: int, max_batch_bytes: int) -> None:
+    """Refuse a batch of `size` bytes over `max_batch_bytes` (max_message_bytes)."""
+    if size > max_batch_bytes:
+        raise RecordTooLargeError(
+            f"record batch of {size} bytes exceeds max_message_bytes={max_batch_bytes}",
+            size=size,
+            limit=max_batch_bytes,
+        )
+
+
 def validate_batch(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
@@ -408,12 +418,8 @@ def validate_batch(
         raise CorruptRecordError(
             f"batchLength says {size} bytes but only {remaining} are present", position=pos
         )
-    if max_batch_bytes is not None and size > max_batch_bytes:
-        raise RecordTooLargeError(
-            f"record batch of {size} bytes exceeds max_message_bytes={max_batch_bytes}",
-            size=size,
-            limit=max_batch_bytes,
-        )
+    if max_batch_bytes is not None:
+        check_batch_size(size, max_batch_bytes)
     header = BatchHeader(*HEADER.unpack_from(buf, pos))
     if header.magic != MAGIC:
         raise CorruptRecordError(

@@ -7,8 +7,13 @@ keys or None, a list of timestamps or None; each value or key a `str`,
 written as its UTF-8 bytes, `bytes`, or None), and `build_plain_batch` makes
 the same batch `batch.build_batch` makes of the matching `RecordInput`s
 (uncompressed, no producer id) without an object per record: the C
-extension `_columnencode` encodes the records section, the pure-Python
-fallback (no compiler at install time) goes through `batch.encode_records`.
+extension `_columnencode` encodes the whole batch into one bytes object
+(records, then the header and its CRC in front of them: joining a header to
+a separately encoded 512 KiB section cost more than encoding it), the
+pure-Python fallback (no compiler at install time) goes through
+`batch.encode_records`. With the batch comes what a record scan of it would
+report (`BuiltBatch.summary`), for the leader to judge the records by the
+topic's rules without walking the batch again.
 
 The columns themselves come from the decoded records (one object each) by
 `attribute_columns` and are judged by `texts_only`, also one C call each
@@ -20,7 +25,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import crc32c as _crc32c
 
@@ -39,6 +44,7 @@ from lograft.protocol.batch import (
     RecordInput,
     encode_records,
 )
+from lograft.protocol.record_scan import RecordsSummary
 
 # A column item: str (written as UTF-8), bytes, or None (null).
 Item = str | bytes | None
@@ -46,7 +52,7 @@ Item = str | bytes | None
 Column = list[str | None] | list[bytes | None] | list[Item]
 
 # The C encoder's ABI this module speaks (COLUMNENCODE_ABI in _columnencode.c).
-C_COLUMNS_ENCODE_ABI: Final = 2
+C_COLUMNS_ENCODE_ABI: Final = 3
 
 try:
     from lograft.protocol import _columnencode as _columnencode
@@ -67,8 +73,8 @@ IMPLEMENTATION: Final[Literal["c", "python"]] = "c" if _columnencode is not None
 def encode_columns_python(
     values: Column, keys: Column | None, timestamps: list[int | None] | None, now_ms: int
 ) -> tuple[bytes, int, int]:
-    """The fallback for `_columnencode.encode_columns` (same bytes and errors
-    for the types the JSON path passes)."""
+    """The records section of `build_plain_batch_python`'s batch, its first
+    and its largest timestamp."""
     records = [
         RecordInput(
             _item_bytes(value, "value"),
@@ -118,21 +124,41 @@ def _item_bytes(item: Item, what: str) -> bytes | None:
     raise TypeError(f"a record's {what} must be str, bytes or None, not {type(item).__name__}")
 
 
+class BuiltBatch(NamedTuple):
+    """A batch `build_plain_batch` encoded, with what a record scan of it
+    would report (`record_scan.RecordsSummary`): the leader judges its
+    records by the topic's rules from this instead of walking the bytes it
+    has just written (storage/log.py `Log.check_built`)."""
+
+    data: bytes
+    summary: RecordsSummary
+
+
 def build_plain_batch(
     values: Column,
     keys: Column | None,
     timestamps: list[int | None] | None,
     *,
     timestamp_ms: int,
-) -> bytes:
+) -> BuiltBatch:
     """One uncompressed batch of one record per value, with offset deltas
     0..n-1; `timestamp_ms` stands for a missing timestamp."""
     if not values:
         raise InvalidRecordError("a batch needs at least one record")
     if _columnencode is not None:
-        body, base_ts, max_ts = _columnencode.encode_columns(values, keys, timestamps, timestamp_ms)
-    else:
-        body, base_ts, max_ts = encode_columns_python(values, keys, timestamps, timestamp_ms)
+        data, delta_min, delta_max, null_keys = _columnencode.encode_batch(
+            values, keys, timestamps, timestamp_ms, _crc32c.crc32c
+        )
+        return BuiltBatch(data, RecordsSummary(delta_min, delta_max, null_keys))
+    return build_plain_batch_python(values, keys, timestamps, timestamp_ms)
+
+
+def build_plain_batch_python(
+    values: Column, keys: Column | None, timestamps: list[int | None] | None, now_ms: int
+) -> BuiltBatch:
+    """The fallback for `_columnencode.encode_batch` (same bytes and errors
+    for the types the JSON path passes)."""
+    body, base_ts, max_ts = encode_columns_python(values, keys, timestamps, now_ms)
     header = bytearray(
         HEADER.pack(
             0,  # baseOffset: the leader sets it on append
@@ -152,12 +178,16 @@ def build_plain_batch(
     )
     crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[CRC_START:]))
     struct.pack_into(">I", header, CRC_POS, crc)
-    return b"".join((header, body))
+    stamps = [now_ms if t is None else t for t in timestamps] if timestamps else [now_ms]
+    null_keys = len(values) if keys is None else sum(k is None for k in keys)
+    summary = RecordsSummary(min(stamps) - base_ts, max_ts - base_ts, null_keys)
+    return BuiltBatch(b"".join((header, body)), summary)
 
 
 __all__ = [
     "C_COLUMNS_ENCODE_ABI",
     "IMPLEMENTATION",
+    "BuiltBatch",
     "Column",
     "Item",
     "attribute_columns",

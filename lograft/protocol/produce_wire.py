@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from lograft.errors import InvalidRequestError, LograftError
+from lograft.protocol.record_scan import RecordsSummary
 
 CONTENT_TYPE = "application/vnd.lograft.produce"
 _LEN = struct.Struct(">I")
@@ -77,6 +78,11 @@ PartitionOutcome = AppendResult | LograftError
 class PartitionBatch:
     partition: int
     data: bytes
+    # What the encoder saw of the records of a batch this process built
+    # itself (`plain_batch.BuiltBatch`), for the leader's check when the
+    # batch stays in this process; never sent: a batch that crosses the
+    # wire arrives without it and is walked whole.
+    built: RecordsSummary | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ from lograft.protocol.batch import (
     PATCHED_PREFIX,
     PATCHED_PREFIX_SIZE,
     BatchHeader,
+    check_batch_size,
     check_batch_sizes,
     iter_batch_records,
     patch_base_offset_and_epoch,
@@ -64,6 +65,7 @@ from lograft.protocol.batch import (
     validate_batches,
 )
 from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.record_scan import RecordsSummary
 from lograft.storage import checkpoint
 from lograft.storage.config import FlushPolicy, LogConfig, TimestampType
 from lograft.storage.epoch_cache import FILE_NAME as EPOCH_CHECKPOINT_FILE
@@ -436,6 +438,30 @@ class Log:
         when given what this returns (`checked`)."""
         headers = self._validate_all(data, contiguous=True, deep=True, rules=rules, budget=budget)
         return CheckedAppend(data, tuple(headers))
+
+    def check_built(
+        self,
+        data: bytes,
+        summary: RecordsSummary,
+        *,
+        rules: RecordRules | None,
+        budget: DecompressionBudget,
+    ) -> CheckedAppend:
+        """`check_append` for one batch this process encoded itself from
+        checked fields (`plain_batch.build_plain_batch`, the JSON produce),
+        with what its encoder saw of its records (`summary`, what the record
+        scan reports): its size and the client rules on its records are
+        judged as `check_append` judges them, but its structure, CRC and
+        records are not walked again (~25 us of a JSON produce of 500
+        records of 100 B). Bytes that are not exactly one batch get the
+        full check."""
+        header = BatchHeader(*HEADER.unpack_from(data, 0))
+        if header.size != len(data):
+            return self.check_append(data, rules=rules, budget=budget)
+        check_batch_size(header.size, self.config.max_message_bytes)
+        if rules is not None:
+            check_records_summary(header, summary, rules, 0)
+        return CheckedAppend(data, ((0, header),))
 
     def append_as_follower(self, data: bytes | bytearray) -> AppendInfo:
         """Append batches copied from the leader, keeping their offsets and

@@ -2,7 +2,9 @@
 the per-record path it replaces for them (records_json.parse_produce_body,
 then a batch per partition with batch.build_batch): for any body, the same
 batches of the same records per partition, or the same refusal (class, code,
-message, details)."""
+message, details); and each column-built batch's account of its records
+(`BuiltBatch.summary`, what the leader judges it by) is what a record scan
+of its bytes reports."""
 
 from __future__ import annotations
 
@@ -26,9 +28,11 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from lograft.protocol.batch import build_batch
+from lograft.protocol.batch import build_batch, validate_batches
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
+from lograft.protocol.plain_batch import BuiltBatch
 from lograft.protocol.produce_wire import AppendResult
+from lograft.protocol.record_scan import RecordsSummary
 
 PARTITIONS = 3
 RECORDS_MAX = 6
@@ -79,7 +83,27 @@ def new_prepare(routes: DataRoutes, body: bytes) -> tuple[Any, ...]:
         mp.setattr(routes_data, "time", SimpleNamespace(time=lambda: NOW_MS / 1000))
         got = routes._prepare_json(VIEW, body)
     groups = {p: list(idx) for p, idx in got.groups.items()}
-    return got.acks, got.count, groups, got.batches
+    batches: dict[int, bytes] = {}
+    for p, batch in got.batches.items():
+        if isinstance(batch, BuiltBatch):
+            assert batch.summary == scanned(batch.data)
+            batch = batch.data
+        batches[p] = batch
+    return got.acks, got.count, groups, batches
+
+
+def scanned(data: bytes) -> RecordsSummary:
+    """What the leader's record scan reports of the one batch in `data`."""
+    seen: list[RecordsSummary] = []
+    validate_batches(
+        data,
+        max_batch_bytes=len(data),
+        contiguous=True,
+        deep=True,
+        on_records=lambda _h, summary, _i: seen.append(summary),
+    )
+    [summary] = seen
+    return summary
 
 
 def outcome(prepare: Any, *args: Any) -> tuple[Any, ...]:

@@ -16,7 +16,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.caller import CLIENT_ID_HEADER
-from lograft.api.quota_gate import THROTTLE_HEADER, QuotaGate, _Timed
+from lograft.api.quota_gate import (
+    THROTTLE_HEADER,
+    QuotaGate,
+    RequestQuota,
+    _Timed,
+    request_quota,
+    serve_with_quotas,
+)
 from lograft.api.routes_data import BATCH_CONTENT_TYPE, DataRoutes
 from lograft.api.stream.limits import StreamLimits
 from lograft.api.stream.routes import StreamRoutes
@@ -293,3 +300,24 @@ async def test_a_fetch_reads_no_more_than_the_quota_lets_one_answer_carry(env):
         headers={"Accept": BATCH_CONTENT_TYPE, **FAST},
     )
     assert resp.headers["X-Lograft-Next-Offset"] == "3"
+
+
+async def test_a_requests_quota_is_its_own_and_only_while_it_is_served() -> None:
+    """`request_quota` finds the dealings of the request being served with
+    quotas in this task, never another request's, and nothing after it."""
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    gate = QuotaGate(QuotaConfig(), dict, clock=lambda: 1.0)
+    served = make_mocked_request("POST", "/v1/topics/orders/records")
+    other = make_mocked_request("POST", "/v1/topics/orders/records")
+    seen: list[object] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.extend([request_quota(request), request_quota(other)])
+        return web.Response()
+
+    assert request_quota(served) is None
+    await serve_with_quotas(gate, served, handler)
+    assert isinstance(seen[0], RequestQuota) and seen[1] is None
+    assert request_quota(served) is None

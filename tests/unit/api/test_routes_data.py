@@ -520,3 +520,32 @@ async def test_a_large_json_produce_is_decoded_and_built_off_the_event_loop(
     assert large == (value_chars > 60)
     main = threading.main_thread().name
     assert threads and all((t != main) == large for t in threads), threads
+
+
+@pytest.mark.parametrize("headers", [None, {"h": "x"}], ids=["columns", "per-record"])
+async def test_a_column_built_batch_is_judged_from_its_encoder_not_walked_again(
+    client, monkeypatch, headers
+) -> None:
+    """The batch the column encoder built from the request's checked fields
+    is judged by the topic's rules from the encoder's account of its records
+    (`Partition.check_built`); a per-record batch is walked as ever."""
+    from lograft.brokers.partition import Partition
+
+    calls: list[str] = []
+    for name in ("check_built", "check_records"):
+        real = getattr(Partition, name)
+
+        def spy(self, *args, _real=real, _name=name):
+            calls.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(Partition, name, spy)
+    extra = {} if headers is None else {"headers": headers}
+    records = [{"value": "a", "partition": 1, **extra}, {"value": "b", "partition": 1, **extra}]
+    resp = await client.post(
+        "/v1/topics/orders/records", json={"value_format": "string", "records": records}
+    )
+    assert resp.status == 200, await resp.text()
+    assert calls == ["check_built" if headers is None else "check_records"]
+    got = await client.get("/v1/topics/orders/partitions/1/records", params={"offset": "0"})
+    assert [r["value"] for r in (await got.json())["records"]] == ["a", "b"]

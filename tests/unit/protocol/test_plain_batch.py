@@ -1,6 +1,8 @@
 """plain_batch.build_plain_batch (the C column encoder, _columnencode, and its
 pure-Python fallback) against batch.build_batch of the matching RecordInputs:
-the same bytes for any columns, and batches kafka-python reads back."""
+the same bytes for any columns, batches kafka-python reads back, and an
+account of the records (`BuiltBatch.summary`) equal to what the record scan
+of the bytes reports."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from lograft.errors import InvalidRecordError
 from lograft.protocol import plain_batch
-from lograft.protocol.batch import RecordInput, build_batch
-from lograft.protocol.plain_batch import Item, build_plain_batch
+from lograft.protocol.batch import RecordInput, build_batch, validate_batches
+from lograft.protocol.plain_batch import BuiltBatch, Item, build_plain_batch
+from lograft.protocol.record_scan import RecordsSummary
 
 needs_c = pytest.mark.skipif(
     plain_batch.IMPLEMENTATION != "c", reason="the C column encoder is not built"
@@ -55,14 +58,33 @@ def reference(
     )
 
 
+def scanned(data: bytes) -> RecordsSummary:
+    """What the leader's record scan reports of the one batch in `data`."""
+    seen: list[RecordsSummary] = []
+    validate_batches(
+        data,
+        max_batch_bytes=len(data),
+        contiguous=True,
+        deep=True,
+        on_records=lambda _h, summary, _i: seen.append(summary),
+    )
+    [summary] = seen
+    return summary
+
+
+def assert_built_as_reference(built: BuiltBatch, want: bytes) -> None:
+    assert isinstance(built, BuiltBatch) and type(built.data) is bytes
+    assert built.data == want
+    assert built.summary == scanned(want)
+
+
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(columns(), st.integers(min_value=0, max_value=1 << 41))
 def test_the_c_encoder_gives_build_batch_bytes(cols, now_ms) -> None:
     values, keys, stamps = cols
-    assert build_plain_batch(values, keys, stamps, timestamp_ms=now_ms) == reference(
-        values, keys, stamps, now_ms
-    )
+    built = build_plain_batch(values, keys, stamps, timestamp_ms=now_ms)
+    assert_built_as_reference(built, reference(values, keys, stamps, now_ms))
 
 
 @settings(max_examples=100, deadline=None)
@@ -72,14 +94,25 @@ def test_the_python_fallback_gives_the_same_bytes(cols, now_ms) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plain_batch, "_columnencode", None)
         got = build_plain_batch(values, keys, stamps, timestamp_ms=now_ms)
-    assert got == reference(values, keys, stamps, now_ms)
+    assert_built_as_reference(got, reference(values, keys, stamps, now_ms))
+
+
+@needs_c
+def test_a_crc_function_that_fails_fails_the_encode() -> None:
+    def broken(_view: memoryview) -> int:
+        raise OSError("no crc")
+
+    with pytest.raises(OSError, match="no crc"):
+        plain_batch._columnencode.encode_batch(["a"], None, None, 0, broken)
+    with pytest.raises(ValueError, match="more than 32 bits"):
+        plain_batch._columnencode.encode_batch(["a"], None, None, 0, lambda _v: 1 << 32)
 
 
 def test_kafka_python_reads_the_batch() -> None:
     values: list[Item] = ["é" * 3, None, b"\x00\xff"]
     keys: list[Item] = [None, "k", b"k2"]
-    data = build_plain_batch(values, keys, [None, 5, None], timestamp_ms=1_700_000_000_000)
-    batch = DefaultRecordBatch(data)
+    built = build_plain_batch(values, keys, [None, 5, None], timestamp_ms=1_700_000_000_000)
+    batch = DefaultRecordBatch(built.data)
     batch.validate_crc()
     got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch]
     assert got == [

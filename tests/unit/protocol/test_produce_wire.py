@@ -23,6 +23,7 @@ from lograft.protocol.produce_wire import (
     encode_request,
     encode_response,
 )
+from lograft.protocol.record_scan import RecordsSummary
 
 
 def _request() -> ProduceRequest:
@@ -43,6 +44,14 @@ def test_a_request_round_trips_with_its_order_and_bytes() -> None:
         req = ProduceRequest("orders", acks, _request().partitions)
         assert decode_request(encode_request(req)) == req
     assert _request().size == len(b"batch-seven") + 2
+
+
+def test_an_encoders_account_of_a_batch_never_crosses_the_wire() -> None:
+    """A leader that gets a batch over HTTP walks it whole: the sender's
+    `built` account stays in the sender's process."""
+    built = PartitionBatch(7, b"batch-seven", RecordsSummary(0, 5, 1))
+    [got] = decode_request(encode_request(ProduceRequest("orders", Acks.ALL, [built]))).partitions
+    assert got == PartitionBatch(7, b"batch-seven") and got.built is None
 
 
 def test_a_response_round_trips_results_and_errors() -> None:

@@ -6,7 +6,8 @@ with os.pwritev, instead of copying the request. These tests hold that path
 to the same results as a copy-and-patch: the stored bytes are the request's
 with only those fields changed, short writes are continued, requests of more
 pieces than one pwritev takes are written whole, and the caller's buffer is
-never modified.
+never modified. A batch this process encoded itself (`check_built`) is
+judged as `check_append` judges it without being walked.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 
 import pytest
 
-from lograft.errors import CorruptRecordError, RecordTooLargeError
+from lograft.errors import CorruptRecordError, LograftError, RecordTooLargeError
 from lograft.protocol.batch import (
     LEADER_EPOCH_POS,
     RecordInput,
@@ -25,11 +26,13 @@ from lograft.protocol.batch import (
     validate_batch,
 )
 from lograft.protocol.compression import DecompressionBudget
+from lograft.protocol.plain_batch import BuiltBatch, build_plain_batch
 from lograft.storage import log as log_module
 from lograft.storage import segment as segment_module
 from lograft.storage.config import LogConfig, TimestampType
 from lograft.storage.handles import FilePool
 from lograft.storage.log import Log
+from lograft.storage.produce_rules import RecordRules, TimestampBounds
 
 from .storage_support import FakeClock, read_everything
 
@@ -225,4 +228,98 @@ def test_checked_bytes_are_held_to_the_batch_size_limit_as_it_is_now(tmp_path):
     with pytest.raises(RecordTooLargeError):
         log.append(request, leader_epoch=1, validate_records=False, checked=checked)
     assert log.log_end_offset == 0
+    log.close()
+
+
+# -- a batch this process encoded (check_built) -------------------------------------------
+
+RULES_NOW = 1_700_000_000_000
+
+
+def _built(values: list[str | None], keys: list[str | None] | None, stamps=None) -> BuiltBatch:
+    return build_plain_batch(values, keys, stamps, timestamp_ms=RULES_NOW)
+
+
+def _refusal(check) -> tuple[object, ...] | None:
+    try:
+        check()
+    except LograftError as exc:
+        return (type(exc), exc.code, exc.message, exc.details)
+    return None
+
+
+CASES = [
+    # (values, keys, timestamps, log config, rules): each judged as check_append judges it
+    (["a", "b"], ["k", "l"], None, {}, RecordRules()),
+    (["a", "b"], ["k", None], None, {}, RecordRules(keys_required=True)),
+    (["a"], None, None, {}, RecordRules(keys_required=True)),
+    (["x" * 300], None, None, {"max_message_bytes": 200}, None),
+    (["a", "b"], None, [RULES_NOW - 10_000, None], {}, None),
+    (
+        ["a", "b"],
+        None,
+        [RULES_NOW - 10_000, None],
+        {},
+        RecordRules(TimestampBounds.around(RULES_NOW, 5_000, 5_000)),
+    ),
+    (
+        ["a", "b"],
+        None,
+        [None, RULES_NOW + 10_000],
+        {},
+        RecordRules(TimestampBounds.around(RULES_NOW, 5_000, 5_000)),
+    ),
+    (
+        ["a", "b"],
+        None,
+        [None, RULES_NOW + 1],
+        {},
+        RecordRules(TimestampBounds.around(0, 0, 1 << 60)),
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "keys", "stamps", "cfg", "rules"), CASES)
+def test_a_built_batch_is_judged_as_check_append_judges_it(
+    tmp_path, values, keys, stamps, cfg, rules
+):
+    log = _log(tmp_path, **cfg)
+    built = _built(values, keys, stamps)
+    full = _refusal(lambda: log.check_append(built.data, rules=rules, budget=BUDGET))
+    assert (
+        _refusal(lambda: log.check_built(built.data, built.summary, rules=rules, budget=BUDGET))
+        == full
+    )
+    if full is None:
+        want = log.check_append(built.data, rules=rules, budget=BUDGET)
+        got = log.check_built(built.data, built.summary, rules=rules, budget=BUDGET)
+        assert got.headers == want.headers and got.data is built.data
+    log.close()
+
+
+def test_a_built_batch_is_not_walked_but_written_as_a_checked_one(tmp_path, monkeypatch):
+    log = _log(tmp_path)
+    built = _built(["a", None, "c"], ["k", "l", "m"])
+
+    def no_walk(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a built batch was walked")
+
+    monkeypatch.setattr(log_module, "validate_batches", no_walk)
+    checked = log.check_built(built.data, built.summary, rules=RecordRules(), budget=BUDGET)
+    info = log.append(built.data, leader_epoch=3, validate_records=False, checked=checked)
+    monkeypatch.undo()
+    assert log.active_segment.log_path.read_bytes() == _patched(built.data, info.first_offset, 3)
+    log.close()
+
+
+def test_bytes_that_are_not_one_built_batch_get_the_full_check(tmp_path):
+    log = _log(tmp_path)
+    built = _built(["a"], ["k"])
+    two = built.data + _request(random.Random(10), 1)
+    checked = log.check_built(two, built.summary, rules=RecordRules(), budget=BUDGET)
+    assert [pos for pos, _h in checked.headers] == [0, len(built.data)]
+    corrupt = bytearray(two)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        log.check_built(bytes(corrupt), built.summary, rules=RecordRules(), budget=BUDGET)
     log.close()
