@@ -32,6 +32,10 @@ AcksValue = Literal["0", "1", "all"]
 EventLoopName = Literal["uvloop", "asyncio"]
 OffsetReset = Literal["earliest", "latest", "none"]
 COMPRESSIONS = ("none", "gzip", "lz4", "zstd")
+# Produce requests in flight per partition with idempotence, at most: the
+# broker's duplicate window (NUM_BATCHES_TO_RETAIN, 5 batches per producer per
+# partition), as Kafka's limit for max.in.flight.requests.per.connection.
+IDEMPOTENT_IN_FLIGHT_MAX = 5
 # Settings that hold a secret: never in a repr or an error message.
 _SECRET_SETTINGS = ("bearer_token", "password")
 
@@ -222,9 +226,10 @@ class ProducerConfig(CommonConfig, kw_only=True):
     # leader is in flight, else it goes at once. True: Kafka's rule, every
     # batch that is not full waits linger_ms.
     linger_strict: bool = False
-    # Requests in flight per partition. 1 keeps order under retries; with
-    # idempotence it must be 1 (a retry is always the partition's newest batch,
-    # so the broker's five-batch duplicate window always holds it).
+    # Requests in flight per partition. Without idempotence only 1 keeps order
+    # under retries; with it up to IDEMPOTENT_IN_FLIGHT_MAX keep order and
+    # exactness (client/sequence_lanes.py: the leader's sequence check refuses
+    # a batch that overtakes, and the client sends it again).
     max_in_flight_per_partition: Positive = 1
     delivery_timeout_ms: Positive = 120_000
     buffer_memory_bytes: Positive = 32 * 1024 * 1024
@@ -251,10 +256,12 @@ class ProducerConfig(CommonConfig, kw_only=True):
                 f"compression_type={self.compression_type!r}; use one of {', '.join(COMPRESSIONS)}",
                 setting="compression_type",
             )
-        if self.idempotent and self.max_in_flight_per_partition != 1:
+        if self.idempotent and self.max_in_flight_per_partition > IDEMPOTENT_IN_FLIGHT_MAX:
             raise InvalidConfigError(
-                "max_in_flight_per_partition must be 1 with idempotence (got "
-                f"{self.max_in_flight_per_partition})",
+                f"max_in_flight_per_partition must be at most {IDEMPOTENT_IN_FLIGHT_MAX} with "
+                f"idempotence (got {self.max_in_flight_per_partition}): the broker recognises "
+                f"a retry as a duplicate only among a producer's last {IDEMPOTENT_IN_FLIGHT_MAX} "
+                "batches of a partition",
                 setting="max_in_flight_per_partition",
             )
         if self.batch_bytes > self.max_request_bytes:

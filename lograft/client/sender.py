@@ -38,9 +38,14 @@ partition was retried on the doubling schedule (0.1, 0.3, 0.7, 1.5, 2.5 s
 after the first failure), so a new leader elected at 1.6 s was first tried
 at 2.5 s.
 
-Ordering: a partition's next batch is not sent before the previous one is
-done (with one in flight, the default and the only choice with idempotence),
-so retries never reorder records.
+Ordering: without idempotence a partition's next batch is not sent before
+the previous one is done unless `max_in_flight_per_partition` > 1 (then a
+retry can reorder). With idempotence up to that many (at most
+IDEMPOTENT_IN_FLIGHT_MAX) go at once and stay in order: the leader's
+sequence check refuses a batch that overtakes, and `SequenceLanes`
+(sequence_lanes.py) decides when a batch may overlap the ones ahead, sends
+a refused one again once they are finished, and completes records in
+offset order.
 """
 
 from __future__ import annotations
@@ -63,11 +68,13 @@ from lograft.client.errors import (
 from lograft.client.idempotence import IdempotenceState
 from lograft.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
 from lograft.client.producer_batch import BatchState, ProducerBatch
+from lograft.client.sequence_lanes import SequenceLanes
 from lograft.client.throttle import ThrottleStats
 from lograft.client.transport import BATCH_CONTENT_TYPE, HttpResponse, Transport
 from lograft.errors import (
     LograftError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
     RequestTimedOutError,
 )
 from lograft.protocol.topic_partition import TopicPartition
@@ -110,6 +117,7 @@ class Sender:
         self.idempotence = idempotence
         self.stats = stats
         self.in_flight: dict[TopicPartition, int] = {}
+        self.lanes = SequenceLanes()
         # Produce requests on the wire per leader URL (adaptive linger).
         self.to_leader: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -206,6 +214,8 @@ class Sender:
         finally:
             self.in_flight[batch.tp] -= 1
             self._finish(batch, error)
+            # After its records are resolved: a batch behind it completes its own next.
+            self.lanes.finished(batch)
             self.wakeup()
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None) -> None:
@@ -238,12 +248,16 @@ class Sender:
         batch.seal(
             self.config.compression, producer_id=pid, producer_epoch=epoch, base_sequence=seq
         )
+        self.lanes.sealed(batch)
 
     async def _deliver(self, batch: ProducerBatch) -> None:
         loop = asyncio.get_running_loop()
         deadline = batch.created + self._delivery_timeout_s
         await self._seal(batch, deadline)
         assert batch.data is not None
+        sequenced = batch.has_sequence
+        if sequenced:
+            await self.lanes.wait_may_go(batch)
         tp = batch.tp
         path = f"/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"
         params = {"acks": self.config.acks_value}
@@ -284,6 +298,9 @@ class Sender:
                     error = exc
                 else:
                     if resp.ok:
+                        if sequenced:
+                            self.lanes.acknowledged(batch)
+                            await self.lanes.wait_ahead_finished(batch)  # in offset order
                         self._acknowledge(batch, resp)
                         return
                     error = resp.error()
@@ -292,6 +309,11 @@ class Sender:
                 finally:
                     self._off_the_wire(leader)
             last_error = error
+            if sequenced and isinstance(error, OutOfOrderSequenceError) and self.lanes.ahead(batch):
+                # It overtook a batch still in flight: again once that one is done.
+                await self.lanes.wait_ahead_finished(batch)
+                redirected = False
+                continue
             if not error.retriable:
                 raise error
             if isinstance(error, STALE_METADATA_ERRORS):

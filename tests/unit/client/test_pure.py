@@ -56,7 +56,7 @@ def test_producer_defaults_are_idempotent_acks_all():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"max_in_flight_per_partition": 2}, "must be 1 with idempotence"),
+        ({"max_in_flight_per_partition": 6}, "must be at most 5 with idempotence"),
         ({"batch_bytes": 2 << 20}, "exceeds max_request_bytes"),
         ({"compression_type": "snappy"}, "compression_type"),
         ({"linger_ms": -1}, "linger_ms"),
