@@ -5,6 +5,7 @@ through the client under test)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -133,3 +134,44 @@ class Gate(CountingTransport):
             self.waiting += 1
             await self._open.wait()
         return await super().request(method, url, **kw)
+
+
+class SwapPairs(CountingTransport):
+    """Produce requests are sent to the node in swapped pairs: the first of
+    two requests in flight at once waits until the second has been answered
+    (or `PAIR_WAIT_S` passed without a second), so the later batch always
+    reaches the leader first. Counts the node's OUT_OF_ORDER_SEQUENCE_NUMBER
+    refusals."""
+
+    # How long a lone produce request waits for a partner before it goes, s.
+    PAIR_WAIT_S = 1.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: asyncio.Future[None] | None = None
+        self.refused = 0
+
+    async def request(self, method: str, url: str, **kw: Any) -> HttpResponse:
+        if not (method == "POST" and url.endswith("/batches")):
+            return await super().request(method, url, **kw)
+        if self._first is None:
+            self._first = asyncio.get_running_loop().create_future()
+            mine = self._first
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.PAIR_WAIT_S):
+                    await asyncio.shield(mine)
+            if self._first is mine:
+                self._first = None
+            return await self._counted(method, url, **kw)
+        partner, self._first = self._first, None
+        try:
+            return await self._counted(method, url, **kw)
+        finally:
+            if not partner.done():
+                partner.set_result(None)
+
+    async def _counted(self, method: str, url: str, **kw: Any) -> HttpResponse:
+        resp = await super().request(method, url, **kw)
+        if resp.status == 409 and b"OUT_OF_ORDER_SEQUENCE_NUMBER" in resp.body:
+            self.refused += 1
+        return resp

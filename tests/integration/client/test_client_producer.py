@@ -21,7 +21,7 @@ from lograft.client import (
 )
 from lograft.errors import RecordTooLargeError, UnknownTopicOrPartitionError
 from lograft.protocol.batch import iter_batches
-from tests.integration.client.support import CountingTransport, DropFirstAnswer, Gate
+from tests.integration.client.support import CountingTransport, DropFirstAnswer, Gate, SwapPairs
 
 LONG_LINGER = {"linger_ms": 60_000, "linger_strict": True}  # batches wait for flush
 
@@ -131,6 +131,28 @@ def test_idempotent_retries_write_each_record_exactly_once(node, topic):
         for i, m in enumerate(metas):
             if m.partition == part:
                 assert by_offset[m.offset] == b"value-%04d" % i
+
+
+def test_idempotent_batches_that_overtake_are_refused_and_land_in_order(node, topic):
+    """Two requests in flight per partition, each pair sent to the node in
+    swapped order: the node refuses the early one (OUT_OF_ORDER_SEQUENCE_NUMBER),
+    the producer sends it again after the one ahead, and the log is exact."""
+    t = topic()
+    transport = SwapPairs()
+    with Producer(
+        node.url,
+        transport=transport,
+        batch_bytes=2048,
+        max_in_flight_per_partition=2,
+        **LONG_LINGER,
+    ) as p:
+        futs = [p.send(t, b"value-%04d" % i) for i in range(400)]
+        p.flush()
+        metas = [f.get(30) for f in futs]
+    assert transport.refused >= 1  # (how many depends on how pairs form)
+    assert [m.offset for m in metas] == list(range(400))
+    stored = node.read_partition(t, 0)
+    assert [r.value for r in stored] == [b"value-%04d" % i for i in range(400)]
 
 
 def test_without_idempotence_the_same_faults_duplicate(node, topic):
