@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 
 from lograft.client.accumulator import RecordAccumulator
@@ -257,7 +258,7 @@ class Sender:
         assert batch.data is not None
         sequenced = batch.has_sequence
         if sequenced:
-            await self.lanes.wait_may_go(batch)
+            await self._lane_wait(self.lanes.wait_may_go(batch), batch, deadline, None)
         tp = batch.tp
         path = f"/v1/topics/{tp.topic}/partitions/{tp.partition}/batches"
         params = {"acks": self.config.acks_value}
@@ -300,7 +301,9 @@ class Sender:
                     if resp.ok:
                         if sequenced:
                             self.lanes.acknowledged(batch)
-                            await self.lanes.wait_ahead_finished(batch)  # in offset order
+                            # In offset order; unbounded: this one is in the
+                            # log, so the ones ahead are too and get answered.
+                            await self.lanes.wait_ahead_finished(batch)
                         self._acknowledge(batch, resp)
                         return
                     error = resp.error()
@@ -311,7 +314,7 @@ class Sender:
             last_error = error
             if sequenced and isinstance(error, OutOfOrderSequenceError) and self.lanes.ahead(batch):
                 # It overtook a batch still in flight: again once that one is done.
-                await self.lanes.wait_ahead_finished(batch)
+                await self._lane_wait(self.lanes.wait_ahead_finished(batch), batch, deadline, error)
                 redirected = False
                 continue
             if not error.retriable:
@@ -330,6 +333,22 @@ class Sender:
             failed_at = None if isinstance(url_or_error, LograftError) else url_or_error
             if await self._backoff(batch, deadline, attempt, error, failed_at):
                 attempt = 0  # a new leader: its failures count from the start
+
+    async def _lane_wait(
+        self,
+        wait: Coroutine[object, object, None],
+        batch: ProducerBatch,
+        deadline: float,
+        error: LograftError | None,
+    ) -> None:
+        """`wait` for the batches ahead (sequence_lanes.py), at most until the
+        batch's delivery deadline."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(max(remaining, 0.0)):
+                await wait
+        except TimeoutError:
+            raise self._timeout(batch, error) from error
 
     def _off_the_wire(self, leader: str) -> None:
         left = self.to_leader[leader] - 1

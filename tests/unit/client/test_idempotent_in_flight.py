@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from lograft.brokers.producer_state import Duplicate, ProducerStateManager
 from lograft.client import AsyncProducer
-from lograft.client.errors import NetworkError
+from lograft.client.errors import DeliveryTimeoutError, NetworkError
 from lograft.client.transport import HttpResponse
 from lograft.errors import LograftError
 from lograft.protocol.batch import iter_batches, iter_records
@@ -238,3 +238,19 @@ async def test_when_the_batch_ahead_fails_the_one_behind_fails_and_nothing_is_re
     assert isinstance(ea[0], LograftError) and ea[0].code == "CORRUPT_MESSAGE"
     assert isinstance(eb[0], LograftError) and eb[0].code == "OUT_OF_ORDER_SEQUENCE_NUMBER"
     assert leader.log == [b"first"]
+
+
+async def test_a_batch_waiting_for_the_ones_ahead_expires_at_its_delivery_timeout():
+    leader = ModelLeader()
+    t = HoldingTransport(leader)
+    settings = {**SETTINGS, "delivery_timeout_ms": 300, "request_timeout_ms": 250}
+    async with AsyncProducer(A, transport=t, **settings) as p:
+        try:
+            await p.send("t", b"a")  # a new producer id's first batch: held, stuck
+            await t.waiting(1)
+            fb = await p.send("t", b"b")  # may not overlap it: waits, then expires
+            (eb,) = await asyncio.gather(fb, return_exceptions=True)
+            assert isinstance(eb, DeliveryTimeoutError)
+            assert len(t.held) == 1  # b never went out
+        finally:
+            t.release_all()
