@@ -371,7 +371,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8, help="length of the paced run, s")
     ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger_ms")
     ap.add_argument("--max-in-flight", type=int, default=None,
-                    help="the producer's max_in_flight_per_partition (default: its)")  # fmt: skip
+                    help="max_in_flight_per_partition (default: the producer's)")  # fmt: skip
     ap.add_argument("--base-port", type=int, default=9710, help="local_cluster.py --base-port")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/trace-latency"), help="cluster dir")
     args = ap.parse_args()
