@@ -383,8 +383,10 @@ def main() -> int:
     trace_dir.mkdir(parents=True)
     write_sitecustomize(hooks_dir)
     load_before = loadavg()
-    start_cluster(directory, args.base_port, hooks_dir, trace_dir)
     try:
+        # Inside the try: a node that failed to start (its port taken) must not
+        # leave the others running.
+        start_cluster(directory, args.base_port, hooks_dir, trace_dir)
         bootstrap = ",".join(f"127.0.0.1:{args.base_port + n}" for n in (1, 2, 3))
         topic = f"trace-{int(time.time())}"
         from lograft.client import Admin
