@@ -122,6 +122,39 @@ async def test_one_session_per_leader_started_and_ended_by_sync(tmp_path, replic
     assert fetcher.leaders == frozenset()
 
 
+async def test_a_partition_joining_a_session_does_not_wait_out_its_long_poll(tmp_path, replicas):
+    """After a failover the new leader may be one this broker already
+    follows: the moved partition is fetched at once, not when the poll in
+    flight (which does not name it, and here never answers) ends."""
+    asked: list[tuple[int, list[str]]] = []
+
+    async def long_poll(leader: int, body: bytes, timeout_s: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        asked.append((leader, sorted(f"{p.topic}-{p.partition}" for p in req.partitions)))
+        await asyncio.Event().wait()  # a long-poll that never answers
+        return b""
+
+    for p, leader in enumerate([2, 3]):
+        tp = TopicPartition("t", p)
+        replicas[tp] = follower(tmp_path, tp, leader)
+    fetcher, _applied = fetcher_over(replicas, long_poll)
+    fetcher.start()
+    try:
+        fetcher.sync()
+        await wait_until(lambda: len(asked) == 2)
+        # Broker 3 died: t-1's new leader is broker 2, polled already.
+        replicas[TopicPartition("t", 1)].become_follower(Assignment((2, ME), (2, ME), 2, 1, 1))
+        fetcher.sync()
+        await wait_until(lambda: (2, ["t-0", "t-1"]) in asked)
+        assert fetcher.leaders == {2}
+        # An unchanged membership interrupts nothing.
+        fetcher.sync()
+        assert fetcher._sessions[2].cancelling() == 0
+    finally:
+        await fetcher.stop()
+    assert fetcher.leaders == frozenset()
+
+
 async def test_a_session_applies_what_the_leader_sends_and_survives_a_failed_fetch(
     tmp_path, replicas
 ):
