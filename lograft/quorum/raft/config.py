@@ -101,6 +101,11 @@ class RaftTuning(Record):
     # That probe (one non-blocking connect) gives up after this: no answer is
     # not a refusal, the election timeout stays.
     peer_probe_timeout_ms: Positive = 500
+    # A probe that connects while the link stays down is tried again this
+    # many more times, this far apart (peer_loss.py: a killed process's
+    # listening socket may outlive its connections by a moment), ms.
+    peer_probe_retries: Annotated[int, Meta(ge=0)] = 3
+    peer_probe_retry_interval_ms: Positive = 100
 
     # Log compaction: a full snapshot is written after this many entries or time.
     log_compaction_min_entries: Annotated[int, Meta(ge=2)] = 5000

@@ -249,7 +249,10 @@ class RaftCore:
         # Probes a voter whose link dropped (peer_loss.py); elects soon when
         # the leader is gone for a majority (early_election.py). Raft thread.
         self._peer_loss = PeerLossWatch(
-            self.peer_contact, probe_timeout_s=config.peer_probe_timeout_ms / 1000
+            self.peer_contact,
+            probe_timeout_s=config.peer_probe_timeout_ms / 1000,
+            retries=config.peer_probe_retries,
+            retry_interval_s=config.peer_probe_retry_interval_ms / 1000,
         )
         self._early = EarlyElection(
             self.peer_contact,

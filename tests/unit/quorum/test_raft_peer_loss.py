@@ -251,6 +251,66 @@ def test_leader_port_that_still_listens_keeps_the_timeout(listening_port: int) -
     assert v.sent == [] and v.deadline == before and not v.early.pending(v.so)
 
 
+def test_a_port_that_accepts_and_then_closes_is_found_refused_by_a_retry() -> None:
+    """A killed process's listening socket may outlive its connections by a
+    moment: a probe that connects is tried again while the link stays down,
+    and the retry's refusal counts. A port that keeps listening uses up the
+    retries and records nothing."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = int(server.getsockname()[1])
+    contact = PeerContact()
+    node = PeerNode("1", f"127.0.0.1:{port}")
+    so = FakeSyncObj([node], node, time.monotonic())
+    watch = PeerLossWatch(
+        contact, probe_timeout_s=PROBE_TIMEOUT_S, retries=2, retry_interval_s=0.001
+    )
+    watch.tick(so, time.monotonic())  # the link up once
+    so.connected.clear()  # its connection closed
+    deadline = time.monotonic() + SETTLE_S
+    while "1" not in watch._again:  # the first probe connected
+        assert time.monotonic() < deadline, "the first probe did not settle"
+        watch.tick(so, time.monotonic())
+        time.sleep(0.001)  # polling a socket's outcome with a deadline
+    assert not contact.refused_since_heard("1")
+    server.close()  # the dying process's listener goes
+    while watch.probing:
+        assert time.monotonic() < deadline, "the retry did not settle"
+        watch.tick(so, time.monotonic())
+        time.sleep(0.001)  # polling a socket's outcome with a deadline
+    assert contact.refused_since_heard("1")
+
+
+def test_a_port_that_keeps_listening_uses_up_the_retries(
+    listening_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[int] = []
+
+    class CountedProbe(PortProbe):
+        def __init__(self, host: str | None, port: int, now_s: float, timeout_s: float) -> None:
+            started.append(port)
+            super().__init__(host, port, now_s, timeout_s)
+
+    monkeypatch.setattr("lograft.quorum.raft.peer_loss.PortProbe", CountedProbe)
+    contact = PeerContact()
+    node = PeerNode("1", f"127.0.0.1:{listening_port}")
+    so = FakeSyncObj([node], node, time.monotonic())
+    watch = PeerLossWatch(
+        contact, probe_timeout_s=PROBE_TIMEOUT_S, retries=2, retry_interval_s=0.001
+    )
+    watch.tick(so, time.monotonic())
+    so.connected.clear()
+    deadline = time.monotonic() + SETTLE_S
+    watch.tick(so, time.monotonic())
+    while watch.probing:
+        assert time.monotonic() < deadline, "the probes did not settle"
+        time.sleep(0.001)  # polling a socket's outcome with a deadline
+        watch.tick(so, time.monotonic())
+    assert not contact.refused_since_heard("1")
+    assert started == [listening_port] * 3, "the first probe and two retries"
+
+
 def test_a_silent_leader_is_not_probed_and_keeps_the_timeout(closed_port: int) -> None:
     """Silence without a closed connection (a partition, a paused process):
     pysyncobj's own timeout decides, even if the port would refuse."""
