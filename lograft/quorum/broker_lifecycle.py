@@ -143,7 +143,9 @@ def register_broker(
     if (
         old is not None
         and old.state is BrokerState.UNFENCED
-        and sessions.alive(old.broker_id, now_ms, config.broker_session_timeout_ms)
+        and sessions.alive(
+            old.broker_id, now_ms, config.broker_session_timeout_ms, config.refused_overdue_ms
+        )
     ):
         raise DuplicateBrokerRegistrationError(
             f"broker {old.broker_id} is registered by another live incarnation",
@@ -282,7 +284,8 @@ def fence_expired_brokers(
     expired = sorted(
         b.broker_id
         for b in image.brokers.values()
-        if not b.fenced and not sessions.alive(b.broker_id, now_ms, timeout_ms)
+        if not b.fenced
+        and not sessions.alive(b.broker_id, now_ms, timeout_ms, config.refused_overdue_ms)
     )
     fences = [
         BrokerRegistrationChange(b, image.brokers[b].broker_epoch, BrokerAction.FENCE)

@@ -94,3 +94,13 @@ class ControllerConfig(Record):
             raise FieldError(
                 "unclean_election_report_wait_ms", "must be at least broker_heartbeat_interval_ms"
             )
+
+    @property
+    def refused_overdue_ms(self) -> int:
+        """How old the last heartbeat of a broker whose node's Raft port
+        refused must be before that refusal fences it (sessions.py): one and
+        a half heartbeat intervals, 750 ms at the defaults. A live broker
+        whose Raft port only looks closed (a proxy that refuses, a firewall's
+        REJECT rule) keeps heartbeating and is never fenced by it; a dead one
+        is fenced this long after its last heartbeat, not a session after."""
+        return self.broker_heartbeat_interval_ms * 3 // 2

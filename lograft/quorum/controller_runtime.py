@@ -12,8 +12,8 @@ instead of one session after the election (see sessions.py for why that is
 safe); and every voter whose Raft port refused a connection after its last
 message (`RaftAdapter.refused_peers`: its process is gone, which also
 brought this election forward, raft/peer_loss.py) has its broker's session
-dated no later than the refusal, so the first fence check, right after the
-barrier, fences it.
+dated no later than the refusal, so it is fenced once that date is older
+than `ControllerConfig.refused_overdue_ms`.
 
 Requests are served one at a time: handler on the current image, append its
 records as one batch, wait until applied, answer. Two decisions taken against
@@ -22,9 +22,9 @@ batch on every node; the lock below is what makes every batch valid.
 
 Periodic duties while active: fence brokers whose session expired and end
 the waits for log end reports of unclean elections (both every
-`fence_check_interval_ms`, and the fence at the next duty tick, 50 ms, when
-the refusals copied into the sessions every tick prove an unfenced broker
-gone: sessions.py), and move leadership back to preferred replicas
+`fence_check_interval_ms`, and the fence at the duty tick, every 50 ms, that
+finds an unfenced broker proven gone by a refusal copied into the sessions
+and its overdue heartbeat: sessions.py), and move leadership back to preferred replicas
 (`leader_imbalance_check_interval_ms`, and sooner after a metadata change,
 at most once per `leader_balance_min_interval_ms`: leader_balance.py).
 
@@ -263,7 +263,8 @@ class ControllerRuntime:
             # (A refused broker that heartbeated since is not proven gone and
             # gets its fresh session like any other.)
             old = self._sessions
-            gone = {b: t for b, t in old.refused_ms.items() if old.proven_gone(b)}
+            overdue = self.config.refused_overdue_ms
+            gone = {b: t for b, t in old.refused_ms.items() if old.proven_gone(b, now, overdue)}
             self._sessions = sessions_after_failover(self.store.image, now, refused_ms=gone)
             return True
         return False
@@ -312,7 +313,7 @@ class ControllerRuntime:
                 now = self.clock()
                 if self.absorb_stall(now):
                     next_fence = now + self.config.fence_check_interval_ms
-                if self._note_refusals():
+                if self._note_refusals(now):
                     next_fence = now  # a broker proven gone: fence it at this tick
                 if now >= next_fence:
                     next_fence = now + self.config.fence_check_interval_ms
@@ -344,7 +345,7 @@ class ControllerRuntime:
         connection after their last message here (their process is gone)."""
         return {int(p): t for p, t in self.raft.refused_peers().items() if p.isdigit()}
 
-    def _note_refusals(self) -> bool:
+    def _note_refusals(self, now: int) -> bool:
         """Copy the refusals into the sessions; True when one proves an
         unfenced broker gone (its fence is due now, not at the next check)."""
         if self._sessions is None:
@@ -353,8 +354,9 @@ class ControllerRuntime:
         if sessions is not self._sessions and sessions.refused_ms:
             log.info("Raft ports refused (broker id: monotonic ms): %s", dict(sessions.refused_ms))
         self._sessions = sessions
+        overdue = self.config.refused_overdue_ms
         return any(
-            sessions.proven_gone(b)
+            sessions.proven_gone(b, now, overdue)
             for b in sessions.refused_ms
             if b in self.store.image.brokers and not self.store.image.brokers[b].fenced
         )

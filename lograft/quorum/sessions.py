@@ -17,9 +17,13 @@ new one; a failover never fences them.
 Sooner still, one rule for every voter: a broker whose node's Raft port
 refused a connection after its last Raft message (raft/peer_loss.py probes
 a voter's port when its link drops; `RaftAdapter.refused_peers`) is *proven
-gone* while no heartbeat of it arrived after that refusal: its session is
-over at once and the next fence check fences it, not
-`broker_session_timeout_ms` after its last heartbeat. The active controller
+gone* while no heartbeat of it arrived after that refusal and its last one
+is more than one and a half heartbeat intervals old
+(`ControllerConfig.refused_overdue_ms`, 750 ms at the defaults): its
+session is over then and the next duty tick fences it, not
+`broker_session_timeout_ms` after its last heartbeat. Both signals must
+agree: a refusal alone can come from a proxy or a REJECT rule in front of a
+live process, and heartbeats that still arrive say it lives. The active controller
 copies the refusals into `refused_ms` every duty tick and runs the fence
 check at the tick that finds such a broker unfenced; a new controller starts
 from them (`sessions_after_failover` dates a refused broker's session no
@@ -27,8 +31,7 @@ later than its refusal, so the first fence check after the barrier fences
 it). A heartbeat after the refusal ends the proof: a restarted broker
 (which also speaks Raft again, dropping the refusal) or a live one whose
 Raft port only looked closed (a proxy that refuses while the process
-lives) keeps its session, and a broker fenced that way is unfenced by its
-next heartbeat as after any fence. Brokers whose node is not a voter
+lives) keeps its session. Brokers whose node is not a voter
 (never probed) keep the session timeout alone.
 
 Why dating that one broker is safe: fencing only moves partition leadership
@@ -121,13 +124,17 @@ class BrokerSessions:
             return self
         return replace(self, refused_ms=MappingProxyType(dict(refused_ms)))
 
-    def proven_gone(self, broker_id: int) -> bool:
-        """Its node's Raft port refused, and no heartbeat arrived since."""
+    def proven_gone(self, broker_id: int, now_ms: int, overdue_ms: int) -> bool:
+        """Its node's Raft port refused, no heartbeat arrived since, and its
+        last heartbeat is more than `overdue_ms` old
+        (`ControllerConfig.refused_overdue_ms`)."""
         refused = self.refused_ms.get(broker_id)
         if refused is None:
             return False
         last = self.last_heartbeat_ms.get(broker_id)
-        return last is None or last <= refused
+        if last is None:
+            return True
+        return last <= refused and now_ms - last > overdue_ms
 
     def with_log_ends(
         self, broker_id: int, ends: Mapping[tuple[str, int], LogEnd], keep: set[tuple[str, int]]
@@ -153,10 +160,10 @@ class BrokerSessions:
             return self
         return replace(self, unclean_since=MappingProxyType(since))
 
-    def alive(self, broker_id: int, now_ms: int, session_timeout_ms: int) -> bool:
+    def alive(self, broker_id: int, now_ms: int, session_timeout_ms: int, overdue_ms: int) -> bool:
         """True while the last heartbeat is at most `session_timeout_ms` old
-        and the broker is not `proven_gone`."""
-        if self.proven_gone(broker_id):
+        and the broker is not `proven_gone` (with `overdue_ms`)."""
+        if self.proven_gone(broker_id, now_ms, overdue_ms):
             return False
         last = self.last_heartbeat_ms.get(broker_id)
         return last is not None and now_ms <= last + session_timeout_ms
@@ -172,7 +179,8 @@ def sessions_after_failover(
     now, except those in `last_contact_ms` (broker id -> the last time it was
     proven alive), which start then, and those in `refused_ms` (broker id ->
     when its node's Raft port refused), which start no later than the
-    refusal, so they are `proven_gone` (nothing of theirs is heard after it).
+    refusal, so they are `proven_gone` once that start is overdue (nothing of
+    theirs is heard after it).
     Never later than now; ids not registered are ignored."""
     contact = last_contact_ms or {}
     refused = {b: t for b, t in (refused_ms or {}).items() if b in image.brokers}

@@ -14,9 +14,9 @@ RST at once, on loopback and on a real network). It is recorded in
 - `early_election.EarlyElection`: a follower whose leader is gone elects
   soon instead of at its election timeout;
 - the active controller: that voter's broker, gone with its process, is
-  fenced at the next duty tick unless it heartbeated after the refusal, and
-  a new controller fences the former leader's right after the takeover
-  (`RaftAdapter.refused_peers`, sessions.py).
+  fenced once its last heartbeat is one and a half heartbeat intervals old unless it
+  heartbeated after the refusal, on a new controller (the former leader's)
+  as on one that stays (`RaftAdapter.refused_peers`, sessions.py).
 
 A probe that connects while the link stays down is tried again, every
 `peer_probe_retry_interval_ms`, up to `peer_probe_retries` more times per

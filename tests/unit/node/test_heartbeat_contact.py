@@ -79,7 +79,9 @@ async def test_a_heartbeat_queued_behind_a_commit_extends_the_session_on_arrival
     clock.now += CONFIG.broker_session_timeout_ms - 10
     assert rt._sessions is not None
     # ...yet its arrival counted: without it the session ended at timeout_ms.
-    assert rt._sessions.alive(2, clock.now, CONFIG.broker_session_timeout_ms)
+    assert rt._sessions.alive(
+        2, clock.now, CONFIG.broker_session_timeout_ms, CONFIG.refused_overdue_ms
+    )
     raft.release.set()
     await busy
     await queued
@@ -92,10 +94,14 @@ async def test_a_stale_epoch_is_no_contact():
     rt.touch(2, 6)
     rt.touch(9, 7)
     assert rt._sessions is not None
-    assert not rt._sessions.alive(2, clock.now, CONFIG.broker_session_timeout_ms)
+    assert not rt._sessions.alive(
+        2, clock.now, CONFIG.broker_session_timeout_ms, CONFIG.refused_overdue_ms
+    )
     assert 9 not in rt._sessions.last_heartbeat_ms
     rt.touch(2, 7)
-    assert rt._sessions.alive(2, clock.now, CONFIG.broker_session_timeout_ms)
+    assert rt._sessions.alive(
+        2, clock.now, CONFIG.broker_session_timeout_ms, CONFIG.refused_overdue_ms
+    )
 
 
 async def test_the_time_another_node_was_active_is_not_a_stall():

@@ -41,7 +41,12 @@ def test_new_broker_registers_fenced():
     epoch = cluster.apply(result).broker_epoch
     broker = cluster.image.brokers[1]
     assert (broker.state, broker.broker_epoch, broker.rack) == (BrokerState.FENCED, epoch, "r1")
-    assert cluster.sessions.alive(1, cluster.now_ms, cluster.config.broker_session_timeout_ms)
+    assert cluster.sessions.alive(
+        1,
+        cluster.now_ms,
+        cluster.config.broker_session_timeout_ms,
+        cluster.config.refused_overdue_ms,
+    )
 
 
 def test_same_incarnation_is_idempotent():

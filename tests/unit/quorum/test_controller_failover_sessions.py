@@ -23,6 +23,7 @@ from .metadata_cluster import cluster_of
 
 CONFIG = c.ControllerConfig()
 SESSION = CONFIG.broker_session_timeout_ms
+OVERDUE = CONFIG.refused_overdue_ms
 # The Raft election that follows the former leader's last message (the default minimum).
 ELECTION_MS = 2000
 KILLED_AT = 10_000
@@ -111,9 +112,12 @@ def test_a_refused_broker_has_no_session_until_it_heartbeats():
     cluster = cluster_of(range(3))
     s = sessions_after_failover(cluster.image, 5_000, {0: 4_900}, {0: 4_950, 7: 1})
     assert dict(s.refused_ms) == {0: 4_950}, "an unregistered id is ignored"
-    assert not s.alive(0, 5_000, SESSION), "gone: no session, however recent its contact"
-    assert s.alive(1, 5_000, SESSION)
-    assert s.heartbeat(0, 5_001).alive(0, 5_001, SESSION), "a heartbeat proves it alive"
+    assert s.alive(0, 4_900 + OVERDUE, SESSION, OVERDUE), "its last contact not overdue yet"
+    assert not s.alive(0, 4_901 + OVERDUE, SESSION, OVERDUE), (
+        "then gone, long before its session ends"
+    )
+    assert s.alive(1, 5_000, SESSION, OVERDUE)
+    assert s.heartbeat(0, 5_001).alive(0, 5_001, SESSION, OVERDUE), "a heartbeat proves it alive"
     assert not s.without(0).refused_ms
 
 
@@ -121,13 +125,14 @@ def test_a_refused_broker_never_heard_from_starts_at_its_refusal():
     cluster = cluster_of(range(3))
     s = sessions_after_failover(cluster.image, 5_000, refused_ms={2: 4_000})
     assert s.last_heartbeat_ms[2] == 4_000
-    assert s.proven_gone(2) and not s.alive(2, 5_000, SESSION)
+    assert s.proven_gone(2, 5_000, OVERDUE) and not s.alive(2, 5_000, SESSION, OVERDUE)
 
 
 async def test_a_former_controller_whose_port_refused_is_fenced_right_after_the_barrier():
     """An early election (raft/peer_loss.py) comes a few hundred ms after the
     kill, long before the dead broker's session would lapse: a refused Raft
-    port proves its process gone, so the first fence check fences it."""
+    port proves its process gone once its last message is overdue (half a
+    session), so the fence comes then, not a session after it."""
     rt, raft, clock, topic_id = _setup()
     raft.contact.heard("0", KILLED_AT)
     rt._note_leader()
@@ -136,7 +141,11 @@ async def test_a_former_controller_whose_port_refused_is_fenced_right_after_the_
     raft.elected()
     await rt._activate()
     await rt._periodic(rt._fence)
-    assert _fenced(rt) == {0}, "broker 0 fenced 300 ms after its last message, the others not"
+    assert _fenced(rt) == set(), "its last message is not overdue yet"
+    clock.now = KILLED_AT + OVERDUE + 1
+    assert rt._note_refusals(clock.now)
+    await rt._periodic(rt._fence)
+    assert _fenced(rt) == {0}, "broker 0 fenced 751 ms after its last message, the others not"
     assert 0 not in _leaders(rt, topic_id)
 
 

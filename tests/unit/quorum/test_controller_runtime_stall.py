@@ -41,9 +41,9 @@ def test_a_stall_longer_than_a_heartbeat_interval_refreshes_every_session():
     assert not rt.absorb_stall(100 + cfg.broker_heartbeat_interval_ms)
     late = 100 + cfg.broker_heartbeat_interval_ms + cfg.broker_session_timeout_ms * 3
     assert rt._sessions is not None
-    assert not rt._sessions.alive(2, late, cfg.broker_session_timeout_ms)
+    assert not rt._sessions.alive(2, late, cfg.broker_session_timeout_ms, cfg.refused_overdue_ms)
     assert rt.absorb_stall(late), "a 4.5 s gap between 50 ms ticks is a stall"
-    assert rt._sessions.alive(2, late, cfg.broker_session_timeout_ms)
+    assert rt._sessions.alive(2, late, cfg.broker_session_timeout_ms, cfg.refused_overdue_ms)
 
 
 def test_regular_ticks_do_not_refresh_sessions():
@@ -54,7 +54,9 @@ def test_regular_ticks_do_not_refresh_sessions():
         now += 50
         assert not rt.absorb_stall(now)
     assert rt._sessions is not None
-    assert not rt._sessions.alive(2, now, cfg.broker_session_timeout_ms), "expiry still happens"
+    assert not rt._sessions.alive(2, now, cfg.broker_session_timeout_ms, cfg.refused_overdue_ms), (
+        "expiry still happens"
+    )
 
 
 async def test_the_stall_watch_sleeps_while_not_active_and_runs_once_activated(monkeypatch):
