@@ -23,10 +23,22 @@ ReplicaFetcherThread, as tasks on the broker's event loop.
   of its session for `backoff_ms` (its error makes the leader answer at
   once, so keeping it in would turn the session's long-poll into a busy
   loop).
+- Except a "not the leader yet" answer (NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_LEADER_EPOCH): after a failover this follower often applies the
+  new leadership before the new leader does, and its first fetch of a moved
+  partition reaches a broker that does not lead it yet. The metadata already
+  names that leader, so such a partition sits out `not_leader_backoff_ms`,
+  doubling with each such answer in a row up to `backoff_ms` (a leader that
+  never takes over costs a few retries, not a busy loop), and when its time
+  is up it interrupts the poll in flight as a newcomer does (below). Before
+  this the moved partition waited out `backoff_ms` and then the poll in
+  flight (up to `wait_max_ms`), and the new leader's acks=all writes with
+  it: 0.45-0.55 s from the kill to the first ack (docs/benchmarks.md).
 - A partition that joins a session while its long-poll is in flight (a
-  leader change: the new leader is one this broker already follows) does
-  not wait for that poll to end (up to `wait_max_ms`): `sync` interrupts
-  it and the session starts over with a full fetch naming the newcomer.
+  leader change: the new leader is one this broker already follows, or a
+  "not the leader yet" back-off ended) does not wait for that poll to end
+  (up to `wait_max_ms`): `sync` (or the back-off's timer) interrupts it
+  and the session starts over with a full fetch naming the newcomer.
   After a failover the new leader's acks=all writes wait for this follower
   to fetch, and its old poll, which names none of the moved partitions,
   would otherwise hold them for up to 500 ms (measured: 0.2-0.5 s from the
@@ -48,7 +60,7 @@ from dataclasses import dataclass
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.log_work import INLINE_BYTES_MAX, LogWork, append_in_thread
 from lograft.brokers.partition import Partition, Role
-from lograft.errors import LograftError
+from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     NO_SESSION_ID,
@@ -77,6 +89,9 @@ class FetcherSettings:
     partition_max_bytes: int = 1024 * 1024
     # Pause after a failed fetch (and a failing partition's time out), ms.
     backoff_ms: int = 200
+    # A partition's first time out after a "not the leader yet" answer, ms;
+    # doubled with each such answer in a row, up to `backoff_ms`.
+    not_leader_backoff_ms: int = 10
     # An incremental fetch session compares every partition's fetch state
     # with what the leader holds at least this often, ms (in between, only
     # partitions an answer or a leader change touched, and all of them when
@@ -230,6 +245,10 @@ class ReplicaFetcher:
         # Partitions whose last fetch failed, left out of their session until
         # this lag_clock time (ms).
         self._retry_at: dict[TopicPartition, int] = {}
+        # "Not the leader yet" answers in a row, by partition (the exponent
+        # of its next back-off), and the timer ending its current back-off.
+        self._not_leader_streak: dict[TopicPartition, int] = {}
+        self._retry_timers: dict[TopicPartition, asyncio.TimerHandle] = {}
         self._running = False
         self._stats = stats
         # The leader's log end offset in its last answer for each partition
@@ -261,6 +280,9 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         self._running = False
+        for timer in self._retry_timers.values():
+            timer.cancel()
+        self._retry_timers.clear()
         sessions = list(self._sessions.values())
         self._sessions.clear()
         for task in sessions:
@@ -294,13 +316,14 @@ class ReplicaFetcher:
 
     def _interrupt_for_newcomers(self, leader_id: int, task: asyncio.Task[None]) -> None:
         """Cancel the long-poll in flight to `leader_id` when a partition now
-        followed from it is not in that poll: the newcomer's first fetch is
-        sent at once (the loop catches this cancel, `_fetch_loop`)."""
+        fetchable from it is not in that poll: the newcomer's first fetch is
+        sent at once (the loop catches this cancel, `_fetch_loop`). One still
+        backing off would not be fetched yet: it interrupts nothing."""
         session = self._fetch_sessions.get(leader_id)
         if session is None or session.polling is None or session.interrupted:
             return
-        following = self._following(leader_id)
-        if following is session.polling or following.keys() <= session.polling.keys():
+        fetchable = self._fetchable(self._following(leader_id))
+        if fetchable is session.polling or fetchable.keys() <= session.polling.keys():
             return
         session.interrupted = True
         task.cancel()
@@ -316,6 +339,10 @@ class ReplicaFetcher:
         """A replica left this broker: drop what the sessions kept of it."""
         self._generation += 1
         self._retry_at.pop(tp, None)
+        self._not_leader_streak.pop(tp, None)
+        timer = self._retry_timers.pop(tp, None)
+        if timer is not None:
+            timer.cancel()
         self._leader_leo.pop(tp, None)
 
     def lag(self, part: Partition) -> int | None:
@@ -359,6 +386,48 @@ class ReplicaFetcher:
             return parts
         return {tp: p for tp, p in parts.items() if tp not in self._retry_at}
 
+    def _backoff_left_s(self, parts: Iterable[TopicPartition]) -> float:
+        """Seconds until the first of `parts` backing off may be fetched
+        again (at least 1 ms, at most `backoff_ms`)."""
+        ends = [self._retry_at[tp] for tp in parts if tp in self._retry_at]
+        left = min(ends, default=self._lag_clock() + self.settings.backoff_ms) - self._lag_clock()
+        return min(max(left, 1), self.settings.backoff_ms) / 1000
+
+    def _sit_out(self, tp: TopicPartition, error: LograftError | None) -> None:
+        """Leave `tp` out of its session after a failed fetch or apply: for
+        `backoff_ms`, or after a "not the leader yet" answer for the short,
+        doubling `not_leader_backoff_ms`, whose end wakes the session."""
+        s = self.settings
+        now = self._lag_clock()
+        old = self._retry_timers.pop(tp, None)
+        if old is not None:
+            old.cancel()
+        if not isinstance(error, NotLeaderOrFollowerError | UnknownLeaderEpochError):
+            self._not_leader_streak.pop(tp, None)
+            self._retry_at[tp] = now + s.backoff_ms
+            return
+        streak = self._not_leader_streak.get(tp, 0)
+        self._not_leader_streak[tp] = streak + 1
+        pause_ms = min(s.not_leader_backoff_ms << min(streak, 30), s.backoff_ms)
+        at = self._retry_at[tp] = now + pause_ms
+        self._retry_timers[tp] = asyncio.get_running_loop().call_later(
+            pause_ms / 1000, self._backoff_over, tp, at
+        )
+
+    def _backoff_over(self, tp: TopicPartition, at: int) -> None:
+        """`tp`'s short back-off ended (its timer): fetch it at once, not
+        after the poll in flight to its leader."""
+        self._retry_timers.pop(tp, None)
+        if self._retry_at.get(tp) == at:
+            # The timer may fire a hair before the lag clock reads `at`.
+            del self._retry_at[tp]
+        part = self._partitions.get(tp)
+        if part is None or part.role is not Role.FOLLOWER or not self._running:
+            return
+        task = self._sessions.get(part.leader_id)
+        if task is not None and not task.done():
+            self._interrupt_for_newcomers(part.leader_id, task)
+
     def _request(
         self,
         named: dict[TopicPartition, PartitionFetch],
@@ -399,8 +468,9 @@ class ReplicaFetcher:
                 return
             parts = self._fetchable(following)
             if not parts:
-                # Every partition is backing off after an error.
-                await asyncio.sleep(backoff)  # back-off between retries, not a sync point
+                # Every partition is backing off after an error: wait for
+                # the first to be done (a back-off, not a sync point).
+                await asyncio.sleep(self._backoff_left_s(following))
                 continue
             named, forgotten = session.build(
                 parts, parts, self._lag_clock(), self.settings.session_rescan_ms
@@ -450,15 +520,17 @@ class ReplicaFetcher:
                 continue  # an idle long-poll's empty answer: nothing to apply
             session.changed.update(TopicPartition(r.topic, r.partition) for r in responses)
             try:
-                progressed = await self._apply_responses(responses)
+                await self._apply_responses(responses)
             except Exception:
                 # A bug or disk fault applying one response must not end the
                 # session: nothing restarts it until the next metadata change,
                 # so every partition it carries would silently fall out of ISR.
                 log.exception("applying a fetch response from broker %d failed", leader_id)
-                progressed = False
-            if not progressed:
+                # No partition was set aside: pause the session instead.
                 await asyncio.sleep(backoff)
+            # Otherwise no pause, even when every partition failed: each sits
+            # out (`_sit_out`), so the next fetch leaves it out (or waits
+            # for its back-off when it was the last one) and cannot spin.
 
     @staticmethod
     def _take_interrupt(session: _FollowerSession) -> bool:
@@ -470,12 +542,9 @@ class ReplicaFetcher:
         task = asyncio.current_task()
         return task is not None and task.uncancel() == 0
 
-    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
-        """Apply a fetch response; False when every partition failed (back off).
-
-        A partition that failed sits out of the session for `backoff_ms`."""
-        progressed = False
-        retry_at = self._lag_clock() + self.settings.backoff_ms
+    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> None:
+        """Apply a fetch response. A partition that failed sits out of the
+        session for a while (`_sit_out`)."""
         todo: list[tuple[Partition, FetchPartitionResponse]] = []
         for r in responses:
             tp = TopicPartition(r.topic, r.partition)
@@ -488,12 +557,12 @@ class ReplicaFetcher:
                 continue
             if r.error is not None:
                 log.debug("fetch of %s failed: %s", tp, r.error.message)
-                self._retry_at[tp] = retry_at
+                self._sit_out(tp, r.error)
                 continue
             self._leader_leo[tp] = r.log_end_offset
             todo.append((part, r))
         if not todo:
-            return False
+            return
         outcomes = await self._apply_all(todo)
         # flush_policy = group_commit: the next fetch reports what is
         # fsynced, so it goes once what was just appended is (all of this
@@ -507,7 +576,8 @@ class ReplicaFetcher:
             await asyncio.gather(*commits)
         for (part, r), exc in zip(todo, outcomes, strict=True):
             if exc is None:
-                progressed = True
+                if self._not_leader_streak:
+                    self._not_leader_streak.pop(part.tp, None)
                 if self._stats is not None and r.data:
                     self._stats.topic(part.tp.topic).replication_bytes_in += len(r.data)
                 self._on_applied(part.tp)
@@ -520,8 +590,7 @@ class ReplicaFetcher:
                 # A bug meeting this partition's data: the session's other
                 # partitions in this response were still applied.
                 log.warning("could not apply fetched data of %s: %r", part.tp, exc, exc_info=exc)
-            self._retry_at[part.tp] = retry_at
-        return progressed
+            self._sit_out(part.tp, None)
 
     async def _apply_all(
         self, todo: list[tuple[Partition, FetchPartitionResponse]]

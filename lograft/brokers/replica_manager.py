@@ -160,6 +160,10 @@ class BrokerSettings(Record):
     replica_fetch_partition_max_bytes: Positive = 1024 * 1024
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200
+    # A follower partition's first pause after a "not the leader yet" fetch
+    # answer (a failover's new leader that has not applied it), ms; doubles
+    # with each such answer in a row up to replica_fetch_backoff_ms.
+    replica_fetch_not_leader_backoff_ms: Positive = 10
     # Incremental replica fetch sessions a leader caches (KIP-227), sessions;
     # the least recently used is evicted beyond this.
     replica_fetch_sessions_max: Positive = 64
@@ -391,6 +395,7 @@ class ReplicaManager:
                 max_bytes=settings.replica_fetch_max_bytes,
                 partition_max_bytes=settings.replica_fetch_partition_max_bytes,
                 backoff_ms=settings.replica_fetch_backoff_ms,
+                not_leader_backoff_ms=settings.replica_fetch_not_leader_backoff_ms,
             ),
             self.partitions,
             fetch_transport,

@@ -14,7 +14,12 @@ import pytest
 from lograft.brokers.log_work import LogWork
 from lograft.brokers.partition import Assignment, Partition, PartitionSettings
 from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher, _FollowerSession
-from lograft.errors import BrokerNotAvailableError, FencedLeaderEpochError
+from lograft.errors import (
+    BrokerNotAvailableError,
+    FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     FetchPartitionResponse,
@@ -155,6 +160,56 @@ async def test_a_partition_joining_a_session_does_not_wait_out_its_long_poll(tmp
     assert fetcher.leaders == frozenset()
 
 
+async def test_a_partition_whose_leader_is_not_leader_yet_is_fetched_again_at_once(
+    tmp_path, replicas
+):
+    """After a failover the new leader may answer this follower's first
+    fetch of a moved partition before it applied its leadership: the
+    partition sits out only `not_leader_backoff_ms` and then interrupts the
+    poll in flight (which never answers here, and the lag clock stands
+    still, so only the end of that short back-off fetches it again)."""
+    asked: list[list[str]] = []
+    moved = TopicPartition("t", 1)
+
+    async def new_leader(leader: int, body: bytes, timeout_s: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        asked.append(sorted(f"{p.topic}-{p.partition}" for p in req.partitions))
+        if len(asked) == 1:
+            not_yet = NotLeaderOrFollowerError("not the leader yet")
+            return encode_response([FetchPartitionResponse("t", 1, -1, -1, -1, error=not_yet)])
+        await asyncio.Event().wait()  # a long-poll that never answers
+        return b""
+
+    for p in range(2):
+        tp = TopicPartition("t", p)
+        replicas[tp] = follower(tmp_path, tp, 2)
+    fetcher, _applied = fetcher_over(replicas, new_leader)
+    fetcher.start()
+    try:
+        fetcher.sync()
+        await wait_until(lambda: len(asked) == 3)
+        assert asked == [["t-0", "t-1"], ["t-0"], ["t-0", "t-1"]]
+        assert moved not in fetcher._retry_at
+    finally:
+        await fetcher.stop()
+
+
+async def test_not_leader_answers_in_a_row_back_off_longer_up_to_backoff_ms(tmp_path, replicas):
+    """A leader that never takes over costs a few quick retries, then the
+    ordinary back-off: the short one doubles with each such answer."""
+    clock = FakeClock()
+    tp = TopicPartition("t", 0)
+    replicas[tp] = follower(tmp_path, tp, 2)
+    fetcher, _applied = fetcher_over(replicas, None, clock)
+    pauses = []
+    for error in [NotLeaderOrFollowerError("x")] * 3 + [UnknownLeaderEpochError("x")] * 3:
+        fetcher._sit_out(tp, error)
+        pauses.append(fetcher._retry_at[tp] - clock.now)
+    assert pauses == [10, 20, 40, 80, 160, SETTINGS.backoff_ms]
+    await fetcher.stop()
+    assert fetcher._retry_timers == {}
+
+
 async def test_a_session_applies_what_the_leader_sends_and_survives_a_failed_fetch(
     tmp_path, replicas
 ):
@@ -201,7 +256,7 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
     else:
         broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
     fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
-    assert await fetcher._apply_responses([broken, fine]) is True
+    await fetcher._apply_responses([broken, fine])
     assert applied == [good]
     assert list(fetcher._fetchable(following)) == [good]
     clock.now += SETTINGS.backoff_ms
@@ -269,5 +324,5 @@ async def test_a_partition_that_stopped_following_unnoticed_leaves_the_followed_
     answer = FetchPartitionResponse(
         tp.topic, tp.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
     )
-    assert await fetcher._apply_responses([answer]) is False
+    await fetcher._apply_responses([answer])
     assert set(fetcher._following(2)) == {other}
