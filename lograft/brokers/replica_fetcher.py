@@ -330,8 +330,10 @@ class ReplicaFetcher:
 
     def touch(self, tp: TopicPartition) -> None:
         """`tp`'s fetch state moved outside an answer (a new leader epoch):
-        its session names it on the next fetch."""
+        its session names it on the next fetch, and a "not the leader yet"
+        answer from its new leader starts at the short back-off again."""
         self._generation += 1
+        self._not_leader_streak.pop(tp, None)
         for session in self._fetch_sessions.values():
             session.changed.add(tp)
 
