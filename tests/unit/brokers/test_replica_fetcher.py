@@ -196,7 +196,8 @@ async def test_a_partition_whose_leader_is_not_leader_yet_is_fetched_again_at_on
 
 async def test_not_leader_answers_in_a_row_back_off_longer_up_to_backoff_ms(tmp_path, replicas):
     """A leader that never takes over costs a few quick retries, then the
-    ordinary back-off: the short one doubles with each such answer."""
+    ordinary back-off: the short one doubles with each such answer in a row,
+    until a leader change."""
     clock = FakeClock()
     tp = TopicPartition("t", 0)
     replicas[tp] = follower(tmp_path, tp, 2)
@@ -206,6 +207,10 @@ async def test_not_leader_answers_in_a_row_back_off_longer_up_to_backoff_ms(tmp_
         fetcher._sit_out(tp, error)
         pauses.append(fetcher._retry_at[tp] - clock.now)
     assert pauses == [10, 20, 40, 80, 160, SETTINGS.backoff_ms]
+    # A leader change: its new leader gets the short back-off again.
+    fetcher.touch(tp)
+    fetcher._sit_out(tp, NotLeaderOrFollowerError("x"))
+    assert fetcher._retry_at[tp] - clock.now == 10
     await fetcher.stop()
     assert fetcher._retry_timers == {}
 
