@@ -544,9 +544,11 @@ class ReplicaFetcher:
         task = asyncio.current_task()
         return task is not None and task.uncancel() == 0
 
-    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> None:
-        """Apply a fetch response. A partition that failed sits out of the
-        session for a while (`_sit_out`)."""
+    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
+        """Apply a fetch response; True when some partition's answer was
+        applied. A partition that failed sits out of the session for a while
+        (`_sit_out`)."""
+        progressed = False
         todo: list[tuple[Partition, FetchPartitionResponse]] = []
         for r in responses:
             tp = TopicPartition(r.topic, r.partition)
@@ -564,7 +566,7 @@ class ReplicaFetcher:
             self._leader_leo[tp] = r.log_end_offset
             todo.append((part, r))
         if not todo:
-            return
+            return False
         outcomes = await self._apply_all(todo)
         # flush_policy = group_commit: the next fetch reports what is
         # fsynced, so it goes once what was just appended is (all of this
@@ -578,6 +580,7 @@ class ReplicaFetcher:
             await asyncio.gather(*commits)
         for (part, r), exc in zip(todo, outcomes, strict=True):
             if exc is None:
+                progressed = True
                 if self._not_leader_streak:
                     self._not_leader_streak.pop(part.tp, None)
                 if self._stats is not None and r.data:
@@ -593,6 +596,7 @@ class ReplicaFetcher:
                 # partitions in this response were still applied.
                 log.warning("could not apply fetched data of %s: %r", part.tp, exc, exc_info=exc)
             self._sit_out(part.tp, None)
+        return progressed
 
     async def _apply_all(
         self, todo: list[tuple[Partition, FetchPartitionResponse]]

@@ -261,7 +261,7 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
     else:
         broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
     fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
-    await fetcher._apply_responses([broken, fine])
+    assert await fetcher._apply_responses([broken, fine]) is True
     assert applied == [good]
     assert list(fetcher._fetchable(following)) == [good]
     clock.now += SETTINGS.backoff_ms
@@ -329,5 +329,5 @@ async def test_a_partition_that_stopped_following_unnoticed_leaves_the_followed_
     answer = FetchPartitionResponse(
         tp.topic, tp.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
     )
-    await fetcher._apply_responses([answer])
+    assert await fetcher._apply_responses([answer]) is False
     assert set(fetcher._following(2)) == {other}
