@@ -79,6 +79,14 @@ class LogWork:
         """Take no more work; jobs already running finish in their threads."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def drain(self) -> None:
+        """Take no more work and wait (off the loop) until the jobs already
+        running are done: a job whose caller was cancelled (a follower's
+        fetch session stopped mid-apply) still writes its log's files, and
+        closing those logs meanwhile would race it."""
+        self.close()
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+
 
 __all__ = [
     "INLINE_BYTES_MAX",

@@ -110,9 +110,9 @@ class _FollowerSession:
     __slots__ = (
         "changed",
         "drop",
-        "interrupted",
         "membership",
         "next_epoch",
+        "poll",
         "polling",
         "scanned_ms",
         "sent",
@@ -134,10 +134,10 @@ class _FollowerSession:
         # Which partitions the fetch was built from when all of them were
         # last compared (`build`'s `membership`).
         self.membership: object = None
-        # The partitions the fetch in flight was built from (None between
-        # fetches), and whether `sync` cancelled it for a newcomer.
+        # The partitions the fetch in flight was built from, and the fetch
+        # itself, which an interrupt cancels (None between fetches).
         self.polling: Mapping[TopicPartition, Partition] | None = None
-        self.interrupted = False
+        self.poll: asyncio.Future[bytes] | None = None
 
     def reset(self) -> None:
         """Start over with a full fetch (a failed request or a session error)."""
@@ -312,21 +312,25 @@ class ReplicaFetcher:
                     self._session(leader_id), name=f"replica-fetcher-{leader_id}"
                 )
             else:
-                self._interrupt_for_newcomers(leader_id, task)
+                self._interrupt_for_newcomers(leader_id)
 
-    def _interrupt_for_newcomers(self, leader_id: int, task: asyncio.Task[None]) -> None:
+    def _interrupt_for_newcomers(self, leader_id: int) -> None:
         """Cancel the long-poll in flight to `leader_id` when a partition now
         fetchable from it is not in that poll: the newcomer's first fetch is
-        sent at once (the loop catches this cancel, `_fetch_loop`). One still
+        sent at once (the loop catches the fetch's cancel, `_fetch_loop`). One still
         backing off would not be fetched yet: it interrupts nothing."""
         session = self._fetch_sessions.get(leader_id)
-        if session is None or session.polling is None or session.interrupted:
+        poll = session.poll if session is not None else None
+        if session is None or session.polling is None or poll is None or poll.done():
             return
         fetchable = self._fetchable(self._following(leader_id))
         if fetchable is session.polling or fetchable.keys() <= session.polling.keys():
             return
-        session.interrupted = True
-        task.cancel()
+        # The fetch alone, never the session's task: a cancel of the task
+        # could land at its next await instead (the fetch's answer already
+        # in), inside the apply of that answer, leaving a storage job
+        # running on with nobody waiting for it.
+        poll.cancel()
 
     def touch(self, tp: TopicPartition) -> None:
         """`tp`'s fetch state moved outside an answer (a new leader epoch):
@@ -426,9 +430,7 @@ class ReplicaFetcher:
         part = self._partitions.get(tp)
         if part is None or part.role is not Role.FOLLOWER or not self._running:
             return
-        task = self._sessions.get(part.leader_id)
-        if task is not None and not task.done():
-            self._interrupt_for_newcomers(part.leader_id, task)
+        self._interrupt_for_newcomers(part.leader_id)
 
     def _request(
         self,
@@ -480,13 +482,18 @@ class ReplicaFetcher:
             req = self._request(named, forgotten, session)
             timeout = self.settings.wait_max_ms / 1000 + 5
             session.polling = parts
+            poll = session.poll = asyncio.ensure_future(
+                self._transport(leader_id, req.to_json(), timeout)
+            )
             try:
-                body = await self._transport(leader_id, req.to_json(), timeout)
+                body = await poll
                 answer = decode_answer(body)
             except asyncio.CancelledError:
-                if not self._take_interrupt(session):
-                    raise
-                # The leader may or may not have seen the fetch: start over.
+                task = asyncio.current_task()
+                if not poll.cancelled() or (task is not None and task.cancelling()):
+                    raise  # this task was cancelled (stop, or the leader unfollowed)
+                # An interrupt (`_interrupt_for_newcomers`) cancelled the
+                # fetch alone; the leader may or may not have seen it: start over.
                 session.reset()
                 continue
             except Exception as exc:
@@ -499,7 +506,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(backoff)  # back-off between retries, not a sync point
                 continue
             finally:
-                session.polling = None
+                session.polling = session.poll = None
             if failing:
                 log.info("fetch from broker %d works again", leader_id)
                 failing = False
@@ -533,16 +540,6 @@ class ReplicaFetcher:
             # Otherwise no pause, even when every partition failed: each sits
             # out (`_sit_out`), so the next fetch leaves it out (or waits
             # for its back-off when it was the last one) and cannot spin.
-
-    @staticmethod
-    def _take_interrupt(session: _FollowerSession) -> bool:
-        """True when the cancel just caught was `sync`'s interrupt alone (not
-        also `stop` or the leader no longer followed, which end the task)."""
-        if not session.interrupted:
-            return False
-        session.interrupted = False
-        task = asyncio.current_task()
-        return task is not None and task.uncancel() == 0
 
     async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
         """Apply a fetch response; True when some partition's answer was

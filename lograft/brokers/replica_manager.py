@@ -453,8 +453,11 @@ class ReplicaManager:
         for p in self.partitions.values():
             if p.committer is not None:
                 await p.committer.close()
-        # Writes under way finish first: stopping a replica takes its role lock.
-        self.work.close()
+        # Writes under way finish first: stopping a replica takes its role
+        # lock, and storage jobs still running (a follower's apply whose
+        # session was cancelled: a truncation rewriting the recovery-point
+        # checkpoint) end before the logs close, which write it too.
+        await self.work.drain()
         self.write_hw_checkpoint()
         for p in self.partitions.values():
             if p.role is not Role.STOPPED:

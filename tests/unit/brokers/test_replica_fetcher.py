@@ -160,6 +160,46 @@ async def test_a_partition_joining_a_session_does_not_wait_out_its_long_poll(tmp
     assert fetcher.leaders == frozenset()
 
 
+async def test_an_interrupt_after_the_answer_is_in_spares_its_apply_and_the_session(
+    tmp_path, replicas
+):
+    """A partition joins while the leader's answer is already in (here: the
+    join comes from inside the transport, which then returns at once). The
+    interrupt cancels the fetch alone, never the session's task: a cancel of
+    the task landed at its next await instead, inside the storage job that
+    applies the answer (a first batch of a leader epoch: a thread), and the
+    session died with that job still running."""
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    replicas[t0] = follower(tmp_path, t0, 2)
+    replicas[t1] = follower(tmp_path, t1, 3)
+    batch = build_batch([RecordInput(b"k", b"v")] * 3, timestamp_ms=1, partition_leader_epoch=0)
+    asked: list[tuple[int, list[str]]] = []
+    fetcher: ReplicaFetcher
+
+    async def leader(leader_id: int, body: bytes, timeout_s: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        named = sorted(f"{p.topic}-{p.partition}" for p in req.partitions)
+        asked.append((leader_id, named))
+        if leader_id == 3 or len(asked) > 3 or req.partitions[0].fetch.fetch_offset > 0:
+            await asyncio.Event().wait()  # caught up, or not this test's leader
+        if leader_id == 2 and named == ["t-0"]:
+            # t-1's leader moved to 2 while this answer is on its way.
+            replicas[t1].become_follower(Assignment((2, ME), (2, ME), 2, 1, 1))
+            fetcher.sync()
+        return encode_response([FetchPartitionResponse("t", 0, 3, 0, 3, batch)])
+
+    fetcher, applied = fetcher_over(replicas, leader)
+    fetcher.start()
+    try:
+        fetcher.sync()
+        await wait_until(lambda: (2, ["t-0", "t-1"]) in asked)
+        await wait_until(lambda: t0 in applied)
+        assert not fetcher._sessions[2].done(), "the session goes on"
+        assert replicas[t0].log.log_end_offset == 3
+    finally:
+        await fetcher.stop()
+
+
 async def test_a_partition_whose_leader_is_not_leader_yet_is_fetched_again_at_once(
     tmp_path, replicas
 ):
