@@ -28,11 +28,11 @@ from lograft.api.services import TopicView
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_manager import BrokerSettings, ReplicaManager
 from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from lograft.protocol.batch import build_batch, validate_batches
+from lograft.protocol.batch import build_batch
 from lograft.protocol.partitioner import KeylessPartitioner, partition_for_key
 from lograft.protocol.plain_batch import BuiltBatch
 from lograft.protocol.produce_wire import AppendResult
-from lograft.protocol.record_scan import RecordsSummary
+from tests.batch_scan import scanned
 
 PARTITIONS = 3
 RECORDS_MAX = 6
@@ -90,20 +90,6 @@ def new_prepare(routes: DataRoutes, body: bytes) -> tuple[Any, ...]:
             batch = batch.data
         batches[p] = batch
     return got.acks, got.count, groups, batches
-
-
-def scanned(data: bytes) -> RecordsSummary:
-    """What the leader's record scan reports of the one batch in `data`."""
-    seen: list[RecordsSummary] = []
-    validate_batches(
-        data,
-        max_batch_bytes=len(data),
-        contiguous=True,
-        deep=True,
-        on_records=lambda _h, summary, _i: seen.append(summary),
-    )
-    [summary] = seen
-    return summary
 
 
 def outcome(prepare: Any, *args: Any) -> tuple[Any, ...]:

@@ -14,9 +14,9 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from lograft.errors import InvalidRecordError
 from lograft.protocol import plain_batch
-from lograft.protocol.batch import RecordInput, build_batch, validate_batches
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.plain_batch import BuiltBatch, Item, build_plain_batch
-from lograft.protocol.record_scan import RecordsSummary
+from tests.batch_scan import scanned
 
 needs_c = pytest.mark.skipif(
     plain_batch.IMPLEMENTATION != "c", reason="the C column encoder is not built"
@@ -56,20 +56,6 @@ def reference(
         ],
         timestamp_ms=now_ms,
     )
-
-
-def scanned(data: bytes) -> RecordsSummary:
-    """What the leader's record scan reports of the one batch in `data`."""
-    seen: list[RecordsSummary] = []
-    validate_batches(
-        data,
-        max_batch_bytes=len(data),
-        contiguous=True,
-        deep=True,
-        on_records=lambda _h, summary, _i: seen.append(summary),
-    )
-    [summary] = seen
-    return summary
 
 
 def assert_built_as_reference(built: BuiltBatch, want: bytes) -> None:

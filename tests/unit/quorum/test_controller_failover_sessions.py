@@ -14,11 +14,9 @@ from collections.abc import Callable
 
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
-from lograft.quorum.image import MetadataImage
-from lograft.quorum.metadata_store import MetadataStore
-from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.sessions import sessions_after_failover
 
+from .controller_fakes import Clock, InstantRaft, store_of
 from .metadata_cluster import cluster_of
 
 CONFIG = c.ControllerConfig()
@@ -29,50 +27,12 @@ ELECTION_MS = 2000
 KILLED_AT = 10_000
 
 
-class _Raft:
-    """Node "1" following node "0" until the test makes it leader; every
-    append commits and applies at once."""
-
-    node_id = "1"
-
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
-        self.is_leader = False
-        self.leader_id: str | None = "0"
-        self.contact = PeerContact()
-
-    def last_heard_ms(self, peer_id: str) -> int | None:
-        return self.contact.last_heard_ms(peer_id)
-
-    def refused_peers(self) -> dict[str, int]:
-        return self.contact.refusals()
-
-    async def append(self, batch: bytes, *, timeout_ms: int | None = None) -> int:
-        offset = self.store.image.offset + 1
-        self.store.apply(offset, batch)
-        return offset
-
-    def elected(self) -> None:
-        self.is_leader, self.leader_id = True, self.node_id
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def _setup() -> tuple[ControllerRuntime, _Raft, Clock, str]:
+def _setup() -> tuple[ControllerRuntime, InstantRaft, Clock, str]:
     # Brokers 0-2 (broker 0 on the Raft leader's node), a topic led by each.
     cluster = cluster_of(range(3))
     topic_id = cluster.create("t", 6, 3)
-    store = MetadataStore()
-    store._image = MetadataImage.empty().apply_batch(
-        cluster.image.offset, cluster.image.to_records()
-    )
-    raft = _Raft(store)
+    store = store_of(cluster)
+    raft = InstantRaft(store, leader_id="0")
     clock = Clock(KILLED_AT)
     rt = ControllerRuntime(raft, store, CONFIG, clock=clock)  # type: ignore[arg-type]
     return rt, raft, clock, topic_id
@@ -87,7 +47,7 @@ def _fenced(rt: ControllerRuntime) -> set[int]:
     return {b.broker_id for b in rt.store.image.brokers.values() if b.fenced}
 
 
-async def _take_over(rt: ControllerRuntime, raft: _Raft, clock: Clock) -> None:
+async def _take_over(rt: ControllerRuntime, raft: InstantRaft, clock: Clock) -> None:
     """Follow node 0 until it dies (heard last at KILLED_AT), then win the election."""
     raft.contact.heard("0", KILLED_AT)
     rt._note_leader()

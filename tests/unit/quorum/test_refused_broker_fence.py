@@ -17,11 +17,9 @@ from collections.abc import Callable
 
 from lograft.quorum import controller as c
 from lograft.quorum.controller_runtime import ControllerRuntime
-from lograft.quorum.image import MetadataImage
-from lograft.quorum.metadata_store import MetadataStore
-from lograft.quorum.raft.peer_contact import PeerContact
 from lograft.quorum.sessions import BrokerSessions
 
+from .controller_fakes import Clock, InstantRaft, store_of
 from .metadata_cluster import cluster_of
 
 CONFIG = c.ControllerConfig()
@@ -53,46 +51,12 @@ def test_the_rule_on_sessions():
     assert not refused.with_refusals({}).proven_gone(2, late, OVERDUE)
 
 
-class _Raft:
-    """Node "1", the Raft leader; every append commits and applies at once."""
-
-    node_id = "1"
-    is_leader = True
-    leader_id = "1"
-
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
-        self.contact = PeerContact()
-
-    def last_heard_ms(self, peer_id: str) -> int | None:
-        return self.contact.last_heard_ms(peer_id)
-
-    def refused_peers(self) -> dict[str, int]:
-        return self.contact.refusals()
-
-    async def append(self, batch: bytes, *, timeout_ms: int | None = None) -> int:
-        offset = self.store.image.offset + 1
-        self.store.apply(offset, batch)
-        return offset
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-async def _active() -> tuple[ControllerRuntime, _Raft, Clock, str]:
+async def _active() -> tuple[ControllerRuntime, InstantRaft, Clock, str]:
     """Brokers 1-3, a topic with partitions led by each; node 1 active."""
     cluster = cluster_of([1, 2, 3])
     topic_id = cluster.create("t", 6, 3)
-    store = MetadataStore()
-    store._image = MetadataImage.empty().apply_batch(
-        cluster.image.offset, cluster.image.to_records()
-    )
-    raft = _Raft(store)
+    store = store_of(cluster)
+    raft = InstantRaft(store)
     clock = Clock(T0)
     rt = ControllerRuntime(raft, store, CONFIG, clock=clock)  # type: ignore[arg-type]
     await rt._activate()
