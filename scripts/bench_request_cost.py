@@ -27,6 +27,10 @@ Routes (the node's hot paths; each answers 200 or it is an error):
 - `replica-fetch`: `POST /internal/v1/replica-fetch` with the cluster secret,
   sessionless, max_wait_ms=0 (from a replica id the partition does not have:
   the answer is its per-partition error, the HTTP path is the same);
+- `replica-stream`: the same fetch as one message on a kept WebSocket
+  (`GET /internal/v1/replica-fetch/stream`, api/replica_stream.py), one
+  stream per connection (the upgrade is not counted: it is made before the
+  round starts);
 - `forwarded`: `POST /internal/v1/produce` (the forwarded JSON produce form:
   one partition's batch) with the cluster secret;
 - `produce-json`: `POST /v1/topics/bench/records`, bench_compare's JSON
@@ -57,12 +61,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_common import http_json, log, machine  # a sibling script
 from loopback_ports import free_ports  # a sibling script
 
+from lograft.api.internal_paths import REPLICA_STREAM_PATH
+from lograft.api.replica_stream import ANSWER_HEAD, REQUEST_HEAD
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import FetchPartitionRequest, PartitionFetch, ReplicaFetchRequest
 from lograft.protocol.produce_wire import Acks, PartitionBatch, ProduceRequest, encode_request
@@ -81,7 +89,15 @@ READY_TIMEOUT_S = 60.0
 WARMUP_REQUESTS = 50
 # Waiting for one answer, seconds.
 ANSWER_TIMEOUT_S = 30.0
-NODE_ROUTES = ("produce", "fetch", "replica-fetch", "forwarded", "produce-json", "produce-json-1k")
+NODE_ROUTES = (
+    "produce",
+    "fetch",
+    "replica-fetch",
+    "replica-stream",
+    "forwarded",
+    "produce-json",
+    "produce-json-1k",
+)
 FLOOR_ROUTES = ("floor-get", "floor-post")
 FLOOR_ANSWER = b'{"ok":true}'
 # Records per JSON produce request (bench_compare's JSON load sends as many).
@@ -275,6 +291,10 @@ def requests_for(route: str) -> list[bytes]:
         body = ReplicaFetchRequest(2, 0, 1, 1 << 20, 1024, [part]).to_json()
         headers = {**secret, "Content-Type": "application/json"}
         return [_request("POST", "/internal/v1/replica-fetch", headers, body)]
+    if route == "replica-stream":
+        part = FetchPartitionRequest(TOPIC, 0, PartitionFetch(0))
+        body = ReplicaFetchRequest(2, 0, 1, 1 << 20, 1024, [part]).to_json()
+        return [REQUEST_HEAD.pack(1) + body]
     if route == "forwarded":
         body = encode_request(ProduceRequest(TOPIC, Acks.ALL, [PartitionBatch(0, batch)]))
         headers = {**secret, "Content-Type": "application/vnd.lograft.produce"}
@@ -309,9 +329,44 @@ async def _one_connection(port: int, requests: list[bytes], count: int) -> None:
         writer.close()
 
 
+async def _one_stream(
+    stream: aiohttp.ClientWebSocketResponse, requests: list[bytes], count: int
+) -> None:
+    for i in range(count):
+        await stream.send_bytes(requests[i % len(requests)])
+        msg = await asyncio.wait_for(stream.receive(), ANSWER_TIMEOUT_S)
+        if msg.type is not aiohttp.WSMsgType.BINARY:
+            raise RuntimeError(f"stream message {msg.type}: {msg.data!r}")
+        _id, status = ANSWER_HEAD.unpack_from(msg.data)
+        if status != 200:
+            raise RuntimeError(f"answer {status}: {msg.data[:300]!r}")
+
+
 async def drive(port: int, requests: list[bytes], count: int, connections: int) -> None:
     per = max(1, count // connections)
     await asyncio.gather(*(_one_connection(port, requests, per) for _ in range(connections)))
+
+
+async def _measure_streams(
+    server: Server, requests: list[bytes], count: int, connections: int, idle_share: float
+) -> tuple[float, float]:
+    """`measure` over `connections` WebSockets, opened (and warmed) before
+    the round's clock starts."""
+    url = f"http://127.0.0.1:{server.port}{REPLICA_STREAM_PATH}"
+    per = max(1, count // connections)
+    async with aiohttp.ClientSession() as session:
+        streams = [
+            await session.ws_connect(url, headers={SECRET_HEADER: CLUSTER_SECRET}, compress=0)
+            for _ in range(connections)
+        ]
+        await _one_stream(streams[0], requests, WARMUP_REQUESTS)
+        cpu0, wall0 = server.cpu_s(), time.perf_counter()
+        await asyncio.gather(*(_one_stream(s, requests, per) for s in streams))
+        cpu1, wall1 = server.cpu_s(), time.perf_counter()
+        for stream in streams:
+            await stream.close()
+    busy = cpu1 - cpu0 - idle_share * (wall1 - wall0)
+    return busy / (per * connections) * 1e6, (wall1 - wall0) / (per * connections) * 1e6
 
 
 def idle_cpu_share(server: Server, seconds: float) -> float:
@@ -328,6 +383,8 @@ def measure(
     """CPU µs per request of `server` on `route` (less its idle CPU over the
     same time), and the client's wall µs per request."""
     requests = requests_for(route)
+    if route == "replica-stream":
+        return asyncio.run(_measure_streams(server, requests, count, connections, idle_share))
     asyncio.run(drive(server.port, requests, WARMUP_REQUESTS, 1))
     cpu0, wall0 = server.cpu_s(), time.perf_counter()
     asyncio.run(drive(server.port, requests, count, connections))

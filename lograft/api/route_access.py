@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from lograft.api.internal_paths import GROUPS_PATH
+from lograft.api.internal_paths import GROUPS_PATH, REPLICA_STREAM_PATH
 from lograft.api.partition_offsets import PATH as PARTITION_OFFSETS_PATH
 from lograft.api.routes_internal import CONTROLLER_PREFIX, REPLICA_FETCH_PATH
 from lograft.api.stream.fetch import PATH as STREAM_FETCH_PATH
@@ -240,6 +240,7 @@ ROUTE_ACCESS: Mapping[tuple[str, str], RouteAccess] = MappingProxyType(
         # -- node to node: the cluster secret, never a client's credentials
         ("POST", CONTROLLER_PREFIX + "/{name}"): _INTERNAL,
         ("POST", REPLICA_FETCH_PATH): _INTERNAL,
+        ("GET", REPLICA_STREAM_PATH): _INTERNAL,
         ("POST", FORWARD_PATH): _INTERNAL,
         ("POST", STREAM_FETCH_PATH): _INTERNAL,
         ("POST", PARTITION_OFFSETS_PATH): _INTERNAL,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lograft.api.internal_paths import GROUPS_PATH
+from lograft.api.internal_paths import GROUPS_PATH, REPLICA_STREAM_PATH
 from lograft.api.partition_offsets import PATH as PARTITION_OFFSETS_PATH
 from lograft.api.routes_internal import CONTROLLER_PREFIX, REPLICA_FETCH_PATH
 from lograft.api.stream.fetch import PATH as STREAM_FETCH_PATH
@@ -57,6 +57,7 @@ GATED_ROUTES: frozenset[tuple[str, str]] = frozenset(
         # Their node-to-node forms.
         ("POST", FORWARD_PATH),
         ("POST", REPLICA_FETCH_PATH),
+        ("GET", REPLICA_STREAM_PATH),
         ("POST", STREAM_FETCH_PATH),
         ("POST", PARTITION_OFFSETS_PATH),
         ("GET", GROUPS_PATH),

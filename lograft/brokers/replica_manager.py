@@ -65,7 +65,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lograft import power_loss
 from lograft.brokers.broker_stats import BrokerStats
@@ -145,7 +145,7 @@ RoleListener = Callable[[Partition], None]
 
 
 class BrokerSettings(Record):
-    """`[broker]` in the node config; every value a positive integer."""
+    """`[broker]` in the node config; every value but one a positive integer."""
 
     # acks=all needs this many in-sync replicas (topic config may override).
     min_insync_replicas: Positive = 2
@@ -164,6 +164,10 @@ class BrokerSettings(Record):
     # answer (a failover's new leader that has not applied it), ms; doubles
     # with each such answer in a row up to replica_fetch_backoff_ms.
     replica_fetch_not_leader_backoff_ms: Positive = 10
+    # How a follower sends its fetches to a leader: "websocket", one kept
+    # WebSocket per leader (api/replica_stream.py; a leader that refuses it
+    # is sent POSTs), or "http", a POST per fetch on a kept connection.
+    replica_fetch_transport: Literal["websocket", "http"] = "websocket"
     # Incremental replica fetch sessions a leader caches (KIP-227), sessions;
     # the least recently used is evicted beyond this.
     replica_fetch_sessions_max: Positive = 64

@@ -76,6 +76,7 @@ from lograft.errors import (
 )
 from lograft.node.config import Voter
 from lograft.node.peer_channel import ChannelError, PeerChannel
+from lograft.node.peer_stream import PeerStream, StreamRefused
 from lograft.node.peer_urls import PeerUrls
 from lograft.protocol.produce_wire import CONTENT_TYPE as FORWARD_CONTENT_TYPE
 from lograft.protocol.produce_wire import (
@@ -130,8 +131,9 @@ class PeerClient(LocalFirst):
         self.trace_configs = trace_configs
         self.tls = tls
         self._session: aiohttp.ClientSession | None = None
-        # Kept connections for `exchange`, by peer id.
+        # Kept connections for `exchange`, and streams for `stream_exchange`, by peer id.
         self._channels: dict[int, PeerChannel] = {}
+        self._streams: dict[int, PeerStream] = {}
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -302,6 +304,40 @@ class PeerClient(LocalFirst):
             raise answer_error(status, data, who, peer_id)
         return data
 
+    async def stream_exchange(
+        self, peer_id: int, post_path: str, body: bytes, *, timeout_ms: int | None = None
+    ) -> bytes:
+        """A replica fetch (`body`: its request's JSON) over the peer's kept
+        WebSocket (node/peer_stream.py): the same answers and errors as
+        `exchange` to `post_path`, at a tenth of the transport's CPU. A peer
+        that refuses the stream (an older node, or one catching up) is sent
+        the fetch as a POST to `post_path` instead, for a while."""
+        url = self._url_of(peer_id)
+        stream = self._streams.get(peer_id)
+        if stream is None or stream.base_url != url:
+            if stream is not None:
+                stream.close()  # the peer moved (a new registration)
+            stream = self._streams[peer_id] = PeerStream(
+                url,
+                self.session(),
+                cluster_secret=self.cluster_secret,
+                answer_bytes_max=self.answer_bytes_max,
+            )
+        if stream.refused():
+            return await self.exchange(peer_id, post_path, body, timeout_ms=timeout_ms)
+        who = _who(peer_id, url)
+        try:
+            status, data = await stream.call(body, timeout_s=(timeout_ms or self.timeout_ms) / 1000)
+        except StreamRefused:
+            return await self.exchange(peer_id, post_path, body, timeout_ms=timeout_ms)
+        except ChannelError as exc:
+            raise PeerUnreachableError(
+                f"could not reach {who} (stream of {post_path}): {exc}", **_peer(peer_id)
+            ) from None
+        if not 200 <= status < 300:
+            raise answer_error(status, data, who, peer_id)
+        return data
+
     async def _read(self, resp: aiohttp.ClientResponse, who: str) -> bytes:
         """The answer's body, at most `answer_bytes_max` of it."""
         limit = self.answer_bytes_max
@@ -349,6 +385,10 @@ class PeerClient(LocalFirst):
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
+        streams = list(self._streams.values())
+        self._streams.clear()
+        for stream in streams:
+            await stream.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None

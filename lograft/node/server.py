@@ -47,6 +47,7 @@ from lograft.api.partition_offsets import PartitionOffsets, add_partition_offset
 from lograft.api.quota_gate import QuotaGate
 from lograft.api.record_work import RecordWork
 from lograft.api.records_json import RenderLimits
+from lograft.api.replica_stream import ReplicaStreams
 from lograft.api.routes_admin import AdminRoutes
 from lograft.api.routes_data import DataLimits, DataRoutes
 from lograft.api.routes_groups import GroupRoutes
@@ -450,6 +451,11 @@ class Node:
             if metrics is not None:
                 self._broker_metrics(metrics, offsets, lambda: len(streams.sessions))
             add_replica_fetch_route(app, self.replicas)
+            ReplicaStreams(
+                self.replicas,
+                message_bytes_max=self.config.http.request_bytes_max,
+                idle_timeout_s=self.config.http.keepalive_timeout_ms / 1000,
+            ).add_to(app)
             # Also this node's own asks, in process, through forward_calls.
             add_partition_offsets_route(
                 app, self.replicas, _BrokerImageView(self), self.forward_calls
@@ -760,6 +766,10 @@ class Node:
 
     async def _fetch_transport(self, leader_id: int, body: bytes, timeout_s: float) -> bytes:
         assert self.replication_calls is not None
+        if self.config.broker.replica_fetch_transport == "websocket":
+            return await self.replication_calls.stream_exchange(
+                leader_id, REPLICA_FETCH_PATH, body, timeout_ms=int(timeout_s * 1000)
+            )
         return await self.replication_calls.exchange(
             leader_id,
             REPLICA_FETCH_PATH,

@@ -1,0 +1,346 @@
+"""Replica fetches over a kept WebSocket (`PeerClient.stream_exchange`,
+node/peer_stream.py, served by api/replica_stream.py): one stream reused, the
+same answers and errors as the POST route, the node's request pipeline on the
+upgrade (cluster secret, serving gate) and the gate on every message,
+bounded messages both ways, a stale, broken or idle stream replaced, a leader
+without the route sent POSTs, and every stream closed at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import ClientSession, WSMsgType, web
+from aiohttp.test_utils import TestServer
+
+from lograft.api.app import SECRET_HEADER, create_app
+from lograft.api.internal_paths import REPLICA_STREAM_PATH
+from lograft.api.replica_stream import ReplicaStreams
+from lograft.api.routes_internal import REPLICA_FETCH_PATH
+from lograft.errors import (
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    PeerUnreachableError,
+)
+from lograft.node.peer_client import PeerClient
+from lograft.protocol.fetch_wire import (
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    PartitionFetch,
+    ReplicaFetchAnswer,
+    ReplicaFetchRequest,
+    decode_answer,
+    encode_answer,
+)
+
+SECRET = "unit-test-cluster-secret"
+
+
+def request(offset: int) -> bytes:
+    return ReplicaFetchRequest(
+        replica_id=2,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        partition_max_bytes=1 << 20,
+        partitions=[FetchPartitionRequest("t", 0, PartitionFetch(offset))],
+    ).to_json()
+
+
+@dataclass
+class FakeReplicas:
+    """`ReplicaManager.replica_fetch` alone: answers each fetch with its offset
+    as data, or raises what `fail` holds; `stall` holds a fetch."""
+
+    fetched: list[int] = field(default_factory=list)
+    fail: Exception | None = None
+    stall: asyncio.Event | None = None
+    data_bytes: int = 8
+
+    async def replica_fetch(self, req: ReplicaFetchRequest) -> ReplicaFetchAnswer:
+        offset = req.partitions[0].fetch.fetch_offset
+        self.fetched.append(offset)
+        if self.stall is not None:
+            await self.stall.wait()
+        if self.fail is not None:
+            raise self.fail
+        data = str(offset).encode().ljust(self.data_bytes, b".")
+        return ReplicaFetchAnswer(
+            partitions=[FetchPartitionResponse("t", 0, offset + 1, 0, offset + 1, data)]
+        )
+
+
+class Brokers:
+    def __init__(self, urls: dict[int, str]) -> None:
+        self.urls = urls
+
+    def broker_url(self, broker_id: int) -> str | None:
+        return self.urls.get(broker_id)
+
+
+@dataclass
+class Leader:
+    replicas: FakeReplicas
+    streams: ReplicaStreams
+    client: PeerClient
+    server: TestServer
+    refusal: list[LograftError | None]
+    posts: list[bytes]
+
+
+def leader_app(
+    replicas: FakeReplicas,
+    refusal: list[LograftError | None],
+    posts: list[bytes],
+    *,
+    with_stream: bool = True,
+    idle_timeout_s: float = 30.0,
+) -> tuple[web.Application, ReplicaStreams]:
+    app = create_app(
+        cluster_secret=SECRET,
+        request_bytes_max=64 * 1024,
+        ready=lambda: (True, {}),
+        serving=lambda: refusal[0],
+    )
+    streams = ReplicaStreams(
+        replicas,  # type: ignore[arg-type]
+        message_bytes_max=64 * 1024,
+        idle_timeout_s=idle_timeout_s,
+    )
+    if with_stream:
+        streams.add_to(app)
+
+    async def post(req: web.Request) -> web.Response:
+        body = await req.read()
+        posts.append(body)
+        answer = await replicas.replica_fetch(ReplicaFetchRequest.from_json(body))
+        return web.Response(body=encode_answer(answer))
+
+    app.router.add_post(REPLICA_FETCH_PATH, post)
+    return app, streams
+
+
+async def start_leader(**kwargs: Any) -> Leader:
+    replicas = FakeReplicas()
+    refusal: list[LograftError | None] = [None]
+    posts: list[bytes] = []
+    app, streams = leader_app(replicas, refusal, posts, **kwargs)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+    client = PeerClient(cluster_secret=SECRET, metadata=Brokers({1: url}), answer_bytes_max=4096)
+    return Leader(replicas, streams, client, server, refusal, posts)
+
+
+@pytest.fixture
+async def leader() -> AsyncIterator[Leader]:
+    lead = await start_leader()
+    try:
+        yield lead
+    finally:
+        if lead.replicas.stall is not None:
+            lead.replicas.stall.set()
+        await lead.client.close()
+        await lead.server.close()
+
+
+async def fetch(lead: Leader, offset: int, timeout_ms: int = 5_000) -> bytes:
+    return await lead.client.stream_exchange(
+        1, REPLICA_FETCH_PATH, request(offset), timeout_ms=timeout_ms
+    )
+
+
+def data_of(answer: bytes) -> bytes:
+    return decode_answer(answer).partitions[0].data
+
+
+async def until(condition: Any, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.005)  # polling a condition, not a sync point
+
+
+async def test_fetches_share_one_stream_and_get_the_post_routes_answers(leader: Leader) -> None:
+    for offset in range(5):
+        assert data_of(await fetch(leader, offset)) == str(offset).encode().ljust(8, b".")
+    assert leader.client._streams[1].streams_opened == 1
+    assert leader.replicas.fetched == [0, 1, 2, 3, 4]
+    assert leader.streams.served == 5
+    assert leader.posts == []  # none went as a POST
+
+
+async def test_a_fetch_error_is_the_error_the_post_route_answers(leader: Leader) -> None:
+    leader.replicas.fail = NotLeaderOrFollowerError("not here", leader_id=3)
+    with pytest.raises(NotLeaderOrFollowerError) as info:
+        await fetch(leader, 1)
+    assert info.value.details == {"leader_id": 3}
+    leader.replicas.fail = None
+    # An error answer leaves the stream usable.
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+    assert leader.client._streams[1].streams_opened == 1
+
+
+async def test_a_request_that_does_not_parse_is_invalid_and_the_stream_lives_on(
+    leader: Leader,
+) -> None:
+    with pytest.raises(InvalidRequestError):
+        await leader.client.stream_exchange(1, REPLICA_FETCH_PATH, b"{not json", timeout_ms=5_000)
+    assert data_of(await fetch(leader, 3)).startswith(b"3")
+    assert leader.client._streams[1].streams_opened == 1
+
+
+async def test_an_unexpected_failure_is_an_error_answer_not_a_lost_stream(leader: Leader) -> None:
+    leader.replicas.fail = RuntimeError("bug")
+    with pytest.raises(LograftError) as info:
+        await fetch(leader, 1)
+    assert "internal error: RuntimeError" in info.value.message
+    leader.replicas.fail = None
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+
+
+async def test_the_serving_gate_is_checked_for_every_message(leader: Leader) -> None:
+    assert data_of(await fetch(leader, 0)).startswith(b"0")
+    leader.refusal[0] = BrokerNotAvailableError("catching up")
+    with pytest.raises(BrokerNotAvailableError):
+        await fetch(leader, 1)
+    assert leader.replicas.fetched == [0]  # refused before the fetch
+    leader.refusal[0] = None
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+
+
+async def test_the_upgrade_needs_the_cluster_secret(leader: Leader) -> None:
+    async with ClientSession() as session:
+        for headers in ({}, {SECRET_HEADER: "wrong"}):
+            resp = await session.get(
+                leader.server.make_url(REPLICA_STREAM_PATH),
+                headers={
+                    **headers,
+                    "Upgrade": "websocket",
+                    "Connection": "Upgrade",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ==",
+                },
+            )
+            assert resp.status == 401
+            assert (await resp.json())["error"]["code"] == "SASL_AUTHENTICATION_FAILED"
+    assert leader.streams.open == set()
+
+
+async def test_a_leader_catching_up_refuses_the_upgrade_and_gets_a_post(leader: Leader) -> None:
+    leader.refusal[0] = BrokerNotAvailableError("catching up")
+    with pytest.raises(BrokerNotAvailableError):
+        await fetch(leader, 1)  # the POST's answer: the error the leader means
+    assert leader.client._streams[1].refused()
+    leader.refusal[0] = None
+    # Within RETRY_UPGRADE_S the fetches go as POSTs.
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+    assert len(leader.posts) == 1 and leader.streams.served == 0
+
+
+async def test_a_leader_without_the_stream_route_is_sent_posts() -> None:
+    lead = await start_leader(with_stream=False)
+    try:
+        for offset in range(3):
+            assert data_of(await fetch(lead, offset)).startswith(str(offset).encode())
+        assert len(lead.posts) == 3
+        assert lead.client._streams[1].streams_opened == 0
+    finally:
+        await lead.client.close()
+        await lead.server.close()
+
+
+async def test_an_answer_past_the_bound_is_unreachable_and_the_stream_replaced(
+    leader: Leader,
+) -> None:
+    leader.replicas.data_bytes = 5000  # the client's answer_bytes_max is 4096
+    with pytest.raises(PeerUnreachableError) as info:
+        await fetch(leader, 1)
+    assert info.value.details == {"leader_id": 1}
+    assert not leader.client._streams[1].connected
+    leader.replicas.data_bytes = 8
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+    assert leader.client._streams[1].streams_opened == 2
+
+
+async def test_a_request_past_the_leaders_bound_closes_the_stream(leader: Leader) -> None:
+    huge = b'{"pad": "' + b"x" * 70_000 + b'"}'
+    with pytest.raises(PeerUnreachableError):
+        await leader.client.stream_exchange(1, REPLICA_FETCH_PATH, huge, timeout_ms=5_000)
+    assert leader.replicas.fetched == []
+    await until(lambda: not leader.streams.open)
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+
+
+async def test_a_timeout_closes_the_stream_and_the_next_fetch_opens_one(leader: Leader) -> None:
+    leader.replicas.stall = asyncio.Event()
+    with pytest.raises(PeerUnreachableError) as info:
+        await fetch(leader, 1, timeout_ms=100)
+    assert "did not answer" in info.value.message
+    assert not leader.client._streams[1].connected
+    leader.replicas.stall.set()
+    leader.replicas.stall = None
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+    assert leader.client._streams[1].streams_opened == 2
+
+
+async def test_a_cancelled_fetch_leaves_no_stream_half_read(leader: Leader) -> None:
+    leader.replicas.stall = asyncio.Event()
+    call = asyncio.create_task(fetch(leader, 1))
+    await until(lambda: leader.replicas.fetched == [1])
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not leader.client._streams[1].connected
+    # The old fetch's late answer goes to a closed stream, not to the next fetch.
+    leader.replicas.stall.set()
+    leader.replicas.stall = None
+    assert data_of(await fetch(leader, 2)).startswith(b"2")
+
+
+async def test_a_stream_the_leader_closed_idle_is_replaced_and_the_fetch_sent_once_more() -> None:
+    lead = await start_leader(idle_timeout_s=0.2)
+    try:
+        assert data_of(await fetch(lead, 0)).startswith(b"0")
+        await until(lambda: not lead.streams.open)  # the leader closed it, idle
+        assert data_of(await fetch(lead, 1)).startswith(b"1")
+        assert lead.client._streams[1].streams_opened == 2
+        assert lead.replicas.fetched == [0, 1]
+    finally:
+        await lead.client.close()
+        await lead.server.close()
+
+
+async def test_a_text_message_or_one_without_an_id_closes_the_stream(leader: Leader) -> None:
+    url = leader.server.make_url(REPLICA_STREAM_PATH)
+    async with ClientSession() as session:
+        for send, code in ((b"", 1002), ("hello", 1003)):
+            async with session.ws_connect(url, headers={SECRET_HEADER: SECRET}) as ws:
+                if isinstance(send, str):
+                    await ws.send_str(send)
+                else:
+                    await ws.send_bytes(send)
+                msg = await ws.receive()
+                assert msg.type is WSMsgType.CLOSE and msg.data == code
+    assert leader.replicas.fetched == []
+
+
+async def test_shutdown_closes_open_streams() -> None:
+    lead = await start_leader()
+    try:
+        lead.replicas.stall = asyncio.Event()
+        assert lead.streams.open == set()
+        call = asyncio.create_task(fetch(lead, 1))
+        await until(lambda: lead.replicas.fetched == [1])
+        assert len(lead.streams.open) == 1
+        lead.replicas.stall.set()
+        await call
+        async with asyncio.timeout(5):
+            await lead.server.close()  # would wait out the idle timeout (30 s) otherwise
+        assert lead.streams.open == set()
+    finally:
+        await lead.client.close()
