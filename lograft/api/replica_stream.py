@@ -44,6 +44,7 @@ from lograft.api.http_errors import render_error, status_for
 from lograft.api.internal_paths import REPLICA_STREAM_PATH
 from lograft.api.request_pipeline import PIPELINE_KEY
 from lograft.api.serving_gate import ServingCheck
+from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import LograftError
 from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_answer
@@ -61,13 +62,21 @@ class ReplicaStreams:
     """The open streams of one app, to close at its shutdown."""
 
     def __init__(
-        self, replicas: ReplicaManager, *, message_bytes_max: int, idle_timeout_s: float
+        self,
+        replicas: ReplicaManager,
+        *,
+        message_bytes_max: int,
+        idle_timeout_s: float,
+        stats: BrokerStats | None = None,
     ) -> None:
+        """`stats`: where the streams open and the fetches answered are
+        counted for the metrics (None: only in `served`)."""
         self.replicas = replicas
         self.message_bytes_max = message_bytes_max
         self.idle_timeout_s = idle_timeout_s
+        self.stats = stats
         self.open: set[web.WebSocketResponse] = set()
-        self.served = 0  # fetches answered over streams (tests, metrics)
+        self.served = 0  # fetches answered over streams
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(REPLICA_STREAM_PATH, self.handle)
@@ -84,12 +93,19 @@ class ReplicaStreams:
         pipeline = request.app.get(PIPELINE_KEY)
         serving = pipeline.serving if pipeline is not None else None
         self.open.add(ws)
+        self._count()
         try:
             await self._serve(ws, serving)
         finally:
             self.open.discard(ws)
+            self._count()
             await ws.close()
         return ws
+
+    def _count(self) -> None:
+        if self.stats is not None:
+            self.stats.replica_streams_open = len(self.open)
+            self.stats.replica_stream_fetches = self.served
 
     async def _serve(self, ws: web.WebSocketResponse, serving: ServingCheck | None) -> None:
         while True:
@@ -106,6 +122,8 @@ class ReplicaStreams:
                 (request_id,) = REQUEST_HEAD.unpack_from(data)
                 status, body = await self._answer(serving, data[REQUEST_HEAD.size :])
                 self.served += 1
+                if self.stats is not None:
+                    self.stats.replica_stream_fetches = self.served
                 try:
                     await ws.send_bytes(ANSWER_HEAD.pack(request_id, status) + body)
                 except ConnectionError:

@@ -77,6 +77,10 @@ class BrokerStats:
         self.isr_expands = 0
         # fsyncs of logs (flush at roll or interval, group commits), seconds.
         self.flush_seconds = LockedBuckets()
+        # Followers' WebSockets of replica fetches open to this leader, and
+        # the fetches answered over them (api/replica_stream.py).
+        self.replica_streams_open = 0
+        self.replica_stream_fetches = 0
 
     def topic(self, name: str) -> TopicStats:
         stats = self._topics.get(name)

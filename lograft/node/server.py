@@ -455,6 +455,7 @@ class Node:
                 self.replicas,
                 message_bytes_max=self.config.http.request_bytes_max,
                 idle_timeout_s=self.config.http.keepalive_timeout_ms / 1000,
+                stats=self.broker_stats,
             ).add_to(app)
             # Also this node's own asks, in process, through forward_calls.
             add_partition_offsets_route(

@@ -16,13 +16,19 @@ from pathlib import Path
 
 import jwt
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lograft.client import Admin, Consumer, Producer, TopicPartition
 from lograft.client.errors import ClusterUnreachableError
 from lograft.errors import SaslAuthenticationFailedError
 from lograft.security.dev_tokens import DevIssuer
 from lograft.security.local_ca import make_local_certificates
-from tests.integration.cluster_harness import LograftCluster, http_request
+from tests.integration.cluster_harness import (
+    ClusterNode,
+    LograftCluster,
+    eventually,
+    http_request,
+)
 from tests.integration.data_plane import (
     fetch_all,
     pick_partition,
@@ -91,6 +97,29 @@ def test_a_tls_cluster_elects_replicates_and_serves_https(cluster: LograftCluste
     assert [o["offset"] for o in offsets] == list(range(5))
     assert [r["value"] for r in fetch_all(leader, "secure", partition)] == values
     wait_in_sync(cluster, "secure")
+    # The followers fetch over one WebSocket each (wss here), not POSTs.
+    eventually(
+        lambda: streams_of(leader) == (2, True),
+        15,
+        f"both followers' replica streams open to node {leader.node_id}",
+        on_timeout=lambda: str(streams_of(leader)),
+    )
+
+
+def streams_of(node: ClusterNode) -> tuple[float, bool]:
+    """(replica streams open to `node`, whether any fetch was answered over one)."""
+    text = node.get("/metrics").body
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    got = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("lograft_broker_replica_stream")
+    }
+    return (
+        got.get("lograft_broker_replica_streams", 0.0),
+        got.get("lograft_broker_replica_stream_fetches_total", 0.0) > 0,
+    )
 
 
 def test_a_client_without_the_ca_is_refused(cluster: LograftCluster) -> None:

@@ -132,6 +132,16 @@ class BrokerCollector:
             self.stats.isr_expands,
         )
         yield from self._fetch_sessions()
+        yield _gauge(
+            "lograft_broker_replica_streams",
+            "Followers' WebSockets of replica fetches open to this leader",
+            self.stats.replica_streams_open,
+        )
+        yield _counter(
+            "lograft_broker_replica_stream_fetches",
+            "Replica fetches answered over followers' WebSockets",
+            self.stats.replica_stream_fetches,
+        )
 
     def _fetch_sessions(self) -> Iterator[Metric]:
         """The leader's replica fetch session cache (brokers/fetch_session_cache.py)."""

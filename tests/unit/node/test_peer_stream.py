@@ -20,6 +20,7 @@ from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.internal_paths import REPLICA_STREAM_PATH
 from lograft.api.replica_stream import ReplicaStreams
 from lograft.api.routes_internal import REPLICA_FETCH_PATH
+from lograft.brokers.broker_stats import BrokerStats
 from lograft.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
@@ -111,6 +112,7 @@ def leader_app(
         replicas,  # type: ignore[arg-type]
         message_bytes_max=64 * 1024,
         idle_timeout_s=idle_timeout_s,
+        stats=BrokerStats(topics_max=10),
     )
     if with_stream:
         streams.add_to(app)
@@ -172,6 +174,11 @@ async def test_fetches_share_one_stream_and_get_the_post_routes_answers(leader: 
     assert leader.replicas.fetched == [0, 1, 2, 3, 4]
     assert leader.streams.served == 5
     assert leader.posts == []  # none went as a POST
+    stats = leader.streams.stats
+    assert stats is not None
+    assert (stats.replica_streams_open, stats.replica_stream_fetches) == (1, 5)
+    await leader.client.close()
+    await until(lambda: stats.replica_streams_open == 0)
 
 
 async def test_a_fetch_error_is_the_error_the_post_route_answers(leader: Leader) -> None:
