@@ -8,5 +8,7 @@ from __future__ import annotations
 
 # Where a broker lists the groups it coordinates, for other nodes.
 GROUPS_PATH = "/internal/v1/groups"
+# Where a follower POSTs a replica fetch (routes_internal.py).
+REPLICA_FETCH_PATH = "/internal/v1/replica-fetch"
 # Where a follower opens its WebSocket of replica fetches (replica_stream.py).
 REPLICA_STREAM_PATH = "/internal/v1/replica-fetch/stream"

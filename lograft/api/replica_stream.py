@@ -24,12 +24,18 @@ message per fetch, each way:
 The leader serves the messages of one connection one after the other, in
 order (the follower never sends the next before the answer or before it
 closes the connection), and re-checks the serving gate for each. What one
-connection can cost it is bounded: a message of at most
+connection can cost it is bounded: no upgrade body (it would hold the
+internal body budget for the stream's life: 400), a message of at most
 `[http] request_bytes_max` (a larger one closes the connection with 1009),
-one fetch at a time, and a connection with no message for
-`[http] keepalive_timeout_ms` is closed (1000), as an idle keep-alive HTTP
-connection is. A text message, or a binary one too short for its id, closes
-it with 1003 / 1002. The node's shutdown closes every stream (1001).
+one fetch at a time, a connection with no fetch for
+`[http] keepalive_timeout_ms` is closed (1000 "idle"; pings do not count),
+as an idle keep-alive HTTP connection is, and one that does not take an
+answer within as long is dropped. A text message, or a binary one too short
+for its id, closes it with 1003 / 1002. The node's shutdown closes every
+stream (1001) and aborts one that has not closed within a second (a
+follower that reads nothing would otherwise hold the shutdown). Each fetch
+is timed and counted as a `POST /internal/v1/replica-fetch` in the request
+metrics; the stream's own life is not timed.
 """
 
 from __future__ import annotations
@@ -37,16 +43,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from lograft.api.http_errors import render_error, status_for
-from lograft.api.internal_paths import REPLICA_STREAM_PATH
+from lograft.api.internal_paths import REPLICA_FETCH_PATH, REPLICA_STREAM_PATH
+from lograft.api.metrics.request_metrics import RequestMetrics
 from lograft.api.request_pipeline import PIPELINE_KEY
 from lograft.api.serving_gate import ServingCheck
 from lograft.brokers.broker_stats import BrokerStats
+from lograft.brokers.remote_wait import RequestClock, reset_clock, use_clock
 from lograft.brokers.replica_manager import ReplicaManager
-from lograft.errors import LograftError
+from lograft.errors import InvalidRequestError, LograftError
 from lograft.protocol.fetch_wire import ReplicaFetchRequest, encode_answer
 
 log = logging.getLogger(__name__)
@@ -75,14 +84,19 @@ class ReplicaStreams:
         self.message_bytes_max = message_bytes_max
         self.idle_timeout_s = idle_timeout_s
         self.stats = stats
-        self.open: set[web.WebSocketResponse] = set()
+        # Each open stream, with its connection (to abort one that will not close).
+        self.open: dict[web.WebSocketResponse, asyncio.BaseTransport | None] = {}
         self.served = 0  # fetches answered over streams
+        self.errors = 0  # of them, answered with an error
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(REPLICA_STREAM_PATH, self.handle)
         app.on_shutdown.append(self._close_all)
 
-    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.body_exists:
+            # A body would hold the internal body budget for the stream's life.
+            raise InvalidRequestError("the upgrade to a replica stream takes no body")
         ws = web.WebSocketResponse(
             max_msg_size=self.message_bytes_max,
             autoping=True,
@@ -91,15 +105,22 @@ class ReplicaStreams:
         )
         await ws.prepare(request)
         pipeline = request.app.get(PIPELINE_KEY)
-        serving = pipeline.serving if pipeline is not None else None
-        self.open.add(ws)
+        self.open[ws] = request.transport
         self._count()
         try:
-            await self._serve(ws, serving)
+            await self._serve(
+                ws,
+                pipeline.serving if pipeline is not None else None,
+                pipeline.metrics if pipeline is not None else None,
+            )
+        except Exception:
+            # Past prepare() no HTTP answer can be sent; the connection is gone
+            # (a pong or a close that could not be written).
+            log.debug("replica stream ended by an error", exc_info=True)
         finally:
-            self.open.discard(ws)
+            del self.open[ws]
             self._count()
-            await ws.close()
+            await _close(ws, request.transport, WSCloseCode.OK, b"")
         return ws
 
     def _count(self) -> None:
@@ -107,10 +128,20 @@ class ReplicaStreams:
             self.stats.replica_streams_open = len(self.open)
             self.stats.replica_stream_fetches = self.served
 
-    async def _serve(self, ws: web.WebSocketResponse, serving: ServingCheck | None) -> None:
+    async def _serve(
+        self,
+        ws: web.WebSocketResponse,
+        serving: ServingCheck | None,
+        metrics: RequestMetrics | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        idle_until = loop.time() + self.idle_timeout_s
         while True:
             try:
-                msg = await ws.receive(timeout=self.idle_timeout_s)
+                # From the last fetch, not the last frame: pings alone (which
+                # receive() answers and reads past) do not keep a stream open.
+                async with asyncio.timeout_at(idle_until):
+                    msg = await ws.receive()
             except TimeoutError:
                 await ws.close(code=WSCloseCode.OK, message=b"idle")
                 return
@@ -120,14 +151,18 @@ class ReplicaStreams:
                     await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=b"no request id")
                     return
                 (request_id,) = REQUEST_HEAD.unpack_from(data)
-                status, body = await self._answer(serving, data[REQUEST_HEAD.size :])
+                status, body = await self._answer(serving, metrics, data[REQUEST_HEAD.size :])
                 self.served += 1
                 if self.stats is not None:
                     self.stats.replica_stream_fetches = self.served
                 try:
-                    await ws.send_bytes(ANSWER_HEAD.pack(request_id, status) + body)
-                except ConnectionError:
+                    # A follower that does not take its answer within the
+                    # idle timeout loses the stream (and its long-poll slot).
+                    async with asyncio.timeout(self.idle_timeout_s):
+                        await ws.send_bytes(ANSWER_HEAD.pack(request_id, status) + body)
+                except (ConnectionError, TimeoutError):
                     return  # closed while the fetch waited (shutdown, the follower gone)
+                idle_until = loop.time() + self.idle_timeout_s
             elif msg.type is WSMsgType.TEXT:
                 await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"binary messages only")
                 return
@@ -136,8 +171,15 @@ class ReplicaStreams:
                 # message_bytes_max: aiohttp has closed with 1009).
                 return
 
-    async def _answer(self, serving: ServingCheck | None, body: bytes) -> tuple[int, bytes]:
-        """The POST route's answer to `body`: its status and body."""
+    async def _answer(
+        self, serving: ServingCheck | None, metrics: RequestMetrics | None, body: bytes
+    ) -> tuple[int, bytes]:
+        """The POST route's answer to `body`: its status and body, timed and
+        counted as the POST route's in the request metrics."""
+        clock = RequestClock(time.perf_counter())
+        clock.handler_at = clock.started_at
+        token = use_clock(clock)
+        code: str | None = None
         try:
             if serving is not None:
                 refusal = serving()
@@ -146,18 +188,45 @@ class ReplicaStreams:
             answer = await self.replicas.replica_fetch(ReplicaFetchRequest.from_json(body))
             return 200, encode_answer(answer)
         except LograftError as exc:
+            code = exc.code
             return status_for(exc), render_error(exc)
         except Exception as exc:
             log.exception("replica fetch over a stream failed")
             error = LograftError(f"internal error: {type(exc).__name__}; see the node's log")
+            code = error.code
             return status_for(error), render_error(error)
+        finally:
+            reset_clock(token)
+            if code is not None:
+                self.errors += 1
+            if metrics is not None:
+                metrics.observe_exchange(
+                    "POST", REPLICA_FETCH_PATH, clock, time.perf_counter(), code
+                )
 
     async def _close_all(self, app: web.Application) -> None:
-        streams = list(self.open)
         await asyncio.gather(
-            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown") for ws in streams),
+            *(
+                _close(ws, transport, WSCloseCode.GOING_AWAY, b"shutdown")
+                for ws, transport in list(self.open.items())
+            ),
             return_exceptions=True,
         )
+
+
+async def _close(
+    ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None, code: int, message: bytes
+) -> None:
+    """Close `ws` within _CLOSE_WAIT_S; a connection that will not (a follower
+    that reads nothing, with an answer in its socket) is aborted."""
+    try:
+        async with asyncio.timeout(_CLOSE_WAIT_S):
+            await ws.close(code=code, message=message, drain=False)
+            return
+    except (TimeoutError, ConnectionError):
+        pass
+    if isinstance(transport, asyncio.Transport):
+        transport.abort()
 
 
 __all__ = ["ANSWER_HEAD", "REPLICA_STREAM_PATH", "REQUEST_HEAD", "ReplicaStreams"]

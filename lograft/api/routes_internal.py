@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from lograft.api.http_errors import error_dict
+from lograft.api.internal_paths import REPLICA_FETCH_PATH
 from lograft.api.topic_configs import validate_topic_configs
 from lograft.brokers.replica_manager import ReplicaManager
 from lograft.errors import InvalidRequestError, LograftError
@@ -40,7 +41,6 @@ from lograft.typed import decode_json, encode_json
 
 Rpc = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 CONTROLLER_PREFIX = "/internal/v1/controller"
-REPLICA_FETCH_PATH = "/internal/v1/replica-fetch"
 
 
 class ControllerCalls(Protocol):

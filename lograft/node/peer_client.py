@@ -45,6 +45,7 @@ the streams have one for short calls and one for their long-polls.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -134,6 +135,8 @@ class PeerClient(LocalFirst):
         # Kept connections for `exchange`, and streams for `stream_exchange`, by peer id.
         self._channels: dict[int, PeerChannel] = {}
         self._streams: dict[int, PeerStream] = {}
+        # Streams of peers that moved, closing (awaited by `close`).
+        self._retired: list[PeerStream] = []
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -316,20 +319,26 @@ class PeerClient(LocalFirst):
         stream = self._streams.get(peer_id)
         if stream is None or stream.base_url != url:
             if stream is not None:
-                stream.close()  # the peer moved (a new registration)
+                stream.retire()  # the peer moved (a new registration)
+                self._retired.append(stream)
             stream = self._streams[peer_id] = PeerStream(
                 url,
                 self.session(),
                 cluster_secret=self.cluster_secret,
                 answer_bytes_max=self.answer_bytes_max,
             )
+        timeout_s = (timeout_ms or self.timeout_ms) / 1000
         if stream.refused():
             return await self.exchange(peer_id, post_path, body, timeout_ms=timeout_ms)
         who = _who(peer_id, url)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         try:
-            status, data = await stream.call(body, timeout_s=(timeout_ms or self.timeout_ms) / 1000)
+            status, data = await stream.call(body, timeout_s=timeout_s)
         except StreamRefused:
-            return await self.exchange(peer_id, post_path, body, timeout_ms=timeout_ms)
+            # The POST gets what is left of the call's time, not all of it again.
+            left_ms = max(int((deadline - loop.time()) * 1000), 1)
+            return await self.exchange(peer_id, post_path, body, timeout_ms=left_ms)
         except ChannelError as exc:
             raise PeerUnreachableError(
                 f"could not reach {who} (stream of {post_path}): {exc}", **_peer(peer_id)
@@ -385,10 +394,10 @@ class PeerClient(LocalFirst):
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
-        streams = list(self._streams.values())
+        streams = [*self._streams.values(), *self._retired]
         self._streams.clear()
-        for stream in streams:
-            await stream.aclose()
+        self._retired.clear()
+        await asyncio.gather(*(stream.aclose() for stream in streams))
         if self._session is not None:
             await self._session.close()
             self._session = None

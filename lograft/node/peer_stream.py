@@ -31,7 +31,7 @@ import asyncio
 import time
 
 import aiohttp
-from aiohttp import WSMsgType
+from aiohttp import WSCloseCode, WSMsgType
 
 from lograft.api.app import SECRET_HEADER
 from lograft.api.internal_paths import REPLICA_STREAM_PATH
@@ -42,6 +42,9 @@ from lograft.node.peer_channel import ChannelError
 RETRY_UPGRADE_S = 5.0
 # How long a closing stream waits for the leader's close reply, s.
 _CLOSE_WAIT_S = 1.0
+# Close codes after which the fetch is sent once more on a new stream: the
+# leader closed an idle stream (1000) or is shutting down (1001).
+_RESENDABLE_CLOSES = frozenset({WSCloseCode.OK, WSCloseCode.GOING_AWAY})
 
 
 class StreamRefused(Exception):
@@ -73,6 +76,7 @@ class PeerStream:
         self._next_id = 0
         self._refused_until = 0.0
         self._closing: set[asyncio.Task[bool]] = set()
+        self._retired = False
         self.streams_opened = 0  # for tests: a kept stream is reused
 
     def refused(self) -> bool:
@@ -128,6 +132,13 @@ class PeerStream:
                     if answered_id != request_id:
                         continue  # the answer to a request given up on: not this one
                     return status, data[ANSWER_HEAD.size :]
+                if msg.type is WSMsgType.CLOSE and msg.data not in _RESENDABLE_CLOSES:
+                    # The leader refused what was sent (1009: larger than its
+                    # request_bytes_max; 1002, 1003): sending it again would not help.
+                    raise ChannelError(
+                        f"{self.base_url} closed the stream with code {msg.data} "
+                        f"({msg.extra or 'no reason given'})"
+                    )
                 if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
                     raise _Closed
                 if msg.type is WSMsgType.ERROR:
@@ -145,6 +156,8 @@ class PeerStream:
         if ws is not None and not ws.closed:
             return ws
         self.close()
+        if self._retired:
+            raise ChannelError(f"{self.base_url} is no longer this peer's address")
         try:
             ws = await self._session.ws_connect(
                 self._url,
@@ -171,9 +184,15 @@ class PeerStream:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
-    async def aclose(self) -> None:
-        """Close the stream and wait for it and every earlier close."""
+    def retire(self) -> None:
+        """Close the stream for good (the peer moved): a call in flight fails,
+        and none opens a new stream to this URL."""
+        self._retired = True
         self.close()
+
+    async def aclose(self) -> None:
+        """Close the stream for good and wait for it and every earlier close."""
+        self.retire()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 

@@ -47,6 +47,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from lograft.api.http_errors import ERROR_CODE_KEY
+from lograft.api.internal_paths import REPLICA_STREAM_PATH
 from lograft.brokers.remote_wait import RequestClock, current_clock, reset_clock, use_clock
 from lograft.errors import all_error_classes
 from lograft.histogram import Buckets
@@ -55,7 +56,10 @@ __all__ = ["PHASES", "UNMATCHED", "UNTIMED_ROUTES", "RequestMetrics", "RouteTime
 
 UNMATCHED = "unmatched"
 OTHER = "OTHER"
-UNTIMED_ROUTES = frozenset({("GET", "/v1/topics/{topic}/stream")})
+# Long-lived: a client's stream of records, a follower's stream of replica
+# fetches (each of whose fetches is timed as a POST of the fetch route:
+# `observe_exchange`).
+UNTIMED_ROUTES = frozenset({("GET", "/v1/topics/{topic}/stream"), ("GET", REPLICA_STREAM_PATH)})
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # The phases, as metric names: lograft_request_<phase>_seconds.
 PHASES = ("queue", "local", "remote", "total")
@@ -143,6 +147,21 @@ class RequestMetrics:
                 self.errors[ekey] = self.errors.get(ekey, 0) + 1
         if key in UNTIMED_ROUTES:
             return
+        self._time(key, clock, end)
+
+    def observe_exchange(
+        self, method: str, route: str, clock: RequestClock, end: float, code: str | None
+    ) -> None:
+        """One exchange that is not an HTTP request of its own (a fetch on a
+        follower's stream), timed and counted as a request of `route`;
+        `code`: its error's, or None."""
+        key = (method, route)
+        if code is not None:
+            ekey = (method, route, code if code in self._codes else OTHER)
+            self.errors[ekey] = self.errors.get(ekey, 0) + 1
+        self._time(key, clock, end)
+
+    def _time(self, key: tuple[str, str], clock: RequestClock, end: float) -> None:
         times = self.routes.get(key)
         if times is None:
             times = self.routes[key] = RouteTimes()

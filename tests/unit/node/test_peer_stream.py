@@ -18,7 +18,9 @@ from aiohttp.test_utils import TestServer
 
 from lograft.api.app import SECRET_HEADER, create_app
 from lograft.api.internal_paths import REPLICA_STREAM_PATH
-from lograft.api.replica_stream import ReplicaStreams
+from lograft.api.metrics.request_metrics import RequestMetrics
+from lograft.api.replica_stream import REQUEST_HEAD, ReplicaStreams
+from lograft.api.request_pipeline import PIPELINE_KEY
 from lograft.api.routes_internal import REPLICA_FETCH_PATH
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.errors import (
@@ -40,6 +42,12 @@ from lograft.protocol.fetch_wire import (
 )
 
 SECRET = "unit-test-cluster-secret"
+UPGRADE_HEADERS = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ==",
+}
 
 
 def request(offset: int) -> bytes:
@@ -107,6 +115,7 @@ def leader_app(
         request_bytes_max=64 * 1024,
         ready=lambda: (True, {}),
         serving=lambda: refusal[0],
+        request_metrics=RequestMetrics(),
     )
     streams = ReplicaStreams(
         replicas,  # type: ignore[arg-type]
@@ -225,17 +234,11 @@ async def test_the_upgrade_needs_the_cluster_secret(leader: Leader) -> None:
         for headers in ({}, {SECRET_HEADER: "wrong"}):
             resp = await session.get(
                 leader.server.make_url(REPLICA_STREAM_PATH),
-                headers={
-                    **headers,
-                    "Upgrade": "websocket",
-                    "Connection": "Upgrade",
-                    "Sec-WebSocket-Version": "13",
-                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ==",
-                },
+                headers={**headers, **UPGRADE_HEADERS},
             )
             assert resp.status == 401
             assert (await resp.json())["error"]["code"] == "SASL_AUTHENTICATION_FAILED"
-    assert leader.streams.open == set()
+    assert not leader.streams.open
 
 
 async def test_a_leader_catching_up_refuses_the_upgrade_and_gets_a_post(leader: Leader) -> None:
@@ -276,11 +279,105 @@ async def test_an_answer_past_the_bound_is_unreachable_and_the_stream_replaced(
 
 async def test_a_request_past_the_leaders_bound_closes_the_stream(leader: Leader) -> None:
     huge = b'{"pad": "' + b"x" * 70_000 + b'"}'
-    with pytest.raises(PeerUnreachableError):
+    with pytest.raises(PeerUnreachableError) as info:
         await leader.client.stream_exchange(1, REPLICA_FETCH_PATH, huge, timeout_ms=5_000)
+    assert "code 1009" in info.value.message  # said, and not sent again
+    assert leader.client._streams[1].streams_opened == 1
     assert leader.replicas.fetched == []
     await until(lambda: not leader.streams.open)
     assert data_of(await fetch(leader, 2)).startswith(b"2")
+
+
+async def test_each_fetch_is_timed_and_counted_as_the_post_routes(leader: Leader) -> None:
+    metrics = leader.server.app[PIPELINE_KEY].metrics
+    assert metrics is not None
+    for offset in range(3):
+        await fetch(leader, offset)
+    leader.replicas.fail = NotLeaderOrFollowerError("not here", leader_id=3)
+    with pytest.raises(NotLeaderOrFollowerError):
+        await fetch(leader, 3)
+    times = metrics.routes[("POST", REPLICA_FETCH_PATH)]
+    assert times.total.snapshot().buckets[-1] == ("+Inf", 4.0)
+    assert metrics.errors == {("POST", REPLICA_FETCH_PATH, "NOT_LEADER_OR_FOLLOWER"): 1}
+    assert ("GET", REPLICA_STREAM_PATH) not in metrics.routes  # the stream's life is not timed
+
+
+async def test_an_upgrade_with_a_body_is_refused(leader: Leader) -> None:
+    async with ClientSession() as session:
+        resp = await session.get(
+            leader.server.make_url(REPLICA_STREAM_PATH),
+            data=b"x" * 100,
+            headers={SECRET_HEADER: SECRET, **UPGRADE_HEADERS},
+        )
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == "INVALID_REQUEST"
+    assert not leader.streams.open
+
+
+async def test_pings_alone_do_not_keep_a_stream_open() -> None:
+    lead = await start_leader(idle_timeout_s=0.3)
+    try:
+        url = lead.server.make_url(REPLICA_STREAM_PATH)
+        async with (
+            ClientSession() as session,
+            session.ws_connect(url, headers={SECRET_HEADER: SECRET}) as ws,
+            asyncio.timeout(5),
+        ):
+            while not ws.closed:
+                await ws.ping()
+                try:
+                    msg = await ws.receive(timeout=0.1)
+                except TimeoutError:
+                    continue  # the pong is aiohttp's; ping again
+                if msg.type is WSMsgType.CLOSE:
+                    assert (msg.data, msg.extra) == (1000, "idle")
+                    break
+        await until(lambda: not lead.streams.open)
+    finally:
+        await lead.client.close()
+        await lead.server.close()
+
+
+async def test_shutdown_aborts_a_stream_whose_follower_reads_nothing() -> None:
+    """An answer larger than the socket buffers, to a follower that stopped
+    reading: the leader's shutdown does not wait for it."""
+    lead = await start_leader()
+    lead.replicas.data_bytes = 32 * 1024 * 1024
+    try:
+        url = lead.server.make_url(REPLICA_STREAM_PATH)
+        async with ClientSession() as session:
+            ws = await session.ws_connect(url, headers={SECRET_HEADER: SECRET}, max_msg_size=0)
+            await ws.send_bytes(REQUEST_HEAD.pack(1) + request(7))  # never read
+            await until(lambda: lead.replicas.fetched == [7])
+            async with asyncio.timeout(10):
+                await lead.server.close()
+            assert not lead.streams.open
+            await ws.close()
+    finally:
+        await lead.client.close()
+
+
+async def test_a_peer_that_moved_gets_no_new_stream_at_its_old_address() -> None:
+    old, new = await start_leader(), await start_leader()
+    try:
+        brokers = old.client.metadata
+        assert isinstance(brokers, Brokers)
+        old.replicas.stall = asyncio.Event()
+        call = asyncio.create_task(fetch(old, 1))
+        await until(lambda: old.replicas.fetched == [1])
+        brokers.urls[1] = str(new.server.make_url("")).rstrip("/")  # broker 1 moved
+        assert data_of(await fetch(old, 2)).startswith(b"2")  # to its new address
+        with pytest.raises(PeerUnreachableError):
+            await call  # its stream closed under it; not reopened to the old address
+        old.replicas.stall.set()
+        assert new.replicas.fetched == [2]
+        await old.client.close()
+        await until(lambda: not old.streams.open)
+    finally:
+        await old.client.close()
+        await new.client.close()
+        await old.server.close()
+        await new.server.close()
 
 
 async def test_a_timeout_closes_the_stream_and_the_next_fetch_opens_one(leader: Leader) -> None:
@@ -340,7 +437,7 @@ async def test_shutdown_closes_open_streams() -> None:
     lead = await start_leader()
     try:
         lead.replicas.stall = asyncio.Event()
-        assert lead.streams.open == set()
+        assert not lead.streams.open
         call = asyncio.create_task(fetch(lead, 1))
         await until(lambda: lead.replicas.fetched == [1])
         assert len(lead.streams.open) == 1
@@ -348,6 +445,6 @@ async def test_shutdown_closes_open_streams() -> None:
         await call
         async with asyncio.timeout(5):
             await lead.server.close()  # would wait out the idle timeout (30 s) otherwise
-        assert lead.streams.open == set()
+        assert not lead.streams.open
     finally:
         await lead.client.close()
