@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import yarl
 
@@ -49,6 +51,8 @@ from lograft.http1_answers import (
     read_chunked,
     read_to_end,
 )
+
+T = TypeVar("T")
 
 
 class ChannelError(Exception):
@@ -102,17 +106,9 @@ class PeerChannel:
             + b"\r\n"
         )
         async with self._lock:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    status, data, keep = await self._exchange(head + body)
-            except TimeoutError:
-                self.close()
-                raise ChannelError(f"{self.base_url} did not answer within {timeout_s} s") from None
-            except BaseException:
-                # Failed or cancelled mid-call: what is left on the
-                # connection is unknown.
-                self.close()
-                raise
+            status, data, keep = await one_call(
+                self._exchange(head + body), timeout_s, self.base_url, self.close
+            )
             if not keep:
                 self.close()
         return status, data
@@ -193,6 +189,23 @@ class PeerChannel:
         return self._writer is not None and not self._writer.is_closing()
 
 
+async def one_call(
+    exchange: Awaitable[T], timeout_s: float, who: str, close: Callable[[], None]
+) -> T:
+    """Await `exchange` on a kept connection within `timeout_s`; on a timeout
+    (ChannelError), a failure or a cancel, `close` the connection: what is
+    left on it is unknown. The caller holds the connection's lock."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await exchange
+    except TimeoutError:
+        close()
+        raise ChannelError(f"{who} did not answer within {timeout_s} s") from None
+    except BaseException:
+        close()
+        raise
+
+
 def _framing(head: bytes) -> tuple[int, int | None, bool, bool]:
     """(status, Content-Length or None, chunked, keep the connection) of an
     answer's status line and headers (ValueError: not HTTP/1.x)."""
@@ -214,4 +227,4 @@ def _too_large(who: str, limit: int) -> ChannelError:
     )
 
 
-__all__ = ["HEAD_BYTES_MAX", "ChannelError", "PeerChannel"]
+__all__ = ["HEAD_BYTES_MAX", "ChannelError", "PeerChannel", "one_call"]

@@ -300,12 +300,8 @@ class PeerClient(LocalFirst):
                 timeout_s=(timeout_ms or self.timeout_ms) / 1000,
             )
         except ChannelError as exc:
-            raise PeerUnreachableError(
-                f"could not reach {who} (POST {path}): {exc}", **_peer(peer_id)
-            ) from None
-        if not 200 <= status < 300:
-            raise answer_error(status, data, who, peer_id)
-        return data
+            raise _unreachable(who, f"POST {path}", exc, peer_id) from None
+        return _body_of(status, data, who, peer_id)
 
     async def stream_exchange(
         self, peer_id: int, post_path: str, body: bytes, *, timeout_ms: int | None = None
@@ -340,12 +336,8 @@ class PeerClient(LocalFirst):
             left_ms = max(int((deadline - loop.time()) * 1000), 1)
             return await self.exchange(peer_id, post_path, body, timeout_ms=left_ms)
         except ChannelError as exc:
-            raise PeerUnreachableError(
-                f"could not reach {who} (stream of {post_path}): {exc}", **_peer(peer_id)
-            ) from None
-        if not 200 <= status < 300:
-            raise answer_error(status, data, who, peer_id)
-        return data
+            raise _unreachable(who, f"stream of {post_path}", exc, peer_id) from None
+        return _body_of(status, data, who, peer_id)
 
     async def _read(self, resp: aiohttp.ClientResponse, who: str) -> bytes:
         """The answer's body, at most `answer_bytes_max` of it."""
@@ -406,6 +398,17 @@ class PeerClient(LocalFirst):
     def closed(self) -> bool:
         """True once closed, or never opened."""
         return self._session is None or self._session.closed
+
+
+def _unreachable(who: str, what: str, exc: ChannelError, peer_id: int) -> PeerUnreachableError:
+    return PeerUnreachableError(f"could not reach {who} ({what}): {exc}", **_peer(peer_id))
+
+
+def _body_of(status: int, data: bytes, who: str, peer_id: int) -> bytes:
+    """A kept connection's answer: its body when 2xx, else the error it names."""
+    if not 200 <= status < 300:
+        raise answer_error(status, data, who, peer_id)
+    return data
 
 
 def answer_error(status: int, body: bytes, who: str, peer_id: int | None = None) -> LograftError:

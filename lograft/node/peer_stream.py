@@ -36,7 +36,7 @@ from aiohttp import WSCloseCode, WSMsgType
 from lograft.api.app import SECRET_HEADER
 from lograft.api.internal_paths import REPLICA_STREAM_PATH
 from lograft.api.replica_stream import ANSWER_HEAD, REQUEST_HEAD
-from lograft.node.peer_channel import ChannelError
+from lograft.node.peer_channel import ChannelError, one_call
 
 # After a refused upgrade, fetches to that leader go as POSTs this long, s.
 RETRY_UPGRADE_S = 5.0
@@ -88,16 +88,7 @@ class PeerStream:
         ChannelError when there is no usable answer, StreamRefused when the
         leader would not open a stream."""
         async with self._lock:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    return await self._exchange(body)
-            except TimeoutError:
-                self.close()
-                raise ChannelError(f"{self.base_url} did not answer within {timeout_s} s") from None
-            except BaseException:
-                # Failed or cancelled mid-call: what is left on the stream is unknown.
-                self.close()
-                raise
+            return await one_call(self._exchange(body), timeout_s, self.base_url, self.close)
 
     async def _exchange(self, body: bytes) -> tuple[int, bytes]:
         reused = self._ws is not None and not self._ws.closed
