@@ -98,6 +98,11 @@ class RaftTuning(Record):
     # election_timeout_min_ms makes the rule moot.
     early_election_delay_min_ms: Positive = 50
     early_election_delay_max_ms: Positive = 300
+    # A candidate of such an early election that has not won when its
+    # deadline comes round (a split vote: both survivors stood) stands
+    # again after a new random delay in that range, at most this many
+    # times per lost leader; then pysyncobj's election timeout applies.
+    early_election_retries_max: Positive = 3
     # That probe (one non-blocking connect) gives up after this: no answer is
     # not a refusal, the election timeout stays.
     peer_probe_timeout_ms: Positive = 500

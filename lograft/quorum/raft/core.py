@@ -258,6 +258,7 @@ class RaftCore:
             self.peer_contact,
             delay_min_s=config.early_election_delay_min_ms / 1000,
             delay_max_s=config.early_election_delay_max_ms / 1000,
+            retries_max=config.early_election_retries_max,
             heard_window_ms=config.election_timeout_min_ms * _LEADER_HEARD_SHARE,
         )
         self._fatal: BaseException | None = None

@@ -21,13 +21,16 @@ every Raft tick on a voter, does:
   different delays, so one asks first and the other, not yet a candidate,
   votes for it;
 - a candidate whose early election has not won by its first tick as a
-  candidate gets one more short deadline, a new random point in the same
-  range, instead of pysyncobj's election timeout. Two survivors can both
-  stand when the first one's vote request is late by more than the gap
-  between their delays (a loaded machine: 2 of 25 runs of the three-voter
-  test with two busy loops on two cores): each votes for itself and refuses
-  the other, a split vote that would otherwise wait a whole election
-  timeout. After that one retry, the normal timeouts apply.
+  candidate gets another short deadline, a new random point in the same
+  range, instead of pysyncobj's election timeout, and again each time that
+  one comes round without a win, at most `retries_max` times per lost
+  leader. Two survivors can both stand when the first one's vote request is
+  late by more than the gap between their delays (a loaded machine: 2 of 25
+  runs of the three-voter test with two busy loops on two cores split
+  once; one CI run in a few dozen split twice): each votes for itself and
+  refuses the other, a split vote that would otherwise wait a whole
+  election timeout. Each retry draws a new gap, so they rarely split every
+  time. After the last retry, the normal timeouts apply.
 
 Why the pre-vote: a closed proxy in front of a live leader refuses too (a
 flapping link in the chaos suite). Without it a voter cut off from its
@@ -98,20 +101,23 @@ class EarlyElection:
         delay_min_s: float,
         delay_max_s: float,
         heard_window_ms: float,
+        retries_max: int = 3,
         rng: random.Random | None = None,
     ) -> None:
         self._contact = contact
         self._delay_min_s = delay_min_s
         self._delay_max_s = delay_max_s
         self.heard_window_ms = heard_window_ms
+        self.retries_max = retries_max
         self._rng = rng or random.Random()
         self._send: Sender | None = None
         # The lost leader whose loss was put to the others, and who agreed.
         self._asked_for: str | None = None
         self._grants: set[str] = set()
         self._armed_for: str | None = None
-        # The lost leader whose early election was given its one retry.
+        # The lost leader whose early election was retried, and how often.
         self._retried_for: str | None = None
+        self._retries = 0
         # The deadline set here, while pysyncobj still holds it (see `pending`).
         self._early_deadline_s: float | None = None
         # Counters for tests and logs: pre-votes asked for, refused here,
@@ -128,7 +134,7 @@ class EarlyElection:
         """Put a newly lost leader's loss to the other voters; retry a split
         early election once."""
         if getattr(so, "_SyncObj__raftState", None) == _CANDIDATE:
-            self._retry_once(so, now_s)
+            self._retry(so, now_s)
             return
         leader = self._lost_leader(so)
         if leader is None:
@@ -204,17 +210,27 @@ class EarlyElection:
             return None
         return leader if self._contact.refused_since_heard(str(leader.id)) else None
 
-    def _retry_once(self, so: Any, now_s: float) -> None:
+    def _retry(self, so: Any, now_s: float) -> None:
         """This candidate stands in an early election (armed for the current
-        loss): if it loses the vote, stand again after a short random delay,
-        once per loss, rather than after pysyncobj's election timeout."""
+        loss): when the deadline set here has come round without a win (the
+        vote split), stand again after a short random delay rather than
+        after pysyncobj's election timeout, at most `retries_max` times per loss."""
         armed = self._armed_for
-        if armed is None or self._retried_for == armed:
+        if armed is None or self.pending(so):
+            return  # no early election, or the one set here is still due
+        if self._retried_for != armed:
+            self._retried_for, self._retries = armed, 0
+        if self._retries >= self.retries_max:
             return
-        self._retried_for = armed
+        self._retries += 1
         if self._bring_forward(so, now_s):
             self.retries_set += 1
-            log.debug("early Raft election (lost leader %s): one early retry if it splits", armed)
+            log.debug(
+                "early Raft election (lost leader %s): early retry %d of %d",
+                armed,
+                self._retries,
+                self.retries_max,
+            )
 
     def _bring_forward(self, so: Any, now_s: float) -> bool:
         """Set the election deadline to a random point in the early range

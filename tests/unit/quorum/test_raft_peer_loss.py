@@ -192,27 +192,32 @@ def test_refused_leader_prevote_granted_brings_the_election_forward_once(
     assert v.deadline == now + 1 + TIMEOUT_S
 
 
-def test_a_split_early_election_is_retried_early_once(closed_port: int) -> None:
+def test_a_split_early_election_is_retried_early_up_to_its_bound(closed_port: int) -> None:
     """Both survivors stood (the first one's vote request came late) and each
     voted for itself: the candidate stands again after a short random delay,
-    not after the election timeout; once per loss."""
+    not after the election timeout, each time a retry splits too, up to
+    `retries_max` times per loss."""
     v = Voter(closed_port)
     now = v.lose_leader()
     v.early.on_prevote_ok(v.so, v.other, {"type": PREVOTE_OK_TYPE, "leader": "1"}, now)
     assert v.early.elections_brought_forward == 1
+    assert v.early.retries_max == 3
     # The early deadline fired: pysyncobj made it a candidate with a fresh timeout.
     v.so._SyncObj__raftState = CANDIDATE
     v.so._SyncObj__raftElectionDeadline = now + TIMEOUT_S
-    v.tick(now)
-    retry = v.deadline
-    assert now + DELAY_MIN_S <= retry <= now + DELAY_MAX_S
-    assert v.early.pending(v.so) and v.early.retries_set == 1
-    v.tick(now + 0.01)
-    assert v.deadline == retry, "set once, not pushed on at every tick"
-    # The retry split too: pysyncobj's own timeout applies from here.
-    v.so._SyncObj__raftElectionDeadline = now + 1 + TIMEOUT_S
-    v.tick(now + 1)
-    assert v.deadline == now + 1 + TIMEOUT_S and v.early.retries_set == 1
+    for retry in (1, 2, 3):
+        at = now + retry
+        v.tick(at)
+        deadline = v.deadline
+        assert at + DELAY_MIN_S <= deadline <= at + DELAY_MAX_S
+        assert v.early.pending(v.so) and v.early.retries_set == retry
+        v.tick(at + 0.01)
+        assert v.deadline == deadline, "set once, not pushed on at every tick"
+        # This retry split too: pysyncobj set its own timeout as it stood again.
+        v.so._SyncObj__raftElectionDeadline = at + 0.5 + TIMEOUT_S
+    # The bound is reached: pysyncobj's own timeout applies from here.
+    v.tick(now + 4)
+    assert v.deadline == now + 3.5 + TIMEOUT_S and v.early.retries_set == 3
 
 
 def test_a_candidate_without_an_early_election_keeps_its_timeout(closed_port: int) -> None:
