@@ -87,7 +87,6 @@ class ReplicaStreams:
         # Each open stream, with its connection (to abort one that will not close).
         self.open: dict[web.WebSocketResponse, asyncio.BaseTransport | None] = {}
         self.served = 0  # fetches answered over streams
-        self.errors = 0  # of them, answered with an error
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(REPLICA_STREAM_PATH, self.handle)
@@ -126,7 +125,6 @@ class ReplicaStreams:
     def _count(self) -> None:
         if self.stats is not None:
             self.stats.replica_streams_open = len(self.open)
-            self.stats.replica_stream_fetches = self.served
 
     async def _serve(
         self,
@@ -151,7 +149,9 @@ class ReplicaStreams:
                     await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=b"no request id")
                     return
                 (request_id,) = REQUEST_HEAD.unpack_from(data)
-                status, body = await self._answer(serving, metrics, data[REQUEST_HEAD.size :])
+                message = await self._answer(
+                    serving, metrics, request_id, data[REQUEST_HEAD.size :]
+                )
                 self.served += 1
                 if self.stats is not None:
                     self.stats.replica_stream_fetches = self.served
@@ -159,7 +159,7 @@ class ReplicaStreams:
                     # A follower that does not take its answer within the
                     # idle timeout loses the stream (and its long-poll slot).
                     async with asyncio.timeout(self.idle_timeout_s):
-                        await ws.send_bytes(ANSWER_HEAD.pack(request_id, status) + body)
+                        await ws.send_bytes(message)
                 except (ConnectionError, TimeoutError):
                     return  # closed while the fetch waited (shutdown, the follower gone)
                 idle_until = loop.time() + self.idle_timeout_s
@@ -172,10 +172,14 @@ class ReplicaStreams:
                 return
 
     async def _answer(
-        self, serving: ServingCheck | None, metrics: RequestMetrics | None, body: bytes
-    ) -> tuple[int, bytes]:
-        """The POST route's answer to `body`: its status and body, timed and
-        counted as the POST route's in the request metrics."""
+        self,
+        serving: ServingCheck | None,
+        metrics: RequestMetrics | None,
+        request_id: int,
+        body: bytes,
+    ) -> bytes:
+        """The message answering `body`: its head, then the POST route's
+        answer; timed and counted as the POST route's in the request metrics."""
         clock = RequestClock(time.perf_counter())
         clock.handler_at = clock.started_at
         token = use_clock(clock)
@@ -186,19 +190,17 @@ class ReplicaStreams:
                 if refusal is not None:
                     raise refusal
             answer = await self.replicas.replica_fetch(ReplicaFetchRequest.from_json(body))
-            return 200, encode_answer(answer)
+            return encode_answer(answer, prefix=ANSWER_HEAD.pack(request_id, 200))
         except LograftError as exc:
             code = exc.code
-            return status_for(exc), render_error(exc)
+            return ANSWER_HEAD.pack(request_id, status_for(exc)) + render_error(exc)
         except Exception as exc:
             log.exception("replica fetch over a stream failed")
             error = LograftError(f"internal error: {type(exc).__name__}; see the node's log")
             code = error.code
-            return status_for(error), render_error(error)
+            return ANSWER_HEAD.pack(request_id, status_for(error)) + render_error(error)
         finally:
             reset_clock(token)
-            if code is not None:
-                self.errors += 1
             if metrics is not None:
                 metrics.observe_exchange(
                     "POST", REPLICA_FETCH_PATH, clock, time.perf_counter(), code

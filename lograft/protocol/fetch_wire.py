@@ -236,8 +236,12 @@ class ReplicaFetchAnswer:
     error: LograftError | None = None
 
 
-def encode_answer(answer: ReplicaFetchAnswer) -> bytes:
-    return encode_response(answer.partitions, session_id=answer.session_id, error=answer.error)
+def encode_answer(answer: ReplicaFetchAnswer, *, prefix: bytes = b"") -> bytes:
+    """The answer's bytes, after `prefix` (a stream message's head: joined
+    once, rather than copying the whole answer to put it in front)."""
+    return encode_response(
+        answer.partitions, session_id=answer.session_id, error=answer.error, prefix=prefix
+    )
 
 
 def encode_response(
@@ -245,6 +249,7 @@ def encode_response(
     *,
     session_id: int = NO_SESSION_ID,
     error: LograftError | None = None,
+    prefix: bytes = b"",
 ) -> bytes:
     header: list[dict[str, Any]] = []
     for p in parts:
@@ -268,7 +273,7 @@ def encode_response(
     if error is not None:
         doc["error"] = error.to_dict()
     head = orjson.dumps(doc)
-    return b"".join([_LEN.pack(len(head)), head, *(p.data for p in parts)])
+    return b"".join([prefix, _LEN.pack(len(head)), head, *(p.data for p in parts)])
 
 
 def decode_response(body: bytes) -> list[FetchPartitionResponse]:
