@@ -32,8 +32,11 @@ one fetch at a time, a connection with no fetch for
 as an idle keep-alive HTTP connection is, and one that does not take an
 answer within as long is dropped. A text message, or a binary one too short
 for its id, closes it with 1003 / 1002. The node's shutdown closes every
-stream (1001) and aborts one that has not closed within a second (a
-follower that reads nothing would otherwise hold the shutdown). Each fetch
+stream (1001). However a stream ends, its connection is reset (TCP RST, the
+unsent bytes dropped) if it has not closed within a second or still holds
+bytes the follower has not taken: a follower that reads nothing (an answer,
+or the pongs of its pings, in its socket) would otherwise keep the
+connection and those bytes, and hold the node's shutdown. Each fetch
 is timed and counted as a `POST /internal/v1/replica-fetch` in the request
 metrics; the stream's own life is not timed.
 """
@@ -41,7 +44,9 @@ metrics; the stream's own life is not timed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import struct
 import time
 
@@ -65,6 +70,8 @@ REQUEST_HEAD = struct.Struct(">Q")
 ANSWER_HEAD = struct.Struct(">QH")
 # How long the leader waits for a closing stream's close handshake, s.
 _CLOSE_WAIT_S = 1.0
+# SO_LINGER on, 0 s: close() resets the connection and drops unsent bytes.
+_LINGER_RESET = struct.pack("ii", 1, 0)
 
 
 class ReplicaStreams:
@@ -106,8 +113,10 @@ class ReplicaStreams:
         pipeline = request.app.get(PIPELINE_KEY)
         self.open[ws] = request.transport
         self._count()
+        code: int = WSCloseCode.OK
+        message = b""
         try:
-            await self._serve(
+            code, message = await self._serve(
                 ws,
                 pipeline.serving if pipeline is not None else None,
                 pipeline.metrics if pipeline is not None else None,
@@ -119,7 +128,7 @@ class ReplicaStreams:
         finally:
             del self.open[ws]
             self._count()
-            await _close(ws, request.transport, WSCloseCode.OK, b"")
+            await _close(ws, request.transport, code, message)
         return ws
 
     def _count(self) -> None:
@@ -131,7 +140,9 @@ class ReplicaStreams:
         ws: web.WebSocketResponse,
         serving: ServingCheck | None,
         metrics: RequestMetrics | None,
-    ) -> None:
+    ) -> tuple[int, bytes]:
+        """Answer the stream's fetches until it ends; the close code and
+        message to end it with (sent by the caller, bounded in time)."""
         loop = asyncio.get_running_loop()
         idle_until = loop.time() + self.idle_timeout_s
         while True:
@@ -141,13 +152,11 @@ class ReplicaStreams:
                 async with asyncio.timeout_at(idle_until):
                     msg = await ws.receive()
             except TimeoutError:
-                await ws.close(code=WSCloseCode.OK, message=b"idle")
-                return
+                return WSCloseCode.OK, b"idle"
             if msg.type is WSMsgType.BINARY:
                 data: bytes = msg.data
                 if len(data) < REQUEST_HEAD.size:
-                    await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=b"no request id")
-                    return
+                    return WSCloseCode.PROTOCOL_ERROR, b"no request id"
                 (request_id,) = REQUEST_HEAD.unpack_from(data)
                 message = await self._answer(
                     serving, metrics, request_id, data[REQUEST_HEAD.size :]
@@ -161,15 +170,16 @@ class ReplicaStreams:
                     async with asyncio.timeout(self.idle_timeout_s):
                         await ws.send_bytes(message)
                 except (ConnectionError, TimeoutError):
-                    return  # closed while the fetch waited (shutdown, the follower gone)
+                    # Closed while the fetch waited (shutdown, the follower
+                    # gone), or the answer not taken in time.
+                    return WSCloseCode.GOING_AWAY, b"answer not taken"
                 idle_until = loop.time() + self.idle_timeout_s
             elif msg.type is WSMsgType.TEXT:
-                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"binary messages only")
-                return
+                return WSCloseCode.UNSUPPORTED_DATA, b"binary messages only"
             else:
                 # CLOSE / CLOSING / CLOSED, or ERROR (a message past
                 # message_bytes_max: aiohttp has closed with 1009).
-                return
+                return WSCloseCode.OK, b""
 
     async def _answer(
         self,
@@ -219,16 +229,42 @@ class ReplicaStreams:
 async def _close(
     ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None, code: int, message: bytes
 ) -> None:
-    """Close `ws` within _CLOSE_WAIT_S; a connection that will not (a follower
-    that reads nothing, with an answer in its socket) is aborted."""
+    """Close `ws` within _CLOSE_WAIT_S, then drop what the peer did not take.
+
+    aiohttp's close ends, on time or not, by closing the transport gracefully,
+    which keeps the connection and every byte still unsent until the peer
+    reads them: a follower that reads nothing (an answer or a flood of pongs
+    in its socket) would hold both for as long as it likes, and the node's
+    shutdown waits for such a connection. So a connection with bytes still
+    unsent after the close is reset."""
     try:
         async with asyncio.timeout(_CLOSE_WAIT_S):
             await ws.close(code=code, message=message, drain=False)
-            return
     except (TimeoutError, ConnectionError):
-        pass
-    if isinstance(transport, asyncio.Transport):
-        transport.abort()
+        _reset(transport)
+        return
+    if transport is not None and _unsent_bytes(transport) > 0:
+        _reset(transport)
+
+
+def _unsent_bytes(transport: asyncio.BaseTransport) -> int:
+    # Duck-typed: uvloop's transports are no asyncio.Transport instances.
+    size = getattr(transport, "get_write_buffer_size", None)
+    return size() if size is not None else 0
+
+
+def _reset(transport: asyncio.BaseTransport | None) -> None:
+    """Abort `transport` with a TCP reset: the kernel drops the bytes still
+    queued in the socket too, instead of holding them for a peer that does not
+    read (SO_LINGER 0; an abort alone frees only the process's buffer)."""
+    abort = getattr(transport, "abort", None)  # uvloop's: no asyncio.Transport
+    if transport is None or abort is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    abort()
 
 
 __all__ = ["ANSWER_HEAD", "REPLICA_STREAM_PATH", "REQUEST_HEAD", "ReplicaStreams"]
