@@ -84,6 +84,7 @@ from lograft.brokers.partition import (
     check_batch_count,
 )
 from lograft.brokers.remote_wait import remote_wait
+from lograft.brokers.replica_fetch_bounds import within_bounds
 from lograft.brokers.replica_fetcher import FetcherSettings, FetchTransport, ReplicaFetcher
 from lograft.errors import (
     InvalidRequestError,
@@ -156,8 +157,13 @@ class BrokerSettings(Record):
     replica_fetch_wait_max_ms: Positive = 500
     # Longest long-poll a leader grants a follower's fetch (whatever it asks), ms.
     replica_fetch_serve_wait_max_ms: Positive = 5_000
+    # Also the most a leader answers a follower's fetch with, whatever the
+    # fetch asks (a larger ask is served at these sizes).
     replica_fetch_max_bytes: Positive = 8 * 1024 * 1024
     replica_fetch_partition_max_bytes: Positive = 1024 * 1024
+    # Partitions one follower fetch may name (and forget), partitions; a
+    # leader refuses a fetch naming more (400), or one partition twice.
+    replica_fetch_partitions_max: Positive = 50_000
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200
     # A follower partition's first pause after a "not the leader yet" fetch
@@ -1047,6 +1053,12 @@ class ReplicaManager:
     async def replica_fetch(self, req: ReplicaFetchRequest) -> ReplicaFetchAnswer:
         """A follower's fetch: sessionless, a full one creating a session, or
         an incremental one (fetch_session_cache.py)."""
+        req = within_bounds(
+            req,
+            max_bytes=self.settings.replica_fetch_max_bytes,
+            partition_max_bytes=self.settings.replica_fetch_partition_max_bytes,
+            partitions_max=self.settings.replica_fetch_partitions_max,
+        )
         wait_ms = min(max(req.max_wait_ms, 0), self.settings.replica_fetch_serve_wait_max_ms)
         now = self.lag_clock()
         deadline = now + wait_ms

@@ -50,7 +50,7 @@ import msgspec
 import orjson
 
 from lograft.errors import InvalidRequestError, LograftError
-from lograft.typed import NonNegative, Record, decode_json
+from lograft.typed import NonNegative, Positive, Record, decode_json
 
 CONTENT_TYPE = "application/vnd.lograft.fetch"
 _LEN = struct.Struct(">I")
@@ -184,8 +184,8 @@ class _ReplicaFetchBody(Record, frozen=True, kw_only=True):
     replica_id: int
     max_wait_ms: int = 500
     min_bytes: int = 1
-    max_bytes: int = 8 << 20
-    partition_max_bytes: int = 1 << 20
+    max_bytes: Positive = 8 << 20
+    partition_max_bytes: Positive = 1 << 20
     partitions: list[_FetchPartitionBody]
     session_id: int = NO_SESSION_ID
     session_epoch: int = SESSIONLESS_EPOCH

@@ -60,7 +60,13 @@ def meta(leader: int = 1, epoch: int = 0, replicas: tuple[int, ...] = (1,), **co
 @pytest.fixture
 def rm(tmp_path: Path) -> ReplicaManager:
     """A broker of its own (each test stops it: that needs the test's loop)."""
-    return ReplicaManager(1, tmp_path / "b1", BrokerSettings(storage_threads_max=2))
+    # Follower reads up to 4 MiB: a leader serves at most its own fetch sizes.
+    settings = BrokerSettings(
+        storage_threads_max=2,
+        replica_fetch_max_bytes=16 << 20,
+        replica_fetch_partition_max_bytes=16 << 20,
+    )
+    return ReplicaManager(1, tmp_path / "b1", settings)
 
 
 def record_threads(target: object, name: str) -> list[str]:
