@@ -21,6 +21,9 @@ One line per event in `trace-<pid>.txt`, fields separated by spaces:
     C tp first last t                  leader: a consumer fetch answered with data
                                        (one partition's `fetch` or a many-partition
                                        `consumer_fetch`)
+    J topic/-1 t_entry t_return        the node taking a JSON produce: its HTTP
+                                       handler's entry and return (no offsets: a
+                                       serial load joins it to the P inside it)
 
 `tp` is `topic/partition`; offsets are inclusive. The lines are buffered
 and written by a daemon thread every `FLUSH_INTERVAL_S` and at exit, so
@@ -168,16 +171,22 @@ def _on_fetch(_t0: int, t1: int, got: Any, _rm: Any, tp: Any, *_a: Any, **_k: An
         emit("C", _tp(tp), span[0], span[1], t1)
 
 
+def _on_produce_json(t0: int, t1: int, _resp: Any, _routes: Any, request: Any) -> None:
+    emit("J", f"{request.match_info.get('topic', '?')}/-1", t0, t1)
+
+
 def install() -> None:
     """Wrap the traced methods and start the writer (a no-op without the env name)."""
     out = os.environ.get(OUT_ENV)
     if not out:
         return
+    from lograft.api.routes_data import DataRoutes
     from lograft.brokers.partition import Partition
     from lograft.brokers.replica_manager import ReplicaManager
 
     path = Path(out) / f"trace-{os.getpid()}.txt"
     _wrap_async(ReplicaManager, "produce", _on_produce)
+    _wrap_async(DataRoutes, "produce_json", _on_produce_json)
     _wrap_async(ReplicaManager, "_append_as_leader", _on_append)
     _wrap_async(ReplicaManager, "_serve_fetches", _on_serve_fetches)
     _wrap_async(ReplicaManager, "consumer_fetch", _on_consumer_fetch)

@@ -351,10 +351,15 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q / 100))]
 
 
-def print_table(rows: dict[str, list[float]], count: int) -> None:
-    print("| step of one record | p50 ms | p90 ms | p99 ms | records |")
+def print_table(
+    rows: dict[str, list[float]],
+    count: int,
+    steps: list[tuple[str, str, str]] = STEPS,
+    unit: str = "record",
+) -> None:
+    print(f"| step of one {unit} | p50 ms | p90 ms | p99 ms | {unit}s |")
     print("|---|---|---|---|---|")
-    for name, _a, _b in STEPS:
+    for name, _a, _b in steps:
         v = rows.get(name, [])
         if not v:
             print(f"| {name} | - | - | - | 0/{count} |")
