@@ -19,11 +19,8 @@ cluster (configs from scripts/local_cluster.py, its own ports):
    latency is taken from each request's scheduled send time (a send held
    back by a busy loop or `--inflight-max` counts its delay: coordinated
    omission corrected, as wrk2 does), over the requests due after the
-   warm-up, when CPU is not sampled either: the first min(5, measure-s / 3)
-   s, or the load's first pass over every partition if that is longer
-   (partitions / rate s: 10 s at 2,000 partitions and 200 requests/s), since
-   a partition's first batch of a leader epoch costs each follower a
-   checkpoint write; `--first-pass-counted` keeps the shorter warm-up;
+   warm-up (the first min(5, measure-s / 3) s, when CPU is not sampled
+   either);
 6. stop the nodes by pid (SIGTERM, SIGKILL after a grace period), and report how
    long each took to exit.
 
@@ -465,27 +462,13 @@ async def produce_load(
     return res
 
 
-def warmup_s(partitions: int, args: argparse.Namespace) -> float:
-    """Seconds of load before CPU and latency are counted: min(5, measure-s / 3),
-    or one round-robin pass over every partition if that takes longer (unless
-    --first-pass-counted). A partition's first batch of a leader epoch is
-    dearer than the rest: each follower writes its leader-epoch checkpoint
-    then (two fsyncs, once per partition per leader change, as Kafka's
-    LeaderEpochFileCache does), so a window that holds first batches
-    measures the cluster's start, not the steady load."""
-    base = min(5.0, args.measure_s / 3)
-    if args.first_pass_counted:
-        return base
-    return max(base, partitions / args.rate)
-
-
 def run_load_and_measure(
     cluster: Cluster, leaders: dict[tuple[str, int], int], args: argparse.Namespace
 ) -> tuple[Sample, LoadResult]:
     """Measure CPU and RSS in a thread while the load runs on this thread's loop."""
     import threading
 
-    warmup = warmup_s(len(leaders), args)
+    warmup = min(5.0, args.measure_s / 3)
     holder: dict[str, Sample] = {}
 
     def sampler() -> None:
@@ -733,12 +716,6 @@ def main() -> int:
     parser.add_argument("--records-per-batch", type=int, default=10)
     parser.add_argument("--record-bytes", type=int, default=100)
     parser.add_argument("--inflight-max", type=int, default=64)
-    parser.add_argument(
-        "--first-pass-counted",
-        action="store_true",
-        help="count from min(5, measure-s / 3) s even when the load's first pass over "
-        "every partition (each partition's first batch of its leader epoch) takes longer",
-    )
     parser.add_argument(
         "--base-port",
         type=int,
