@@ -140,6 +140,9 @@ ALTER_PARTITION_BATCH_MAX = 500
 # killed before the clean-shutdown file was written. Concurrent fsyncs
 # share the filesystem's journal commits.
 LOG_CLOSE_THREADS = 16
+# A follower fetch's partitions decided between two yields to the event loop
+# (about 10-25 ms of loop time at ~10-25 us a partition).
+SERVE_YIELD_EVERY = 1000
 # Called with a replica right after it became leader or follower, or was
 # stopped for removal (role STOPPED); must not block.
 RoleListener = Callable[[Partition], None]
@@ -417,6 +420,11 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._hw_checkpoint = _read_hw_checkpoint(self.data_dir / HW_CHECKPOINT_FILE)
         self._running = False
+        # From stop() on, metadata is no longer applied: a replica created
+        # meanwhile would open its log (which clears the crash leftovers of
+        # the logs being closed, their checkpoint .tmp files among them) and
+        # never be closed.
+        self._stopping = False
         self._role_listeners: list[RoleListener] = []
 
     def add_role_listener(self, listener: RoleListener) -> None:
@@ -434,6 +442,7 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._running = True
+        self._stopping = False
         self._epoch_flush_stop.clear()
         self.fetcher.start()
         self.maintainer.start()
@@ -444,6 +453,7 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self._running = False
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await self.fetcher.stop()
@@ -491,7 +501,10 @@ class ReplicaManager:
 
         Call before `apply_metadata(wanted)`, which then takes them instead of
         opening them on the event loop. A log that fails to open here is left to
-        `apply_metadata`, which tries again and marks the replica failed."""
+        `apply_metadata`, which tries again and marks the replica failed.
+        Ignored once `stop` has begun."""
+        if self._stopping:
+            return
         new = {
             tp: meta
             for tp, meta in wanted.items()
@@ -531,7 +544,10 @@ class ReplicaManager:
         O(hosted), beyond one identity check per partition.
 
         A partition that raises is marked failed and the others go on (see
-        the module docstring); this never raises for one partition's sake."""
+        the module docstring); this never raises for one partition's sake.
+        Ignored once `stop` has begun."""
+        if self._stopping:
+            return
         now = self.lag_clock()
         for tp in [tp for tp in self.partitions if tp not in wanted]:
             self._remove_contained(tp)
@@ -1312,7 +1328,13 @@ class ReplicaManager:
         now = self.lag_clock()
         decided: list[tuple[Partition, FollowerFetchResult] | LograftError] = []
         readable = 0
-        for tp, fetch in fetches:
+        for i, (tp, fetch) in enumerate(fetches):
+            if i and not i % SERVE_YIELD_EVERY:
+                # A full fetch may name tens of thousands of partitions: let
+                # the loop serve others between slices (each partition is
+                # decided on its own; a change meanwhile marks it again).
+                await asyncio.sleep(0)
+                now = self.lag_clock()
             try:
                 part = self.partition(tp)
                 hw_before = part.high_watermark
@@ -1531,11 +1553,13 @@ def _read_for_followers(
     max_bytes: int,
     partition_max_bytes: int,
 ) -> list[bytes | LograftError]:
-    """The bytes of each decided follower fetch that may read, in order, until
-    `max_bytes` are spent (KIP-74: the first partition with data may exceed it
-    by one batch; the rest answer without data). Blocking; safe in a storage
-    thread."""
+    """The bytes of each decided follower fetch that may read, in order,
+    within `max_bytes` and `partition_max_bytes` (KIP-74: the first partition
+    with data gets its first batch whole even past them, so a follower always
+    progresses; each later one only what fits in the budget left). Blocking;
+    safe in a storage thread."""
     budget = max_bytes
+    first = True
     out: list[bytes | LograftError] = []
     for answer in decided:
         if isinstance(answer, LograftError) or answer[1].read_from < 0 or budget <= 0:
@@ -1543,10 +1567,14 @@ def _read_for_followers(
             continue
         part, res = answer
         try:
-            data = part.read_for_follower(res.read_from, partition_max_bytes)
+            data = part.read_for_follower(
+                res.read_from, min(partition_max_bytes, budget), min_one=first
+            )
         except LograftError as exc:
             out.append(exc)
             continue
+        if data:
+            first = False
         budget -= len(data)
         out.append(data)
     return out

@@ -4,11 +4,21 @@ a fetch naming too many partitions or one twice refused, whoever sends it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
+from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_fetch_bounds import within_bounds
+from lograft.brokers.replica_manager import (
+    SERVE_YIELD_EVERY,
+    BrokerSettings,
+    PartitionMeta,
+    ReplicaManager,
+)
 from lograft.errors import InvalidRequestError
+from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     FetchPartitionRequest,
     PartitionFetch,
@@ -17,6 +27,7 @@ from lograft.protocol.fetch_wire import (
     encode_answer,
 )
 from lograft.protocol.produce_wire import Acks
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.brokers.test_replica_manager import FAST, TP, Cluster, _batch
 
 
@@ -93,3 +104,62 @@ async def test_a_leader_answers_a_greedy_fetch_with_at_most_its_own_sizes(tmp_pa
         assert decode_answer(encode_answer(answer)).partitions[0].data == part.data
     finally:
         await c.stop()
+
+
+def one_kib_batch(tag: int) -> bytes:
+    return build_batch([RecordInput(None, bytes([65 + tag % 26]) * 1000)], timestamp_ms=1)
+
+
+async def leader_of(tmp_path, partitions: int, batches: int) -> ReplicaManager:
+    """Broker 1 leading `partitions` partitions of topic "t" (replicas 1, 2),
+    each holding `batches` batches of about 1 KiB."""
+    rm = ReplicaManager(1, tmp_path / "b1", BrokerSettings())
+    assignment = Assignment((1, 2), (1, 2), 1, 0, 0)
+    rm.apply_metadata(
+        {TopicPartition("t", p): PartitionMeta("id-t", assignment) for p in range(partitions)}
+    )
+    for p in range(partitions):
+        for i in range(batches):
+            await rm.produce(TopicPartition("t", p), one_kib_batch(i), Acks.LEADER)
+    return rm
+
+
+async def test_partitions_after_the_first_get_only_the_budget_left(tmp_path) -> None:
+    rm = await leader_of(tmp_path, partitions=5, batches=4)
+    try:
+        batch_len = len(rm.partitions[TopicPartition("t", 0)].log.read(0, 1))
+        req = fetch([("t", p) for p in range(5)], max_bytes=5000, partition_max_bytes=3000)
+        answer = await rm.replica_fetch(req)
+        sizes = [len(p.data) for p in answer.partitions]
+        assert sum(sizes) <= 5000, sizes
+        assert sizes[0] == sizes[1] == 2 * batch_len  # 2 whole batches within 3000
+        assert sizes[2:] == [0, 0, 0]
+    finally:
+        await rm.stop()
+
+
+async def test_the_first_batch_goes_whole_even_past_the_budget(tmp_path) -> None:
+    rm = await leader_of(tmp_path, partitions=2, batches=2)
+    try:
+        batch_len = len(rm.partitions[TopicPartition("t", 0)].log.read(0, 1))
+        answer = await rm.replica_fetch(
+            fetch([("t", 0), ("t", 1)], max_bytes=10, partition_max_bytes=10)
+        )
+        assert [len(p.data) for p in answer.partitions] == [batch_len, 0]
+    finally:
+        await rm.stop()
+
+
+async def test_a_fetch_of_many_partitions_lets_the_loop_run_between_slices(tmp_path) -> None:
+    rm = ReplicaManager(1, tmp_path / "b1", BrokerSettings())
+    try:
+        # Unknown partitions: each answered with an error, no read, no await.
+        req = fetch([("nope", p) for p in range(3 * SERVE_YIELD_EVERY)])
+        task = asyncio.create_task(rm.replica_fetch(req))
+        seen: list[bool] = []
+        asyncio.get_running_loop().call_soon(lambda: seen.append(task.done()))
+        answer = await task
+        assert len(answer.partitions) == 3 * SERVE_YIELD_EVERY
+        assert seen == [False]  # ran while the fetch was under way
+    finally:
+        await rm.stop()

@@ -304,3 +304,22 @@ async def test_changed_topic_configs_reach_the_live_replica(tmp_path):
             await rm.produce(TP, _batch("x"), Acks.ALL)
     finally:
         await rm.stop()
+
+
+async def test_metadata_that_arrives_once_stop_has_begun_is_not_applied(tmp_path):
+    """A controller's update reaching a stopping broker (here: after its
+    stop) creates no replica: opening its log would clear the checkpoint
+    .tmp files of the logs being closed (a test of the whole cluster
+    failed on that), and nothing would close it."""
+    c = Cluster(tmp_path)
+    await c.start()
+    await c.stop()
+    late = TopicPartition("late", 0)
+    c.brokers[1].apply_metadata(
+        {late: PartitionMeta("topic-id-2", Assignment((1, 2, 3), (1, 2, 3), 1, 1, 0))}
+    )
+    await c.brokers[1].open_logs(
+        {late: PartitionMeta("topic-id-2", Assignment((1, 2, 3), (1, 2, 3), 1, 1, 0))}
+    )
+    assert late not in c.brokers[1].partitions
+    assert not (tmp_path / "broker-1" / "logs" / "late-0").exists()
