@@ -598,11 +598,11 @@ class Partition:
             self.on_isr_input(self)  # a follower behind the log end, or one that may join
         return self._fetch_result(b"", None, read_from=request.fetch_offset)
 
-    def read_for_follower(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+    def read_for_follower(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from `offset` up to the log end, at most `max_bytes`
-        (with `min_one`, the first batch whole even if larger). Blocking file
-        work (the log's own lock), safe in a worker thread."""
-        return self.log.read(offset, max_bytes, min_one=min_one)
+        but the first batch whole even if larger. Blocking file work (the
+        log's own lock), safe in a worker thread."""
+        return self.log.read(offset, max_bytes)
 
     def require_leader_in(self, epoch: int) -> None:
         """NOT_LEADER_OR_FOLLOWER unless this replica leads in `epoch`."""

@@ -514,7 +514,12 @@ class ReplicaManager:
             and not self._failed_with(tp, meta)
         }
         if new:
-            self._opened.update(await asyncio.to_thread(self._open_logs, new))
+            opened = await asyncio.to_thread(self._open_logs, new)
+            if self._stopping:  # stop began meanwhile: it will not close these
+                for target in opened.values():
+                    target.close()
+                return
+            self._opened.update(opened)
 
     def _open_logs(self, new: Mapping[TopicPartition, PartitionMeta]) -> dict[TopicPartition, Log]:
         opened: dict[TopicPartition, Log] = {}
@@ -1328,12 +1333,15 @@ class ReplicaManager:
         now = self.lag_clock()
         decided: list[tuple[Partition, FollowerFetchResult] | LograftError] = []
         readable = 0
+        yielded = False
         for i, (tp, fetch) in enumerate(fetches):
             if i and not i % SERVE_YIELD_EVERY:
                 # A full fetch may name tens of thousands of partitions: let
                 # the loop serve others between slices (each partition is
-                # decided on its own; a change meanwhile marks it again).
+                # decided on its own; a change meanwhile marks it again, and
+                # the answers are checked against leadership moves below).
                 await asyncio.sleep(0)
+                yielded = True
                 now = self.lag_clock()
             try:
                 part = self.partition(tp)
@@ -1357,8 +1365,11 @@ class ReplicaManager:
             functools.partial(_read_for_followers, decided, max_bytes, partition_max_bytes),
             inline=inline,
         )
+        # Decided and read in one step of the loop (inline, no yield): no
+        # leadership can have moved between; otherwise each answer is checked.
+        one_step = inline and not yielded
         return [
-            self._follower_answer(tp, answer, data, inline)
+            self._follower_answer(tp, answer, data, one_step)
             for (tp, _fetch), answer, data in zip(fetches, decided, got, strict=True)
         ]
 
@@ -1367,16 +1378,17 @@ class ReplicaManager:
         tp: TopicPartition,
         answer: tuple[Partition, FollowerFetchResult] | LograftError,
         data: bytes | LograftError,
-        inline: bool,
+        one_step: bool,
     ) -> FetchPartitionResponse:
         if isinstance(answer, LograftError):
             return _error_answer(tp, answer)
         part, res = answer
-        if not inline:
+        if not one_step:
             try:
                 # The leadership may have moved while the read ran in its
-                # thread: then answer as a fetch arriving now would be, not
-                # with bytes of a log that is no longer this leader's.
+                # thread or the loop served others: then answer as a fetch
+                # arriving now would be, not with bytes of a log that is no
+                # longer this leader's.
                 self.partition(tp)
                 part.require_leader_in(res.leader_epoch)
             except LograftError as exc:
@@ -1553,13 +1565,15 @@ def _read_for_followers(
     max_bytes: int,
     partition_max_bytes: int,
 ) -> list[bytes | LograftError]:
-    """The bytes of each decided follower fetch that may read, in order,
-    within `max_bytes` and `partition_max_bytes` (KIP-74: the first partition
-    with data gets its first batch whole even past them, so a follower always
-    progresses; each later one only what fits in the budget left). Blocking;
-    safe in a storage thread."""
+    """The bytes of each decided follower fetch that may read, in order, each
+    at most `partition_max_bytes` and the budget of `max_bytes` left, until
+    the budget is spent. A partition read gets its first batch whole even
+    past those (KIP-74's rule for the first partition, kept for each: this
+    leader does not rotate a session's partitions as Kafka's does, so a batch
+    larger than what the partitions before it leave would otherwise never be
+    served); the answer passes `max_bytes` by at most that one batch.
+    Blocking; safe in a storage thread."""
     budget = max_bytes
-    first = True
     out: list[bytes | LograftError] = []
     for answer in decided:
         if isinstance(answer, LograftError) or answer[1].read_from < 0 or budget <= 0:
@@ -1567,14 +1581,10 @@ def _read_for_followers(
             continue
         part, res = answer
         try:
-            data = part.read_for_follower(
-                res.read_from, min(partition_max_bytes, budget), min_one=first
-            )
+            data = part.read_for_follower(res.read_from, min(partition_max_bytes, budget))
         except LograftError as exc:
             out.append(exc)
             continue
-        if data:
-            first = False
         budget -= len(data)
         out.append(data)
     return out

@@ -124,16 +124,43 @@ async def leader_of(tmp_path, partitions: int, batches: int) -> ReplicaManager:
     return rm
 
 
-async def test_partitions_after_the_first_get_only_the_budget_left(tmp_path) -> None:
+async def test_each_partition_reads_only_the_budget_left(tmp_path) -> None:
     rm = await leader_of(tmp_path, partitions=5, batches=4)
     try:
         batch_len = len(rm.partitions[TopicPartition("t", 0)].log.read(0, 1))
         req = fetch([("t", p) for p in range(5)], max_bytes=5000, partition_max_bytes=3000)
         answer = await rm.replica_fetch(req)
         sizes = [len(p.data) for p in answer.partitions]
-        assert sum(sizes) <= 5000, sizes
-        assert sizes[0] == sizes[1] == 2 * batch_len  # 2 whole batches within 3000
-        assert sizes[2:] == [0, 0, 0]
+        # 2 whole batches within 3000 each, then one batch past what is left.
+        assert sizes == [2 * batch_len, 2 * batch_len, batch_len, 0, 0]
+        assert sum(sizes) <= 5000 + batch_len
+    finally:
+        await rm.stop()
+
+
+async def test_a_batch_larger_than_what_is_left_is_still_served(tmp_path) -> None:
+    """No rotation of partitions here: a partition whose next batch is larger
+    than the budget the partitions before it leave gets it whole, or it
+    would never be served while those have data."""
+    rm = await leader_of(tmp_path, partitions=2, batches=4)
+    try:
+        big = build_batch([RecordInput(None, b"B" * 3000)], timestamp_ms=1)
+        tp1 = TopicPartition("t", 1)
+        end = rm.partitions[tp1].log.log_end_offset
+        await rm.produce(tp1, big, Acks.LEADER)
+        req = ReplicaFetchRequest(
+            replica_id=2,
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=3000,
+            partition_max_bytes=2000,
+            partitions=[
+                FetchPartitionRequest("t", 0, PartitionFetch(0)),
+                FetchPartitionRequest("t", 1, PartitionFetch(end)),
+            ],
+        )
+        first, second = (await rm.replica_fetch(req)).partitions
+        assert first.data and len(second.data) > 3000
     finally:
         await rm.stop()
 
@@ -161,5 +188,23 @@ async def test_a_fetch_of_many_partitions_lets_the_loop_run_between_slices(tmp_p
         answer = await task
         assert len(answer.partitions) == 3 * SERVE_YIELD_EVERY
         assert seen == [False]  # ran while the fetch was under way
+    finally:
+        await rm.stop()
+
+
+async def test_an_answer_decided_before_a_yield_is_checked_against_a_leadership_move(
+    tmp_path,
+) -> None:
+    rm = await leader_of(tmp_path, partitions=1, batches=2)
+    try:
+        tp0 = TopicPartition("t", 0)
+        # Partition t-0 is decided first; the yield comes after SERVE_YIELD_EVERY.
+        req = fetch([("t", 0)] + [("nope", p) for p in range(SERVE_YIELD_EVERY)])
+        task = asyncio.create_task(rm.replica_fetch(req))
+        moved = PartitionMeta("id-t", Assignment((1, 2), (1, 2), 2, 1, 1))
+        asyncio.get_running_loop().call_soon(lambda: rm.apply_metadata({tp0: moved}))
+        answer = (await task).partitions[0]
+        assert not answer.data
+        assert answer.error is not None
     finally:
         await rm.stop()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
 import msgspec
 import pytest
@@ -323,3 +325,35 @@ async def test_metadata_that_arrives_once_stop_has_begun_is_not_applied(tmp_path
     )
     assert late not in c.brokers[1].partitions
     assert not (tmp_path / "broker-1" / "logs" / "late-0").exists()
+
+
+async def test_logs_opened_while_stop_begins_are_closed_not_kept(tmp_path):
+    """`open_logs` whose thread is still opening when `stop` begins: stop
+    closes the logs it holds, so these are closed by open_logs itself."""
+    c = Cluster(tmp_path)
+    rm = c.brokers[1]
+    await rm.start()
+    late = TopicPartition("late", 0)
+    gate = threading.Event()
+    opened: list[Any] = []
+    real = rm._open_logs
+
+    def held_open(new: Any) -> Any:
+        gate.wait(10)
+        got = real(new)
+        opened.extend(got.values())
+        return got
+
+    rm._open_logs = held_open  # type: ignore[method-assign]
+    meta = PartitionMeta("topic-id-2", Assignment((1, 2, 3), (1, 2, 3), 1, 1, 0))
+    opening = asyncio.create_task(rm.open_logs({late: meta}))
+    stopping = asyncio.create_task(rm.stop())
+    while not rm._stopping:
+        await asyncio.sleep(0.001)  # polling a condition, not a sync point
+    gate.set()
+    await opening
+    await stopping
+    assert late not in rm._opened
+    assert len(opened) == 1 and opened[0].closed
+    for b in (2, 3):
+        await c.brokers[b].stop()
