@@ -165,8 +165,11 @@ class BrokerSettings(Record):
     replica_fetch_max_bytes: Positive = 8 * 1024 * 1024
     replica_fetch_partition_max_bytes: Positive = 1024 * 1024
     # Partitions one follower fetch may name (and forget), partitions; a
-    # leader refuses a fetch naming more (400), or one partition twice.
-    replica_fetch_partitions_max: Positive = 50_000
+    # leader refuses a fetch naming more (400), or one partition twice. Above
+    # what a fetch within [http] request_bytes_max names (~100 bytes each): a
+    # follower never splits its fetch, so one that follows more partitions of
+    # a leader than this could not replicate from it at all.
+    replica_fetch_partitions_max: Positive = 200_000
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200
     # A follower partition's first pause after a "not the leader yet" fetch
