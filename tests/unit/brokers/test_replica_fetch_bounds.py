@@ -37,14 +37,19 @@ def fetch(
     max_bytes: int = 1 << 62,
     partition_max_bytes: int = 1 << 62,
     forgotten: tuple[tuple[str, int], ...] = (),
+    offsets: dict[tuple[str, int], int] | None = None,
 ) -> ReplicaFetchRequest:
+    """Follower 2's fetch of `partitions`, each from offset 0 unless `offsets` says."""
+    at = offsets or {}
     return ReplicaFetchRequest(
         replica_id=2,
         max_wait_ms=0,
         min_bytes=1,
         max_bytes=max_bytes,
         partition_max_bytes=partition_max_bytes,
-        partitions=[FetchPartitionRequest(t, p, PartitionFetch(0)) for t, p in partitions],
+        partitions=[
+            FetchPartitionRequest(t, p, PartitionFetch(at.get((t, p), 0))) for t, p in partitions
+        ],
         forgotten=forgotten,
     )
 
@@ -148,16 +153,8 @@ async def test_a_batch_larger_than_what_is_left_is_still_served(tmp_path) -> Non
         tp1 = TopicPartition("t", 1)
         end = rm.partitions[tp1].log.log_end_offset
         await rm.produce(tp1, big, Acks.LEADER)
-        req = ReplicaFetchRequest(
-            replica_id=2,
-            max_wait_ms=0,
-            min_bytes=1,
-            max_bytes=3000,
-            partition_max_bytes=2000,
-            partitions=[
-                FetchPartitionRequest("t", 0, PartitionFetch(0)),
-                FetchPartitionRequest("t", 1, PartitionFetch(end)),
-            ],
+        req = fetch(
+            [("t", 0), ("t", 1)], max_bytes=3000, partition_max_bytes=2000, offsets={("t", 1): end}
         )
         first, second = (await rm.replica_fetch(req)).partitions
         assert first.data and len(second.data) > 3000
