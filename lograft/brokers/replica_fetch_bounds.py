@@ -4,12 +4,14 @@ A replica fetch comes from anyone holding the cluster secret, over
 `POST /internal/v1/replica-fetch` or a replica stream. Served as asked, one
 small fetch could make the leader read and answer its whole log (a
 `max_bytes` of 2^62, or one partition named a hundred times, each
-occurrence read again: a 8.5 KB fetch answered with 150 MB), or walk
-150,000 partitions on its event loop. So the leader serves at most its own
-replica fetch sizes (`[broker] replica_fetch_max_bytes`,
-`replica_fetch_partition_max_bytes`: a follower asking more gets answers of
-those sizes, and still progresses), and refuses a fetch naming more than
-`replica_fetch_partitions_max` partitions, or one partition twice.
+occurrence read again: an 8.5 KB fetch answered with 150 MB). So the leader
+serves at most its own replica fetch sizes (`[broker]
+replica_fetch_max_bytes`, `replica_fetch_partition_max_bytes`: a follower
+asking more gets answers of those sizes, and still progresses), and refuses
+a fetch naming one partition twice, or more than
+`replica_fetch_partitions_max` partitions (by default more than a request
+within `[http] request_bytes_max` can name; the leader decides a fetch's
+partitions in slices between event-loop turns, replica_manager.py).
 """
 
 from __future__ import annotations

@@ -94,6 +94,15 @@ async def bytes_until_the_end(sock: socket.socket) -> tuple[int, str]:
             total += len(got)
 
 
+async def ask_and_leave_unread(lead: Leader, sock: socket.socket) -> None:
+    """The follower sends one fetch, whose answer it will not read, and the
+    leader takes it."""
+    await asyncio.get_running_loop().sock_sendall(
+        sock, frame(REQUEST_HEAD.pack(1) + request(7), 0x2)
+    )
+    await until(lambda: lead.replicas.fetched == [7])
+
+
 async def leader_with_large_answers(**kwargs: Any) -> Leader:
     lead = await start_leader(**kwargs)
     lead.replicas.data_bytes = ANSWER_BYTES
@@ -110,9 +119,7 @@ async def _an_answer_not_taken_in_time_is_dropped_with_its_connection() -> None:
     sock = await open_stream(lead)
     try:
         (transport,) = lead.streams.open.values()
-        loop = asyncio.get_running_loop()
-        await loop.sock_sendall(sock, frame(REQUEST_HEAD.pack(1) + request(7), 0x2))
-        await until(lambda: lead.replicas.fetched == [7])
+        await ask_and_leave_unread(lead, sock)
         await until(lambda: not lead.streams.open)  # the leader gave up on it
         assert transport is not None
         await until(transport.is_closing)
@@ -165,8 +172,7 @@ async def _shutdown_drops_a_stream_whose_follower_reads_nothing() -> None:
     sock = await open_stream(lead)
     try:
         loop = asyncio.get_running_loop()
-        await loop.sock_sendall(sock, frame(REQUEST_HEAD.pack(1) + request(7), 0x2))
-        await until(lambda: lead.replicas.fetched == [7])
+        await ask_and_leave_unread(lead, sock)
         started = loop.time()
         async with asyncio.timeout(10):
             await lead.server.close()
