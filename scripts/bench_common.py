@@ -7,11 +7,13 @@ same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 # One admin or metadata call of a benchmark's setup, seconds.
@@ -31,6 +33,17 @@ def http_json(method: str, url: str, body: Any = None) -> Any:
     with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
         raw = resp.read()
     return json.loads(raw) if raw else None
+
+
+def proc_cpu_s(pids: list[int]) -> float:
+    """utime + stime of the given processes from /proc, s (a process gone counts 0)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def machine() -> str:

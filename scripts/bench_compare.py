@@ -28,7 +28,11 @@ Workloads (--only picks some; all by default):
             the issue), one consumer and a group of three: records/s
   latency   end to end at 2,000 and 20,000 records/s (--rates): p50, p99,
             p99.9 ms, each record timed from its scheduled send time (no
-            coordinated omission)
+            coordinated omission); server and client CPU s per 1M records.
+            lograft twice: its sync client (a Producer and a Consumer, each
+            with its loop thread, the consumer polling in a thread), and
+            "lograft asyncio", an AsyncProducer and an AsyncConsumer on one
+            event loop, the shape of the NATS load (nats-py on one loop)
   failover  SIGKILL of partition 0's leader (the stream's, for NATS) while a
             producer writes to it: seconds from the kill to the first ack of a
             record sent after it; median of --failovers kills per round. With
@@ -78,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 import kafka_local
-from bench_common import http_json, log, machine  # sibling scripts
+from bench_common import http_json, log, machine, proc_cpu_s  # sibling scripts
 from compare_stats import Spread, failover_seconds, render_table
 from loopback_ports import free_ports
 
@@ -104,17 +108,21 @@ LOAD_GRACE_S = 300
 # a 10 s cell of 1 KiB values at 150k records/s writes ~4.5 GiB over 3 replicas.
 MIN_FREE_GIB = 8.0
 
-SYSTEMS = ("Kafka", "Kafka no-idem", "NATS", "lograft", "lograft JSON")
+SYSTEMS = ("Kafka", "Kafka no-idem", "NATS", "lograft", "lograft asyncio", "lograft JSON")
 # The worker's name for each column.
 WORKER = {
     "Kafka": "kafka",
     "Kafka no-idem": "kafka-noidem",
     "NATS": "nats",
     "lograft": "lograft",
+    "lograft asyncio": "lograft",
     "lograft JSON": "lograft-json",
 }
+# compare_load.py's latency action per column (the default: "latency").
+LATENCY_ACTION = {"lograft asyncio": "latency-async"}
 RATIOS = (
     ("lograft ÷ Kafka", "lograft", "Kafka"),
+    ("lograft asyncio ÷ Kafka", "lograft asyncio", "Kafka"),
     ("lograft JSON ÷ Kafka", "lograft JSON", "Kafka"),
 )
 
@@ -152,16 +160,6 @@ class Reaper:
 
 
 REAPER = Reaper()
-
-
-def proc_cpu_s(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(FileNotFoundError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
 
 
 def peak_rss_mib(pids: list[int]) -> float | None:
@@ -394,6 +392,7 @@ class Family:
     cluster: Any
     failover_column: str
     consume_columns: tuple[str, ...]
+    latency_columns: tuple[str, ...]
     work: Path
     min_free_gib: float
     topics_made: set[str] = field(default_factory=set)
@@ -594,13 +593,23 @@ def consume_cell(
 def latency_cell(fam: Family, column: str, rate: int, seconds: float, res: Results) -> None:
     topic = "bench-latency"
     ensure_topic(fam, topic)
+    action = LATENCY_ACTION.get(column, "latency")
     spec = fam.spec(
-        column, "latency", topic, rate=rate, seconds=seconds, group=f"l-{uuid.uuid4().hex[:8]}"
+        column, action, topic, rate=rate, seconds=seconds, group=f"l-{uuid.uuid4().hex[:8]}"
     )
+    pids = fam.cluster.pids()
+    cpu0 = proc_cpu_s(pids)
     out = run_load(fam.python, spec, seconds + LOAD_GRACE_S)
+    server_cpu = proc_cpu_s(pids) - cpu0
     for q in ("p50", "p99", "p99.9"):
         v = out[q]
         res.add(f"latency at {rate:,}/s, {q} ms", column, float("inf") if v is None else v)
+    # At a fixed rate the CPU per record says how close to saturation the
+    # load ran (this machine's 2 cores run the servers and the client): it
+    # counts the load process's whole life, set-up and drain included.
+    per_million = 1e6 / (rate * seconds)
+    res.add(f"latency at {rate:,}/s, server CPU s / 1M records", column, server_cpu * per_million)
+    res.add(f"latency at {rate:,}/s, client CPU s / 1M records", column, out["cpu_s"] * per_million)
     note_rss(res, column, [out])
     progress(
         f"  {column}: latency at {rate}/s: p50 {out['p50']:.1f} p99 {out['p99']:.1f} "
@@ -722,7 +731,8 @@ def run_family(fam: Family, args: argparse.Namespace, res: Results, loads: list[
             if consume_topic and column in fam.consume_columns:
                 for consumers in args.consumers:
                     consume_cell(fam, column, consume_topic, consume_records, consumers, res)
-            if "latency" in only and column in fam.consume_columns:
+        if "latency" in only:
+            for column in fam.latency_columns:
                 for rate in args.rates:
                     latency_cell(fam, column, rate, args.latency_s, res)
         # The kills come after every other cell of the round: a restarted node
@@ -750,6 +760,7 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             kafka_local.KafkaCluster(work / "kafka", java, PARTITIONS),
             failover_column="Kafka",
             consume_columns=("Kafka",),
+            latency_columns=("Kafka",),
             work=work,
             min_free_gib=args.min_free_gib,
         )
@@ -761,6 +772,7 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             NatsCluster(work / "nats", ensure_nats_server()),
             failover_column="NATS",
             consume_columns=("NATS",),
+            latency_columns=("NATS",),
             work=work,
             min_free_gib=args.min_free_gib,
         )
@@ -772,6 +784,7 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
             LograftCluster(),
             failover_column="lograft",
             consume_columns=("lograft",),
+            latency_columns=("lograft", "lograft asyncio"),
             work=work,
             min_free_gib=args.min_free_gib,
         )

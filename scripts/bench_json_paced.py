@@ -86,6 +86,7 @@ def main() -> int:
         cluster,
         failover_column="lograft",
         consume_columns=("lograft",),
+        latency_columns=("lograft",),
         # Only bench_compare's produce cells check free space: a paced run is small.
         work=cluster.inner.dir,
         min_free_gib=bc.MIN_FREE_GIB,

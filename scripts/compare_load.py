@@ -504,6 +504,59 @@ def lograft_latency(spec: dict) -> dict:
     return latency_summary(start, spec["rate"], count, got)
 
 
+def lograft_latency_async(spec: dict) -> dict:
+    """`lograft_latency` with the asyncio client: an AsyncProducer and an
+    AsyncConsumer on one uvloop loop in this one thread, the shape of the
+    NATS load (nats-py publishing and subscribed on one loop). The sync
+    client runs a loop thread per producer and per consumer beside the
+    caller's threads, and every send() and poll() crosses between them."""
+    from lograft.client.loop_thread import new_loop
+
+    loop = new_loop("uvloop")
+    try:
+        return loop.run_until_complete(_lograft_latency_async(spec))
+    finally:
+        loop.close()
+
+
+async def _lograft_latency_async(spec: dict) -> dict:
+    from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
+
+    got: dict[int, float] = {}
+    stop = asyncio.Event()
+    settings = {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS}
+    async with AsyncConsumer(spec["bootstrap"], fetch_max_wait_ms=500) as c:
+        parts = [TopicPartition(spec["topic"], p) for p in range(spec["partitions"])]
+        c.assign(parts)
+        c.seek_to_end(*parts)
+        for tp in parts:
+            await c.position(tp)
+
+        async def consume() -> None:
+            while not stop.is_set():
+                for records in (await c.poll(timeout_ms=100)).values():
+                    now = time.perf_counter()
+                    for r in records:
+                        got[index_of(r.value)] = now
+
+        consumer = asyncio.create_task(consume())
+        count = int(spec["rate"] * spec["seconds"])
+        async with AsyncProducer(spec["bootstrap"], **settings) as p:
+            start = time.perf_counter() + 0.05
+            for i in range(count):
+                delay = start + i / spec["rate"] - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await p.send(spec["topic"], value_of(i, spec["value_bytes"]))
+            await p.flush()
+        deadline = time.perf_counter() + LATENCY_DRAIN_S
+        while len(got) < count and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)  # the consumer task fills `got`; waited with a deadline
+        stop.set()
+        await consumer
+    return latency_summary(start, spec["rate"], count, got)
+
+
 def lograft_failover(spec: dict) -> dict:
     """Sequential acks=all sends to `partition`, or with partition None to
     every partition in turn (the harness picks the victim at the kill and
@@ -586,6 +639,7 @@ ACTIONS: dict[tuple[str, str], Callable[[dict], Any]] = {
     ("lograft", "produce"): lograft_produce,
     ("lograft", "consume"): lograft_consume,
     ("lograft", "latency"): lograft_latency,
+    ("lograft", "latency-async"): lograft_latency_async,
     ("lograft", "failover"): lograft_failover,
     ("lograft-json", "produce"): lograft_json_produce,
 }

@@ -27,6 +27,7 @@ needs ptrace rights (root, or kernel.yama.ptrace_scope = 0).
 
     .venv/bin/python scripts/profile_flame.py                          # produce, json, consume
     .venv/bin/python scripts/profile_flame.py --workloads produce --seconds 20 --out /tmp/flame
+    .venv/bin/python scripts/profile_flame.py --workloads latency --out /tmp/flame  # 2,000/s paced
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ PY_SPY_PACKAGE = "py-spy>=0.4"
 DEFAULT_OUT = ROOT / "docs" / "flame"
 # Records the consume workload reads: enough to outlast the sampling window.
 CONSUME_RECORDS = 5_000_000
+# Records/s of the latency workload: bench_compare's lower rate, the issue's
+# 2,000/s, paced from the schedule as there.
+LATENCY_RATE = 2000
 # Seconds a load process may take past its own run before it counts as hung.
 LOAD_GRACE_S = 120
 
@@ -67,6 +71,7 @@ WORKLOADS = {
     "produce": Workload("lograft", "produce", client_profiled=True),
     "json": Workload("lograft JSON", "produce", client_profiled=False),
     "consume": Workload("lograft", "consume", client_profiled=True),
+    "latency": Workload("lograft", "latency", client_profiled=True),
 }
 
 
@@ -193,6 +198,11 @@ def load_spec(fam: bc.Family, name: str, work: Workload, seconds: float) -> dict
         )
     topic = f"flame-{name}"
     bc.ensure_topic(fam, topic)
+    if name == "latency":
+        group = f"flame-{os.getpid()}-{time.monotonic_ns()}"
+        return fam.spec(
+            work.column, "latency", topic, rate=LATENCY_RATE, seconds=seconds, group=group
+        )
     return fam.spec(work.column, "produce", topic, seconds=seconds)
 
 
@@ -244,7 +254,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workloads", default="produce,json,consume", help="of: produce,json,consume")
+    p.add_argument(
+        "--workloads", default="produce,json,consume", help="of: produce,json,consume,latency"
+    )
     p.add_argument("--seconds", type=float, default=20.0, help="sampling window per workload, s")
     p.add_argument("--warm-s", type=float, default=10.0, help="untimed warm-up per workload, s")
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
@@ -271,6 +283,7 @@ def main() -> int:
         cluster,
         failover_column="lograft",
         consume_columns=("lograft",),
+        latency_columns=("lograft",),
         work=cluster.inner.dir,
         min_free_gib=bc.MIN_FREE_GIB,
     )

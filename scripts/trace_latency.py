@@ -59,6 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import proc_cpu_s
 from compare_load import value_of
 from latency_trace_hooks import OUT_ENV
 
@@ -401,10 +402,12 @@ def main() -> int:
                                configs={"min_insync_replicas": "2"})  # fmt: skip
         client = ClientTrace()
         client.install()
+        pids = node_pids(directory)
+        nodes0 = {pid: proc_cpu_s([pid]) for pid in pids}
         cpu0 = time.process_time()
         load = run_load(args, bootstrap, topic)
         client_cpu = time.process_time() - cpu0
-        pids = node_pids(directory)
+        node_cpu = {f"node{n}": round(proc_cpu_s([p]) - nodes0[p], 2) for p, n in pids.items()}
     finally:
         stop_cluster(directory, args.base_port)  # the nodes write their last events at exit
     rows = join(load, read_events(trace_dir, topic), pids, client)
@@ -413,7 +416,7 @@ def main() -> int:
         "rate": args.rate, "seconds": args.seconds, "linger_ms": args.linger_ms,
         "max_in_flight": args.max_in_flight, "records": load["count"],
         "consumed": len(e2e), "produce_requests": len(client.requests),
-        "client_cpu_s": round(client_cpu, 2),
+        "client_cpu_s": round(client_cpu, 2), "node_cpu_s": node_cpu,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "e2e_p50_ms": round(statistics.median(e2e), 2) if e2e else None,
     }))  # fmt: skip
