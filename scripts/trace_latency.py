@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/trace_latency.py [--rate 2000] [--seconds 8] [--linger-ms 5]
         [--base-port 9710] [--dir /tmp/trace-latency] [--max-in-flight N]
+        [--client sync|asyncio]
 
 Starts a 3-node cluster of this tree with `scripts/local_cluster.py` (its
 nodes carry the trace points of scripts/latency_trace_hooks.py, installed by
@@ -9,7 +10,9 @@ a `sitecustomize` on their PYTHONPATH), creates a fresh topic of 3
 partitions (RF 3, min ISR 2, leaders spread over the nodes), then runs the
 issue's latency load in this process: the Python client producing on a
 schedule (acks=all, idempotence, `--linger-ms`, 100 B values) and consuming
-in a thread, as `lograft_latency` in scripts/compare_load.py. The client's
+in a thread, as `lograft_latency` in scripts/compare_load.py (`--client
+asyncio`: an AsyncProducer and an AsyncConsumer on one event loop, as its
+`lograft_latency_async`). The client's
 own trace points (each produce request's start and answer) wrap this
 process's transport. Every event is stamped with `time.perf_counter_ns()`
 (CLOCK_MONOTONIC, shared by the processes); the events are joined per
@@ -207,6 +210,75 @@ def run_load(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, 
             "consumed": consumed, "count": count}  # fmt: skip
 
 
+def run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, Any]:
+    """`run_load` with the asyncio client (`--client asyncio`): an AsyncProducer
+    and an AsyncConsumer on one uvloop loop in this thread, as bench_compare's
+    "lograft asyncio" latency column."""
+    from lograft.client.loop_thread import new_loop
+
+    loop = new_loop("uvloop")
+    try:
+        return loop.run_until_complete(_run_load_async(args, bootstrap, topic))
+    finally:
+        loop.close()
+
+
+async def _run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, Any]:
+    import asyncio
+
+    from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
+
+    consumed: dict[tuple[int, int], int] = {}  # (partition, offset) -> ns poll returned
+    stop = asyncio.Event()
+    extra = {}
+    if args.max_in_flight is not None:
+        extra["max_in_flight_per_partition"] = args.max_in_flight
+    async with AsyncConsumer(bootstrap, fetch_max_wait_ms=500) as c:
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        c.assign(parts)
+        c.seek_to_end(*parts)
+        for tp in parts:
+            await c.position(tp)
+
+        async def consume() -> None:
+            while not stop.is_set():
+                for records in (await c.poll(timeout_ms=100)).values():
+                    now = time.perf_counter_ns()
+                    for r in records:
+                        consumed[(r.partition, r.offset)] = now
+
+        consumer = asyncio.create_task(consume())
+        count = int(args.rate * args.seconds)
+        sent_at: list[int] = [0] * count
+        futures: list[Any] = [None] * count
+        async with AsyncProducer(
+            bootstrap, acks="all", enable_idempotence=True, linger_ms=args.linger_ms, **extra
+        ) as p:
+            for i in range(WARM_RECORDS):
+                await p.send(topic, value_of(-1, VALUE_BYTES), partition=i % PARTITIONS)
+            await p.flush()
+            start = time.perf_counter_ns() + 50_000_000
+            step = 1e9 / args.rate
+            for i in range(count):
+                delay = (start + i * step - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)  # the schedule itself
+                futures[i] = await p.send(topic, value_of(i, VALUE_BYTES))
+                sent_at[i] = time.perf_counter_ns()
+            await p.flush()
+        where = {}
+        for i, fut in enumerate(futures):
+            md = await asyncio.wait_for(fut, 30)
+            where[i] = (md.partition, md.offset)
+        deadline = time.monotonic() + DRAIN_S
+        while len(consumed) < count + WARM_RECORDS and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the consumer task fills `consumed`; waited with a deadline
+        stop.set()
+        await consumer
+    return {"start": start, "step": step, "sent_at": sent_at, "where": where,
+            "consumed": consumed, "count": count}  # fmt: skip
+
+
 class Index:
     """Events of one kind per key, sorted by time, for 'first after t' look-ups."""
 
@@ -378,6 +450,10 @@ def main() -> int:
     ap.add_argument("--linger-ms", type=int, default=5, help="the producer's linger_ms")
     ap.add_argument("--max-in-flight", type=int, default=None,
                     help="max_in_flight_per_partition (default: the producer's)")  # fmt: skip
+    ap.add_argument("--client", choices=("sync", "asyncio"), default="sync",
+                    help="sync: Producer + Consumer polling in a thread (bench_compare's "
+                    "lograft column); asyncio: AsyncProducer + AsyncConsumer on one loop "
+                    "(its lograft asyncio column)")  # fmt: skip
     ap.add_argument("--base-port", type=int, default=9710, help="local_cluster.py --base-port")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/trace-latency"), help="cluster dir")
     args = ap.parse_args()
@@ -404,9 +480,9 @@ def main() -> int:
         client.install()
         pids = node_pids(directory)
         nodes0 = {pid: proc_cpu_s([pid]) for pid in pids}
-        cpu0 = time.process_time()
-        load = run_load(args, bootstrap, topic)
-        client_cpu = time.process_time() - cpu0
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        load = (run_load_async if args.client == "asyncio" else run_load)(args, bootstrap, topic)
+        client_cpu, load_s = time.process_time() - cpu0, time.perf_counter() - wall0
         node_cpu = {f"node{n}": round(proc_cpu_s([p]) - nodes0[p], 2) for p, n in pids.items()}
     finally:
         stop_cluster(directory, args.base_port)  # the nodes write their last events at exit
@@ -414,9 +490,10 @@ def main() -> int:
     e2e = rows.get("scheduled -> consumed (e2e)", [])
     print(json.dumps({
         "rate": args.rate, "seconds": args.seconds, "linger_ms": args.linger_ms,
+        "client": args.client,
         "max_in_flight": args.max_in_flight, "records": load["count"],
         "consumed": len(e2e), "produce_requests": len(client.requests),
-        "client_cpu_s": round(client_cpu, 2), "node_cpu_s": node_cpu,
+        "load_s": round(load_s, 2), "client_cpu_s": round(client_cpu, 2), "node_cpu_s": node_cpu,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "e2e_p50_ms": round(statistics.median(e2e), 2) if e2e else None,
     }))  # fmt: skip
