@@ -197,6 +197,7 @@ def run_load(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, 
             futures[i] = p.send(topic, value_of(i, VALUE_BYTES))
             sent_at[i] = time.perf_counter_ns()
         p.flush()
+        retries = p.stats.retries
     where = {}
     for i, fut in enumerate(futures):
         md = fut.result(30)
@@ -207,7 +208,7 @@ def run_load(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, 
     stop.set()
     t.join(10)
     return {"start": start, "step": step, "sent_at": sent_at, "where": where,
-            "consumed": consumed, "count": count}  # fmt: skip
+            "consumed": consumed, "count": count, "retries": retries}  # fmt: skip
 
 
 def run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, Any]:
@@ -266,6 +267,7 @@ async def _run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) 
                 futures[i] = await p.send(topic, value_of(i, VALUE_BYTES))
                 sent_at[i] = time.perf_counter_ns()
             await p.flush()
+            retries = p.stats.retries
         where = {}
         for i, fut in enumerate(futures):
             md = await asyncio.wait_for(fut, 30)
@@ -276,7 +278,7 @@ async def _run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) 
         stop.set()
         await consumer
     return {"start": start, "step": step, "sent_at": sent_at, "where": where,
-            "consumed": consumed, "count": count}  # fmt: skip
+            "consumed": consumed, "count": count, "retries": retries}  # fmt: skip
 
 
 class Index:
@@ -493,6 +495,7 @@ def main() -> int:
         "client": args.client,
         "max_in_flight": args.max_in_flight, "records": load["count"],
         "consumed": len(e2e), "produce_requests": len(client.requests),
+        "produce_retries": load["retries"],
         "load_s": round(load_s, 2), "client_cpu_s": round(client_cpu, 2), "node_cpu_s": node_cpu,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         "e2e_p50_ms": round(statistics.median(e2e), 2) if e2e else None,
