@@ -23,7 +23,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -519,14 +519,18 @@ def lograft_latency_async(spec: dict) -> dict:
         loop.close()
 
 
-async def _lograft_latency_async(spec: dict) -> dict:
-    from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
+@contextlib.asynccontextmanager
+async def polling_from_end(
+    bootstrap: str, topic: str, partitions: int, on_records: Callable[[list[Any]], None]
+) -> AsyncIterator[None]:
+    """An AsyncConsumer positioned at the end of `topic`'s partitions, polling
+    in a task of this loop and handing each partition's records to
+    `on_records`, from entry until exit."""
+    from lograft.client import AsyncConsumer, TopicPartition
 
-    got: dict[int, float] = {}
     stop = asyncio.Event()
-    settings = {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS}
-    async with AsyncConsumer(spec["bootstrap"], fetch_max_wait_ms=500) as c:
-        parts = [TopicPartition(spec["topic"], p) for p in range(spec["partitions"])]
+    async with AsyncConsumer(bootstrap, fetch_max_wait_ms=500) as c:
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
         c.assign(parts)
         c.seek_to_end(*parts)
         for tp in parts:
@@ -535,11 +539,28 @@ async def _lograft_latency_async(spec: dict) -> dict:
         async def consume() -> None:
             while not stop.is_set():
                 for records in (await c.poll(timeout_ms=100)).values():
-                    now = time.perf_counter()
-                    for r in records:
-                        got[index_of(r.value)] = now
+                    on_records(records)
 
         consumer = asyncio.create_task(consume())
+        try:
+            yield
+        finally:
+            stop.set()
+            await consumer
+
+
+async def _lograft_latency_async(spec: dict) -> dict:
+    from lograft.client import AsyncProducer
+
+    got: dict[int, float] = {}
+    settings: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS}
+
+    def on_records(records: list[Any]) -> None:
+        now = time.perf_counter()
+        for r in records:
+            got[index_of(r.value)] = now
+
+    async with polling_from_end(spec["bootstrap"], spec["topic"], spec["partitions"], on_records):
         count = int(spec["rate"] * spec["seconds"])
         async with AsyncProducer(spec["bootstrap"], **settings) as p:
             start = time.perf_counter() + 0.05
@@ -552,8 +573,6 @@ async def _lograft_latency_async(spec: dict) -> dict:
         deadline = time.perf_counter() + LATENCY_DRAIN_S
         while len(got) < count and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)  # the consumer task fills `got`; waited with a deadline
-        stop.set()
-        await consumer
     return latency_summary(start, spec["rate"], count, got)
 
 

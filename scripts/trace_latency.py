@@ -63,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import proc_cpu_s
-from compare_load import value_of
+from compare_load import polling_from_end, value_of
 from latency_trace_hooks import OUT_ENV
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -227,28 +227,19 @@ def run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) -> dict
 async def _run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) -> dict[str, Any]:
     import asyncio
 
-    from lograft.client import AsyncConsumer, AsyncProducer, TopicPartition
+    from lograft.client import AsyncProducer
 
     consumed: dict[tuple[int, int], int] = {}  # (partition, offset) -> ns poll returned
-    stop = asyncio.Event()
     extra = {}
     if args.max_in_flight is not None:
         extra["max_in_flight_per_partition"] = args.max_in_flight
-    async with AsyncConsumer(bootstrap, fetch_max_wait_ms=500) as c:
-        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        c.assign(parts)
-        c.seek_to_end(*parts)
-        for tp in parts:
-            await c.position(tp)
 
-        async def consume() -> None:
-            while not stop.is_set():
-                for records in (await c.poll(timeout_ms=100)).values():
-                    now = time.perf_counter_ns()
-                    for r in records:
-                        consumed[(r.partition, r.offset)] = now
+    def on_records(records: list[Any]) -> None:
+        now = time.perf_counter_ns()
+        for r in records:
+            consumed[(r.partition, r.offset)] = now
 
-        consumer = asyncio.create_task(consume())
+    async with polling_from_end(bootstrap, topic, PARTITIONS, on_records):
         count = int(args.rate * args.seconds)
         sent_at: list[int] = [0] * count
         futures: list[Any] = [None] * count
@@ -275,8 +266,6 @@ async def _run_load_async(args: argparse.Namespace, bootstrap: str, topic: str) 
         deadline = time.monotonic() + DRAIN_S
         while len(consumed) < count + WARM_RECORDS and time.monotonic() < deadline:
             await asyncio.sleep(0.05)  # the consumer task fills `consumed`; waited with a deadline
-        stop.set()
-        await consumer
     return {"start": start, "step": step, "sent_at": sent_at, "where": where,
             "consumed": consumed, "count": count, "retries": retries}  # fmt: skip
 
