@@ -21,6 +21,12 @@ One line per event in `trace-<pid>.txt`, fields separated by spaces:
     C tp first last t                  leader: a consumer fetch answered with data
                                        (one partition's `fetch` or a many-partition
                                        `consumer_fetch`)
+    S tp t_entry t_return              leader: a raw produce's way through the request
+                                       pipeline (`RequestPipeline.serve`: quotas,
+                                       authentication, the body read, the handler)
+    Q tp t_entry t_return              leader: a raw produce's HTTP handler
+                                       (`produce_raw`), entry and return (no offsets:
+                                       joined to the P inside it by partition and time)
     J topic/-1 t_entry t_return        the node taking a JSON produce: its HTTP
                                        handler's entry and return (no offsets: a
                                        serial load joins it to the P inside it)
@@ -171,6 +177,17 @@ def _on_fetch(_t0: int, t1: int, got: Any, _rm: Any, tp: Any, *_a: Any, **_k: An
         emit("C", _tp(tp), span[0], span[1], t1)
 
 
+def _on_produce_raw(t0: int, t1: int, _resp: Any, _routes: Any, request: Any) -> None:
+    info = request.match_info
+    emit("Q", f"{info.get('topic', '?')}/{info.get('partition', '-1')}", t0, t1)
+
+
+def _on_pipeline(t0: int, t1: int, _resp: Any, _pipeline: Any, request: Any, *_a: Any) -> None:
+    info = request.match_info
+    if request.method == "POST" and "partition" in info and request.path.endswith("/batches"):
+        emit("S", f"{info.get('topic', '?')}/{info['partition']}", t0, t1)
+
+
 def _on_produce_json(t0: int, t1: int, _resp: Any, _routes: Any, request: Any) -> None:
     emit("J", f"{request.match_info.get('topic', '?')}/-1", t0, t1)
 
@@ -180,6 +197,7 @@ def install() -> None:
     out = os.environ.get(OUT_ENV)
     if not out:
         return
+    from lograft.api.request_pipeline import RequestPipeline
     from lograft.api.routes_data import DataRoutes
     from lograft.brokers.partition import Partition
     from lograft.brokers.replica_manager import ReplicaManager
@@ -187,6 +205,8 @@ def install() -> None:
     path = Path(out) / f"trace-{os.getpid()}.txt"
     _wrap_async(ReplicaManager, "produce", _on_produce)
     _wrap_async(DataRoutes, "produce_json", _on_produce_json)
+    _wrap_async(DataRoutes, "produce_raw", _on_produce_raw)
+    _wrap_async(RequestPipeline, "serve", _on_pipeline)
     _wrap_async(ReplicaManager, "_append_as_leader", _on_append)
     _wrap_async(ReplicaManager, "_serve_fetches", _on_serve_fetches)
     _wrap_async(ReplicaManager, "consumer_fetch", _on_consumer_fetch)

@@ -319,6 +319,13 @@ STEPS = [
     ("scheduled -> send() returned", "sched", "sent"),
     ("send() -> its batch's request starts (linger, behind the request in flight)", "sent", "req"),
     ("request starts -> leader's produce handler runs", "req", "p_in"),
+    (
+        "- of it: request starts -> the leader's request pipeline (client, loopback, aiohttp)",
+        "req",
+        "s_in",
+    ),
+    ("- of it: request pipeline -> the HTTP handler (body read, auth, quotas)", "s_in", "h_in"),
+    ("- of it: HTTP handler -> the replica manager's produce (checks)", "h_in", "p_in"),
     ("handler -> appended", "p_in", "app"),
     ("appended -> slower follower's fetch answered with it", "app", "r_slow"),
     ("answer -> slower follower starts applying", "r_slow", "y0_slow"),
@@ -327,6 +334,9 @@ STEPS = [
     ("that fetch served -> HW passes the record", "f_slow", "hw"),
     ("HW moves -> produce handler returns", "hw", "p_out"),
     ("produce handler returns -> client has the answer", "p_out", "ans"),
+    ("- of it: produce returns -> the HTTP handler returns", "p_out", "h_out"),
+    ("- of it: HTTP handler returns -> the request pipeline returns", "h_out", "s_out"),
+    ("- of it: request pipeline returns -> client has the answer", "s_out", "ans"),
     ("HW moves -> consumer fetch answered on the leader", "hw", "c"),
     ("consumer fetch answered -> poll returns it", "c", "polled"),
     ("scheduled -> client has the produce answer", "sched", "ans"),
@@ -340,6 +350,8 @@ def join(load: dict[str, Any], events: list[Event], pids: dict[int, int], client
     answers = Index()  # (part, follower) -> R events
     served = Index()  # (part, follower) -> F events
     hws = Index()  # part -> H events
+    handlers: dict[int, list[tuple[int, int]]] = defaultdict(list)  # part -> Q (in, out)
+    pipelines: dict[int, list[tuple[int, int]]] = defaultdict(list)  # part -> S (in, out)
     for e in events:
         f = e.fields
         part = f[0]
@@ -357,8 +369,14 @@ def join(load: dict[str, Any], events: list[Event], pids: dict[int, int], client
             served.add((part, f[1]), f[3], [f[2]])
         elif e.kind == "H":
             hws.add(part, f[2], [f[1]])
+        elif e.kind == "Q":
+            handlers[part].append((f[1], f[2]))
+        elif e.kind == "S":
+            pipelines[part].append((f[1], f[2]))
     for ix in (answers, served, hws):
         ix.sort()
+    for spans in [*handlers.values(), *pipelines.values()]:
+        spans.sort()
     produce_ix, append_ix = spans_index(produce), spans_index(appends)
     req_ix = spans_index([(p, a, b, (t0, t1)) for p, a, b, t0, t1 in client.requests])
     apply_ix = {node: spans_index(rows) for node, rows in applies.items()}
@@ -377,6 +395,8 @@ def join(load: dict[str, Any], events: list[Event], pids: dict[int, int], client
         m["req"], m["ans"] = req if req else (None, None)
         p = covering(produce_ix, part, off)
         m["p_in"], m["p_out"] = p if p else (None, None)
+        m["h_in"], m["h_out"] = _enclosing(handlers.get(part, []), m["p_in"], m["p_out"])
+        m["s_in"], m["s_out"] = _enclosing(pipelines.get(part, []), m["h_in"], m["h_out"])
         m["app"] = covering(append_ix, part, off)
         m["c"] = _first_consumer(consumer_first, part, off)
         slow = None
@@ -396,6 +416,19 @@ def join(load: dict[str, Any], events: list[Event], pids: dict[int, int], client
             if ta is not None and tb is not None:
                 rows[name].append((tb - ta) / 1e6)
     return rows
+
+
+def _enclosing(
+    spans: list[tuple[int, int]], t_in: int | None, t_out: int | None
+) -> tuple[int | None, int | None]:
+    """The (entry, return) of the handler span, of sorted `spans`, that holds
+    [t_in, t_out]: the last one entered at or before t_in ((None, None) if none)."""
+    if t_in is None or t_out is None:
+        return None, None
+    i = bisect_left(spans, (t_in + 1,)) - 1
+    if i >= 0 and spans[i][1] >= t_out:
+        return spans[i]
+    return None, None
 
 
 def _first_consumer(index: dict[int, list[tuple[int, int, Any]]], part: int, off: int) -> Any:
