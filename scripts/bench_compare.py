@@ -52,9 +52,11 @@ Each system gets an untimed pre-warm (--warm-s, default 20 s: the JVM spends
 its first minute compiling); each cell runs --rounds times (default 3) and the
 table shows the median with min-max, and the ratio lograft ÷ Kafka of the
 medians (below 1 is better for latency, failover, CPU and RSS; above 1 for
-records/s). The table goes to stdout and, unless --no-docs, replaces the
-section "Side by side with Kafka and NATS JetStream" of docs/benchmarks.md
-with the machine, versions and load averages before, between and after.
+records/s). The table goes to stdout and, unless --no-docs, into
+docs/benchmarks.md as a new subsection at the top of the section "Side by
+side with Kafka and NATS JetStream" (the runs and notes already there are
+kept below it), with the machine, versions and load averages before,
+between and after.
 
     .venv/bin/python scripts/bench_compare.py                       # everything (hours)
     .venv/bin/python scripts/bench_compare.py --only produce --seconds 5 --rounds 1 \\
@@ -790,15 +792,18 @@ def families(args: argparse.Namespace, work: Path, tools_py: str) -> Iterator[Fa
         )
 
 
-def write_docs(section: str) -> None:
-    text = DOCS.read_text()
+def write_docs(run: str, docs: Path = DOCS) -> None:
+    """Put `run` (a `### ...` subsection) at the top of the section under
+    DOCS_HEADING, above the runs and notes already there, which are kept; a
+    file without the section gets it at its end."""
+    text = docs.read_text()
     start = text.find(DOCS_HEADING)
     if start < 0:
-        DOCS.write_text(text.rstrip("\n") + "\n\n" + section)
+        docs.write_text(text.rstrip("\n") + f"\n\n{DOCS_HEADING}\n\n{run}")
         return
-    end = text.find("\n## ", start + len(DOCS_HEADING))
-    rest = text[end + 1 :] if end >= 0 else ""
-    DOCS.write_text(text[:start] + section + ("\n" + rest if rest else ""))
+    at = start + len(DOCS_HEADING)
+    body = text[at:].lstrip("\n")
+    docs.write_text(f"{text[:at]}\n\n{run}\n{body}")
 
 
 def report(
@@ -809,10 +814,10 @@ def report(
     systems = [s for s in SYSTEMS if any(c == s for _, c in res.values)]
     table = render_table(res.rows, systems, res.cells(), RATIOS)
     command = "scripts/bench_compare.py " + " ".join(sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
-        f"{DOCS_HEADING}\n\n"
-        f"Written by `{command.strip()}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-        f" ({took / 60:.0f} min).\n\n"
+        f"### A run of scripts/bench_compare.py ({when})\n\n"
+        f"Written by `{command.strip()}` on {when} ({took / 60:.0f} min).\n\n"
         f"- Machine: {machine()}\n"
         f"- Versions: {', '.join(f'{k} {v}' for k, v in vers.items())}\n"
         f"- Load average (1, 5, 15 min): {'; '.join(loads)}\n"

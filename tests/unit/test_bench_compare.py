@@ -104,3 +104,38 @@ def test_a_kafka_cluster_id_never_reads_as_an_option():
 
     ids = [new_cluster_id() for _ in range(2000)]  # about 31 would start with "-" unfiltered
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_a_run_goes_on_top_of_the_section_and_keeps_what_is_there(tmp_path):
+    from bench_compare import DOCS_HEADING, write_docs
+
+    docs = tmp_path / "benchmarks.md"
+    before = (
+        "# Benchmarks\n\n"
+        f"{DOCS_HEADING}\n\n"
+        "### An earlier run\n\nits table\n\n"
+        "### A note written by hand\n\nkept\n\n"
+        "## The next section\n\nuntouched\n"
+    )
+    docs.write_text(before)
+    write_docs("### A run of scripts/bench_compare.py (now)\n\nthe new table\n", docs)
+    after = docs.read_text()
+    assert after == (
+        "# Benchmarks\n\n"
+        f"{DOCS_HEADING}\n\n"
+        "### A run of scripts/bench_compare.py (now)\n\nthe new table\n\n"
+        "### An earlier run\n\nits table\n\n"
+        "### A note written by hand\n\nkept\n\n"
+        "## The next section\n\nuntouched\n"
+    )
+
+
+def test_a_file_without_the_section_gets_it_at_its_end(tmp_path):
+    from bench_compare import DOCS_HEADING, write_docs
+
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## Other\n\ntext\n")
+    write_docs("### A run\n\nthe table\n", docs)
+    assert docs.read_text() == (
+        f"# Benchmarks\n\n## Other\n\ntext\n\n{DOCS_HEADING}\n\n### A run\n\nthe table\n"
+    )
