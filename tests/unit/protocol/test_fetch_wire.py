@@ -7,8 +7,10 @@ import struct
 import orjson
 import pytest
 
-from lograft.errors import FencedLeaderEpochError, InvalidRequestError
+from lograft.api.http_config import HttpConfig
+from lograft.errors import FencedLeaderEpochError, InvalidRequestError, NotLeaderOrFollowerError
 from lograft.protocol.fetch_wire import (
+    HEADER_BYTES_MAX,
     FetchPartitionRequest,
     FetchPartitionResponse,
     PartitionFetch,
@@ -101,3 +103,33 @@ def test_a_request_round_trips_and_a_bad_one_names_the_field() -> None:
         ReplicaFetchRequest.from_json(orjson.dumps(bad))
     with pytest.raises(InvalidRequestError, match="replica fetch request: not valid JSON"):
         ReplicaFetchRequest.from_json(b"{")
+
+
+def test_the_answer_to_any_fetch_within_the_request_limit_is_decoded() -> None:
+    """The largest answer per partition named: a topic name of 249 characters
+    (Kafka's limit) and an error with its details. A fetch of as many such
+    partitions as the default request_bytes_max holds is answered with a
+    header the follower takes (it refused one past 16 MiB, so replication from
+    a leader stopped at about 43,000 such partitions)."""
+    name, count = "t" * 249, 1000
+    big = 2**62  # the widest offsets and epochs JSON carries here
+    fetch = PartitionFetch(big, 2**31 - 1, 2**31 - 1, big)
+    request = ReplicaFetchRequest(
+        2**31 - 1, 500, 1, 8 << 20, 1 << 20,
+        [FetchPartitionRequest(name, 2**31 - 1 - i, fetch) for i in range(count)],
+    )  # fmt: skip
+    error = NotLeaderOrFollowerError(
+        f"broker {2**31 - 1} is not the leader of {name}-{2**31 - 1}",
+        topic=name, partition=2**31 - 1, leader_id=2**31 - 1, leader_epoch=2**31 - 1,
+    )  # fmt: skip
+    answer = encode_response(
+        [
+            FetchPartitionResponse(name, 2**31 - 1 - i, big, big, big, error=error)
+            for i in range(count)
+        ]
+    )
+    request_max = HttpConfig().request_bytes_max
+    partitions_in_a_request = request_max // (len(request.to_json()) / count)
+    header_per_partition = len(answer) / count
+    assert partitions_in_a_request * header_per_partition < HEADER_BYTES_MAX
+    assert len(decode_response(answer)) == count
