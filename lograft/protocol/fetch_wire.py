@@ -58,7 +58,7 @@ _LEN = struct.Struct(">I")
 # above the header of any answer to a fetch within the default [http]
 # request_bytes_max (16 MiB): every partition answered with an error and
 # topic names of 249 characters, the largest answer a partition can get,
-# take about 2.8 times the bytes that named them, about 45 MiB in all.
+# take 2.7-2.8 times the bytes that named them, about 45 MiB in all.
 # (At 16 MiB, a follower refused the leader's answer to a fetch of more
 # than about 43,000-107,000 partitions, by topic name length.)
 HEADER_BYTES_MAX = 64 * 1024 * 1024
