@@ -384,11 +384,15 @@ async def nats_delete(spec: dict) -> dict:
 # -- lograft (its Python client, and its JSON API) ---------------------------------------
 
 
+def lograft_settings(**extra: Any) -> dict[str, Any]:
+    """The issue's producer settings for lograft's clients, sync or async."""
+    return {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS, **extra}
+
+
 def lograft_producer(spec: dict, **extra: Any) -> Any:
     from lograft.client import Producer
 
-    settings = {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS, **extra}
-    return Producer(spec["bootstrap"], **settings)
+    return Producer(spec["bootstrap"], **lograft_settings(**extra))
 
 
 def lograft_produce(spec: dict) -> dict:
@@ -553,7 +557,6 @@ async def _lograft_latency_async(spec: dict) -> dict:
     from lograft.client import AsyncProducer
 
     got: dict[int, float] = {}
-    settings: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": LINGER_MS}
 
     def on_records(records: list[Any]) -> None:
         now = time.perf_counter()
@@ -562,7 +565,7 @@ async def _lograft_latency_async(spec: dict) -> dict:
 
     async with polling_from_end(spec["bootstrap"], spec["topic"], spec["partitions"], on_records):
         count = int(spec["rate"] * spec["seconds"])
-        async with AsyncProducer(spec["bootstrap"], **settings) as p:
+        async with AsyncProducer(spec["bootstrap"], **lograft_settings()) as p:
             start = time.perf_counter() + 0.05
             for i in range(count):
                 delay = start + i / spec["rate"] - time.perf_counter()

@@ -291,7 +291,11 @@ def decode_answer(body: bytes) -> ReplicaFetchAnswer:
         raise InvalidRequestError("replica fetch response is too short")
     (n,) = _LEN.unpack_from(body, 0)
     if n > HEADER_BYTES_MAX or _LEN.size + n > len(body):
-        raise InvalidRequestError("replica fetch response header length is out of range")
+        raise InvalidRequestError(
+            f"replica fetch response header length {n} is out of range: at most "
+            f"{min(HEADER_BYTES_MAX, len(body) - _LEN.size)} bytes (the answer's "
+            f"{len(body)} bytes, HEADER_BYTES_MAX {HEADER_BYTES_MAX})"
+        )
     doc = decode_json(
         body[_LEN.size : _LEN.size + n],
         _ResponseHead,
