@@ -64,6 +64,7 @@ from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownLeader
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     NO_SESSION_ID,
+    SESSIONLESS_EPOCH,
     FetchPartitionRequest,
     FetchPartitionResponse,
     PartitionFetch,
@@ -87,6 +88,12 @@ class FetcherSettings:
     # Bytes one answer may carry, in all and per partition.
     max_bytes: int = 8 * 1024 * 1024
     partition_max_bytes: int = 1024 * 1024
+    # Partitions one fetch names and forgets at most, partitions. A session
+    # following more from one leader names the rest over its next fetches,
+    # each answered at once (`_FollowerSession.build`), so no fetch passes
+    # the leader's request bound ([http] request_bytes_max: 142-378 bytes a
+    # partition) and no answer's header passes `fetch_wire.HEADER_BYTES_MAX`.
+    request_partitions_max: int = 20_000
     # Pause after a failed fetch (and a failing partition's time out), ms.
     backoff_ms: int = 200
     # A partition's first time out after a "not the leader yet" answer, ms;
@@ -109,14 +116,21 @@ class _FollowerSession:
 
     __slots__ = (
         "changed",
+        "cursor",
         "drop",
+        "growing",
+        "leaving",
         "membership",
         "next_epoch",
+        "pending",
         "poll",
         "polling",
         "scanned_ms",
         "sent",
         "session_id",
+        "sessionless",
+        "sessionless_ms",
+        "wants_session",
     )
 
     def __init__(self) -> None:
@@ -138,6 +152,24 @@ class _FollowerSession:
         # itself, which an interrupt cancels (None between fetches).
         self.polling: Mapping[TopicPartition, Partition] | None = None
         self.poll: asyncio.Future[bytes] | None = None
+        # Partitions to name, and to forget, that a fetch over the limit
+        # (`request_partitions_max`) left for the next ones.
+        self.pending: set[TopicPartition] = set()
+        self.leaving: set[TopicPartition] = set()
+        # The fetch in flight names partitions joining the session (`pending`).
+        self.growing = False
+        # Where the next full fetch's slice of the followed partitions starts
+        # when they are more than one fetch names: without a session every
+        # fetch is full, and the slices take turns.
+        self.cursor = 0
+        # The followed set (`membership`) the leader gave no session for, or
+        # dropped the session of as it grew (more partitions than its session
+        # cache holds), and when (ms): fetched without a session, slices in
+        # turns, until that set changes or `rescan_ms` passed.
+        self.sessionless: object = None
+        self.sessionless_ms = 0
+        # Whether the next full fetch asks the leader for a session.
+        self.wants_session = True
 
     def reset(self) -> None:
         """Start over with a full fetch (a failed request or a session error)."""
@@ -146,6 +178,28 @@ class _FollowerSession:
         self.sent = {}
         self.drop = set()
         self.changed = set()
+        self.pending = set()
+        self.leaving = set()
+        self.growing = False
+
+    def refused(self, now_ms: int) -> None:
+        """The leader gave no session for this followed set, or dropped it
+        as partitions joined (its session cache holds fewer): fetch these
+        partitions without one for a while."""
+        self.sessionless = self.membership
+        self.sessionless_ms = now_ms
+
+    def wait_ms(self, wait_max_ms: int, followed: int, limit: int) -> int:
+        """How long the next fetch lets the leader hold it: not at all while
+        a session still has partitions to name or forget (a long-poll would
+        hold them back), a share of `wait_max_ms` per slice when slices take
+        turns without a session (every partition fetched once per
+        `wait_max_ms` while idle), else `wait_max_ms`."""
+        if not self.pending and not self.leaving:
+            return wait_max_ms
+        if self.session_id == NO_SESSION_ID and not self.wants_session:
+            return max(1, wait_max_ms * limit // max(followed, 1))
+        return 0
 
     def build(
         self,
@@ -153,42 +207,90 @@ class _FollowerSession:
         membership: object,
         now_ms: int,
         rescan_ms: int,
+        limit: int,
     ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
         """What the next fetch names and forgets: everything (full), or the
-        partitions whose state differs from what the leader holds.
+        partitions whose state differs from what the leader holds; at most
+        `limit` of them in all, the rest left for the next fetches.
 
         `by_tp` is what this fetch carries; `membership` names that set (the
         same object while it is unchanged). Every partition is compared when
         it changed and every `rescan_ms` (the safety net); in between, only
-        partitions that had an answer applied, a leader change, or an error
-        to clear, so an idle or busy session's fetch costs in proportion to
-        those, not to the partitions it follows."""
+        partitions that had an answer applied, a leader change, an error to
+        clear, or that a fetch over `limit` left to name, so an idle or busy
+        session's fetch costs in proportion to those, not to the partitions
+        it follows."""
         if self.session_id == NO_SESSION_ID:
+            self.wants_session = (
+                self.sessionless is not membership or now_ms - self.sessionless_ms >= rescan_ms
+            )
+            if self.wants_session:
+                self.sessionless = None
             self.scanned_ms = now_ms
             self.membership = membership
             self.changed = set()
-            return {tp: p.follower_fetch_request() for tp, p in by_tp.items()}, ()
+            self.leaving = set()
+            self.growing = False
+            return {tp: by_tp[tp].follower_fetch_request() for tp in self._slice(by_tp, limit)}, ()
         sent = self.sent
         look: Iterable[TopicPartition]
+        self.growing = bool(self.pending)
         if membership is not self.membership or now_ms - self.scanned_ms >= rescan_ms:
             self.scanned_ms = now_ms
             self.membership = membership
             look = by_tp
-            forgotten = (sent.keys() | self.drop) - by_tp.keys()
+            forgotten = (sent.keys() | self.drop | self.leaving) - by_tp.keys()
         else:
             # Since the last full comparison every partition of `by_tp` was
-            # named (so it is in `sent`) unless `refetch` put it in `drop`.
-            look = (self.changed | self.drop) & by_tp.keys()
+            # named (so it is in `sent`) unless `refetch` put it in `drop` or
+            # a fetch over the limit left it in `pending`.
+            look = (self.changed | self.drop | self.pending) & by_tp.keys()
             # Not `self.drop - by_tp.keys()`: a set minus a keys view walks
             # the whole view (every partition followed), this walks `drop`.
-            forgotten = {tp for tp in self.drop if tp not in by_tp}
+            forgotten = {tp for tp in self.drop | self.leaving if tp not in by_tp}
         self.changed = set()
         named: dict[TopicPartition, PartitionFetch] = {}
         for tp in look:
             fetch = by_tp[tp].follower_fetch_request()
             if sent.get(tp) != fetch or tp in self.drop:
                 named[tp] = fetch
-        return named, tuple(forgotten)
+        return self._within(named, forgotten, limit)
+
+    def _slice(self, by_tp: Mapping[TopicPartition, Partition], limit: int) -> list[TopicPartition]:
+        """A full fetch's partitions: all of them, or the `limit` from
+        `cursor` on (the others `pending`, named by the session's next
+        fetches, or by the next full fetch's slice when there is none)."""
+        order = list(by_tp)
+        if len(order) <= limit:
+            self.pending = set()
+            return order
+        start = self.cursor % len(order)
+        chunk = order[start : start + limit]
+        chunk += order[: limit - len(chunk)]
+        self.cursor = start + limit
+        chosen = set(chunk)
+        self.pending = {tp for tp in order if tp not in chosen}
+        return chunk
+
+    def _within(
+        self,
+        named: dict[TopicPartition, PartitionFetch],
+        forgotten: Iterable[TopicPartition],
+        limit: int,
+    ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
+        """`named` and `forgotten` cut to `limit` partitions in all (forgotten
+        ones first: they free the leader's session cache), the rest kept in
+        `pending` and `leaving` for the next fetch."""
+        gone = tuple(forgotten)
+        self.leaving = set(gone[limit:])
+        gone = gone[:limit]
+        room = limit - len(gone)
+        if len(named) <= room:
+            self.pending = set()
+            return named, gone
+        items = list(named.items())
+        self.pending = {tp for tp, _fetch in items[room:]}
+        return dict(items[:room]), gone
 
     def answered(
         self,
@@ -198,6 +300,8 @@ class _FollowerSession:
     ) -> None:
         """The leader answered the fetch built from `named` and `forgotten`."""
         if self.session_id == NO_SESSION_ID:
+            if session_id == NO_SESSION_ID and self.wants_session:
+                self.refused(self.scanned_ms)
             self.sent = dict(named) if session_id != NO_SESSION_ID else {}
             self.session_id = session_id
             self.next_epoch = 1
@@ -437,11 +541,13 @@ class ReplicaFetcher:
         named: dict[TopicPartition, PartitionFetch],
         forgotten: tuple[TopicPartition, ...],
         session: _FollowerSession,
+        wait_ms: int,
     ) -> ReplicaFetchRequest:
         s = self.settings
+        incremental = session.session_id != NO_SESSION_ID
         return ReplicaFetchRequest(
             replica_id=self.broker_id,
-            max_wait_ms=s.wait_max_ms,
+            max_wait_ms=wait_ms,
             min_bytes=1,
             max_bytes=s.max_bytes,
             partition_max_bytes=s.partition_max_bytes,
@@ -449,7 +555,9 @@ class ReplicaFetcher:
                 FetchPartitionRequest(tp.topic, tp.partition, f) for tp, f in named.items()
             ],
             session_id=session.session_id,
-            session_epoch=session.next_epoch,
+            session_epoch=(
+                session.next_epoch if incremental or session.wants_session else SESSIONLESS_EPOCH
+            ),
             forgotten=tuple((tp.topic, tp.partition) for tp in forgotten),
         )
 
@@ -476,11 +584,13 @@ class ReplicaFetcher:
                 # the first to be done (a back-off, not a sync point).
                 await asyncio.sleep(self._backoff_left_s(following))
                 continue
+            limit = self.settings.request_partitions_max
             named, forgotten = session.build(
-                parts, parts, self._lag_clock(), self.settings.session_rescan_ms
+                parts, parts, self._lag_clock(), self.settings.session_rescan_ms, limit
             )
-            req = self._request(named, forgotten, session)
-            timeout = self.settings.wait_max_ms / 1000 + 5
+            wait_ms = session.wait_ms(self.settings.wait_max_ms, len(parts), limit)
+            req = self._request(named, forgotten, session, wait_ms)
+            timeout = wait_ms / 1000 + 5
             session.polling = parts
             poll = session.poll = asyncio.ensure_future(
                 self._transport(leader_id, req.to_json(), timeout)
@@ -513,6 +623,19 @@ class ReplicaFetcher:
             if answer.error is not None:
                 # The session is gone or out of step: fetch in full now.
                 log.debug("fetch session with broker %d: %s", leader_id, answer.error.message)
+                if session.growing:
+                    # Dropped as partitions joined it: without a session the
+                    # next full fetches take the partitions in turns,
+                    # where asking again would grow and lose it in a loop.
+                    log.info(
+                        "fetch session with broker %d dropped as it grew (%s): "
+                        "fetching its %d partitions without a session, %d at a time",
+                        leader_id,
+                        answer.error.message,
+                        len(parts),
+                        limit,
+                    )
+                    session.refused(self._lag_clock())
                 session.reset()
                 continue
             session.answered(answer.session_id, named, forgotten)

@@ -110,7 +110,7 @@ from lograft.storage.config import LogConfig, config_keys
 from lograft.storage.handles import FilePool
 from lograft.storage.log import CheckedAppend, Clock, Log, wall_clock_ms
 from lograft.storage.maintenance import LogMaintainer
-from lograft.typed import Positive, Record
+from lograft.typed import FieldError, Positive, Record
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +165,15 @@ class BrokerSettings(Record):
     replica_fetch_max_bytes: Positive = 8 * 1024 * 1024
     replica_fetch_partition_max_bytes: Positive = 1024 * 1024
     # Partitions one follower fetch may name (and forget), partitions; a
-    # leader refuses a fetch naming more (400), or one partition twice. Above
-    # what a fetch within [http] request_bytes_max names (142-378 bytes each,
-    # by topic name length: 44,000-118,000 in 16 MiB): a
-    # follower never splits its fetch, so one that follows more partitions of
-    # a leader than this could not replicate from it at all.
+    # leader refuses a fetch naming more (400), or one partition twice.
     replica_fetch_partitions_max: Positive = 200_000
+    # Partitions a follower's fetch names (and forgets) at most, partitions:
+    # one that follows more from a leader names the rest over its next
+    # fetches (replica_fetcher.py). Keep it at most the leaders'
+    # replica_fetch_partitions_max, and within [http] request_bytes_max
+    # (142-378 bytes a partition, by topic name length: 20,000 take at most
+    # 7.6 MB of the default 16 MiB).
+    replica_fetch_request_partitions_max: Positive = 20_000
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200
     # A follower partition's first pause after a "not the leader yet" fetch
@@ -208,6 +211,16 @@ class BrokerSettings(Record):
     producer_id_wait_max_ms: Positive = 5_000
     # Threads for appends and reads too costly for the event loop (log_work.py).
     storage_threads_max: Positive = 4
+
+    def __post_init__(self) -> None:
+        if self.replica_fetch_request_partitions_max > self.replica_fetch_partitions_max:
+            # Nodes share one config: peers would refuse every large fetch.
+            raise FieldError(
+                "replica_fetch_request_partitions_max",
+                f"{self.replica_fetch_request_partitions_max} is above "
+                f"broker.replica_fetch_partitions_max={self.replica_fetch_partitions_max}: "
+                "leaders would refuse this node's fetches naming that many partitions",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +424,7 @@ class ReplicaManager:
                 wait_max_ms=settings.replica_fetch_wait_max_ms,
                 max_bytes=settings.replica_fetch_max_bytes,
                 partition_max_bytes=settings.replica_fetch_partition_max_bytes,
+                request_partitions_max=settings.replica_fetch_request_partitions_max,
                 backoff_ms=settings.replica_fetch_backoff_ms,
                 not_leader_backoff_ms=settings.replica_fetch_not_leader_backoff_ms,
             ),

@@ -39,6 +39,7 @@ from tests.integration.data_plane import (
     produce,
     produce_ok,
     running_cluster,
+    segment_records,
     wait_in_sync,
 )
 
@@ -46,6 +47,10 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 REPLICA_LAG_TIME_MAX_MS = 1500
 FORWARD_CONNECTIONS_MAX = 1
+# Partitions one follower fetch names: so low that every follower of a topic
+# with more partitions per leader splits its fetches (replica_fetcher.py),
+# in every test of the module.
+REQUEST_PARTITIONS_MAX = 4
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LograftCluster
         broker={
             "replica_lag_time_max_ms": REPLICA_LAG_TIME_MAX_MS,
             "isr_check_interval_ms": 100,
+            "replica_fetch_request_partitions_max": REQUEST_PARTITIONS_MAX,
         },
         controller={"broker_session_timeout_ms": 30_000},
         # One connection for calls forwarded on a client's behalf: any
@@ -198,6 +204,33 @@ def test_one_produce_through_a_node_writes_to_every_leader(cluster: LograftClust
         want = [f"a{i}-p{p}" for i in range(2)]
         want += [] if p == bad else [f"b{i}-p{p}" for i in range(2)]
         assert values_of(fetch_all(cluster[parts[p]["leader"]], "fanout", p)) == want
+
+
+def test_followers_of_more_partitions_than_a_fetch_names_replicate_them_all(
+    cluster: LograftCluster,
+) -> None:
+    """24 partitions over 3 leaders: each follower follows about 8 of each
+    leader, twice what one of its fetches names, so its sessions start with
+    4 and name the rest over the next fetches."""
+    topic, count = "wide", 24
+    cluster.create_topic(topic, partitions=count)
+    parts = wait_in_sync(cluster, topic)
+    for p, doc in parts.items():
+        produce_ok(cluster, cluster[doc["leader"]], topic, [{"value": f"w-{p}", "partition": p}])
+
+    def on_every_disk() -> bool:
+        for node in cluster:
+            for p in range(count):
+                try:
+                    values = [r.value for r in segment_records(node.spec.data_dir, topic, p)]
+                except (OSError, ValueError):
+                    return False  # a batch being written: read again
+                if values != [f'"w-{p}"'.encode()]:  # a JSON value, stored as JSON
+                    return False
+        return True
+
+    cluster.eventually(on_every_disk, 30, "every record on every replica's disk")
+    wait_in_sync(cluster, topic)
 
 
 # -- partitioning --------------------------------------------------------------------------

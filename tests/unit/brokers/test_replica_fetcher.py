@@ -328,13 +328,17 @@ def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatc
 
     monkeypatch.setattr(Partition, "follower_fetch_request", counting)
     session = _FollowerSession()
-    named, forgotten = session.build(following, following, 0, SETTINGS.session_rescan_ms)
+    named, forgotten = session.build(
+        following, following, 0, SETTINGS.session_rescan_ms, SETTINGS.request_partitions_max
+    )
     assert len(named) == 20 and forgotten == ()
     session.answered(7, named, forgotten)
     asked.clear()
     # Idle: nothing touched, nothing compared, nothing named.
     later = SETTINGS.session_rescan_ms - 1
-    assert session.build(following, following, later, SETTINGS.session_rescan_ms) == ({}, ())
+    assert session.build(
+        following, following, later, SETTINGS.session_rescan_ms, SETTINGS.request_partitions_max
+    ) == ({}, ())
     assert asked == []
     # An answer applied to one partition: only it is compared.
     moved = TopicPartition("t", 3)
@@ -342,7 +346,9 @@ def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatc
         build_batch([RecordInput(b"k", b"v")], timestamp_ms=1, partition_leader_epoch=0)
     )
     session.changed.add(moved)
-    named, forgotten = session.build(following, following, later, SETTINGS.session_rescan_ms)
+    named, forgotten = session.build(
+        following, following, later, SETTINGS.session_rescan_ms, SETTINGS.request_partitions_max
+    )
     assert asked == [moved] and list(named) == [moved] and forgotten == ()
     session.answered(7, named, forgotten)
     # A role change elsewhere makes a new followed set: all compared once.
@@ -350,7 +356,9 @@ def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatc
     again = fetcher._following(2)
     assert again is not following and again == following
     asked.clear()
-    assert session.build(again, again, later, SETTINGS.session_rescan_ms) == ({}, ())
+    assert session.build(
+        again, again, later, SETTINGS.session_rescan_ms, SETTINGS.request_partitions_max
+    ) == ({}, ())
     assert len(asked) == 20
 
 
