@@ -60,7 +60,12 @@ from dataclasses import dataclass
 from lograft.brokers.broker_stats import BrokerStats
 from lograft.brokers.log_work import INLINE_BYTES_MAX, LogWork, append_in_thread
 from lograft.brokers.partition import Partition, Role
-from lograft.errors import LograftError, NotLeaderOrFollowerError, UnknownLeaderEpochError
+from lograft.errors import (
+    FetchSessionIdNotFoundError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     NO_SESSION_ID,
@@ -118,6 +123,7 @@ class _FollowerSession:
         "changed",
         "cursor",
         "drop",
+        "followed",
         "growing",
         "leaving",
         "membership",
@@ -130,6 +136,7 @@ class _FollowerSession:
         "session_id",
         "sessionless",
         "sessionless_ms",
+        "stale",
         "wants_session",
     )
 
@@ -152,20 +159,28 @@ class _FollowerSession:
         # itself, which an interrupt cancels (None between fetches).
         self.polling: Mapping[TopicPartition, Partition] | None = None
         self.poll: asyncio.Future[bytes] | None = None
-        # Partitions to name, and to forget, that a fetch over the limit
-        # (`request_partitions_max`) left for the next ones.
-        self.pending: set[TopicPartition] = set()
+        # Partitions to name, oldest first, and to forget, that a fetch over
+        # the limit (`request_partitions_max`) left for the next ones.
+        self.pending: dict[TopicPartition, None] = {}
         self.leaving: set[TopicPartition] = set()
-        # The fetch in flight names partitions joining the session (`pending`).
+        # Partitions of the session whose state moved but were left to
+        # name later: the leader holds (and may serve) an older state, so
+        # their answers are not applied (`takes_answer`), and the fetch that
+        # names one also forgets it, so the leader starts it afresh and
+        # answers its high watermark again.
+        self.stale: set[TopicPartition] = set()
+        # The fetch in flight names partitions joining the session.
         self.growing = False
         # Where the next full fetch's slice of the followed partitions starts
         # when they are more than one fetch names: without a session every
         # fetch is full, and the slices take turns.
         self.cursor = 0
-        # The followed set (`membership`) the leader gave no session for, or
-        # dropped the session of as it grew (more partitions than its session
-        # cache holds), and when (ms): fetched without a session, slices in
-        # turns, until that set changes or `rescan_ms` passed.
+        # The followed set of the last fetch (`build`'s `followed`); the one
+        # the leader gave no session for, or dropped the session of as it
+        # grew (more partitions than its session cache holds), and when
+        # (ms): fetched without a session, slices in turns, until that set
+        # changes or `rescan_ms` passed.
+        self.followed: object = None
         self.sessionless: object = None
         self.sessionless_ms = 0
         # Whether the next full fetch asks the leader for a session.
@@ -178,16 +193,23 @@ class _FollowerSession:
         self.sent = {}
         self.drop = set()
         self.changed = set()
-        self.pending = set()
+        self.pending = {}
         self.leaving = set()
+        self.stale = set()
         self.growing = False
 
     def refused(self, now_ms: int) -> None:
         """The leader gave no session for this followed set, or dropped it
         as partitions joined (its session cache holds fewer): fetch these
         partitions without one for a while."""
-        self.sessionless = self.membership
+        self.sessionless = self.followed
         self.sessionless_ms = now_ms
+
+    def takes_answer(self, tp: TopicPartition) -> bool:
+        """Whether an answer for `tp` within the session is applied: it is
+        in the session at the state the leader serves (not left for a later
+        fetch to name, nor to forget)."""
+        return tp in self.sent and tp not in self.stale and tp not in self.leaving
 
     def wait_ms(self, wait_max_ms: int, followed: int, limit: int) -> int:
         """How long the next fetch lets the leader hold it: not at all while
@@ -208,21 +230,25 @@ class _FollowerSession:
         now_ms: int,
         rescan_ms: int,
         limit: int,
+        followed: object = None,
     ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
         """What the next fetch names and forgets: everything (full), or the
         partitions whose state differs from what the leader holds; at most
         `limit` of them in all, the rest left for the next fetches.
 
         `by_tp` is what this fetch carries; `membership` names that set (the
-        same object while it is unchanged). Every partition is compared when
-        it changed and every `rescan_ms` (the safety net); in between, only
-        partitions that had an answer applied, a leader change, an error to
-        clear, or that a fetch over `limit` left to name, so an idle or busy
-        session's fetch costs in proportion to those, not to the partitions
-        it follows."""
+        same object while it is unchanged), `followed` the set it is drawn
+        from (the same object while no partition joins or leaves; default:
+        `membership`). Every partition is compared when it changed and
+        every `rescan_ms` (the safety net); in between, only partitions that
+        had an answer applied, a leader change, an error to clear, or that
+        a fetch over `limit` left to name, so an idle or busy session's
+        fetch costs in proportion to those, not to the partitions it
+        follows."""
+        self.followed = membership if followed is None else followed
         if self.session_id == NO_SESSION_ID:
             self.wants_session = (
-                self.sessionless is not membership or now_ms - self.sessionless_ms >= rescan_ms
+                self.sessionless is not self.followed or now_ms - self.sessionless_ms >= rescan_ms
             )
             if self.wants_session:
                 self.sessionless = None
@@ -234,27 +260,30 @@ class _FollowerSession:
             return {tp: by_tp[tp].follower_fetch_request() for tp in self._slice(by_tp, limit)}, ()
         sent = self.sent
         look: Iterable[TopicPartition]
-        self.growing = bool(self.pending)
         if membership is not self.membership or now_ms - self.scanned_ms >= rescan_ms:
             self.scanned_ms = now_ms
             self.membership = membership
             look = by_tp
             forgotten = (sent.keys() | self.drop | self.leaving) - by_tp.keys()
+            self.stale &= by_tp.keys()
         else:
             # Since the last full comparison every partition of `by_tp` was
             # named (so it is in `sent`) unless `refetch` put it in `drop` or
             # a fetch over the limit left it in `pending`.
-            look = (self.changed | self.drop | self.pending) & by_tp.keys()
+            look = (self.changed | self.drop | self.pending.keys() | self.stale) & by_tp.keys()
             # Not `self.drop - by_tp.keys()`: a set minus a keys view walks
             # the whole view (every partition followed), this walks `drop`.
             forgotten = {tp for tp in self.drop | self.leaving if tp not in by_tp}
+            self.stale = {tp for tp in self.stale if tp in by_tp}
         self.changed = set()
         named: dict[TopicPartition, PartitionFetch] = {}
         for tp in look:
             fetch = by_tp[tp].follower_fetch_request()
-            if sent.get(tp) != fetch or tp in self.drop:
+            if sent.get(tp) != fetch or tp in self.drop or tp in self.stale:
                 named[tp] = fetch
-        return self._within(named, forgotten, limit)
+        named, gone = self._within(named, forgotten, limit)
+        self.growing = any(tp not in sent for tp in named)
+        return named, gone
 
     def _slice(self, by_tp: Mapping[TopicPartition, Partition], limit: int) -> list[TopicPartition]:
         """A full fetch's partitions: all of them, or the `limit` from
@@ -262,14 +291,14 @@ class _FollowerSession:
         fetches, or by the next full fetch's slice when there is none)."""
         order = list(by_tp)
         if len(order) <= limit:
-            self.pending = set()
+            self.pending = {}
             return order
         start = self.cursor % len(order)
         chunk = order[start : start + limit]
         chunk += order[: limit - len(chunk)]
         self.cursor = start + limit
         chosen = set(chunk)
-        self.pending = {tp for tp in order if tp not in chosen}
+        self.pending = dict.fromkeys(tp for tp in order if tp not in chosen)
         return chunk
 
     def _within(
@@ -278,19 +307,38 @@ class _FollowerSession:
         forgotten: Iterable[TopicPartition],
         limit: int,
     ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
-        """`named` and `forgotten` cut to `limit` partitions in all (forgotten
-        ones first: they free the leader's session cache), the rest kept in
-        `pending` and `leaving` for the next fetch."""
+        """`named` and `forgotten` cut to `limit` partitions in all, the rest
+        kept in `pending` and `leaving` for the next fetch: forgotten ones
+        first (they free the leader's session cache), then those left over
+        by earlier fetches, oldest first (so none waits behind partitions
+        that move with every answer), then the others. A `stale` one named
+        is forgotten too (two of the `limit`)."""
         gone = tuple(forgotten)
         self.leaving = set(gone[limit:])
         gone = gone[:limit]
         room = limit - len(gone)
-        if len(named) <= room:
-            self.pending = set()
-            return named, gone
-        items = list(named.items())
-        self.pending = {tp for tp, _fetch in items[room:]}
-        return dict(items[:room]), gone
+        stale = self.stale
+        if len(named) + len(stale) <= room:
+            self.pending = {}
+            self.stale = set()
+            return named, (*gone, *(tp for tp in named if tp in stale))
+        waiting = [tp for tp in self.pending if tp in named]
+        order = waiting + [tp for tp in named if tp not in self.pending]
+        take = 0
+        for tp in order:
+            cost = 2 if tp in stale else 1
+            # A stale one takes two: with room for one only, it goes alone
+            # rather than never.
+            if cost > room and (take or gone):
+                break
+            room -= cost
+            take += 1
+        chosen = order[:take]
+        renewed = tuple(tp for tp in chosen if tp in stale)
+        self.pending = dict.fromkeys(order[take:])
+        # Left out though in the session: the leader holds an older state.
+        self.stale = (stale - set(renewed)) | {tp for tp in order[take:] if tp in self.sent}
+        return {tp: named[tp] for tp in chosen}, (*gone, *renewed)
 
     def answered(
         self,
@@ -304,7 +352,9 @@ class _FollowerSession:
                 self.refused(self.scanned_ms)
             self.sent = dict(named) if session_id != NO_SESSION_ID else {}
             self.session_id = session_id
-            self.next_epoch = 1
+            # Without a session the next fetch is full again: epoch 0 when
+            # it asks for one.
+            self.next_epoch = 1 if session_id != NO_SESSION_ID else INITIAL_SESSION_EPOCH
         else:
             for tp in forgotten:
                 self.sent.pop(tp, None)
@@ -367,6 +417,16 @@ class ReplicaFetcher:
         # replica of the broker nor every partition of its session.
         self._generation = 0
         self._followed: dict[int, tuple[int, dict[TopicPartition, Partition]]] = {}
+        # By leader: the followed set, the partitions of it backing off, and
+        # the set without them (`_fetchable`).
+        self._fetchable_memo: dict[
+            int,
+            tuple[
+                dict[TopicPartition, Partition],
+                frozenset[TopicPartition],
+                dict[TopicPartition, Partition],
+            ],
+        ] = {}
 
     @property
     def leaders(self) -> frozenset[int]:
@@ -427,7 +487,7 @@ class ReplicaFetcher:
         poll = session.poll if session is not None else None
         if session is None or session.polling is None or poll is None or poll.done():
             return
-        fetchable = self._fetchable(self._following(leader_id))
+        fetchable = self._fetchable(leader_id, self._following(leader_id))
         if fetchable is session.polling or fetchable.keys() <= session.polling.keys():
             return
         # The fetch alone, never the session's task: a cancel of the task
@@ -484,17 +544,27 @@ class ReplicaFetcher:
             self._followed[leader_id] = followed
         return followed[1]
 
-    def _fetchable(self, parts: dict[TopicPartition, Partition]) -> dict[TopicPartition, Partition]:
-        """`parts` without those backing off after a failed fetch (`parts`
-        itself when none is)."""
+    def _fetchable(
+        self, leader_id: int, parts: dict[TopicPartition, Partition]
+    ) -> dict[TopicPartition, Partition]:
+        """`parts` (followed from `leader_id`) without those backing off
+        after a failed fetch: `parts` itself when none of them is, and the
+        same object while the same ones are (a session compares all its
+        partitions when this set changes, `_FollowerSession.build`)."""
         if not self._retry_at:
             return parts
         now = self._lag_clock()
         for tp in [tp for tp, at in self._retry_at.items() if at <= now]:
             del self._retry_at[tp]
-        if not self._retry_at:
+        out = frozenset(tp for tp in self._retry_at if tp in parts)
+        if not out:
             return parts
-        return {tp: p for tp, p in parts.items() if tp not in self._retry_at}
+        memo = self._fetchable_memo.get(leader_id)
+        if memo is not None and memo[0] is parts and memo[1] == out:
+            return memo[2]
+        kept = {tp: p for tp, p in parts.items() if tp not in out}
+        self._fetchable_memo[leader_id] = (parts, out, kept)
+        return kept
 
     def _backoff_left_s(self, parts: Iterable[TopicPartition]) -> float:
         """Seconds until the first of `parts` backing off may be fetched
@@ -578,7 +648,7 @@ class ReplicaFetcher:
             following = self._following(leader_id)
             if not following:
                 return
-            parts = self._fetchable(following)
+            parts = self._fetchable(leader_id, following)
             if not parts:
                 # Every partition is backing off after an error: wait for
                 # the first to be done (a back-off, not a sync point).
@@ -586,7 +656,7 @@ class ReplicaFetcher:
                 continue
             limit = self.settings.request_partitions_max
             named, forgotten = session.build(
-                parts, parts, self._lag_clock(), self.settings.session_rescan_ms, limit
+                parts, parts, self._lag_clock(), self.settings.session_rescan_ms, limit, following
             )
             wait_ms = session.wait_ms(self.settings.wait_max_ms, len(parts), limit)
             req = self._request(named, forgotten, session, wait_ms)
@@ -623,7 +693,7 @@ class ReplicaFetcher:
             if answer.error is not None:
                 # The session is gone or out of step: fetch in full now.
                 log.debug("fetch session with broker %d: %s", leader_id, answer.error.message)
-                if session.growing:
+                if session.growing and isinstance(answer.error, FetchSessionIdNotFoundError):
                     # Dropped as partitions joined it: without a session the
                     # next full fetches take the partitions in turns,
                     # where asking again would grow and lose it in a loop.
@@ -642,8 +712,11 @@ class ReplicaFetcher:
             responses = answer.partitions
             if session.session_id != NO_SESSION_ID:
                 # Only partitions of the session in the state the leader holds.
+                # (Not one left for a later fetch to name or forget.)
                 responses = [
-                    r for r in responses if TopicPartition(r.topic, r.partition) in session.sent
+                    r
+                    for r in responses
+                    if session.takes_answer(TopicPartition(r.topic, r.partition))
                 ]
                 for r in responses:
                     if r.error is not None or r.diverging is not None:
@@ -652,7 +725,7 @@ class ReplicaFetcher:
                 continue  # an idle long-poll's empty answer: nothing to apply
             session.changed.update(TopicPartition(r.topic, r.partition) for r in responses)
             try:
-                await self._apply_responses(responses)
+                await self._apply_responses(responses, leader_id)
             except Exception:
                 # A bug or disk fault applying one response must not end the
                 # session: nothing restarts it until the next metadata change,
@@ -664,15 +737,20 @@ class ReplicaFetcher:
             # out (`_sit_out`), so the next fetch leaves it out (or waits
             # for its back-off when it was the last one) and cannot spin.
 
-    async def _apply_responses(self, responses: list[FetchPartitionResponse]) -> bool:
-        """Apply a fetch response; True when some partition's answer was
-        applied. A partition that failed sits out of the session for a while
-        (`_sit_out`)."""
+    async def _apply_responses(
+        self, responses: list[FetchPartitionResponse], leader_id: int
+    ) -> bool:
+        """Apply `leader_id`'s answers; True when some partition's answer
+        was applied. A partition that failed sits out of the session for a
+        while (`_sit_out`); one that has another leader now is skipped (the
+        old leader may not know yet)."""
         progressed = False
         todo: list[tuple[Partition, FetchPartitionResponse]] = []
         for r in responses:
             tp = TopicPartition(r.topic, r.partition)
             part = self._partitions.get(tp)
+            if part is not None and part.role is Role.FOLLOWER and part.leader_id != leader_id:
+                continue
             if part is None or part.role is not Role.FOLLOWER:
                 # Its role changed without a `touch` (an apply that failed
                 # midway): work out the followed sets again before the next

@@ -191,19 +191,19 @@ async def test_a_large_follower_append_runs_off_the_loop(rm):
         # first (two fsyncs): in a thread, however small.
         first = batch(1024, partition_leader_epoch=0)
         answer = FetchPartitionResponse("t", 0, 1, 0, 1, first)
-        assert await rm.fetcher._apply_responses([answer])
+        assert await rm.fetcher._apply_responses([answer], 2)
         assert on_storage_thread(threads)
         assert part.log.epochs.entries() == [(0, 0)]
         threads.clear()
         small = batch(1024, base_offset=1, partition_leader_epoch=0)
         answer = FetchPartitionResponse("t", 0, 2, 0, 2, small)
-        assert await rm.fetcher._apply_responses([answer])
+        assert await rm.fetcher._apply_responses([answer], 2)
         assert threads == ["MainThread"]
         threads.clear()
         large = batch(INLINE_BYTES_MAX + 64 * 1024, base_offset=2, partition_leader_epoch=0)
         leo = 2 + sum(h.last_offset_delta + 1 for _pos, h in iter_batches(large))
         answer = FetchPartitionResponse("t", 0, leo, 0, leo, large)
-        assert await rm.fetcher._apply_responses([answer])
+        assert await rm.fetcher._apply_responses([answer], 2)
         assert on_storage_thread(threads)
         assert (part.log.log_end_offset, part.high_watermark) == (leo, leo)
     finally:
@@ -236,7 +236,7 @@ async def test_first_batches_of_a_new_epoch_on_several_partitions_are_applied_si
             FetchPartitionResponse("t", n, 1, 0, 1, batch(1024, partition_leader_epoch=0))
             for n in (0, 1)
         ]
-        assert await rm.fetcher._apply_responses(answers)
+        assert await rm.fetcher._apply_responses(answers, 2)
         assert on_storage_thread(threads) and len(set(threads)) == 2
         for tp in (TP, other):
             part = rm.partitions[tp]

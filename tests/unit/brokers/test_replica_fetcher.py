@@ -293,7 +293,7 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
         replicas[tp] = follower(tmp_path, tp, 2)
     fetcher, applied = fetcher_over(replicas, None, clock)
     following = fetcher._following(2)
-    assert set(fetcher._fetchable(following)) == {bad, good}
+    assert set(fetcher._fetchable(2, following)) == {bad, good}
     if failure == "error answer":
         broken = FetchPartitionResponse(
             bad.topic, bad.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
@@ -301,11 +301,11 @@ async def test_a_failing_follower_partition_sits_out_for_the_backoff(tmp_path, r
     else:
         broken = FetchPartitionResponse(bad.topic, bad.partition, 0, 0, 0, data=b"\x00" * 70)
     fine = FetchPartitionResponse(good.topic, good.partition, 0, 0, 0)
-    assert await fetcher._apply_responses([broken, fine]) is True
+    assert await fetcher._apply_responses([broken, fine], 2) is True
     assert applied == [good]
-    assert list(fetcher._fetchable(following)) == [good]
+    assert list(fetcher._fetchable(2, following)) == [good]
     clock.now += SETTINGS.backoff_ms
-    assert set(fetcher._fetchable(following)) == {bad, good}
+    assert set(fetcher._fetchable(2, following)) == {bad, good}
 
 
 def test_a_session_fetch_compares_only_what_moved(tmp_path, replicas, monkeypatch):
@@ -377,5 +377,5 @@ async def test_a_partition_that_stopped_following_unnoticed_leaves_the_followed_
     answer = FetchPartitionResponse(
         tp.topic, tp.partition, -1, -1, -1, error=FencedLeaderEpochError("x")
     )
-    assert await fetcher._apply_responses([answer]) is False
+    assert await fetcher._apply_responses([answer], 2) is False
     assert set(fetcher._following(2)) == {other}
