@@ -22,8 +22,9 @@ Every session id comes from the network, so the cache is bounded: at most
 `sessions_max` sessions (least recently used evicted first) and
 `partitions_max` cached partitions over all of them; a full fetch naming
 more partitions than that is served without a session, and a session that
-grows past it is dropped (its next fetch gets FETCH_SESSION_ID_NOT_FOUND and
-the follower fetches in full). A follower holds one session per leader, so a
+grows past it (with the other sessions' partitions) is dropped, evicting no
+other session (the fetch gets FETCH_SESSION_ID_NOT_FOUND and the follower
+fetches in full). A follower holds one session per leader, so a
 new session of a replica replaces that replica's older one.
 """
 
@@ -228,14 +229,18 @@ class FetchSessionCache:
                 # Decided for the fetch state it replaces: re-decided when
                 # this one is served.
                 cached.caught_up = False
-        if len(session.partitions) > self.partitions_max:
+        if self._size > self.partitions_max:
+            # Dropped itself rather than evicting other followers' sessions:
+            # a follower of more partitions than one fetch names grows its
+            # session over several fetches, and one the cache cannot hold
+            # would otherwise evict every other session on its way to the
+            # bound (replica_fetcher.py: it then fetches without a session).
             self._remove(session)
             raise FetchSessionIdNotFoundError(
-                f"fetch session {session.id} grew past {self.partitions_max} partitions",
+                f"fetch session {session.id} grew past the {self.partitions_max} partitions "
+                "the session cache holds over all sessions",
                 session_id=session.id,
             )
-        while self._size > self.partitions_max:
-            self._evict_oldest()
 
     def holders(self, tp: TopicPartition) -> list[FetchSession]:
         """The sessions holding `tp`."""

@@ -123,7 +123,6 @@ class _FollowerSession:
         "changed",
         "cursor",
         "drop",
-        "followed",
         "growing",
         "leaving",
         "membership",
@@ -131,11 +130,12 @@ class _FollowerSession:
         "pending",
         "poll",
         "polling",
+        "refusals",
+        "rescan_ms",
         "scanned_ms",
         "sent",
         "session_id",
-        "sessionless",
-        "sessionless_ms",
+        "sessionless_until_ms",
         "stale",
         "wants_session",
     )
@@ -175,14 +175,16 @@ class _FollowerSession:
         # when they are more than one fetch names: without a session every
         # fetch is full, and the slices take turns.
         self.cursor = 0
-        # The followed set of the last fetch (`build`'s `followed`); the one
-        # the leader gave no session for, or dropped the session of as it
-        # grew (more partitions than its session cache holds), and when
-        # (ms): fetched without a session, slices in turns, until that set
-        # changes or `rescan_ms` passed.
-        self.followed: object = None
-        self.sessionless: object = None
-        self.sessionless_ms = 0
+        # Refusals in a row (the leader gave no session, or dropped it as
+        # it grew: more partitions than its session cache holds), and until
+        # when (ms) full fetches ask for none: `rescan_ms` (the last
+        # `build`'s), doubled with each refusal in a row up to 32 times.
+        # Asking at once would create, grow and drop the session in a loop,
+        # each time evicting other followers' sessions from the leader's
+        # cache to make room.
+        self.refusals = 0
+        self.rescan_ms = 0
+        self.sessionless_until_ms = -(2**62)
         # Whether the next full fetch asks the leader for a session.
         self.wants_session = True
 
@@ -199,11 +201,10 @@ class _FollowerSession:
         self.growing = False
 
     def refused(self, now_ms: int) -> None:
-        """The leader gave no session for this followed set, or dropped it
-        as partitions joined (its session cache holds fewer): fetch these
-        partitions without one for a while."""
-        self.sessionless = self.followed
-        self.sessionless_ms = now_ms
+        """The leader gave no session, or dropped it as partitions joined
+        (its session cache holds fewer): fetch without one for a while."""
+        self.sessionless_until_ms = now_ms + (self.rescan_ms << min(self.refusals, 5))
+        self.refusals += 1
 
     def takes_answer(self, tp: TopicPartition) -> bool:
         """Whether an answer for `tp` within the session is applied: it is
@@ -230,28 +231,21 @@ class _FollowerSession:
         now_ms: int,
         rescan_ms: int,
         limit: int,
-        followed: object = None,
     ) -> tuple[dict[TopicPartition, PartitionFetch], tuple[TopicPartition, ...]]:
         """What the next fetch names and forgets: everything (full), or the
         partitions whose state differs from what the leader holds; at most
         `limit` of them in all, the rest left for the next fetches.
 
         `by_tp` is what this fetch carries; `membership` names that set (the
-        same object while it is unchanged), `followed` the set it is drawn
-        from (the same object while no partition joins or leaves; default:
-        `membership`). Every partition is compared when it changed and
+        same object while it is unchanged). Every partition is compared when it changed and
         every `rescan_ms` (the safety net); in between, only partitions that
         had an answer applied, a leader change, an error to clear, or that
         a fetch over `limit` left to name, so an idle or busy session's
         fetch costs in proportion to those, not to the partitions it
         follows."""
-        self.followed = membership if followed is None else followed
+        self.rescan_ms = rescan_ms
         if self.session_id == NO_SESSION_ID:
-            self.wants_session = (
-                self.sessionless is not self.followed or now_ms - self.sessionless_ms >= rescan_ms
-            )
-            if self.wants_session:
-                self.sessionless = None
+            self.wants_session = now_ms >= self.sessionless_until_ms
             self.scanned_ms = now_ms
             self.membership = membership
             self.changed = set()
@@ -260,11 +254,12 @@ class _FollowerSession:
             return {tp: by_tp[tp].follower_fetch_request() for tp in self._slice(by_tp, limit)}, ()
         sent = self.sent
         look: Iterable[TopicPartition]
+        # A stale partition (the leader holds it) that left is forgotten too.
         if membership is not self.membership or now_ms - self.scanned_ms >= rescan_ms:
             self.scanned_ms = now_ms
             self.membership = membership
             look = by_tp
-            forgotten = (sent.keys() | self.drop | self.leaving) - by_tp.keys()
+            forgotten = (sent.keys() | self.drop | self.leaving | self.stale) - by_tp.keys()
             self.stale &= by_tp.keys()
         else:
             # Since the last full comparison every partition of `by_tp` was
@@ -273,7 +268,7 @@ class _FollowerSession:
             look = (self.changed | self.drop | self.pending.keys() | self.stale) & by_tp.keys()
             # Not `self.drop - by_tp.keys()`: a set minus a keys view walks
             # the whole view (every partition followed), this walks `drop`.
-            forgotten = {tp for tp in self.drop | self.leaving if tp not in by_tp}
+            forgotten = {tp for tp in self.drop | self.leaving | self.stale if tp not in by_tp}
             self.stale = {tp for tp in self.stale if tp in by_tp}
         self.changed = set()
         named: dict[TopicPartition, PartitionFetch] = {}
@@ -336,8 +331,10 @@ class _FollowerSession:
         chosen = order[:take]
         renewed = tuple(tp for tp in chosen if tp in stale)
         self.pending = dict.fromkeys(order[take:])
-        # Left out though in the session: the leader holds an older state.
-        self.stale = (stale - set(renewed)) | {tp for tp in order[take:] if tp in self.sent}
+        # Left out though the leader holds it (in the session, or to name
+        # again whatever its state: `refetch`), at an older state.
+        held = self.sent.keys() | self.drop
+        self.stale = (stale - set(renewed)) | {tp for tp in order[take:] if tp in held}
         return {tp: named[tp] for tp in chosen}, (*gone, *renewed)
 
     def answered(
@@ -360,6 +357,8 @@ class _FollowerSession:
                 self.sent.pop(tp, None)
             self.sent.update(named)
             self.next_epoch = 1 if self.next_epoch >= 2**31 - 1 else self.next_epoch + 1
+            if not self.pending and not self.stale:
+                self.refusals = 0  # grown whole: the leader holds the session
         self.drop = set()
 
     def refetch(self, tp: TopicPartition) -> None:
@@ -656,7 +655,7 @@ class ReplicaFetcher:
                 continue
             limit = self.settings.request_partitions_max
             named, forgotten = session.build(
-                parts, parts, self._lag_clock(), self.settings.session_rescan_ms, limit, following
+                parts, parts, self._lag_clock(), self.settings.session_rescan_ms, limit
             )
             wait_ms = session.wait_ms(self.settings.wait_max_ms, len(parts), limit)
             req = self._request(named, forgotten, session, wait_ms)
@@ -693,7 +692,11 @@ class ReplicaFetcher:
             if answer.error is not None:
                 # The session is gone or out of step: fetch in full now.
                 log.debug("fetch session with broker %d: %s", leader_id, answer.error.message)
-                if session.growing and isinstance(answer.error, FetchSessionIdNotFoundError):
+                if (
+                    session.growing
+                    and len(parts) > limit
+                    and isinstance(answer.error, FetchSessionIdNotFoundError)
+                ):
                     # Dropped as partitions joined it: without a session the
                     # next full fetches take the partitions in turns,
                     # where asking again would grow and lose it in a loop.

@@ -73,9 +73,16 @@ def test_sessions_and_partitions_are_bounded() -> None:
     # Too many partitions for the cache: served without a session.
     wide = {TopicPartition("w", p): PartitionFetch(0) for p in range(6)}
     assert cache.create(4, wide, now_ms=3) is None
-    # A session growing past the bound is dropped.
+    # A session growing past the room the others leave is dropped, and
+    # the others stay.
+    assert len(cache) == 2 and cache.partitions_cached == 2
+    more = {TopicPartition("w", p): PartitionFetch(0) for p in range(4)}
     with pytest.raises(FetchSessionIdNotFoundError):
-        cache.update(third, wide, forgotten=[])
+        cache.update(third, more, forgotten=[])
+    assert len(cache) == 1 and cache.partitions_cached == 1
+    with pytest.raises(FetchSessionIdNotFoundError):
+        cache.lookup(third.id, 1, 3, now_ms=3)
+    cache.lookup(first.id, 2, 1, now_ms=3)
     # A replica's new session replaces its older one.
     again = cache.create(1, _fetches(B), now_ms=4)
     assert again is not None and len(cache) == 1 and cache.partitions_cached == 1

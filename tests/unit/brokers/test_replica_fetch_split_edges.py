@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import msgspec
 
+from lograft.brokers.fetch_session_cache import FetchSessionCache
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher, _FollowerSession
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
@@ -351,5 +352,171 @@ async def test_a_session_evicted_while_growing_is_asked_for_again_after_the_resc
 
         # A rescan is due every 300 ms.
         await _until(asked_again, "a full fetch asking for a session after the rescan")
+    finally:
+        await pair.stop()
+
+
+# -- a partition named again whatever its state (a diverging answer), cut ------------------
+
+
+def _leader_round(cache, session, s, named, gone):
+    """The leader's side of one fetch (lookup + update), then the follower's answered."""
+    if s.session_id == NO_SESSION_ID:
+        ls = cache.create(2, named, 0)
+        s.answered(ls.id, named, gone)
+        return ls
+    cache.lookup(s.session_id, s.next_epoch, 2, 0)
+    cache.update(session, named, gone)
+    s.answered(s.session_id, named, gone)
+    return session
+
+
+def _diverged_and_cut():
+    """3 partitions in the session; one answer diverges for all three (each
+    refetched and truncated); limit 2: the next fetch names two, c is cut."""
+    by_tp = {TopicPartition("t", p): _Fake(10) for p in range(3)}
+    cache = FetchSessionCache(64, 1000)
+    s = _FollowerSession()
+    named, gone = s.build(by_tp, by_tp, 0, 10_000, 3)
+    ls = _leader_round(cache, None, s, named, gone)
+    for tp, p in by_tp.items():  # diverging answers: refetch, then truncation
+        s.refetch(tp)
+        p.offset = 5
+        s.changed.add(tp)
+    named, gone = s.build(by_tp, by_tp, 1, 10_000, 2)
+    (c,) = set(by_tp) - set(named)
+    # Cut: the leader still holds c at offset 10, so c is stale.
+    assert c in s.pending and c in s.stale and not s.takes_answer(c)
+    _leader_round(cache, ls, s, named, gone)
+    return by_tp, c, cache, ls, s
+
+
+def test_a_refetched_partition_cut_then_moved_away_is_forgotten_by_the_leader():
+    by_tp, c, cache, ls, s = _diverged_and_cut()
+    # c moves to another leader before a fetch named it.
+    rest = {tp: p for tp, p in by_tp.items() if tp != c}
+    for i in range(5):
+        named, gone = s.build(rest, rest, 2 + i, 10_000, 2)
+        _leader_round(cache, ls, s, named, gone)
+    leaked = set(ls.partitions) - set(rest)
+    assert not leaked, f"the leader's session still holds {leaked}"
+
+
+def test_a_refetched_partition_cut_from_a_fetch_is_forgotten_when_named():
+    """While cut, the leader holds (and may serve) c's older state, whose
+    answers the follower drops; the fetch that names c starts it afresh at
+    the leader, or the high watermark it answered then would be lost."""
+    by_tp, c, cache, ls, s = _diverged_and_cut()
+    ls.partitions[c].high_watermark = 42  # served while cut; the follower dropped it
+    named, gone = s.build(by_tp, by_tp, 2, 10_000, 2)
+    assert c in named
+    _leader_round(cache, ls, s, named, gone)
+    assert ls.partitions[c].high_watermark == -1, (named, gone)
+
+
+# -- losing a small session, and sessionless asks ------------------------------------------
+
+
+async def test_small_session_lost_while_a_partition_joins_asks_for_a_session_again(tmp_path):
+    """3 partitions, limit 5 (the ordinary case): the leader loses the session
+    (evicted by another follower's, LRU) just as a partition comes back from a
+    back-off. Before the split the follower started a new session at once."""
+    parts = [TopicPartition("w", p) for p in range(3)]
+    pair = Pair(tmp_path, SETTINGS, parts)
+    fetcher = pair.follower.fetcher
+    send = pair._send
+    joined = parts[2]
+    state = {"evicted": False}
+
+    async def evicting(leader: int, body: bytes, timeout: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        names = {(p.topic, p.partition) for p in req.partitions}
+        if (
+            not state["evicted"]
+            and req.session_id != NO_SESSION_ID
+            and (joined.topic, joined.partition) in names
+            and len(pair.requests) > 1
+        ):
+            state["evicted"] = True
+            state["at"] = len(pair.requests) + 1  # this one is recorded next
+            cache = pair.leader.fetch_sessions
+            cache._remove(cache._sessions[req.session_id])
+        return await send(leader, body, timeout)
+
+    fetcher._transport = evicting
+    await pair.start()
+    try:
+        await _settled(pair)
+        fetcher._retry_at[joined] = fetcher._lag_clock() + 300  # an error's back-off
+        await _until(lambda: state["evicted"], "the partition named again", 5)
+        n = state["at"]
+        await _until(lambda: len(pair.requests) >= n + 3, "three more fetches", 5)
+        epochs = [r.session_epoch for r in pair.requests[n : n + 3]]
+        assert epochs[0] == INITIAL_SESSION_EPOCH and SESSIONLESS_EPOCH not in epochs, epochs
+    finally:
+        await pair.stop()
+
+
+async def test_a_follower_the_leader_cannot_hold_evicts_no_session_as_it_grows(tmp_path):
+    """12 partitions, limit 5, the leader caches 7 over all sessions; another
+    follower (broker 3) holds a session of 3. The big follower's session is
+    dropped when it grows past the room left, evicting nobody; only its asks
+    (a new session, which evicts the least recently used as any full fetch
+    does) may, and they come ever less often: after 300, 600, 1,200 ms..."""
+    parts = [TopicPartition("w", p) for p in range(12)]
+    small_cache = msgspec.structs.replace(SETTINGS, replica_fetch_session_partitions_max=7)
+    pair = Pair(tmp_path, small_cache, parts)
+    fetcher = pair.follower.fetcher
+    fetcher.settings = dataclasses.replace(fetcher.settings, session_rescan_ms=300)
+    cache = pair.leader.fetch_sessions
+    grown_evictions: list[int] = []
+    update = cache.update
+
+    def watched(session, changed, forgotten):  # type: ignore[no-untyped-def]
+        before = cache.evictions
+        try:
+            update(session, changed, forgotten)
+        finally:
+            grown_evictions.append(cache.evictions - before)
+
+    cache.update = watched  # type: ignore[method-assign]
+    await pair.start()
+    try:
+        cache.create(3, {tp: PartitionFetch(0) for tp in parts[:3]}, 0)
+
+        def asks() -> list[ReplicaFetchRequest]:
+            return [r for r in pair.requests if r.session_epoch == INITIAL_SESSION_EPOCH]
+
+        await _until(lambda: len(asks()) >= 3, "three asks for a session", 10)
+        assert sum(grown_evictions) == 0
+        assert fetcher._fetch_sessions[1].refusals >= 3
+    finally:
+        await pair.stop()
+
+
+async def test_a_sessionless_follower_does_not_ask_again_for_another_leaders_change(tmp_path):
+    """Sessionless for the same followed set until rescan_ms (10 s): a leader
+    change of a partition followed from another broker (a `touch`, which bumps
+    the fetcher's generation) leaves the set followed from broker 1 as it was."""
+    import msgspec
+
+    parts = [TopicPartition("w", p) for p in range(12)]
+    small_cache = msgspec.structs.replace(SETTINGS, replica_fetch_session_partitions_max=7)
+    pair = Pair(tmp_path, small_cache, parts)
+    fetcher = pair.follower.fetcher
+    await pair.start()
+    try:
+        await _until(
+            lambda: any(r.session_epoch == SESSIONLESS_EPOCH for r in pair.requests),
+            "sessionless fetches",
+        )
+        n = len(pair.requests)
+        for _ in range(20):  # elsewhere in the cluster: leader epochs move
+            fetcher.touch(TopicPartition("elsewhere", 0))
+            await asyncio.sleep(0.05)
+        asks = [r for r in pair.requests[n:] if r.session_epoch == INITIAL_SESSION_EPOCH]
+        assert not asks, (
+            f"{len(asks)} new sessions asked for in 1 s (of {len(pair.requests) - n} fetches)"
+        )
     finally:
         await pair.stop()
