@@ -254,6 +254,13 @@ class _FollowerSession:
             return {tp: by_tp[tp].follower_fetch_request() for tp in self._slice(by_tp, limit)}, ()
         sent = self.sent
         look: Iterable[TopicPartition]
+        # One left to forget that is followed again before it was: the
+        # leader still holds it, and served it while its answers were not
+        # taken, so it is stale (forgotten and named at once).
+        back = {tp for tp in self.leaving if tp in by_tp}
+        if back:
+            self.leaving -= back
+            self.stale |= back
         # A stale partition (the leader holds it) that left is forgotten too.
         if membership is not self.membership or now_ms - self.scanned_ms >= rescan_ms:
             self.scanned_ms = now_ms
