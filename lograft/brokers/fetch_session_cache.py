@@ -22,10 +22,12 @@ Every session id comes from the network, so the cache is bounded: at most
 `sessions_max` sessions (least recently used evicted first) and
 `partitions_max` cached partitions over all of them; a full fetch naming
 more partitions than that is served without a session, and a session that
-grows past it (with the other sessions' partitions) is dropped, evicting no
-other session (the fetch gets FETCH_SESSION_ID_NOT_FOUND and the follower
-fetches in full). A follower holds one session per leader, so a
-new session of a replica replaces that replica's older one.
+grows past it (with the other sessions' partitions) is dropped, evicting
+only sessions not fetched for a minute (`IDLE_EVICT_MS`: a replica that
+stopped following this leader leaves one behind); the fetch gets
+FETCH_SESSION_ID_NOT_FOUND and the follower fetches in full. A follower
+holds one session per leader, so a new session of a replica replaces that
+replica's older one.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ from lograft.protocol.topic_partition import TopicPartition
 
 # Kafka's session epochs wrap from the largest int32 back to 1.
 _EPOCH_MAX = 2**31 - 1
+# A session not fetched for this long makes room for one that grows, ms: a
+# live follower fetches at least every long-poll (at most
+# replica_fetch_serve_wait_max_ms, 5 s); Kafka's
+# min.incremental.fetch.session.eviction.ms is 120 s.
+IDLE_EVICT_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -138,11 +145,15 @@ class FetchSessionCache:
         sessions_max: int,
         partitions_max: int,
         on_remove: Callable[[FetchSession], None] | None = None,
+        idle_evict_ms: int = IDLE_EVICT_MS,
     ) -> None:
         if sessions_max < 1 or partitions_max < 1:
             raise ValueError("fetch session limits must be positive")
         self.sessions_max = sessions_max
         self.partitions_max = partitions_max
+        # A session not fetched for this long (ms) makes room for a growing
+        # one (`update`).
+        self.idle_evict_ms = idle_evict_ms
         # Told of a session just before it is dropped (evicted, replaced, out
         # of step or too large), while it still holds its partitions.
         self._on_remove = on_remove
@@ -230,6 +241,8 @@ class FetchSessionCache:
                 # this one is served.
                 cached.caught_up = False
         if self._size > self.partitions_max:
+            self._evict_idle(session)
+        if self._size > self.partitions_max:
             # Dropped itself rather than evicting other followers' sessions:
             # a follower of more partitions than one fetch names grows its
             # session over several fetches, and one the cache cannot hold
@@ -254,6 +267,19 @@ class FetchSessionCache:
         for session in self._by_tp.get(tp, ()):
             if session is not skip:
                 session.mark(tp, wake=wake)
+
+    def _evict_idle(self, growing: FetchSession) -> None:
+        """Evict sessions not fetched for `idle_evict_ms` (a replica that
+        stopped following this leader leaves its session behind), least
+        recently used first, until `growing` fits."""
+        for other in list(self._sessions.values()):
+            if self._size <= self.partitions_max:
+                return
+            if other is not growing and growing.last_fetch_ms - other.last_fetch_ms >= (
+                self.idle_evict_ms
+            ):
+                self._remove(other)
+                self.evictions += 1
 
     def _evict_oldest(self) -> None:
         _, session = next(iter(self._sessions.items()))

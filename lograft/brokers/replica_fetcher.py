@@ -245,7 +245,9 @@ class _FollowerSession:
         follows."""
         self.rescan_ms = rescan_ms
         if self.session_id == NO_SESSION_ID:
-            self.wants_session = now_ms >= self.sessionless_until_ms
+            # A set no larger than one fetch asks every time, as before the
+            # split (a leader too small for it refuses before evicting any).
+            self.wants_session = now_ms >= self.sessionless_until_ms or len(by_tp) <= limit
             self.scanned_ms = now_ms
             self.membership = membership
             self.changed = set()

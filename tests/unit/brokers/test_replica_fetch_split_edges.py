@@ -14,11 +14,13 @@ import logging
 from types import SimpleNamespace
 
 import msgspec
+import pytest
 
 from lograft.brokers.fetch_session_cache import FetchSessionCache
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher, _FollowerSession
 from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.errors import FetchSessionIdNotFoundError
 from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
@@ -520,3 +522,59 @@ async def test_a_sessionless_follower_does_not_ask_again_for_another_leaders_cha
         )
     finally:
         await pair.stop()
+
+
+# -- an idle session left in the leader's cache ---------------------------------------------
+
+
+async def test_a_session_left_idle_makes_room_for_a_growing_one(tmp_path):
+    """A replica that stopped fetching from this leader left a session of 5
+    in a cache of 14: the follower of 12 fits once that one is evicted, which
+    its growth does (a minute idle), rather than being dropped for good."""
+    parts = [TopicPartition("w", p) for p in range(12)]
+    cache_of_14 = msgspec.structs.replace(SETTINGS, replica_fetch_session_partitions_max=14)
+    pair = Pair(tmp_path, cache_of_14, parts)
+    await pair.start()
+    cache = pair.leader.fetch_sessions
+    idle = {TopicPartition("gone", p): PartitionFetch(0) for p in range(5)}
+    assert cache.create(3, idle, pair.leader.lag_clock() - cache.idle_evict_ms) is not None
+    try:
+
+        def whole() -> bool:
+            mine = [s for s in cache.sessions() if s.replica_id == 2]
+            return bool(mine) and len(mine[0].partitions) == 12
+
+        await _until(whole, "the follower's session holding all 12 partitions")
+        assert [s.replica_id for s in cache.sessions()] == [2]
+        assert not any(r.session_epoch == SESSIONLESS_EPOCH for r in pair.requests)
+    finally:
+        await pair.stop()
+
+
+def test_a_session_fetched_within_the_minute_is_not_evicted_for_a_growing_one():
+    cache = FetchSessionCache(sessions_max=8, partitions_max=6)
+    busy = cache.create(3, {TopicPartition("b", p): PartitionFetch(0) for p in range(3)}, 0)
+    grow = cache.create(2, {TopicPartition("g", 0): PartitionFetch(0)}, 0)
+    assert busy is not None and grow is not None
+    cache.lookup(grow.id, 1, 2, now_ms=cache.idle_evict_ms - 1)
+    more = {TopicPartition("g", p): PartitionFetch(0) for p in range(1, 4)}
+    with pytest.raises(FetchSessionIdNotFoundError):
+        cache.update(grow, more, forgotten=[])
+    assert [s.replica_id for s in cache.sessions()] == [3]
+
+
+def test_a_follower_refused_while_large_asks_again_once_it_fits_one_fetch():
+    big = {TopicPartition("t", p): _Fake() for p in range(12)}
+    s = _FollowerSession()
+    now = 0
+    for _ in range(6):  # refused at each ask: sessionless ever longer
+        named, gone = s.build(big, big, now, 10_000, 5)
+        s.answered(NO_SESSION_ID, named, gone)
+        asked, now = now, s.sessionless_until_ms
+    # 10, 20, 40, 80, 160, then 320 s (at most 32 times the rescan).
+    assert s.refusals == 6 and now - asked == 320_000
+    s.build(big, big, now - 1, 10_000, 5)
+    assert not s.wants_session
+    small = dict(list(big.items())[:3])
+    s.build(small, small, now - 1, 10_000, 5)
+    assert s.wants_session and _epoch_sent(s) == INITIAL_SESSION_EPOCH
