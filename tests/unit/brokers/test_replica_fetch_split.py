@@ -2,7 +2,8 @@
 names (`replica_fetch_request_partitions_max`) splits its fetches: a session
 grows over several fetches, and a leader whose session cache cannot hold them
 all is fetched without a session, the partitions in turns. Two replica
-managers in one event loop, wired by an in-process transport."""
+managers in one event loop, wired by an in-process transport
+(`fetch_split_pair.py`)."""
 
 from __future__ import annotations
 
@@ -11,87 +12,41 @@ import asyncio
 import msgspec
 import pytest
 
-from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_fetcher import _FollowerSession
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
-from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     NO_SESSION_ID,
     SESSIONLESS_EPOCH,
     PartitionFetch,
     ReplicaFetchRequest,
-    encode_answer,
 )
 from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
 from lograft.typed import build
-
-PARTITIONS = [TopicPartition("wide", p) for p in range(12)]
-LIMIT = 5
-SETTINGS = BrokerSettings(
-    min_insync_replicas=2,
-    replica_fetch_wait_max_ms=200,
-    replica_fetch_backoff_ms=10,
-    isr_check_interval_ms=20,
-    replica_lag_time_max_ms=60_000,
-    produce_timeout_ms=10_000,
-    replica_fetch_request_partitions_max=LIMIT,
-)
+from tests.unit.brokers.fetch_split_pair import LIMIT, PARTITIONS, SETTINGS, Pair
 
 
-class Pair:
-    """Broker 1 leads every partition, broker 2 follows them all."""
-
-    def __init__(self, tmp_path, leader_settings: BrokerSettings) -> None:
-        self.requests: list[ReplicaFetchRequest] = []
-        self.leader = ReplicaManager(1, tmp_path / "b1", leader_settings)
-        self.follower = ReplicaManager(2, tmp_path / "b2", SETTINGS, fetch_transport=self._send)
-
-    async def _send(self, leader: int, body: bytes, timeout: float) -> bytes:
-        assert leader == 1
-        req = ReplicaFetchRequest.from_json(body)
-        self.requests.append(req)
-        return encode_answer(await self.leader.replica_fetch(req))
-
-    async def start(self) -> None:
-        await self.leader.start()
-        await self.follower.start()
-        a = Assignment((1, 2), (1, 2), 1, 1, 0)
-        metas = {tp: PartitionMeta("topic-id-wide", a) for tp in PARTITIONS}
-        self.leader.apply_metadata(metas)
-        self.follower.apply_metadata(metas)
-
-    async def stop(self) -> None:
-        await self.follower.stop()
-        await self.leader.stop()
-
-
-async def produce_everywhere(pair: Pair, tag: str) -> None:
-    """An acks=all produce to every partition at once: each is answered only
-    once the follower fetched it (min ISR 2)."""
-
-    async def one(tp: TopicPartition) -> None:
-        batch = build_batch([RecordInput(f"{tag}-{tp.partition}".encode(), b"k")], timestamp_ms=1)
-        await pair.leader.produce(tp, batch, Acks.ALL)
-
-    await asyncio.wait_for(asyncio.gather(*(one(tp) for tp in PARTITIONS)), 10)
-
-
-def follower_ends(pair: Pair) -> set[int]:
-    return {pair.follower.partitions[tp].log.log_end_offset for tp in PARTITIONS}
+async def replicated_twice(pair: Pair) -> list[ReplicaFetchRequest]:
+    """Two acks=all produces to every partition, all at once: each answered
+    only once the follower fetched it (min ISR 2); the fetches it took, each
+    of at most LIMIT partitions."""
+    for tag in ("a", "b"):
+        await asyncio.wait_for(
+            asyncio.gather(*(pair.produce([tp], tag, Acks.ALL) for tp in PARTITIONS)), 10
+        )
+    ends = {pair.follower.partitions[tp].log.log_end_offset for tp in PARTITIONS}
+    assert ends == {2}
+    assert max(len(r.partitions) + len(r.forgotten) for r in pair.requests) == LIMIT
+    return pair.requests
 
 
 async def test_a_session_over_the_limit_grows_over_several_fetches(tmp_path):
     pair = Pair(tmp_path, SETTINGS)
     await pair.start()
     try:
-        await produce_everywhere(pair, "a")
-        await produce_everywhere(pair, "b")
-        assert follower_ends(pair) == {2}
-        sizes = [len(r.partitions) + len(r.forgotten) for r in pair.requests]
-        assert max(sizes) == LIMIT
+        await replicated_twice(pair)
         first = pair.requests[0]
         assert (first.session_id, first.session_epoch) == (NO_SESSION_ID, INITIAL_SESSION_EPOCH)
         # The session's next fetches name the other 7 partitions (with any
@@ -118,11 +73,7 @@ async def test_a_leader_that_cannot_cache_them_all_is_fetched_without_a_session_
     pair = Pair(tmp_path, small_cache)
     await pair.start()
     try:
-        await produce_everywhere(pair, "a")
-        await produce_everywhere(pair, "b")
-        assert follower_ends(pair) == {2}
-        sizes = [len(r.partitions) + len(r.forgotten) for r in pair.requests]
-        assert max(sizes) == LIMIT
+        await replicated_twice(pair)
         sessionless = [r for r in pair.requests if r.session_epoch == SESSIONLESS_EPOCH]
         # The session of 5 took 5 more and passed the cache's 7: dropped, so
         # the follower stopped asking for one, and its full fetches take

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import msgspec
@@ -19,46 +20,38 @@ import pytest
 from lograft.brokers.fetch_session_cache import FetchSessionCache
 from lograft.brokers.partition import Assignment
 from lograft.brokers.replica_fetcher import FetcherSettings, ReplicaFetcher, _FollowerSession
-from lograft.brokers.replica_manager import BrokerSettings, PartitionMeta, ReplicaManager
+from lograft.brokers.replica_manager import PartitionMeta
 from lograft.errors import FetchSessionIdNotFoundError
-from lograft.protocol.batch import RecordInput, build_batch
 from lograft.protocol.fetch_wire import (
     INITIAL_SESSION_EPOCH,
     NO_SESSION_ID,
     SESSIONLESS_EPOCH,
     PartitionFetch,
     ReplicaFetchRequest,
-    encode_answer,
 )
-from lograft.protocol.produce_wire import Acks
 from lograft.protocol.topic_partition import TopicPartition
-
-LIMIT = 5
-SETTINGS = BrokerSettings(
-    min_insync_replicas=1,
-    replica_fetch_wait_max_ms=200,
-    replica_fetch_backoff_ms=10,
-    isr_check_interval_ms=20,
-    replica_lag_time_max_ms=60_000,
-    produce_timeout_ms=10_000,
-    replica_fetch_request_partitions_max=LIMIT,
-)
-
-
-class _Fake:
-    """A partition whose fetch state the test sets."""
-
-    def __init__(self, offset: int = 0) -> None:
-        self.offset = offset
-
-    def follower_fetch_request(self) -> PartitionFetch:
-        return PartitionFetch(self.offset)
+from tests.unit.brokers.fetch_split_pair import LIMIT, SETTINGS, Fake, Pair, settled, until
 
 
 def _epoch_sent(session: _FollowerSession) -> int:
     fake = SimpleNamespace(broker_id=2, settings=FetcherSettings())
     req = ReplicaFetcher._request(fake, {}, (), session, 0)  # type: ignore[arg-type]
     return req.session_epoch
+
+
+def evict_before(pair: Pair, when: Callable[[ReplicaFetchRequest], bool]) -> None:
+    """The leader loses the follower's session (evicted by another's, or a
+    restart) just before serving an incremental fetch `when` picks."""
+    send = pair._send
+
+    async def evicting(leader: int, body: bytes, timeout: float) -> bytes:
+        req = ReplicaFetchRequest.from_json(body)
+        if req.session_id != NO_SESSION_ID and when(req):
+            cache = pair.leader.fetch_sessions
+            cache._remove(cache._sessions[req.session_id])
+        return await send(leader, body, timeout)
+
+    pair.follower.fetcher._transport = evicting
 
 
 # -- a partition of the session left for a later fetch --------------------------------------
@@ -69,7 +62,7 @@ def test_a_session_partition_left_for_later_is_stale_until_named_and_forgotten_a
     state of it takes no answer until a fetch names it, and that fetch
     forgets it too, so the leader starts it afresh (and answers its high
     watermark again)."""
-    by_tp = {TopicPartition("t", p): _Fake() for p in range(3)}
+    by_tp = {TopicPartition("t", p): Fake() for p in range(3)}
     s = _FollowerSession()
     named, gone = s.build(by_tp, by_tp, 0, 10_000, 2)
     s.answered(7, named, gone)
@@ -96,7 +89,7 @@ def test_a_session_partition_left_for_later_is_stale_until_named_and_forgotten_a
 
 
 def test_after_a_sessionless_answer_the_rescan_asks_for_a_session_with_epoch_0():
-    by_tp = {TopicPartition("t", p): _Fake() for p in range(12)}
+    by_tp = {TopicPartition("t", p): Fake() for p in range(12)}
     s = _FollowerSession()
     named, gone = s.build(by_tp, by_tp, 0, 10_000, 5)
     assert _epoch_sent(s) == INITIAL_SESSION_EPOCH
@@ -109,83 +102,6 @@ def test_after_a_sessionless_answer_the_rescan_asks_for_a_session_with_epoch_0()
     named, gone = s.build(again, again, 20_000, 10_000, 5)
     assert s.wants_session
     assert _epoch_sent(s) == INITIAL_SESSION_EPOCH  # is 1: the leader serves it sessionless
-
-
-# -- Pair harness ---------------------------------------------------------------------------
-
-
-class Pair:
-    def __init__(self, tmp_path, leader_settings: BrokerSettings, partitions) -> None:
-        self.partitions = partitions
-        self.requests: list[ReplicaFetchRequest] = []
-        self.hold = False
-        self.held: list[asyncio.Future[None]] = []
-        self.leader = ReplicaManager(1, tmp_path / "b1", leader_settings)
-        self.follower = ReplicaManager(2, tmp_path / "b2", SETTINGS, fetch_transport=self._send)
-
-    async def _send(self, leader: int, body: bytes, timeout: float) -> bytes:
-        if leader != 1:
-            await asyncio.sleep(3600)  # a leader that never answers
-        req = ReplicaFetchRequest.from_json(body)
-        self.requests.append(req)
-        if self.hold:
-            fut = asyncio.get_running_loop().create_future()
-            self.held.append(fut)
-            await fut
-        return encode_answer(await self.leader.replica_fetch(req))
-
-    async def release_next(self) -> None:
-        for _ in range(100):
-            if self.held:
-                self.held.pop(0).set_result(None)
-                return
-            await asyncio.sleep(0.01)
-
-    async def start(self) -> None:
-        await self.leader.start()
-        await self.follower.start()
-        a = Assignment((1, 2), (1, 2), 1, 1, 0)
-        metas = {tp: PartitionMeta("topic-id-wide", a) for tp in self.partitions}
-        self.leader.apply_metadata(metas)
-        self.follower.apply_metadata(metas)
-
-    async def stop(self) -> None:
-        self.hold = False
-        for f in self.held:
-            if not f.done():
-                f.set_result(None)
-        await self.follower.stop()
-        await self.leader.stop()
-
-    async def produce(self, tps, tag: str) -> None:
-        for tp in tps:
-            batch = build_batch(
-                [RecordInput(f"{tag}-{tp.partition}".encode(), b"k")], timestamp_ms=1
-            )
-            await self.leader.produce(tp, batch, Acks.LEADER)
-
-
-async def _until(condition, what: str, timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-async def _settled(pair: Pair) -> None:
-    for _ in range(300):
-        sess = pair.follower.fetcher._fetch_sessions.get(1)
-        if (
-            sess is not None
-            and sess.session_id != NO_SESSION_ID
-            and not sess.pending
-            and len(sess.sent) == len(pair.partitions)
-            and sess.poll is not None
-        ):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("session never settled")
 
 
 async def test_a_partition_cut_into_pending_is_served_from_its_stale_state(tmp_path, caplog):
@@ -202,7 +118,7 @@ async def test_a_partition_cut_into_pending_is_served_from_its_stale_state(tmp_p
     await pair.start()
     caplog.set_level(logging.WARNING, logger="lograft.brokers.replica_fetcher")
     try:
-        await _settled(pair)
+        await settled(pair)
         pair.hold = True
         await pair.produce(parts, "a")  # answers the long-poll in flight (some of them)
         for _ in range(3):
@@ -218,7 +134,7 @@ async def test_a_partition_cut_into_pending_is_served_from_its_stale_state(tmp_p
                 for tp in parts
             )
 
-        await _until(caught_up, "the follower at the leader's log end")
+        await until(caught_up, "the follower at the leader's log end")
         bad = [r.getMessage() for r in caplog.records if "could not apply" in r.getMessage()]
         assert not bad, bad
     finally:
@@ -261,7 +177,7 @@ async def test_a_leaving_partition_is_not_applied_from_its_old_leader(tmp_path):
     pair = Pair(tmp_path, SETTINGS, parts)
     await pair.start()
     try:
-        await _settled(pair)
+        await settled(pair)
         pair.hold = True
         await pair.produce(parts[:1], "x")  # ends the long-poll in flight
         await pair.release_next()  # R1 (names w-0), answered
@@ -284,7 +200,7 @@ async def test_a_leaving_partition_is_not_applied_from_its_old_leader(tmp_path):
         await pair.release_next()
         # Two more fetches: the answer to the held one was applied (or not).
         sent = len(pair.requests)
-        await _until(lambda: len(pair.requests) >= sent + 2, "two more fetches")
+        await until(lambda: len(pair.requests) >= sent + 2, "two more fetches")
         ends = {tp.partition: pair.follower.partitions[tp].log.log_end_offset for tp in moved}
         assert set(ends.values()) == {0}, ends
     finally:
@@ -296,11 +212,11 @@ async def test_a_leaving_partition_is_not_applied_from_its_old_leader(tmp_path):
 
 def _starved(c: TopicPartition) -> bool:
     s = _FollowerSession()
-    by_tp = {TopicPartition("t", p): _Fake() for p in range(2)}
+    by_tp = {TopicPartition("t", p): Fake() for p in range(2)}
     a, b = list(by_tp)
     named, gone = s.build(by_tp, by_tp, 0, 10_000, 2)
     s.answered(7, named, gone)  # the session holds a and b
-    by_tp[c] = _Fake()  # c joins as an answer moves a and b
+    by_tp[c] = Fake()  # c joins as an answer moves a and b
     by_tp[a].offset = by_tp[b].offset = 1
     m = dict(by_tp)
     named, gone = s.build(m, m, 1, 10_000, 2)
@@ -333,16 +249,7 @@ async def test_a_session_evicted_while_growing_is_asked_for_again_after_the_resc
     pair = Pair(tmp_path, SETTINGS, parts)
     fetcher = pair.follower.fetcher
     fetcher.settings = dataclasses.replace(fetcher.settings, session_rescan_ms=300)
-    send = pair._send
-
-    async def evicting(leader: int, body: bytes, timeout: float) -> bytes:
-        req = ReplicaFetchRequest.from_json(body)
-        if len(pair.requests) == 1 and req.session_id != NO_SESSION_ID:
-            cache = pair.leader.fetch_sessions
-            cache._remove(cache._sessions[req.session_id])
-        return await send(leader, body, timeout)
-
-    fetcher._transport = evicting
+    evict_before(pair, lambda req: len(pair.requests) == 1)
     await pair.start()
     try:
 
@@ -353,7 +260,7 @@ async def test_a_session_evicted_while_growing_is_asked_for_again_after_the_resc
             return INITIAL_SESSION_EPOCH in epochs[epochs.index(SESSIONLESS_EPOCH) :]
 
         # A rescan is due every 300 ms.
-        await _until(asked_again, "a full fetch asking for a session after the rescan")
+        await until(asked_again, "a full fetch asking for a session after the rescan")
     finally:
         await pair.stop()
 
@@ -376,7 +283,7 @@ def _leader_round(cache, session, s, named, gone):
 def _diverged_and_cut():
     """3 partitions in the session; one answer diverges for all three (each
     refetched and truncated); limit 2: the next fetch names two, c is cut."""
-    by_tp = {TopicPartition("t", p): _Fake(10) for p in range(3)}
+    by_tp = {TopicPartition("t", p): Fake(10) for p in range(3)}
     cache = FetchSessionCache(64, 1000)
     s = _FollowerSession()
     named, gone = s.build(by_tp, by_tp, 0, 10_000, 3)
@@ -426,33 +333,27 @@ async def test_small_session_lost_while_a_partition_joins_asks_for_a_session_aga
     parts = [TopicPartition("w", p) for p in range(3)]
     pair = Pair(tmp_path, SETTINGS, parts)
     fetcher = pair.follower.fetcher
-    send = pair._send
     joined = parts[2]
     state = {"evicted": False}
 
-    async def evicting(leader: int, body: bytes, timeout: float) -> bytes:
-        req = ReplicaFetchRequest.from_json(body)
+    def joining(req: ReplicaFetchRequest) -> bool:
         names = {(p.topic, p.partition) for p in req.partitions}
-        if (
-            not state["evicted"]
-            and req.session_id != NO_SESSION_ID
-            and (joined.topic, joined.partition) in names
-            and len(pair.requests) > 1
-        ):
-            state["evicted"] = True
-            state["at"] = len(pair.requests) + 1  # this one is recorded next
-            cache = pair.leader.fetch_sessions
-            cache._remove(cache._sessions[req.session_id])
-        return await send(leader, body, timeout)
+        if state["evicted"] or (joined.topic, joined.partition) not in names:
+            return False
+        if len(pair.requests) <= 1:
+            return False
+        state["evicted"] = True
+        state["at"] = len(pair.requests) + 1  # this one is recorded next
+        return True
 
-    fetcher._transport = evicting
+    evict_before(pair, joining)
     await pair.start()
     try:
-        await _settled(pair)
+        await settled(pair)
         fetcher._retry_at[joined] = fetcher._lag_clock() + 300  # an error's back-off
-        await _until(lambda: state["evicted"], "the partition named again", 5)
+        await until(lambda: state["evicted"], "the partition named again", 5)
         n = state["at"]
-        await _until(lambda: len(pair.requests) >= n + 3, "three more fetches", 5)
+        await until(lambda: len(pair.requests) >= n + 3, "three more fetches", 5)
         epochs = [r.session_epoch for r in pair.requests[n : n + 3]]
         assert epochs[0] == INITIAL_SESSION_EPOCH and SESSIONLESS_EPOCH not in epochs, epochs
     finally:
@@ -489,7 +390,7 @@ async def test_a_follower_the_leader_cannot_hold_evicts_no_session_as_it_grows(t
         def asks() -> list[ReplicaFetchRequest]:
             return [r for r in pair.requests if r.session_epoch == INITIAL_SESSION_EPOCH]
 
-        await _until(lambda: len(asks()) >= 3, "three asks for a session", 10)
+        await until(lambda: len(asks()) >= 3, "three asks for a session", 10)
         assert sum(grown_evictions) == 0
         assert fetcher._fetch_sessions[1].refusals >= 3
     finally:
@@ -508,7 +409,7 @@ async def test_a_sessionless_follower_does_not_ask_again_for_another_leaders_cha
     fetcher = pair.follower.fetcher
     await pair.start()
     try:
-        await _until(
+        await until(
             lambda: any(r.session_epoch == SESSIONLESS_EPOCH for r in pair.requests),
             "sessionless fetches",
         )
@@ -544,7 +445,7 @@ async def test_a_session_left_idle_makes_room_for_a_growing_one(tmp_path):
             mine = [s for s in cache.sessions() if s.replica_id == 2]
             return bool(mine) and len(mine[0].partitions) == 12
 
-        await _until(whole, "the follower's session holding all 12 partitions")
+        await until(whole, "the follower's session holding all 12 partitions")
         assert [s.replica_id for s in cache.sessions()] == [2]
         assert not any(r.session_epoch == SESSIONLESS_EPOCH for r in pair.requests)
     finally:
@@ -564,7 +465,7 @@ def test_a_session_fetched_within_the_minute_is_not_evicted_for_a_growing_one():
 
 
 def test_a_follower_refused_while_large_asks_again_once_it_fits_one_fetch():
-    big = {TopicPartition("t", p): _Fake() for p in range(12)}
+    big = {TopicPartition("t", p): Fake() for p in range(12)}
     s = _FollowerSession()
     now = 0
     for _ in range(6):  # refused at each ask: sessionless ever longer
