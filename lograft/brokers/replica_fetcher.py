@@ -96,8 +96,9 @@ class FetcherSettings:
     # Partitions one fetch names and forgets at most, partitions. A session
     # following more from one leader names the rest over its next fetches,
     # each answered at once (`_FollowerSession.build`), so no fetch passes
-    # the leader's request bound ([http] request_bytes_max: 142-378 bytes a
-    # partition) and no answer's header passes `fetch_wire.HEADER_BYTES_MAX`.
+    # the leader's request bound ([http] request_bytes_max: at most 423
+    # bytes a partition, `fetch_wire.partitions_within`) and no answer's
+    # header passes `fetch_wire.HEADER_BYTES_MAX`.
     request_partitions_max: int = 20_000
     # Pause after a failed fetch (and a failing partition's time out), ms.
     backoff_ms: int = 200

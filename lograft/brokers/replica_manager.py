@@ -171,8 +171,9 @@ class BrokerSettings(Record):
     # one that follows more from a leader names the rest over its next
     # fetches (replica_fetcher.py). Keep it at most the leaders'
     # replica_fetch_partitions_max, and within [http] request_bytes_max
-    # (142-378 bytes a partition, by topic name length: 20,000 take at most
-    # 7.6 MB of the default 16 MiB).
+    # (at most 423 bytes a partition: 20,000 take at most 8.5 MB of the
+    # default 16 MiB; a node whose bound holds fewer names as many as it
+    # holds, node/config.py `fetches_within_requests`).
     replica_fetch_request_partitions_max: Positive = 20_000
     # Pause after a failed follower fetch, ms.
     replica_fetch_backoff_ms: Positive = 200

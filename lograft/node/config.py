@@ -87,6 +87,7 @@ the environment variable, when one set it).
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -106,6 +107,7 @@ from lograft.brokers.groups.runtime_config import GroupRuntimeSettings
 from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
 from lograft.node.event_loop import EventLoopName
+from lograft.protocol.fetch_wire import partitions_within
 from lograft.quorum.controller_config import ControllerConfig
 from lograft.quorum.raft.config import RaftTuning
 from lograft.security.quotas import QuotaConfig
@@ -113,6 +115,8 @@ from lograft.security.settings import Authentication, SecuritySettings
 from lograft.security.tls import ClientCertificate, TlsSettings
 from lograft.storage.config import LogConfig
 from lograft.typed import FieldError, NonNegative, Record, build, type_at
+
+_log = logging.getLogger(__name__)
 
 ENV_PREFIX = "LOGRAFT_CFG_"
 ROLES: tuple[Role, ...] = ("controller", "broker")
@@ -361,3 +365,21 @@ def _check_security(security: SecuritySettings, tls: TlsSettings | None) -> None
             "security.authentication",
             '"certificate" needs [tls] with client_certificate = "optional" or "required"',
         )
+
+
+def fetches_within_requests(broker: BrokerSettings, request_bytes_max: int) -> BrokerSettings:
+    """`broker` with `replica_fetch_request_partitions_max` lowered, where
+    needed, so that this node's fetches as a follower stay within the
+    request bound its peers share ([http] request_bytes_max): a larger one
+    would be refused (413, close code 1009) and replication would stop."""
+    fits = partitions_within(request_bytes_max)
+    if broker.replica_fetch_request_partitions_max <= fits:
+        return broker
+    _log.info(
+        "replica fetches name at most %d partitions, what http.request_bytes_max=%d holds "
+        "(broker.replica_fetch_request_partitions_max is %d)",
+        fits,
+        request_bytes_max,
+        broker.replica_fetch_request_partitions_max,
+    )
+    return msgspec.structs.replace(broker, replica_fetch_request_partitions_max=fits)

@@ -74,7 +74,7 @@ from lograft.errors import (
 from lograft.histogram import Buckets
 from lograft.node.broker_agent import BrokerAgent
 from lograft.node.clean_shutdown import record_clean_shutdown, take_previous_epoch
-from lograft.node.config import NodeConfig
+from lograft.node.config import NodeConfig, fetches_within_requests
 from lograft.node.controller_client import ControllerClient, LocalController
 from lograft.node.controller_thread import ControllerThread, ListenerFactory
 from lograft.node.event_loop import run_on, running_loop_name
@@ -218,7 +218,7 @@ class Node:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        broker_settings = cfg.broker
+        broker_settings = fetches_within_requests(cfg.broker, cfg.http.request_bytes_max)
         ensure_fd_limit(
             cfg.http.connections_max
             + (broker_settings.max_open_files if cfg.is_broker else 0)

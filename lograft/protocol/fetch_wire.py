@@ -64,6 +64,23 @@ _LEN = struct.Struct(">I")
 HEADER_BYTES_MAX = 64 * 1024 * 1024
 
 
+# The most bytes of a replica fetch request's JSON (`ReplicaFetchRequest.to_json`)
+# apart from its partitions, per named partition, and per forgotten one: topic
+# names of 249 characters and every number at its widest.
+REQUEST_ENVELOPE_BYTES_MAX = 211
+NAMED_PARTITION_BYTES_MAX = 423
+FORGOTTEN_PARTITION_BYTES_MAX = 265
+
+
+def partitions_within(request_bytes: int) -> int:
+    """How many partitions a follower's fetch may name and forget so that it
+    stays within `request_bytes` (a leader's [http] request_bytes_max),
+    counting one forgotten partition more (a fetch may forget the partition
+    it names alone: replica_fetcher.py); at least 1."""
+    room = request_bytes - REQUEST_ENVELOPE_BYTES_MAX - FORGOTTEN_PARTITION_BYTES_MAX
+    return max(1, room // NAMED_PARTITION_BYTES_MAX)
+
+
 # An epoch field the sender left out (Kafka's UNDEFINED_EPOCH).
 UNDEFINED_EPOCH = -1
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
+from lograft.api.http_config import HttpConfig
+from lograft.brokers.replica_manager import BrokerSettings
 from lograft.errors import InvalidConfigError
-from lograft.node.config import load_config, parse_config
+from lograft.node.config import fetches_within_requests, load_config, parse_config
 from lograft.node.event_loop import run_on, running_loop_name
+from lograft.protocol.fetch_wire import partitions_within
 from lograft.storage.config import LogConfig
 
 GOOD = """
@@ -502,3 +506,15 @@ def test_tls_makes_every_node_url_https(tmp_path: Path):
     f.write_text(GOOD.replace("port = 9092", 'port = 9092\nadvertised_url = "https://n:9092"'))
     with pytest.raises(InvalidConfigError, match="so write http://"):
         load_config(f, env={})
+
+
+def test_fetches_as_a_follower_name_no_more_partitions_than_a_request_holds(caplog) -> None:
+    """A node whose peers take requests of 256 KiB names at most what such a
+    request holds in one replica fetch (a larger one would be refused and
+    replication would stop); at the default 16 MiB the setting stands."""
+    broker = BrokerSettings()
+    assert fetches_within_requests(broker, HttpConfig().request_bytes_max) is broker
+    with caplog.at_level(logging.INFO, logger="lograft.node.config"):
+        small = fetches_within_requests(broker, 256 << 10)
+    assert small.replica_fetch_request_partitions_max == partitions_within(256 << 10) == 618
+    assert "http.request_bytes_max=262144" in caplog.text

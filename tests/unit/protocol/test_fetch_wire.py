@@ -10,13 +10,17 @@ import pytest
 from lograft.api.http_config import HttpConfig
 from lograft.errors import FencedLeaderEpochError, InvalidRequestError, NotLeaderOrFollowerError
 from lograft.protocol.fetch_wire import (
+    FORGOTTEN_PARTITION_BYTES_MAX,
     HEADER_BYTES_MAX,
+    NAMED_PARTITION_BYTES_MAX,
+    REQUEST_ENVELOPE_BYTES_MAX,
     FetchPartitionRequest,
     FetchPartitionResponse,
     PartitionFetch,
     ReplicaFetchRequest,
     decode_response,
     encode_response,
+    partitions_within,
 )
 
 
@@ -133,3 +137,36 @@ def test_the_answer_to_any_fetch_within_the_request_limit_is_decoded() -> None:
     header_per_partition = len(answer) / count
     assert partitions_in_a_request * header_per_partition < HEADER_BYTES_MAX
     assert len(decode_response(answer)) == count
+
+
+def _widest_request(named: int, forgotten: int) -> ReplicaFetchRequest:
+    """A fetch whose every field is at its widest: 249-character topic names,
+    the largest partition numbers, offsets, epochs and session ids."""
+    name, i32, i64 = "t" * 249, 2**31 - 1, 2**63 - 1
+    fetch = PartitionFetch(i64, i32, i32, i64)
+    return ReplicaFetchRequest(
+        i32, i32, i32, i32, i32,
+        [FetchPartitionRequest(name, i32, fetch) for _ in range(named)],
+        session_id=i32, session_epoch=i32,
+        forgotten=tuple((name, i32) for _ in range(forgotten)),
+    )  # fmt: skip
+
+
+def test_the_request_bounds_are_those_of_the_encoder() -> None:
+    def size(named: int, forgotten: int) -> int:
+        return len(_widest_request(named, forgotten).to_json())
+
+    assert size(0, 0) == REQUEST_ENVELOPE_BYTES_MAX
+    assert size(2, 0) - size(1, 0) == NAMED_PARTITION_BYTES_MAX
+    assert size(0, 2) - size(0, 1) == FORGOTTEN_PARTITION_BYTES_MAX
+
+
+@pytest.mark.parametrize("request_bytes", [1_024, 64 << 10, 256 << 10, 16 << 20])
+def test_a_fetch_of_as_many_partitions_as_fit_stays_within_the_request_bound(
+    request_bytes: int,
+) -> None:
+    """`partitions_within` names, with one partition more forgotten (a
+    fetch may forget the one it names), fit the leader's request bound."""
+    fits = partitions_within(request_bytes)
+    assert len(_widest_request(fits, 1).to_json()) <= request_bytes
+    assert len(_widest_request(fits + 2, 0).to_json()) > request_bytes
