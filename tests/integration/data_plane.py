@@ -313,3 +313,18 @@ def segment_records(data_dir: Path, topic: str, partition: int) -> list[Record]:
     for path in sorted(directory.glob("*.log")):
         out += iter_records(path.read_bytes())
     return out
+
+
+def on_every_disk(cluster: LograftCluster, topic: str, values: Mapping[int, list[bytes]]) -> bool:
+    """Whether every node's segment files hold exactly `values` (by
+    partition) of `topic`: replicated everywhere, read from the running
+    nodes' files (a batch being written reads as not there yet)."""
+    for node in cluster:
+        for p, expected in values.items():
+            try:
+                found = [r.value for r in segment_records(node.spec.data_dir, topic, p)]
+            except (OSError, ValueError):
+                return False
+            if found != expected:
+                return False
+    return True

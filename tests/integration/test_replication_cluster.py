@@ -35,11 +35,11 @@ from tests.integration.data_plane import (
     fetch_raw,
     leader_of,
     offsets,
+    on_every_disk,
     post_batches,
     produce,
     produce_ok,
     running_cluster,
-    segment_records,
     wait_in_sync,
 )
 
@@ -218,18 +218,11 @@ def test_followers_of_more_partitions_than_a_fetch_names_replicate_them_all(
     for p, doc in parts.items():
         produce_ok(cluster, cluster[doc["leader"]], topic, [{"value": f"w-{p}", "partition": p}])
 
-    def on_every_disk() -> bool:
-        for node in cluster:
-            for p in range(count):
-                try:
-                    values = [r.value for r in segment_records(node.spec.data_dir, topic, p)]
-                except (OSError, ValueError):
-                    return False  # a batch being written: read again
-                if values != [f'"w-{p}"'.encode()]:  # a JSON value, stored as JSON
-                    return False
-        return True
-
-    cluster.eventually(on_every_disk, 30, "every record on every replica's disk")
+    # A JSON value is stored as JSON.
+    stored = {p: [f'"w-{p}"'.encode()] for p in range(count)}
+    cluster.eventually(
+        lambda: on_every_disk(cluster, topic, stored), 30, "every record on every replica's disk"
+    )
     wait_in_sync(cluster, topic)
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from tests.integration.cluster_harness import LograftCluster
 from tests.integration.data_plane import (
+    on_every_disk,
     produce_ok,
     running_cluster,
-    segment_records,
     wait_in_sync,
 )
 
@@ -57,15 +57,8 @@ def test_followers_of_more_partitions_than_a_request_holds_replicate(
     for leader, p in led.items():
         produce_ok(cluster, cluster[leader], TOPIC, [{"value": f"v-{p}", "partition": p}])
 
-    def on_every_disk() -> bool:
-        for node in cluster:
-            for p in led.values():
-                try:
-                    values = [r.value for r in segment_records(node.spec.data_dir, TOPIC, p)]
-                except (OSError, ValueError):
-                    return False  # a batch being written: read again
-                if values != [f'"v-{p}"'.encode()]:  # a JSON value, stored as JSON
-                    return False
-        return True
-
-    cluster.eventually(on_every_disk, 30, "the records on every replica's disk")
+    # A JSON value is stored as JSON.
+    stored = {p: [f'"v-{p}"'.encode()] for p in led.values()}
+    cluster.eventually(
+        lambda: on_every_disk(cluster, TOPIC, stored), 30, "the records on every replica's disk"
+    )
