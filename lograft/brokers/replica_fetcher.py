@@ -81,6 +81,11 @@ from lograft.storage.log import Clock
 
 log = logging.getLogger(__name__)
 
+# A follower refused a fetch session waits `session_rescan_ms` before asking
+# again, doubled with each refusal in a row at most this many times (10 s up
+# to 320 s at the default), doublings.
+SESSIONLESS_DOUBLINGS_MAX = 5
+
 # Sends one replica fetch (leader broker id, JSON request, timeout in s) and
 # returns the leader's encoded answer (`fetch_wire`).
 FetchTransport = Callable[[int, bytes, float], Awaitable[bytes]]
@@ -179,7 +184,8 @@ class _FollowerSession:
         # Refusals in a row (the leader gave no session, or dropped it as
         # it grew: more partitions than its session cache holds), and until
         # when (ms) full fetches ask for none: `rescan_ms` (the last
-        # `build`'s), doubled with each refusal in a row up to 32 times.
+        # `build`'s), doubled with each refusal in a row up to
+        # SESSIONLESS_DOUBLINGS_MAX times.
         # Asking at once would create, grow and drop the session in a loop,
         # each time evicting other followers' sessions from the leader's
         # cache to make room.
@@ -204,7 +210,8 @@ class _FollowerSession:
     def refused(self, now_ms: int) -> None:
         """The leader gave no session, or dropped it as partitions joined
         (its session cache holds fewer): fetch without one for a while."""
-        self.sessionless_until_ms = now_ms + (self.rescan_ms << min(self.refusals, 5))
+        doublings = min(self.refusals, SESSIONLESS_DOUBLINGS_MAX)
+        self.sessionless_until_ms = now_ms + (self.rescan_ms << doublings)
         self.refusals += 1
 
     def takes_answer(self, tp: TopicPartition) -> bool:
